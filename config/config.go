@@ -1,0 +1,112 @@
+// Package config loads and validates nodepool.yaml: the keys this builder uses are
+// typed and checked, every other nodepool key is accepted and ignored.
+package config
+
+import "time"
+
+// Config is a loaded, validated nodepool.yaml.
+type Config struct {
+	// Path is the file the config was loaded from.
+	Path string
+
+	ImagesDir         string
+	BuildLogDir       string // default /var/log/nodepool/builds
+	BuildLogRetention int    // default 7; -1 keeps all
+	ElementsDir       string
+	Webapp            *Webapp // nil when absent
+
+	DiskImages []DiskImage // abstract images are dropped after inheritance is applied
+	ZuulImages []ZuulImage
+	Providers  []Provider // only providers this builder uploads to (driver openstack)
+	Builder    Builder
+}
+
+// Webapp is the optional status and metrics endpoint.
+type Webapp struct {
+	ListenAddress string
+	Port          int
+}
+
+// DiskImage is a diskimages entry after parent/abstract inheritance.
+type DiskImage struct {
+	Name              string
+	Parent            string
+	Elements          []string
+	EnvVars           map[string]string
+	Formats           []string
+	KeepFormats       []string
+	DeleteAfterUpload bool
+	Release           string
+	RebuildAge        time.Duration // default 86400s
+	BuildTimeout      time.Duration // default 28800s
+	Pause             bool
+	DIBCmd            string // default disk-image-create
+	Username          string
+	PythonPath        string
+	ShellType         string
+	Metadata          map[string]string
+}
+
+// ZuulImage is a zuul-images entry: an image built by a Zuul job.
+type ZuulImage struct {
+	Name            string
+	APIURL          string
+	Tenant          string // may be empty for a white-label root
+	Project         string
+	Branch          string
+	Pipelines       []string
+	Job             string
+	PollInterval    time.Duration // default Builder.PollInterval
+	AuthTokenFile   string
+	CACert          string
+	RequireChecksum bool
+	Formats         []string // extra formats fetched even if no provider needs them
+	Artifacts       []ArtifactMapping
+	Pause           bool
+	Metadata        map[string]string
+}
+
+// ArtifactMapping says which Zuul artifact holds a format.
+type ArtifactMapping struct {
+	Format string // normalised: "qcow" becomes "qcow2"
+	Type   string // matched against artifact metadata.type
+	Name   string // optional: also matched against the artifact name
+}
+
+// Provider is an openstack provider this builder uploads to.
+type Provider struct {
+	Name               string
+	Cloud              string
+	RegionName         string
+	ImageFormat        string // as configured; empty means clouds.yaml image_format, else qcow2
+	ImageNameFormat    string // default "{image_name}-{timestamp}"
+	ImageUploadTimeout time.Duration
+	PostUploadHook     string
+	Rate               float64
+	DiskImages         []ProviderImage
+}
+
+// ProviderImage is an entry of a provider's diskimages list.
+type ProviderImage struct {
+	Name  string
+	Pause bool
+	Meta  map[string]string
+}
+
+// Builder holds the settings of this program that nodepool has no key for.
+type Builder struct {
+	PollInterval   time.Duration // default 60s
+	UploadWorkers  int           // default 4
+	KeepBuilds     int           // default 2
+	KeepUploads    int           // default 2
+	UploadAttempts int           // default 5
+	StateDB        string        // default <images-dir>/builder.db
+	GearmanServers []GearmanServer
+	LeakSweep      bool // default true
+}
+
+// GearmanServer is a gearman job server address.
+type GearmanServer struct {
+	Host string
+	Port int // default 4730
+}

@@ -1,0 +1,111 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+const partialDirName = ".partial"
+
+// FilePath is where a build's file of a format lives: <images-dir>/<image>-<build_id>.<format>.
+func (s *Store) FilePath(image, buildID, format string) string {
+	return filepath.Join(s.dir, image+"-"+buildID+"."+format)
+}
+
+// BuildPath is a build's path without the format suffix, as DIB's -o takes it.
+func (s *Store) BuildPath(image, buildID string) string {
+	return filepath.Join(s.dir, image+"-"+buildID)
+}
+
+// PartialDir is where downloads in progress live until verified.
+func (s *Store) PartialDir() string { return filepath.Join(s.dir, partialDirName) }
+
+// WriteSidecars writes <file>.sha256 and <file>.md5 in the format of sha256sum and
+// md5sum, as diskimage-builder writes them.
+func WriteSidecars(path, sha256, md5 string) error {
+	base := filepath.Base(path)
+	for ext, sum := range map[string]string{".sha256": sha256, ".md5": md5} {
+		if sum == "" {
+			continue
+		}
+		if err := writeFileAtomic(path+ext, []byte(sum+"  "+base+"\n")); err != nil {
+			return fmt.Errorf("write checksum of %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// ReadSidecar reads the checksum from a sidecar written by md5sum/sha256sum;
+// "" when the file does not exist.
+func ReadSidecar(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read checksum %s: %w", path, err)
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) == 0 {
+		return "", fmt.Errorf("read checksum %s: file is empty", path)
+	}
+	return strings.ToLower(fields[0]), nil
+}
+
+// RemoveFormat removes a build's file of one format and its sidecars.
+func (s *Store) RemoveFormat(image, buildID, format string) error {
+	p := s.FilePath(image, buildID, format)
+	for _, name := range []string{p, p + ".sha256", p + ".md5"} {
+		if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// RemoveBuildFiles removes every file of a build: its formats, sidecars and DIB's
+// <image>-<build_id>.d manifest directory.
+func (s *Store) RemoveBuildFiles(image, buildID string) error {
+	prefix := image + "-" + buildID + "."
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("list images-dir: %w", err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
+			return fmt.Errorf("remove files of %s-%s: %w", image, buildID, err)
+		}
+	}
+	return nil
+}
+
+// writeFileAtomic writes data to a temporary file beside path, syncs it and renames
+// it into place, so readers never see half a file.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

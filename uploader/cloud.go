@@ -1,0 +1,42 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+// ErrNotFound is returned (wrapped) by a Cloud when an image does not exist.
+var ErrNotFound = errors.New("image not found")
+
+// Image is a cloud image as the uploader sees it.
+type Image struct {
+	ID         string
+	Name       string
+	Status     string // Glance status: queued, saving, active, killed, deleted, ...
+	DiskFormat string
+	Size       int64
+	Checksum   string // Glance's md5 of the stored data, when it reports one
+	Properties map[string]string
+}
+
+// ImageSpec describes an image to create.
+type ImageSpec struct {
+	Name       string
+	DiskFormat string            // qcow2, raw, vhd, ...; container format is always bare
+	Properties map[string]string // stored as Glance image properties
+}
+
+// Cloud is the image service of one provider.
+type Cloud interface {
+	// Create makes an empty private image and returns its ID.
+	Create(ctx context.Context, spec ImageSpec) (string, error)
+	// Upload streams size bytes of data into the image created by Create.
+	Upload(ctx context.Context, id string, data io.Reader, size int64) error
+	// Get returns one image; ErrNotFound when it does not exist.
+	Get(ctx context.Context, id string) (Image, error)
+	// List returns every image whose properties include all of match.
+	List(ctx context.Context, match map[string]string) ([]Image, error)
+	// Delete removes an image; deleting one that does not exist is not an error.
+	Delete(ctx context.Context, id string) error
+}

@@ -1,0 +1,553 @@
+package uploader
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// fakeCloud is an in-memory image service with failure injection.
+type fakeCloud struct {
+	mu         sync.Mutex
+	seq        int
+	images     map[string]*Image
+	data       map[string][]byte
+	failUpload int  // fail this many uploads
+	neverReady bool // images stay "saving"
+	failDelete bool
+	creates    int
+	deletes    []string
+}
+
+func newFakeCloud() *fakeCloud {
+	return &fakeCloud{images: map[string]*Image{}, data: map[string][]byte{}}
+}
+
+func (c *fakeCloud) Create(_ context.Context, spec ImageSpec) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	c.creates++
+	id := fmt.Sprintf("img-%d", c.seq)
+	props := map[string]string{}
+	for k, v := range spec.Properties {
+		props[k] = v
+	}
+	c.images[id] = &Image{ID: id, Name: spec.Name, Status: "queued", DiskFormat: spec.DiskFormat, Properties: props}
+	return id, nil
+}
+
+func (c *fakeCloud) Upload(_ context.Context, id string, r io.Reader, size int64) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failUpload > 0 {
+		c.failUpload--
+		return errors.New("injected upload failure")
+	}
+	img, ok := c.images[id]
+	if !ok {
+		return ErrNotFound
+	}
+	if int64(len(data)) != size {
+		return fmt.Errorf("got %d bytes, told %d", len(data), size)
+	}
+	c.data[id] = data
+	sum := md5.Sum(data)
+	img.Checksum = hex.EncodeToString(sum[:])
+	img.Size = size
+	if c.neverReady {
+		img.Status = "saving"
+	} else {
+		img.Status = "active"
+	}
+	return nil
+}
+
+func (c *fakeCloud) Get(_ context.Context, id string) (Image, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	img, ok := c.images[id]
+	if !ok {
+		return Image{}, fmt.Errorf("image %s: %w", id, ErrNotFound)
+	}
+	return *img, nil
+}
+
+func (c *fakeCloud) List(_ context.Context, match map[string]string) ([]Image, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Image
+	for _, img := range c.images {
+		ok := true
+		for k, v := range match {
+			if img.Properties[k] != v {
+				ok = false
+			}
+		}
+		if ok {
+			out = append(out, *img)
+		}
+	}
+	return out, nil
+}
+
+func (c *fakeCloud) Delete(_ context.Context, id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failDelete {
+		return errors.New("injected delete failure")
+	}
+	delete(c.images, id)
+	c.deletes = append(c.deletes, id)
+	return nil
+}
+
+func (c *fakeCloud) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.images)
+}
+
+type fixture struct {
+	t      *testing.T
+	st     *store.Store
+	cfg    *config.Config
+	clouds map[string]*fakeCloud
+	up     *Uploader
+	clock  time.Time
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	f := &fixture{t: t, clock: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
+	now := func() time.Time { f.clock = f.clock.Add(time.Second); return f.clock }
+	st, err := store.Open(context.Background(), store.Options{ImagesDir: dir, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f.st = st
+	f.cfg = &config.Config{
+		ImagesDir:  dir,
+		ZuulImages: []config.ZuulImage{{Name: "debian", Metadata: map[string]string{"os_distro": "debian"}}},
+		Providers: []config.Provider{
+			{Name: "a", ImageFormat: "qcow2", ImageNameFormat: "{image_name}-{upload_id}", ImageUploadTimeout: time.Minute,
+				DiskImages: []config.ProviderImage{{Name: "debian", Meta: map[string]string{"hw_disk_bus": "scsi"}}}},
+			{Name: "b", ImageFormat: "raw", ImageUploadTimeout: time.Minute,
+				DiskImages: []config.ProviderImage{{Name: "debian"}}},
+		},
+		Builder: config.Builder{UploadWorkers: 4, KeepBuilds: 2, KeepUploads: 2, UploadAttempts: 3, LeakSweep: true},
+	}
+	f.clouds = map[string]*fakeCloud{"a": newFakeCloud(), "b": newFakeCloud()}
+	f.newUploader()
+	return f
+}
+
+func (f *fixture) newUploader() {
+	clouds := map[string]Cloud{}
+	for k, v := range f.clouds {
+		clouds[k] = v
+	}
+	f.up = New(Options{Store: f.st, Config: f.cfg, Clouds: clouds, RetryBase: time.Millisecond,
+		PollInterval: time.Millisecond, Now: func() time.Time { return f.clock }})
+}
+
+// addBuild writes a ready build with the given formats to the store.
+func (f *fixture) addBuild(image string, formats ...string) store.Build {
+	f.t.Helper()
+	ctx := context.Background()
+	b, err := f.st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceZuul})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, format := range formats {
+		data := []byte(b.ID + "/" + format)
+		if err := os.WriteFile(f.st.FilePath(image, b.ID, format), data, 0o644); err != nil {
+			f.t.Fatal(err)
+		}
+		sum := md5.Sum(data)
+		if err := f.st.AddFile(ctx, b.ID, store.File{Format: format, MD5: hex.EncodeToString(sum[:]), SHA256: "s", Size: int64(len(data))}); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	if err := f.st.SetBuildState(ctx, b.ID, store.Ready, ""); err != nil {
+		f.t.Fatal(err)
+	}
+	return b
+}
+
+func (f *fixture) uploads(filter store.UploadFilter) []store.Upload {
+	f.t.Helper()
+	ups, err := f.st.Uploads(context.Background(), filter)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ups
+}
+
+func TestUploadEachProviderGetsItsFormat(t *testing.T) {
+	f := newFixture(t)
+	b := f.addBuild("debian", "qcow2", "raw")
+	if err := f.up.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for provider, format := range map[string]string{"a": "qcow2", "b": "raw"} {
+		ups := f.uploads(store.UploadFilter{Provider: provider})
+		if len(ups) != 1 || ups[0].State != store.Ready || ups[0].Format != format || ups[0].BuildID != b.ID {
+			t.Fatalf("%s uploads = %+v", provider, ups)
+		}
+		img, err := f.clouds[provider].Get(context.Background(), ups[0].ExternalID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if img.DiskFormat != format {
+			t.Errorf("%s got disk_format %s", provider, img.DiskFormat)
+		}
+		if string(f.clouds[provider].data[img.ID]) != b.ID+"/"+format {
+			t.Errorf("%s got the wrong file: %q", provider, f.clouds[provider].data[img.ID])
+		}
+		for k, want := range map[string]string{
+			PropBuildID: b.ID, PropUploadID: "0000000001", PropProvider: provider,
+			PropBuilderID: f.st.BuilderID(), "os_distro": "debian",
+		} {
+			if img.Properties[k] != want {
+				t.Errorf("%s property %s = %q, want %q", provider, k, img.Properties[k], want)
+			}
+		}
+		if _, ok := img.Properties["owner_specified.openstack.md5"]; !ok {
+			t.Errorf("%s: no owner_specified.openstack.md5 property", provider)
+		}
+	}
+	a := f.uploads(store.UploadFilter{Provider: "a"})[0]
+	if a.ExternalName != "debian-0000000001" {
+		t.Errorf("image-name-format not applied: %q", a.ExternalName)
+	}
+	img, _ := f.clouds["a"].Get(context.Background(), a.ExternalID)
+	if img.Properties["hw_disk_bus"] != "scsi" {
+		t.Errorf("provider meta missing: %v", img.Properties)
+	}
+	// Nothing new: a second step uploads nothing.
+	if err := f.up.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f.clouds["a"].creates != 1 || f.clouds["b"].creates != 1 {
+		t.Fatalf("second step created images: a=%d b=%d", f.clouds["a"].creates, f.clouds["b"].creates)
+	}
+}
+
+func TestUploadRetriesThenSucceeds(t *testing.T) {
+	f := newFixture(t)
+	f.addBuild("debian", "qcow2", "raw")
+	f.clouds["a"].failUpload = 2
+	if err := f.up.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ups := f.uploads(store.UploadFilter{Provider: "a"})
+	if len(ups) != 1 || ups[0].State != store.Ready || ups[0].Attempts != 3 {
+		t.Fatalf("uploads = %+v", ups)
+	}
+	// The half-made images of the failed attempts were deleted.
+	if n := f.clouds["a"].count(); n != 1 {
+		t.Fatalf("cloud a holds %d images, want 1", n)
+	}
+}
+
+func TestUploadGivesUpAndOtherProviderProceeds(t *testing.T) {
+	f := newFixture(t)
+	f.addBuild("debian", "qcow2", "raw")
+	f.clouds["a"].failUpload = 100
+	err := f.up.Step(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "injected upload failure") || !strings.Contains(err.Error(), "after 3 attempts") {
+		t.Fatalf("step error = %v", err)
+	}
+	a := f.uploads(store.UploadFilter{Provider: "a"})
+	if len(a) != 1 || a[0].State != store.Failed || a[0].Attempts != 3 || !strings.Contains(a[0].LastError, "injected") {
+		t.Fatalf("a uploads = %+v", a)
+	}
+	if f.clouds["a"].count() != 0 {
+		t.Fatalf("failed uploads left %d images in the cloud", f.clouds["a"].count())
+	}
+	b := f.uploads(store.UploadFilter{Provider: "b"})
+	if len(b) != 1 || b[0].State != store.Ready {
+		t.Fatalf("b uploads = %+v", b)
+	}
+	// A failed upload stays failed until the next build.
+	creates := f.clouds["a"].creates
+	f.up.Step(context.Background())
+	if f.clouds["a"].creates != creates {
+		t.Fatal("an upload that used up its attempts was tried again")
+	}
+	f.clouds["a"].failUpload = 0
+	f.addBuild("debian", "qcow2", "raw")
+	if err := f.up.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ready := f.uploads(store.UploadFilter{Provider: "a", State: store.Ready})
+	if len(ready) != 1 {
+		t.Fatalf("new build not uploaded to a: %+v", f.uploads(store.UploadFilter{Provider: "a"}))
+	}
+}
+
+func TestUploadTimeoutDeletesImage(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.Providers[0].ImageUploadTimeout = 50 * time.Millisecond
+	f.cfg.Builder.UploadAttempts = 1
+	f.clouds["a"].neverReady = true
+	f.addBuild("debian", "qcow2", "raw")
+	err := f.up.Step(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "image-upload-timeout") {
+		t.Fatalf("step error = %v", err)
+	}
+	if f.clouds["a"].count() != 0 {
+		t.Fatal("timed-out upload left its image in the cloud")
+	}
+}
+
+func TestRotationKeepsNewest(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	var builds []store.Build
+	for i := 0; i < 4; i++ {
+		builds = append(builds, f.addBuild("debian", "qcow2", "raw"))
+		if err := f.up.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"a", "b"} {
+			if n := f.clouds[p].count(); n > 2 {
+				t.Fatalf("after build %d provider %s holds %d images, keep-uploads is 2", i+1, p, n)
+			}
+		}
+	}
+	for _, p := range []string{"a", "b"} {
+		ups := f.uploads(store.UploadFilter{Provider: p})
+		if len(ups) != 2 || ups[0].BuildID != builds[3].ID || ups[1].BuildID != builds[2].ID {
+			t.Fatalf("%s uploads = %+v", p, ups)
+		}
+	}
+	left, err := f.st.Builds(ctx, store.BuildFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 2 {
+		t.Fatalf("builds left = %d, want 2", len(left))
+	}
+	for _, old := range builds[:2] {
+		if _, err := os.Stat(f.st.FilePath("debian", old.ID, "qcow2")); !os.IsNotExist(err) {
+			t.Errorf("files of rotated build %s still on disk", old.ID)
+		}
+	}
+}
+
+func TestOldBuildLivesWhileItsUploadIsKept(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.cfg.Builder.KeepBuilds = 1
+	old := f.addBuild("debian", "qcow2", "raw")
+	if err := f.up.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.addBuild("debian", "qcow2", "raw")
+	if err := f.up.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.Build(ctx, old.ID); err != nil {
+		t.Fatalf("old build removed while its uploads are kept: %v", err)
+	}
+}
+
+func TestDeleteRetriesUntilCloudAgrees(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.cfg.Builder.KeepUploads, f.cfg.Builder.KeepBuilds = 1, 1
+	old := f.addBuild("debian", "qcow2", "raw")
+	f.up.Step(ctx)
+	f.addBuild("debian", "qcow2", "raw")
+	f.clouds["a"].failDelete = true
+	if err := f.up.Step(ctx); err == nil {
+		t.Fatal("a refused delete was not reported")
+	}
+	// Files go at once; the record waits for the cloud.
+	if _, err := os.Stat(f.st.FilePath("debian", old.ID, "qcow2")); !os.IsNotExist(err) {
+		t.Fatal("files of a deleting build still on disk")
+	}
+	if ups := f.uploads(store.UploadFilter{BuildID: old.ID, Provider: "a"}); len(ups) != 1 || ups[0].State != store.Deleting {
+		t.Fatalf("old upload to a = %+v", ups)
+	}
+	f.clouds["a"].failDelete = false
+	if err := f.up.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.Build(ctx, old.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("old build record: %v", err)
+	}
+	if f.clouds["a"].count() != 1 {
+		t.Fatalf("cloud a holds %d images", f.clouds["a"].count())
+	}
+}
+
+func TestImageRemovedFromProviderAndConfig(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	b := f.addBuild("debian", "qcow2", "raw")
+	f.up.Step(ctx)
+	f.cfg.Providers[1].DiskImages = nil
+	if err := f.up.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.clouds["b"].count() != 0 || len(f.uploads(store.UploadFilter{Provider: "b"})) != 0 {
+		t.Fatal("uploads of an image a provider no longer lists were kept")
+	}
+	if f.clouds["a"].count() != 1 {
+		t.Fatal("the other provider's upload went too")
+	}
+	f.cfg.ZuulImages = nil
+	f.cfg.Providers[0].DiskImages = nil
+	if err := f.up.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.clouds["a"].count() != 0 {
+		t.Fatal("upload of an image removed from the config was kept")
+	}
+	if _, err := f.st.Build(ctx, b.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("build of removed image: %v", err)
+	}
+	if _, err := os.Stat(f.st.FilePath("debian", b.ID, "raw")); !os.IsNotExist(err) {
+		t.Fatal("files of removed image still on disk")
+	}
+}
+
+func TestPausedProviderEntryUploadsNothing(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.Providers[0].DiskImages[0].Pause = true
+	f.addBuild("debian", "qcow2", "raw")
+	if err := f.up.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f.clouds["a"].creates != 0 {
+		t.Fatal("paused provider entry got an upload")
+	}
+	if f.clouds["b"].count() != 1 {
+		t.Fatal("unpaused provider got no upload")
+	}
+}
+
+func TestLeakSweepNeedsTwoSightings(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.cfg.Providers = f.cfg.Providers[:1]
+	cloud := f.clouds["a"]
+	ours, _ := cloud.Create(ctx, ImageSpec{Name: "leaked", Properties: map[string]string{PropBuilderID: f.st.BuilderID()}})
+	theirs, _ := cloud.Create(ctx, ImageSpec{Name: "other", Properties: map[string]string{PropBuilderID: "someone-else"}})
+	if err := f.up.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cloud.Get(ctx, ours); err != nil {
+		t.Fatal("leak deleted on first sighting")
+	}
+	f.clock = f.clock.Add(time.Minute)
+	if err := f.up.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cloud.Get(ctx, ours); !errors.Is(err, ErrNotFound) {
+		t.Fatal("leak still there after the second sweep")
+	}
+	if _, err := cloud.Get(ctx, theirs); err != nil {
+		t.Fatal("sweep deleted an image of another builder")
+	}
+}
+
+func TestRecoverInterruptedUploads(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	b := f.addBuild("debian", "qcow2", "raw")
+	cloud := f.clouds["a"]
+	// One upload finished in the cloud before the crash, one was half-made.
+	done, _ := f.st.CreateUpload(ctx, b.ID, "a", "qcow2")
+	half, _ := f.st.CreateUpload(ctx, b.ID, "b", "raw")
+	spec := ImageSpec{Name: "x", Properties: f.up.Properties(&f.cfg.Providers[0], b, store.File{}, done)}
+	id, _ := cloud.Create(ctx, spec)
+	cloud.Upload(ctx, id, strings.NewReader("x"), 1)
+	hid, _ := f.clouds["b"].Create(ctx, ImageSpec{Name: "y", Properties: f.up.Properties(&f.cfg.Providers[1], b, store.File{}, half)})
+	half.ExternalID = hid
+	f.st.UpdateUpload(ctx, half)
+	// A build was in progress.
+	inProgress, _ := f.st.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul})
+	partial := f.st.FilePath("debian", inProgress.ID, "raw")
+	os.WriteFile(partial, []byte("half"), 0o644)
+
+	if err := f.up.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := f.uploads(store.UploadFilter{Provider: "a"})
+	if got[0].State != store.Ready || got[0].ExternalID != id {
+		t.Fatalf("finished upload not adopted: %+v", got)
+	}
+	got = f.uploads(store.UploadFilter{Provider: "b"})
+	if got[0].State != store.Failed || f.clouds["b"].count() != 0 {
+		t.Fatalf("half-made upload not cleaned: %+v, %d images", got, f.clouds["b"].count())
+	}
+	ib, _ := f.st.Build(ctx, inProgress.ID)
+	if ib.State != store.Failed {
+		t.Fatalf("interrupted build state %s", ib.State)
+	}
+	if _, err := os.Stat(partial); !os.IsNotExist(err) {
+		t.Fatal("interrupted build's files kept")
+	}
+	// The interrupted upload is retried by the next step.
+	if err := f.up.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got = f.uploads(store.UploadFilter{Provider: "b"})
+	if len(got) != 1 || got[0].State != store.Ready {
+		t.Fatalf("interrupted upload not retried: %+v", got)
+	}
+}
+
+func TestPostUploadHook(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "args")
+	hook := filepath.Join(dir, "hook")
+	os.WriteFile(hook, []byte("#!/bin/sh\necho \"$@\" > "+out+"\nexit ${HOOK_EXIT:-0}\n"), 0o755)
+	f.cfg.Providers[0].PostUploadHook = hook
+	b := f.addBuild("debian", "qcow2", "raw")
+	if err := f.up.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	up := f.uploads(store.UploadFilter{Provider: "a"})[0]
+	args, _ := os.ReadFile(out)
+	want := "a " + up.ExternalID + " " + f.st.FilePath("debian", b.ID, "qcow2")
+	if strings.TrimSpace(string(args)) != want {
+		t.Fatalf("hook args = %q, want %q", args, want)
+	}
+
+	failing := filepath.Join(dir, "failing")
+	os.WriteFile(failing, []byte("#!/bin/sh\necho image is bad >&2\nexit 3\n"), 0o755)
+	f.cfg.Providers[0].PostUploadHook = failing
+	f.addBuild("debian", "qcow2", "raw")
+	err := f.up.Step(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "image is bad") {
+		t.Fatalf("failing hook: %v", err)
+	}
+	// Only the first build's image stays in cloud a: every failed attempt's image went.
+	if n := f.clouds["a"].count(); n != 1 {
+		t.Fatalf("cloud a holds %d images after failing hooks", n)
+	}
+}
