@@ -1,0 +1,155 @@
+package zuulapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// DefaultPageSize is Zuul's own default limit for the builds API.
+const DefaultPageSize = 50
+
+// Query filters the builds API. Empty fields are left out; several
+// pipelines are OR-ed by Zuul.
+type Query struct {
+	Project   string
+	Branch    string
+	JobName   string
+	Pipelines []string
+	Result    string // e.g. "SUCCESS"
+	Complete  bool   // only builds that have finished
+	Limit     int    // 0: Zuul's default (50)
+	Skip      int
+}
+
+// Encode returns the query string, in the order Zuul's docs list the
+// parameters: project, job_name, pipeline..., branch, result, complete,
+// limit, skip.
+func (q Query) Encode() string {
+	var parts []string
+	add := func(k, v string) {
+		if v != "" {
+			parts = append(parts, k+"="+url.QueryEscape(v))
+		}
+	}
+	add("project", q.Project)
+	add("job_name", q.JobName)
+	for _, p := range q.Pipelines {
+		add("pipeline", p)
+	}
+	add("branch", q.Branch)
+	add("result", q.Result)
+	if q.Complete {
+		add("complete", "true")
+	}
+	if q.Limit > 0 {
+		add("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Skip > 0 {
+		add("skip", strconv.Itoa(q.Skip))
+	}
+	return strings.Join(parts, "&")
+}
+
+// Builds returns one page of builds matching q, newest first. The token
+// file is read afresh for the call.
+func (c *Client) Builds(ctx context.Context, q Query) ([]Build, error) {
+	token, err := c.token()
+	if err != nil {
+		return nil, err
+	}
+	builds, err := c.builds(ctx, token, q)
+	if err != nil {
+		return nil, fmt.Errorf("list Zuul builds of job %q: %w", q.JobName, err)
+	}
+	return builds, nil
+}
+
+func (c *Client) builds(ctx context.Context, token string, q Query) ([]Build, error) {
+	endpoint, tenant, err := c.buildsURL(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	body, err := c.getBuilds(ctx, endpoint, token, tenant, q)
+	if errors.Is(err, ErrUnknownTenant) && tenant == c.tenant {
+		// A root white-labelled for this very tenant has no
+		// /api/tenant/... path; its /api/info says so.
+		wl, infoErr := c.whiteLabelTenant(ctx, token)
+		switch {
+		case infoErr != nil || wl == "":
+			return nil, err
+		case wl != c.tenant:
+			return nil, &Error{StatusCode: 404, URL: endpoint, kind: ErrUnknownTenant,
+				msg: fmt.Sprintf("Zuul at %s is white-labelled for tenant %q, not %q (fix tenant or leave it empty)", c.root, wl, c.tenant)}
+		}
+		c.setWhiteLabel(wl)
+		endpoint = c.root + "api/builds"
+		body, err = c.getBuilds(ctx, endpoint, token, tenant, q)
+	}
+	if err != nil {
+		return nil, err
+	}
+	builds, err := decodeBuilds(body)
+	if err != nil {
+		return nil, &Error{StatusCode: 200, URL: endpoint, kind: ErrUnexpected,
+			msg: fmt.Sprintf("read builds from %s: %v (is api-url the Zuul web root?)", endpoint, err)}
+	}
+	return builds, nil
+}
+
+func (c *Client) getBuilds(ctx context.Context, endpoint, token, tenant string, q Query) ([]byte, error) {
+	u := endpoint
+	if qs := q.Encode(); qs != "" {
+		u += "?" + qs
+	}
+	c.log.Debug("query zuul builds", "url", u)
+	return c.get(ctx, u, token, tenant)
+}
+
+// EachBuild calls fn for the builds matching q, newest first, paging with
+// skip and limit (q.Limit is the page size, DefaultPageSize when 0) until fn
+// returns false or an error, or a short page shows there are no more.
+// Builds that reappear because new ones arrived between pages are
+// delivered once.
+func (c *Client) EachBuild(ctx context.Context, q Query, fn func(Build) (more bool, err error)) error {
+	if q.Limit <= 0 {
+		q.Limit = DefaultPageSize
+	}
+	var oldest int64 // smallest _id delivered so far; 0 before the first
+	for {
+		page, err := c.Builds(ctx, q)
+		if err != nil {
+			return err
+		}
+		fresh := 0
+		for _, b := range page {
+			// New builds push older ones onto later pages, so a page can
+			// repeat builds already seen; _id tells them apart.
+			if oldest != 0 && b.ID != 0 && b.ID >= oldest {
+				continue
+			}
+			fresh++
+			if b.ID != 0 {
+				oldest = b.ID
+			}
+			more, err := fn(b)
+			if err != nil {
+				return err
+			}
+			if !more {
+				return nil
+			}
+		}
+		if len(page) < q.Limit {
+			return nil
+		}
+		if fresh == 0 {
+			return &Error{kind: ErrUnexpected,
+				msg: fmt.Sprintf("Zuul at %s returned a page of builds already seen at skip=%d; it does not seem to honour skip", c.root, q.Skip)}
+		}
+		q.Skip += len(page)
+	}
+}
