@@ -1,0 +1,609 @@
+package artifacts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cavaliergopher/grab/v3"
+)
+
+const (
+	defaultAttempts     = 5
+	defaultStallTimeout = 60 * time.Second
+	defaultBackoff      = time.Second
+	maxBackoff          = 5 * time.Minute
+	progressInterval    = 10 * time.Second
+	// copyBufferSize is the chunk size of the transfer; memory use per download is a small
+	// multiple of it (plus the zstd window), whatever the image size.
+	copyBufferSize = 256 << 10
+	userAgent      = "nodepool-builder"
+)
+
+// ErrChecksum is wrapped by the error Fetch returns when the downloaded image does not
+// match the expected sha256 or md5.
+var ErrChecksum = errors.New("checksum mismatch")
+
+// ErrNoSpace is wrapped by the error Fetch returns when the partial directory lacks the
+// free space the download needs.
+var ErrNoSpace = errors.New("not enough free space")
+
+var (
+	errRangeIgnored    = errors.New("server ignored the Range request")
+	errBadContentRange = errors.New("server answered a different range")
+	errInconsistent    = errors.New("partial download does not match the bytes processed")
+	errBodyClosed      = errors.New("response body closed before the end")
+)
+
+// Fetcher downloads image artifacts into place. The zero value with PartialDir set works.
+type Fetcher struct {
+	// PartialDir holds downloads in progress. It must be on the same filesystem as every
+	// Request.Dest so that finished files can be renamed into place.
+	PartialDir string
+	// HTTPClient makes the requests; nil means a plain http.Client. A client Timeout would
+	// cut long downloads short; StallTimeout is the guard against hung transfers.
+	HTTPClient *http.Client
+	// Logger receives progress and retry messages; nil means slog.Default().
+	Logger *slog.Logger
+	// Attempts is how many times a download is tried; 0 means 5.
+	Attempts int
+	// StallTimeout aborts an attempt that receives no data for this long; 0 means 60s.
+	StallTimeout time.Duration
+	// Backoff is the wait before the second attempt, doubled for each further one;
+	// 0 means 1s.
+	Backoff time.Duration
+
+	// progressEvery is the interval of progress messages; 0 means progressInterval.
+	progressEvery time.Duration
+}
+
+// Request names one artifact download.
+type Request struct {
+	// URL is the http or https address of the artifact, compressed when it ends in .zst
+	// or .gz.
+	URL string
+	// Dest is the final path of the uncompressed file.
+	Dest string
+	// Key is a stable file name for the download's partial files, e.g.
+	// "<image>-<build_id>.<format>", so that a later Fetch can resume it.
+	Key string
+	// SHA256 and MD5 are the expected lower-case hex digests of the uncompressed file;
+	// either may be empty.
+	SHA256, MD5 string
+}
+
+// Result describes a finished download.
+type Result struct {
+	// SHA256 and MD5 are the hex digests of the uncompressed file.
+	SHA256, MD5 string
+	// Size is the length of the uncompressed file.
+	Size int64
+	// Downloaded counts the bytes fetched over the network by this call.
+	Downloaded int64
+}
+
+// Fetch downloads req.URL, decompresses it when needed, verifies it and renames it to
+// req.Dest. Hashes and decompression happen while the data streams in. An interrupted
+// download is resumed with HTTP Range, also by a later Fetch with the same Key. A failed
+// or cancelled Fetch keeps the partial download for that, except after a checksum
+// mismatch (ErrChecksum, whose Result still carries the digests found) or a corrupt
+// compressed stream.
+func (f *Fetcher) Fetch(ctx context.Context, req Request) (Result, error) {
+	if err := checkRequest(req); err != nil {
+		return Result{}, fmt.Errorf("download %s: %w", req.URL, err)
+	}
+	if f.PartialDir == "" {
+		return Result{}, fmt.Errorf("download %s: no partial directory configured", req.URL)
+	}
+	if err := os.MkdirAll(f.PartialDir, 0o755); err != nil {
+		return Result{}, fmt.Errorf("download %s: create partial directory: %w", req.URL, err)
+	}
+	logger := f.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	client := f.HTTPClient
+	if client == nil {
+		client = &http.Client{}
+	}
+	d := &download{
+		f:       f,
+		req:     req,
+		client:  client,
+		log:     logger.With("key", req.Key),
+		dlPath:  filepath.Join(f.PartialDir, req.Key+".download"),
+		outPath: filepath.Join(f.PartialDir, req.Key),
+		comp:    Compression(req.URL),
+	}
+	return d.run(ctx)
+}
+
+func checkRequest(req Request) error {
+	u, err := url.Parse(req.URL)
+	if err != nil {
+		return fmt.Errorf("parse URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("unsupported URL scheme %q: only http and https are fetched", u.Scheme)
+	}
+	if u.Host == "" {
+		return errors.New("URL has no host")
+	}
+	if req.Dest == "" {
+		return errors.New("no destination path")
+	}
+	if req.Key == "" || req.Key == "." || req.Key == ".." || filepath.Base(req.Key) != req.Key {
+		return fmt.Errorf("key %q is not a plain file name", req.Key)
+	}
+	return nil
+}
+
+// download is the state of one Fetch call.
+type download struct {
+	f       *Fetcher
+	req     Request
+	client  *http.Client
+	log     *slog.Logger
+	dlPath  string // the bytes as served, possibly compressed; grab resumes it
+	outPath string // the decompressed data, rebuilt on every attempt
+	comp    string
+}
+
+// action is what to do after a failed attempt.
+type action int
+
+const (
+	retry      action = iota // back off and try again
+	reset                    // discard the partial files, back off and try again
+	restartNow               // discard the partial files and try again at once
+	giveUp                   // return the error
+)
+
+func (d *download) run(ctx context.Context) (Result, error) {
+	attempts := d.f.Attempts
+	if attempts <= 0 {
+		attempts = defaultAttempts
+	}
+	var downloaded int64
+	restarted := false
+	for attempt := 1; ; attempt++ {
+		s, n, err := d.attempt(ctx)
+		downloaded += n
+		if err == nil {
+			res, err := d.finish(s)
+			res.Downloaded = downloaded
+			return res, err
+		}
+		d.removeOutput()
+		if ctx.Err() != nil {
+			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.req.Key, d.req.URL, ctx.Err())
+		}
+		act := classify(err)
+		if act == restartNow && !restarted {
+			// Only once: without a partial file no Range is sent, so this cannot recur.
+			restarted = true
+			d.log.Info("server does not resume downloads; starting over", "url", d.req.URL)
+			d.removePartial()
+			attempt--
+			continue
+		}
+		if act == giveUp {
+			if errors.As(err, new(*decodeError)) {
+				d.removePartial() // corrupt as served: nothing worth resuming
+			}
+			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.req.Key, d.req.URL, err)
+		}
+		if act != retry {
+			d.removePartial()
+		}
+		if attempt >= attempts {
+			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: gave up after %d attempts: %w",
+				d.req.Key, d.req.URL, attempts, err)
+		}
+		wait := d.backoff(attempt)
+		d.log.Warn("download attempt failed; retrying", "url", d.req.URL, "attempt", attempt,
+			"attempts", attempts, "retry_in", wait, "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.req.Key, d.req.URL, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (d *download) backoff(attempt int) time.Duration {
+	wait := d.f.Backoff
+	if wait <= 0 {
+		wait = defaultBackoff
+	}
+	for i := 1; i < attempt && wait < maxBackoff; i++ {
+		wait *= 2
+	}
+	return min(wait, maxBackoff)
+}
+
+func classify(err error) action {
+	var status grab.StatusCodeError
+	var decode *decodeError
+	switch {
+	case errors.Is(err, ErrNoSpace):
+		return giveUp
+	case errors.Is(err, errRangeIgnored):
+		return restartNow
+	case errors.Is(err, grab.ErrBadLength), errors.Is(err, errBadContentRange), errors.Is(err, errInconsistent):
+		return reset
+	case errors.As(err, &status):
+		switch {
+		case status == http.StatusRequestedRangeNotSatisfiable:
+			return reset
+		case status == http.StatusRequestTimeout, status == http.StatusTooEarly,
+			status == http.StatusTooManyRequests, status >= 500:
+			return retry
+		}
+		return giveUp
+	case errors.As(err, &decode):
+		// A corrupt stream read partly from disk may be a damaged partial file: fetch it
+		// afresh. A corrupt stream fresh from the server is not going to improve.
+		if decode.resumed {
+			return reset
+		}
+		return giveUp
+	}
+	return retry
+}
+
+// attempt runs one grab transfer and returns the digests of the data, the bytes it read
+// from the network and the error that ended it.
+func (d *download) attempt(ctx context.Context) (sums, int64, error) {
+	// The decompressed output is rebuilt from the start on every attempt; removing it
+	// first also frees its space before the free-space check.
+	if err := d.removeOutput(); err != nil {
+		return sums{}, 0, err
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a := &attempt{d: d, ctx: actx}
+	a.total.Store(-1)
+	a.touch()
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { a.monitor(stop, cancel) })
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+
+	greq, err := grab.NewRequest(d.dlPath, d.req.URL)
+	if err != nil {
+		return sums{}, 0, fmt.Errorf("build request: %w", err)
+	}
+	// Transparent gzip by the transport would break byte offsets for Range.
+	greq.HTTPRequest.Header.Set("Accept-Encoding", "identity")
+	greq.NoCreateDirectories = true
+	greq.IgnoreRemoteTime = true
+	greq.BufferSize = copyBufferSize
+	greq = greq.WithContext(actx)
+	gc := &grab.Client{HTTPClient: a, UserAgent: userAgent, BufferSize: copyBufferSize}
+	gerr := gc.Do(greq).Err()
+
+	p := a.pipeline()
+	var s sums
+	var perr error
+	if p != nil {
+		<-p.done
+		s, perr = p.sums, p.err
+	}
+	net := a.netBytes.Load()
+	switch {
+	case a.stalled.Load() && ctx.Err() == nil:
+		return sums{}, net, fmt.Errorf("no data received for %s", d.stallTimeout())
+	case gerr != nil:
+		return sums{}, net, gerr
+	case p == nil:
+		// grab found the partial file already complete and made no GET: the data is all
+		// on disk and only needs to pass through the pipeline.
+		fi, err := os.Stat(d.dlPath)
+		if err != nil {
+			return sums{}, net, fmt.Errorf("stat partial download: %w", err)
+		}
+		d.log.Info("partial download is complete; verifying", "bytes", fi.Size())
+		s, perr = d.pipe(ctx, fi.Size(), nil, func() {})
+	}
+	if perr != nil {
+		return sums{}, net, perr
+	}
+	fi, err := os.Stat(d.dlPath)
+	if err != nil {
+		return sums{}, net, fmt.Errorf("stat partial download: %w", err)
+	}
+	if fi.Size() != s.fed {
+		return sums{}, net, fmt.Errorf("%w: file has %d bytes, processed %d", errInconsistent, fi.Size(), s.fed)
+	}
+	return s, net, nil
+}
+
+// finish verifies the digests and commits the data file to Dest.
+func (d *download) finish(s sums) (Result, error) {
+	res := Result{SHA256: s.sha256, MD5: s.md5, Size: s.size}
+	for _, c := range []struct{ name, want, got string }{
+		{"sha256", d.req.SHA256, s.sha256},
+		{"md5", d.req.MD5, s.md5},
+	} {
+		if want := strings.ToLower(strings.TrimSpace(c.want)); want != "" && want != c.got {
+			d.removePartial()
+			d.removeOutput()
+			return res, fmt.Errorf("download %s from %s: %w: %s expected %s, got %s",
+				d.req.Key, d.req.URL, ErrChecksum, c.name, want, c.got)
+		}
+	}
+	data := d.outPath
+	if d.comp == "" {
+		// Uncompressed data is the download itself; the pipeline only hashed it.
+		data = d.dlPath
+		if err := syncFile(data); err != nil {
+			return res, fmt.Errorf("download %s: %w", d.req.Key, err)
+		}
+	}
+	if err := os.Rename(data, d.req.Dest); err != nil {
+		return res, fmt.Errorf("download %s: move into place: %w", d.req.Key, err)
+	}
+	if err := syncDir(filepath.Dir(d.req.Dest)); err != nil {
+		return res, fmt.Errorf("download %s: %w", d.req.Key, err)
+	}
+	if d.comp != "" {
+		if err := os.Remove(d.dlPath); err != nil {
+			// The image is in place; a stray partial only costs space until the next sweep.
+			d.log.Warn("remove compressed download", "path", d.dlPath, "error", err)
+		}
+	}
+	d.log.Info("download complete", "dest", d.req.Dest, "bytes", s.size, "sha256", s.sha256)
+	return res, nil
+}
+
+func (d *download) removeOutput() error {
+	if d.comp == "" {
+		return nil
+	}
+	if err := os.Remove(d.outPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale decompressed output: %w", err)
+	}
+	return nil
+}
+
+func (d *download) removePartial() {
+	if err := os.Remove(d.dlPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		d.log.Warn("remove partial download", "path", d.dlPath, "error", err)
+	}
+}
+
+func (d *download) stallTimeout() time.Duration {
+	if d.f.StallTimeout > 0 {
+		return d.f.StallTimeout
+	}
+	return defaultStallTimeout
+}
+
+// attempt is the HTTP client grab uses for one transfer. It hooks the response body of
+// the GET into the hashing and decompressing pipeline and watches for stalls.
+type attempt struct {
+	d   *download
+	ctx context.Context
+
+	lastActive atomic.Int64 // unix nanoseconds of the last byte seen
+	netBytes   atomic.Int64 // body bytes read from the network
+	offset     atomic.Int64 // where the GET started in the file
+	total      atomic.Int64 // size of the whole file as served; -1 when unknown
+	stalled    atomic.Bool
+
+	mu sync.Mutex
+	p  *pipeline
+}
+
+func (a *attempt) touch() { a.lastActive.Store(time.Now().UnixNano()) }
+
+func (a *attempt) pipeline() *pipeline {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.p
+}
+
+// Do implements grab.HTTPClient.
+func (a *attempt) Do(req *http.Request) (*http.Response, error) {
+	resp, err := a.d.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	a.touch()
+	if req.Method != http.MethodGet || resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp, nil
+	}
+	offset, err := rangeStart(req.Header.Get("Range"))
+	if err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	if offset > 0 {
+		if resp.StatusCode != http.StatusPartialContent {
+			resp.Body.Close()
+			return nil, errRangeIgnored
+		}
+		cr := resp.Header.Get("Content-Range")
+		if start, err := contentRangeStart(cr); err != nil || start != offset {
+			resp.Body.Close()
+			return nil, fmt.Errorf("%w: asked for bytes from %d, got Content-Range %q", errBadContentRange, offset, cr)
+		}
+		a.d.log.Info("resuming download", "url", a.d.req.URL, "offset", offset)
+	}
+	if err := a.d.checkSpace(offset, resp.ContentLength); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	a.offset.Store(offset)
+	if resp.ContentLength >= 0 {
+		a.total.Store(offset + resp.ContentLength)
+	}
+
+	pr, pw := io.Pipe()
+	p := &pipeline{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.sums, p.err = a.d.pipe(a.ctx, offset, pr, a.touch)
+	}()
+	a.mu.Lock()
+	a.p = p
+	a.mu.Unlock()
+	resp.Body = &teeBody{body: resp.Body, pw: pw, a: a}
+	return resp, nil
+}
+
+// monitor cancels the attempt when no data arrives for the stall timeout, and logs
+// progress now and then.
+func (a *attempt) monitor(stop <-chan struct{}, cancel context.CancelFunc) {
+	stall := a.d.stallTimeout()
+	every := a.d.f.progressEvery
+	if every <= 0 {
+		every = progressInterval
+	}
+	tick := max(min(time.Second, stall/4, every), 10*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	lastLog, lastBytes := time.Now(), int64(0)
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			if now.Sub(time.Unix(0, a.lastActive.Load())) > stall {
+				a.stalled.Store(true)
+				cancel()
+				return
+			}
+			if elapsed := now.Sub(lastLog); elapsed >= every {
+				n := a.netBytes.Load()
+				a.d.log.Info("download progress", "url", a.d.req.URL,
+					"done", a.offset.Load()+n, "total", a.total.Load(),
+					"bytes_per_second", int64(float64(n-lastBytes)/elapsed.Seconds()))
+				lastLog, lastBytes = now, n
+			}
+		}
+	}
+}
+
+// checkSpace refuses a transfer that cannot fit: the remaining bytes of the download,
+// plus, for a compressed one, room for the decompressed file, whose size is unknown but
+// hardly less than the compressed size.
+func (d *download) checkSpace(offset, contentLength int64) error {
+	if contentLength < 0 {
+		return nil // chunked response: nothing known to check against
+	}
+	need := contentLength
+	if d.comp != "" {
+		need += offset + contentLength
+	}
+	free, err := freeSpace(d.f.PartialDir)
+	if err != nil {
+		return fmt.Errorf("check free space in %s: %w", d.f.PartialDir, err)
+	}
+	if free < need {
+		return fmt.Errorf("%w in %s: need %d bytes, %d free", ErrNoSpace, d.f.PartialDir, need, free)
+	}
+	return nil
+}
+
+// teeBody hands every byte grab reads from the network to the pipeline before grab writes
+// it to the partial file. The pipe has no buffer, so the network is read no faster than
+// the pipeline consumes.
+type teeBody struct {
+	body io.ReadCloser
+	pw   *io.PipeWriter
+	a    *attempt
+}
+
+func (b *teeBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if n > 0 {
+		b.a.netBytes.Add(int64(n))
+		b.a.touch()
+		if _, werr := b.pw.Write(p[:n]); werr != nil {
+			// Report nothing read so the partial file never holds bytes the pipeline
+			// did not see.
+			return 0, werr
+		}
+	}
+	switch {
+	case err == io.EOF:
+		b.pw.Close()
+	case err != nil:
+		b.pw.CloseWithError(err)
+	}
+	return n, err
+}
+
+func (b *teeBody) Close() error {
+	// After a clean EOF this changes nothing; otherwise it stops the pipeline.
+	b.pw.CloseWithError(errBodyClosed)
+	return b.body.Close()
+}
+
+// rangeStart parses the "bytes=N-" header grab sends when resuming.
+func rangeStart(h string) (int64, error) {
+	if h == "" {
+		return 0, nil
+	}
+	spec, ok := strings.CutPrefix(h, "bytes=")
+	start, rest, ok2 := strings.Cut(spec, "-")
+	n, err := strconv.ParseInt(start, 10, 64)
+	if !ok || !ok2 || rest != "" || err != nil || n < 0 {
+		return 0, fmt.Errorf("unexpected Range header %q", h)
+	}
+	return n, nil
+}
+
+// contentRangeStart parses the first byte position of "bytes N-M/T".
+func contentRangeStart(h string) (int64, error) {
+	spec, ok := strings.CutPrefix(h, "bytes ")
+	start, _, ok2 := strings.Cut(spec, "-")
+	n, err := strconv.ParseInt(strings.TrimSpace(start), 10, 64)
+	if !ok || !ok2 || err != nil {
+		return 0, fmt.Errorf("unexpected Content-Range %q", h)
+	}
+	return n, nil
+}
+
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("open %s for fsync: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("fsync %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open directory %s for fsync: %w", dir, err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,787 @@
+package artifacts
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+)
+
+// testImage returns size bytes that compress to roughly half, so a compressed stream
+// spans many blocks.
+func testImage(size int) []byte {
+	r := rand.New(rand.NewPCG(1, 2))
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = "abcdefghijklmnop"[r.IntN(16)]
+	}
+	return b
+}
+
+func compress(t testing.TB, comp string, data []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	switch comp {
+	case "":
+		return data
+	case "zst":
+		w, err := zstd.NewWriter(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(data)
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	case "gz":
+		w := gzip.NewWriter(&buf)
+		w.Write(data)
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+func suffix(comp string) string {
+	if comp == "" {
+		return ""
+	}
+	return "." + comp
+}
+
+func digests(data []byte) (string, string) {
+	s, m := sha256.Sum256(data), md5.Sum(data)
+	return hex.EncodeToString(s[:]), hex.EncodeToString(m[:])
+}
+
+type seenRequest struct {
+	method, rangeHeader string
+}
+
+// fileServer serves one file with http.ServeContent and can misbehave on request: drop
+// the connection of the first GET after some bytes, hang it, or ignore Range.
+type fileServer struct {
+	content []byte
+
+	dropAfter       int64 // the first GET breaks off after this many body bytes
+	hangAfter       int64 // the first GET stops sending after this many body bytes
+	ignoreRange     bool  // always answer 200 with the whole file
+	advertiseRanges bool  // with ignoreRange: still claim Accept-Ranges: bytes
+	failFirst       int   // answer the first failFirst requests with failStatus
+	failStatus      int
+
+	hung    chan struct{} // closed once the hanging GET has sent its bytes
+	release chan struct{} // closed when the test ends
+
+	mu     sync.Mutex
+	seen   []seenRequest
+	served int64
+	gets   int
+}
+
+func newFileServer(t *testing.T, fs *fileServer) *httptest.Server {
+	fs.hung = make(chan struct{})
+	fs.release = make(chan struct{})
+	srv := httptest.NewServer(fs)
+	t.Cleanup(func() {
+		close(fs.release)
+		srv.Close()
+	})
+	return srv
+}
+
+func (fs *fileServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/r/"); ok {
+		http.Redirect(w, r, "/"+rest, http.StatusFound)
+		return
+	}
+	fs.mu.Lock()
+	fs.seen = append(fs.seen, seenRequest{r.Method, r.Header.Get("Range")})
+	fail := len(fs.seen) <= fs.failFirst
+	var limit, hang int64
+	if r.Method == http.MethodGet {
+		fs.gets++
+		if fs.gets == 1 {
+			limit, hang = fs.dropAfter, fs.hangAfter
+		}
+	}
+	fs.mu.Unlock()
+	if fail {
+		http.Error(w, "try later", fs.failStatus)
+		return
+	}
+	cw := &cutWriter{ResponseWriter: w, fs: fs, limit: limit, hang: hang, req: r}
+	if fs.ignoreRange {
+		if fs.advertiseRanges {
+			w.Header().Set("Accept-Ranges", "bytes")
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(fs.content)))
+		if r.Method == http.MethodGet {
+			cw.Write(fs.content)
+		}
+		return
+	}
+	http.ServeContent(cw, r, "", time.Time{}, bytes.NewReader(fs.content))
+}
+
+func (fs *fileServer) requests() []seenRequest {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return append([]seenRequest(nil), fs.seen...)
+}
+
+func (fs *fileServer) bytesServed() int64 {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.served
+}
+
+// rangeStarts lists the start offsets of the Range requests the server saw.
+func (fs *fileServer) rangeStarts(t *testing.T) []int64 {
+	t.Helper()
+	var out []int64
+	for _, r := range fs.requests() {
+		if r.method != http.MethodGet || r.rangeHeader == "" {
+			continue
+		}
+		n, err := rangeStart(r.rangeHeader)
+		if err != nil {
+			t.Fatalf("server saw %v", err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// cutWriter counts body bytes and breaks off or hangs the response at its limit.
+type cutWriter struct {
+	http.ResponseWriter
+	fs          *fileServer
+	limit, hang int64
+	n           int64
+	req         *http.Request
+}
+
+func (c *cutWriter) Write(p []byte) (int, error) {
+	stop := c.limit
+	if c.hang > 0 {
+		stop = c.hang
+	}
+	if stop > 0 && c.n+int64(len(p)) > stop {
+		p = p[:stop-c.n]
+		c.ResponseWriter.Write(p)
+		c.count(len(p))
+		c.ResponseWriter.(http.Flusher).Flush()
+		if c.hang > 0 {
+			close(c.fs.hung)
+			select {
+			case <-c.req.Context().Done():
+			case <-c.fs.release:
+			}
+		}
+		panic(http.ErrAbortHandler)
+	}
+	n, err := c.ResponseWriter.Write(p)
+	c.count(n)
+	return n, err
+}
+
+func (c *cutWriter) count(n int) {
+	c.n += int64(n)
+	c.fs.mu.Lock()
+	c.fs.served += int64(n)
+	c.fs.mu.Unlock()
+}
+
+func testFetcher(t testing.TB) *Fetcher {
+	return &Fetcher{
+		PartialDir:   filepath.Join(t.TempDir(), ".partial"),
+		Logger:       slog.New(slog.DiscardHandler),
+		Backoff:      time.Millisecond,
+		StallTimeout: 5 * time.Second,
+	}
+}
+
+// checkFetched asserts that dest holds want, that the result describes it and that no
+// partial file is left behind.
+func checkFetched(t *testing.T, f *Fetcher, res Result, dest string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(dest)
+	if err != nil {
+		t.Fatalf("read dest: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("dest has %d bytes that differ from the %d expected", len(got), len(want))
+	}
+	wantSHA, wantMD5 := digests(want)
+	if res.SHA256 != wantSHA || res.MD5 != wantMD5 || res.Size != int64(len(want)) {
+		t.Errorf("result = %+v, want sha256 %s md5 %s size %d", res, wantSHA, wantMD5, len(want))
+	}
+	checkNoPartials(t, f)
+}
+
+func checkNoPartials(t *testing.T, f *Fetcher) {
+	t.Helper()
+	entries, err := os.ReadDir(f.PartialDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("partial file left behind: %s", e.Name())
+	}
+}
+
+func TestFetch(t *testing.T) {
+	image := testImage(3 << 20)
+	sha, md := digests(image)
+	tests := []struct {
+		name     string
+		comp     string
+		redirect bool
+		sha, md5 string
+	}{
+		{name: "plain"},
+		{name: "plain with checksums", sha: sha, md5: md},
+		{name: "zst", comp: "zst", sha: strings.ToUpper(sha)},
+		{name: "gz", comp: "gz", md5: md},
+		{name: "zst through a redirect", comp: "zst", redirect: true, sha: sha},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			served := compress(t, tt.comp, image)
+			fs := &fileServer{content: served}
+			srv := newFileServer(t, fs)
+			path := "/debian.raw" + suffix(tt.comp)
+			if tt.redirect {
+				path = "/r" + path
+			}
+			f := testFetcher(t)
+			dest := filepath.Join(t.TempDir(), "debian-0001.raw")
+			res, err := f.Fetch(context.Background(), Request{
+				URL: srv.URL + path, Dest: dest, Key: "debian-0001.raw", SHA256: tt.sha, MD5: tt.md5,
+			})
+			if err != nil {
+				t.Fatalf("Fetch: %v", err)
+			}
+			checkFetched(t, f, res, dest, image)
+			if res.Downloaded != int64(len(served)) || fs.bytesServed() != int64(len(served)) {
+				t.Errorf("downloaded %d, server sent %d, want %d", res.Downloaded, fs.bytesServed(), len(served))
+			}
+		})
+	}
+}
+
+func TestFetchChecksumMismatch(t *testing.T) {
+	image := testImage(1 << 20)
+	sha, md := digests(image)
+	wrong := strings.Repeat("0", 64)
+	tests := []struct {
+		name, comp, sha, md5, want string
+	}{
+		{name: "sha256 plain", sha: wrong, md5: md, want: "sha256 expected " + wrong + ", got " + sha},
+		{name: "sha256 zst", comp: "zst", sha: wrong, want: "sha256 expected " + wrong + ", got " + sha},
+		{name: "md5 gz", comp: "gz", sha: sha, md5: wrong[:32], want: "md5 expected " + wrong[:32] + ", got " + md},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := &fileServer{content: compress(t, tt.comp, image)}
+			srv := newFileServer(t, fs)
+			f := testFetcher(t)
+			dest := filepath.Join(t.TempDir(), "img.raw")
+			_, err := f.Fetch(context.Background(), Request{
+				URL: srv.URL + "/img.raw" + suffix(tt.comp), Dest: dest, Key: "img.raw", SHA256: tt.sha, MD5: tt.md5,
+			})
+			if !errors.Is(err, ErrChecksum) {
+				t.Fatalf("Fetch error = %v, want ErrChecksum", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not say %q", err, tt.want)
+			}
+			if _, err := os.Stat(dest); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("dest exists after a checksum mismatch (stat: %v)", err)
+			}
+			checkNoPartials(t, f)
+			if n := len(fs.requests()); n != 1 {
+				t.Errorf("server saw %d requests; a mismatch must not be retried", n)
+			}
+		})
+	}
+}
+
+func TestFetchResumesAfterDrop(t *testing.T) {
+	image := testImage(3 << 20)
+	for _, comp := range []string{"", "zst", "gz"} {
+		t.Run("comp="+comp, func(t *testing.T) {
+			served := compress(t, comp, image)
+			drop := int64(len(served)/2 + 12345)
+			fs := &fileServer{content: served, dropAfter: drop}
+			srv := newFileServer(t, fs)
+			f := testFetcher(t)
+			dest := filepath.Join(t.TempDir(), "img.raw")
+			sha, _ := digests(image)
+			res, err := f.Fetch(context.Background(), Request{
+				URL: srv.URL + "/img.raw" + suffix(comp), Dest: dest, Key: "img.raw", SHA256: sha,
+			})
+			if err != nil {
+				t.Fatalf("Fetch: %v", err)
+			}
+			checkFetched(t, f, res, dest, image)
+			starts := fs.rangeStarts(t)
+			if len(starts) != 1 || starts[0] <= 0 || starts[0] > drop {
+				t.Errorf("Range starts = %v, want one in (0, %d]", starts, drop)
+			}
+			total := fs.bytesServed()
+			if total >= 2*int64(len(served)) {
+				t.Errorf("server sent %d bytes for a %d-byte file: not resumed", total, len(served))
+			}
+			if res.Downloaded < int64(len(served)) || res.Downloaded > total {
+				t.Errorf("Downloaded = %d, want between %d and %d", res.Downloaded, len(served), total)
+			}
+		})
+	}
+}
+
+func TestFetchResumesAfterRestart(t *testing.T) {
+	image := testImage(3 << 20)
+	for _, comp := range []string{"", "zst"} {
+		t.Run("comp="+comp, func(t *testing.T) {
+			served := compress(t, comp, image)
+			hang := int64(len(served) / 3)
+			fs := &fileServer{content: served, hangAfter: hang}
+			srv := newFileServer(t, fs)
+			f := testFetcher(t)
+			dest := filepath.Join(t.TempDir(), "img.raw")
+			req := Request{URL: srv.URL + "/img.raw" + suffix(comp), Dest: dest, Key: "img.raw"}
+
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() {
+				_, err := f.Fetch(ctx, req)
+				errc <- err
+			}()
+			<-fs.hung
+			partial := filepath.Join(f.PartialDir, "img.raw.download")
+			waitForSize(t, partial, hang)
+			cancel()
+			if err := <-errc; !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled Fetch returned %v, want context.Canceled", err)
+			}
+			if fi, err := os.Stat(partial); err != nil || fi.Size() != hang {
+				t.Fatalf("partial after cancel: %v, %v; want %d bytes", fi, err, hang)
+			}
+			if _, err := os.Stat(dest); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("dest exists after a cancelled fetch (stat: %v)", err)
+			}
+
+			// A new process: a fresh Fetcher over the same directory.
+			f2 := testFetcher(t)
+			f2.PartialDir = f.PartialDir
+			res, err := f2.Fetch(context.Background(), req)
+			if err != nil {
+				t.Fatalf("resumed Fetch: %v", err)
+			}
+			checkFetched(t, f2, res, dest, image)
+			if starts := fs.rangeStarts(t); len(starts) != 1 || starts[0] != hang {
+				t.Errorf("Range starts = %v, want [%d]", starts, hang)
+			}
+			if want := int64(len(served)) - hang; res.Downloaded != want {
+				t.Errorf("resumed Fetch downloaded %d bytes, want %d", res.Downloaded, want)
+			}
+		})
+	}
+}
+
+func waitForSize(t *testing.T, path string, size int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fi, err := os.Stat(path)
+		if err == nil && fi.Size() == size {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never reached %d bytes (stat: %v, %v)", path, size, fi, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestFetchServerIgnoresRange(t *testing.T) {
+	image := testImage(2 << 20)
+	tests := []struct {
+		name      string
+		comp      string
+		advertise bool
+	}{
+		{name: "claims ranges plain", advertise: true},
+		{name: "claims ranges zst", comp: "zst", advertise: true},
+		{name: "no ranges plain"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			served := compress(t, tt.comp, image)
+			fs := &fileServer{content: served, dropAfter: int64(len(served) / 2),
+				ignoreRange: true, advertiseRanges: tt.advertise}
+			srv := newFileServer(t, fs)
+			f := testFetcher(t)
+			dest := filepath.Join(t.TempDir(), "img.raw")
+			res, err := f.Fetch(context.Background(), Request{
+				URL: srv.URL + "/img.raw" + suffix(tt.comp), Dest: dest, Key: "img.raw",
+			})
+			if err != nil {
+				t.Fatalf("Fetch: %v", err)
+			}
+			checkFetched(t, f, res, dest, image)
+			reqs := fs.requests()
+			if last := reqs[len(reqs)-1]; last.method != http.MethodGet || last.rangeHeader != "" {
+				t.Errorf("last request = %+v, want a GET of the whole file", last)
+			}
+			if starts := fs.rangeStarts(t); tt.advertise != (len(starts) > 0) {
+				t.Errorf("Range starts = %v; server advertised ranges: %v", starts, tt.advertise)
+			}
+		})
+	}
+}
+
+func TestFetchRejectsBadRequests(t *testing.T) {
+	tests := []struct {
+		name string
+		req  Request
+		want string
+	}{
+		{"ftp", Request{URL: "ftp://example.com/img.raw", Dest: "d", Key: "k"}, `unsupported URL scheme "ftp"`},
+		{"file", Request{URL: "file:///etc/passwd", Dest: "d", Key: "k"}, `unsupported URL scheme "file"`},
+		{"no scheme", Request{URL: "/srv/img.raw", Dest: "d", Key: "k"}, `unsupported URL scheme ""`},
+		{"no host", Request{URL: "http:///img.raw", Dest: "d", Key: "k"}, "no host"},
+		{"key with slash", Request{URL: "http://h/img", Dest: "d", Key: "../k"}, "not a plain file name"},
+		{"no dest", Request{URL: "http://h/img", Key: "k"}, "no destination"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := testFetcher(t)
+			_, err := f.Fetch(context.Background(), tt.req)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Fetch error = %v, want one saying %q", err, tt.want)
+			}
+			if _, err := os.Stat(f.PartialDir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("rejected request touched the partial directory (stat: %v)", err)
+			}
+		})
+	}
+}
+
+func TestFetchStatusRetries(t *testing.T) {
+	image := testImage(64 << 10)
+	tests := []struct {
+		name      string
+		status    int
+		failFirst int
+		attempts  int
+		wantErr   string
+		wantReqs  int
+	}{
+		{name: "503 then success", status: 503, failFirst: 2, attempts: 5, wantReqs: 3},
+		{name: "503 until giving up", status: 503, failFirst: 100, attempts: 3, wantErr: "gave up after 3 attempts", wantReqs: 3},
+		{name: "404 is final", status: 404, failFirst: 100, attempts: 5, wantErr: "404", wantReqs: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := &fileServer{content: image, failFirst: tt.failFirst, failStatus: tt.status}
+			srv := newFileServer(t, fs)
+			f := testFetcher(t)
+			f.Attempts = tt.attempts
+			dest := filepath.Join(t.TempDir(), "img.raw")
+			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Dest: dest, Key: "img.raw"})
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Fetch: %v", err)
+				}
+				checkFetched(t, f, res, dest, image)
+			} else if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Fetch error = %v, want one saying %q", err, tt.wantErr)
+			}
+			if n := len(fs.requests()); n != tt.wantReqs {
+				t.Errorf("server saw %d requests, want %d", n, tt.wantReqs)
+			}
+		})
+	}
+}
+
+func TestFetchStallAbortsAttempt(t *testing.T) {
+	image := testImage(1 << 20)
+	fs := &fileServer{content: image, hangAfter: 300 << 10}
+	srv := newFileServer(t, fs)
+	f := testFetcher(t)
+	f.StallTimeout = 200 * time.Millisecond
+	dest := filepath.Join(t.TempDir(), "img.raw")
+	start := time.Now()
+	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Dest: dest, Key: "img.raw"})
+	if err != nil {
+		t.Fatalf("Fetch: %v", err)
+	}
+	checkFetched(t, f, res, dest, image)
+	if starts := fs.rangeStarts(t); len(starts) != 1 || starts[0] != 300<<10 {
+		t.Errorf("Range starts = %v, want [%d]", starts, 300<<10)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("a stalled attempt took %s to abort", d)
+	}
+}
+
+func TestFetchNoSpace(t *testing.T) {
+	var gets int
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		gets++
+		mu.Unlock()
+		// An exabyte fits on no test machine.
+		w.Header().Set("Content-Length", strconv.FormatInt(1<<60, 10))
+	}))
+	defer srv.Close()
+	f := testFetcher(t)
+	_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/huge.raw.zst", Dest: filepath.Join(t.TempDir(), "x"), Key: "huge"})
+	if !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Fetch error = %v, want ErrNoSpace", err)
+	}
+	if !strings.Contains(err.Error(), f.PartialDir) || !strings.Contains(err.Error(), fmt.Sprint(int64(2<<60))) {
+		t.Errorf("error %q does not name the directory and the bytes needed", err)
+	}
+	if gets != 1 {
+		t.Errorf("server saw %d requests; a lack of space must not be retried", gets)
+	}
+}
+
+// TestFetchExistingPartial starts from a partial download as a process that died between
+// transfer and rename, or a confused one, may leave it.
+func TestFetchExistingPartial(t *testing.T) {
+	image := testImage(256 << 10)
+	sha, _ := digests(image)
+	tests := []struct {
+		name           string
+		partial        []byte
+		wantErr        error
+		wantDownloaded int64
+	}{
+		{name: "complete", partial: image},
+		{name: "complete but damaged", partial: append([]byte("X"), image[1:]...), wantErr: ErrChecksum},
+		{name: "longer than the file", partial: append(bytes.Clone(image), "junk"...), wantDownloaded: int64(len(image))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := &fileServer{content: image}
+			srv := newFileServer(t, fs)
+			f := testFetcher(t)
+			if err := os.MkdirAll(f.PartialDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(f.PartialDir, "img.raw.download"), tt.partial, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			dest := filepath.Join(t.TempDir(), "img.raw")
+			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Dest: dest, Key: "img.raw", SHA256: sha})
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("Fetch error = %v, want %v", err, tt.wantErr)
+				}
+				checkNoPartials(t, f)
+			} else {
+				if err != nil {
+					t.Fatalf("Fetch: %v", err)
+				}
+				checkFetched(t, f, res, dest, image)
+			}
+			if res.Downloaded != tt.wantDownloaded || fs.bytesServed() != tt.wantDownloaded {
+				t.Errorf("downloaded %d, server sent %d body bytes, want %d", res.Downloaded, fs.bytesServed(), tt.wantDownloaded)
+			}
+		})
+	}
+}
+
+func TestFetchCorruptStream(t *testing.T) {
+	for _, comp := range []string{"zst", "gz"} {
+		t.Run(comp, func(t *testing.T) {
+			fs := &fileServer{content: testImage(128 << 10)} // not compressed at all
+			srv := newFileServer(t, fs)
+			f := testFetcher(t)
+			dest := filepath.Join(t.TempDir(), "img.raw")
+			_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw." + comp, Dest: dest, Key: "img.raw"})
+			var de *decodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("Fetch error = %v, want a decompression error", err)
+			}
+			if n := len(fs.requests()); n != 1 {
+				t.Errorf("server saw %d requests; a corrupt stream must not be refetched", n)
+			}
+			checkNoPartials(t, f)
+		})
+	}
+}
+
+// lockedBuffer collects log output written from several goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestFetchLogsProgress(t *testing.T) {
+	const chunks, chunk = 20, 16 << 10
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(chunks*chunk))
+		for range chunks {
+			w.Write(make([]byte, chunk))
+			w.(http.Flusher).Flush()
+			time.Sleep(15 * time.Millisecond)
+		}
+	}))
+	defer srv.Close()
+	var logs lockedBuffer
+	f := testFetcher(t)
+	f.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	f.progressEvery = 50 * time.Millisecond
+	if _, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/slow.raw", Dest: filepath.Join(t.TempDir(), "slow"), Key: "slow.raw"}); err != nil {
+		t.Fatalf("Fetch: %v", err)
+	}
+	var progress []string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `msg="download progress"`) {
+			progress = append(progress, line)
+		}
+	}
+	// About 300ms of transfer at one message per 50ms.
+	if len(progress) < 2 || len(progress) > 10 {
+		t.Fatalf("%d progress messages, want a few:\n%s", len(progress), logs.String())
+	}
+	want := []string{"key=slow.raw", "total=" + strconv.Itoa(chunks*chunk), "done=", "bytes_per_second="}
+	for _, w := range want {
+		if !strings.Contains(progress[0], w) {
+			t.Errorf("progress message %q lacks %q", progress[0], w)
+		}
+	}
+}
+
+// streamHandler serves size generated bytes without holding them, and reports the sha256
+// of what it sent on sums.
+func streamHandler(size int64, sums chan<- string) http.Handler {
+	block := make([]byte, 1<<20)
+	rand.NewChaCha8([32]byte{7}).Read(block)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		h := sha256.New()
+		out := io.MultiWriter(w, h)
+		for i, left := uint64(0), size; left > 0; i++ {
+			// Vary each block so the stream does not repeat.
+			block[0], block[1], block[2] = byte(i), byte(i>>8), byte(i>>16)
+			n := min(left, int64(len(block)))
+			if _, err := out.Write(block[:n]); err != nil {
+				return
+			}
+			left -= n
+		}
+		if sums != nil {
+			sums <- hex.EncodeToString(h.Sum(nil))
+		}
+	})
+}
+
+func TestFetchMemoryStaysFlat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("streams 256 MiB")
+	}
+	const size = 256 << 20
+	sums := make(chan string, 1)
+	srv := httptest.NewServer(streamHandler(size, sums))
+	defer srv.Close()
+	f := testFetcher(t)
+	dest := filepath.Join(t.TempDir(), "big.raw")
+
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	peak := base
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				runtime.ReadMemStats(&ms)
+				peak = max(peak, ms.HeapInuse)
+			}
+		}
+	})
+	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/big.raw", Dest: dest, Key: "big.raw"})
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("Fetch: %v", err)
+	}
+	if want := <-sums; res.SHA256 != want || res.Size != size {
+		t.Errorf("result = %+v, want sha256 %s size %d", res, want, size)
+	}
+	if fi, err := os.Stat(dest); err != nil || fi.Size() != size {
+		t.Errorf("dest: %v, %v; want %d bytes", fi, err, size)
+	}
+	growth := int64(peak) - int64(base)
+	t.Logf("heap in use grew by %d KiB for a %d MiB download", growth>>10, size>>20)
+	if growth > 32<<20 {
+		t.Errorf("heap in use grew by %d MiB streaming %d MiB", growth>>20, size>>20)
+	}
+}
+
+func BenchmarkFetch(b *testing.B) {
+	const size = 64 << 20
+	srv := httptest.NewServer(streamHandler(size, nil))
+	defer srv.Close()
+	f := testFetcher(b)
+	dest := filepath.Join(b.TempDir(), "bench.raw")
+	b.SetBytes(size)
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/bench.raw", Dest: dest, Key: "bench.raw"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Size != size {
+			b.Fatalf("fetched %d bytes, want %d", res.Size, size)
+		}
+	}
+}
