@@ -1,0 +1,264 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/artifacts"
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/zuulapi"
+	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
+)
+
+type fixture struct {
+	t    *testing.T
+	st   *store.Store
+	cfg  *config.Config
+	zuul *zuultest.Server
+	p    *Poller
+}
+
+func newFixture(t *testing.T, providerFormats ...string) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := store.Open(context.Background(), store.Options{ImagesDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	zuul := zuultest.NewServer(zuultest.ServerOptions{Tenant: "example"})
+	t.Cleanup(zuul.Close)
+	cfg := &config.Config{
+		ImagesDir: dir,
+		ZuulImages: []config.ZuulImage{{
+			Name: "debian", APIURL: zuul.URL(), Tenant: "example", Project: "org/images", Job: "build-debian",
+		}},
+	}
+	for i, f := range providerFormats {
+		cfg.Providers = append(cfg.Providers, config.Provider{
+			Name: "p" + string(rune('a'+i)), ImageFormat: f, DiskImages: []config.ProviderImage{{Name: "debian"}},
+		})
+	}
+	f := &fixture{t: t, st: st, cfg: cfg, zuul: zuul}
+	f.newPoller()
+	return f
+}
+
+func (f *fixture) newPoller() {
+	client, err := zuulapi.New(zuulapi.Options{APIURL: f.zuul.URL(), Tenant: "example", RetryMax: -1})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.p = New(Options{
+		Store:   f.st,
+		Config:  f.cfg,
+		Fetcher: &artifacts.Fetcher{PartialDir: f.st.PartialDir(), Attempts: 2, Backoff: time.Millisecond},
+		Clients: map[string]Builds{"debian": client},
+	})
+}
+
+func meta(format string) map[string]any {
+	return map[string]any{"type": "zuul_image", "format": format}
+}
+
+func (f *fixture) publish(arts ...zuultest.ArtifactSpec) zuultest.Build {
+	f.t.Helper()
+	b, err := f.zuul.AddBuild(zuultest.BuildSpec{Job: "build-debian", Project: "org/images", Artifacts: arts})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return b
+}
+
+func standard(tag string) []zuultest.ArtifactSpec {
+	return []zuultest.ArtifactSpec{
+		{Name: "qcow2", Data: []byte("qcow2 data " + tag), Metadata: meta("qcow2")},
+		{Name: "raw", Data: []byte(strings.Repeat("raw data "+tag, 1000)), Compress: "zst", Metadata: meta("raw")},
+		{Name: "vhd", Data: []byte("vhd data " + tag), Metadata: meta("vhd")},
+	}
+}
+
+func TestPollFetchesOnlyNeededFormats(t *testing.T) {
+	f := newFixture(t, "qcow2", "raw")
+	zb := f.publish(standard("1")...)
+	out, err := f.p.Poll(context.Background(), "debian")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Ingested == nil || out.Ingested.State != store.Ready || out.Ingested.Zuul.UUID != zb.UUID {
+		t.Fatalf("outcome = %+v", out)
+	}
+	if got := strings.Join(out.Ingested.Formats(), ","); got != "qcow2,raw" {
+		t.Fatalf("formats = %s", got)
+	}
+	for _, a := range zb.Artifacts {
+		served := f.zuul.BytesServed(a.Path)
+		if (a.Name == "vhd") != (served == 0) {
+			t.Errorf("artifact %s: %d bytes served", a.Name, served)
+		}
+	}
+	raw := f.st.FilePath("debian", out.Ingested.ID, "raw")
+	data, _ := os.ReadFile(raw)
+	if string(data) != strings.Repeat("raw data 1", 1000) {
+		t.Fatal("raw file is not the decompressed artifact")
+	}
+	if sum, _ := store.ReadSidecar(raw + ".sha256"); sum != zb.Artifacts[1].SHA256 {
+		t.Fatalf("sidecar sha256 %s, want %s", sum, zb.Artifacts[1].SHA256)
+	}
+	// Polling again finds nothing new.
+	out, err = f.p.Poll(context.Background(), "debian")
+	if err != nil || out.Ingested != nil {
+		t.Fatalf("second poll = %+v, %v", out, err)
+	}
+	// A newer build is ingested.
+	f.publish(standard("2")...)
+	out, err = f.p.Poll(context.Background(), "debian")
+	if err != nil || out.Ingested == nil {
+		t.Fatalf("poll of a newer build = %+v, %v", out, err)
+	}
+}
+
+func TestPollRefusesMissingFormatOnce(t *testing.T) {
+	f := newFixture(t, "raw")
+	zb := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: []byte("x"), Metadata: meta("qcow2")})
+	f.p.opts.QemuImg = "no-such-qemu-img" // conversion must not rescue it here
+	f.cfg.Providers[0].ImageFormat = "tar"
+	_, err := f.p.Poll(context.Background(), "debian")
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "tar") || !strings.Contains(err.Error(), "qcow2") {
+		t.Fatalf("poll error = %v", err)
+	}
+	builds, _ := f.st.Builds(context.Background(), store.BuildFilter{Image: "debian"})
+	if len(builds) != 1 || builds[0].State != store.Failed || builds[0].Zuul.UUID != zb.UUID || builds[0].Reason == "" {
+		t.Fatalf("builds = %+v", builds)
+	}
+	calls := len(f.zuul.BuildsCalls())
+	out, err := f.p.Poll(context.Background(), "debian")
+	if err != nil || out.Ingested != nil {
+		t.Fatalf("refused build polled again: %+v, %v", out, err)
+	}
+	if len(f.zuul.BuildsCalls()) != calls+1 {
+		t.Fatal("second poll did not ask Zuul")
+	}
+	if n, _ := f.st.Builds(context.Background(), store.BuildFilter{Image: "debian"}); len(n) != 1 {
+		t.Fatalf("refused build fetched again: %d builds", len(n))
+	}
+}
+
+func TestPollTransientFailureRetriesNextPoll(t *testing.T) {
+	f := newFixture(t, "qcow2")
+	zb := f.publish(standard("1")...)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := f.p.Poll(ctx, "debian"); err == nil {
+		t.Fatal("poll with a cancelled context succeeded")
+	}
+	out, err := f.p.Poll(context.Background(), "debian")
+	if err != nil || out.Ingested == nil || out.Ingested.Zuul.UUID != zb.UUID {
+		t.Fatalf("retry after a transient failure = %+v, %v", out, err)
+	}
+}
+
+func TestPollChecksumMismatchRefused(t *testing.T) {
+	f := newFixture(t, "qcow2")
+	m := meta("qcow2")
+	m["sha256"] = strings.Repeat("a", 64)
+	zb := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: []byte("data"), Metadata: m})
+	_, err := f.p.Poll(context.Background(), "debian")
+	if !errors.Is(err, ErrRefused) || !errors.Is(err, artifacts.ErrChecksum) {
+		t.Fatalf("poll error = %v", err)
+	}
+	requests := len(f.zuul.ArtifactRequests(zb.Artifacts[0].Path))
+	f.p.Poll(context.Background(), "debian")
+	if len(f.zuul.ArtifactRequests(zb.Artifacts[0].Path)) != requests {
+		t.Fatal("a build with a bad checksum was fetched again")
+	}
+	matches, _ := filepath.Glob(filepath.Join(f.cfg.ImagesDir, "debian-*"))
+	if len(matches) != 0 {
+		t.Fatalf("files of the refused build left: %v", matches)
+	}
+}
+
+func TestPollRequireChecksum(t *testing.T) {
+	f := newFixture(t, "qcow2")
+	f.cfg.ZuulImages[0].RequireChecksum = true
+	m := meta("qcow2")
+	m["sha256"] = "" // published without a checksum
+	f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: []byte("data"), Metadata: m})
+	_, err := f.p.Poll(context.Background(), "debian")
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "require-checksum") {
+		t.Fatalf("poll error = %v", err)
+	}
+}
+
+func TestPollFetchesFormatNeededLater(t *testing.T) {
+	f := newFixture(t, "qcow2")
+	zb := f.publish(standard("1")...)
+	out, err := f.p.Poll(context.Background(), "debian")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := out.Ingested.ID
+	f.cfg.Providers = append(f.cfg.Providers, config.Provider{Name: "new", ImageFormat: "raw", DiskImages: []config.ProviderImage{{Name: "debian"}}})
+	out, err = f.p.Poll(context.Background(), "debian")
+	if err != nil || out.Ingested == nil || out.Ingested.ID != id {
+		t.Fatalf("poll after adding a raw provider = %+v, %v", out, err)
+	}
+	if got := strings.Join(out.Ingested.Formats(), ","); got != "qcow2,raw" {
+		t.Fatalf("formats = %s", got)
+	}
+	if f.zuul.BytesServed(zb.Artifacts[0].Path) != zb.Artifacts[0].ServedSize {
+		t.Fatal("qcow2 downloaded twice")
+	}
+}
+
+func TestPollConvertsUnpublishedFormat(t *testing.T) {
+	qemuImg := testenv.RequireBinary(t, "qemu-img")
+	f := newFixture(t, "raw")
+	f.p.opts.QemuImg = qemuImg
+	dir := t.TempDir()
+	src := filepath.Join(dir, "disk.qcow2")
+	if out, err := exec.Command(qemuImg, "create", "-f", "qcow2", src, "4M").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	f.publish(zuultest.ArtifactSpec{Name: "qcow2", Path: src, Metadata: meta("qcow2")})
+	out, err := f.p.Poll(context.Background(), "debian")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, ok := out.Ingested.File("raw")
+	if !ok || raw.Size != 4<<20 || raw.SHA256 == "" {
+		t.Fatalf("converted raw = %+v (ok=%v)", raw, ok)
+	}
+	info, err := exec.Command(qemuImg, "info", "--output=json", f.st.FilePath("debian", out.Ingested.ID, "raw")).Output()
+	if err != nil || !strings.Contains(string(info), `"format": "raw"`) {
+		t.Fatalf("qemu-img info: %s %v", info, err)
+	}
+}
+
+func TestPollPausedAndUnneeded(t *testing.T) {
+	f := newFixture(t) // no provider lists the image
+	f.publish(standard("1")...)
+	out, err := f.p.Poll(context.Background(), "debian")
+	if err != nil || out.Ingested != nil || out.Skipped == "" {
+		t.Fatalf("poll of an image nobody needs = %+v, %v", out, err)
+	}
+	f.cfg.ZuulImages[0].Formats = []string{"qcow2"}
+	f.cfg.ZuulImages[0].Pause = true
+	out, err = f.p.Poll(context.Background(), "debian")
+	if err != nil || out.Ingested != nil || out.Skipped != "paused" {
+		t.Fatalf("poll of a paused image = %+v, %v", out, err)
+	}
+	f.cfg.ZuulImages[0].Pause = false
+	out, err = f.p.Poll(context.Background(), "debian")
+	if err != nil || out.Ingested == nil || strings.Join(out.Ingested.Formats(), ",") != "qcow2" {
+		t.Fatalf("poll of an image with its own formats = %+v, %v", out, err)
+	}
+}
