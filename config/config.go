@@ -41,8 +41,8 @@ type DiskImage struct {
 	BuildTimeout      time.Duration // default 28800s
 	Pause             bool
 	DIBCmd            string // default disk-image-create
-	Username          string
-	PythonPath        string
+	Username          string // default zuul
+	PythonPath        string // default auto
 	ShellType         string
 	Metadata          map[string]string
 }

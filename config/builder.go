@@ -1,0 +1,83 @@
+package config
+
+import (
+	"math"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Defaults of the builder section.
+const (
+	DefaultPollInterval   = 60 * time.Second
+	DefaultUploadWorkers  = 4
+	DefaultKeepBuilds     = 2
+	DefaultKeepUploads    = 2
+	DefaultUploadAttempts = 5
+	DefaultGearmanPort    = 4730
+)
+
+func defaultBuilder() Builder {
+	return Builder{
+		PollInterval:   DefaultPollInterval,
+		UploadWorkers:  DefaultUploadWorkers,
+		KeepBuilds:     DefaultKeepBuilds,
+		KeepUploads:    DefaultKeepUploads,
+		UploadAttempts: DefaultUploadAttempts,
+		LeakSweep:      true,
+	}
+}
+
+var builderKeys = []string{
+	"poll-interval", "upload-workers", "keep-builds", "keep-uploads",
+	"upload-attempts", "state-db", "gearman-servers", "leak-sweep",
+}
+
+var gearmanKeys = []string{"host", "port"}
+
+// builder reads the builder section. It is ours, so unknown keys are errors:
+// they are most likely misspelt settings that would otherwise be lost.
+func (p *parser) builder(n *yaml.Node, path string) Builder {
+	b := defaultBuilder()
+	m, ok := p.readMapping(n, path, "the builder section", builderKeys, true)
+	if !ok {
+		return b
+	}
+	if v, ok := m.seconds("poll-interval", false); ok {
+		b.PollInterval = v
+	}
+	count := func(key string, dst *int, rule string) {
+		if v, ok := m.integer(key, 1, math.MaxInt, rule); ok {
+			*dst = v
+		}
+	}
+	count("upload-workers", &b.UploadWorkers, "a number of concurrent uploads, 1 or more")
+	count("keep-builds", &b.KeepBuilds, "a number of ready builds to keep per image, 1 or more")
+	count("keep-uploads", &b.KeepUploads, "a number of ready uploads to keep per image and provider, 1 or more")
+	count("upload-attempts", &b.UploadAttempts, "a number of tries per upload, 1 or more")
+	if s, ok := m.str("state-db"); ok {
+		b.StateDB = s
+	}
+	if v, ok := m.boolean("leak-sweep"); ok {
+		b.LeakSweep = v
+	}
+	items, _ := m.list("gearman-servers", "gearman servers", "[{host: gearman.example.com, port: 4730}]")
+	for i, item := range items {
+		gpath := indexPath(m.sub("gearman-servers"), i)
+		gm, ok := p.readMapping(item, gpath, "a gearman server", gearmanKeys, true)
+		if !ok {
+			continue
+		}
+		g := GearmanServer{Port: DefaultGearmanPort}
+		if gm.require("host", "name the gearman server's host, e.g. host: gearman.example.com") {
+			g.Host, _ = gm.str("host")
+		}
+		if v, ok := gm.integer("port", 1, 65535, "a TCP port number from 1 to 65535"); ok {
+			g.Port = v
+		}
+		if g.Host != "" {
+			b.GearmanServers = append(b.GearmanServers, g)
+		}
+	}
+	return b
+}

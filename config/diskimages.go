@@ -1,0 +1,258 @@
+package config
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Defaults of diskimages keys, as in nodepool.
+const (
+	DefaultRebuildAge   = 86400 * time.Second
+	DefaultBuildTimeout = 28800 * time.Second
+	DefaultDIBCmd       = "disk-image-create"
+	DefaultUsername     = "zuul"
+	DefaultPythonPath   = "auto"
+)
+
+// imageNames records where each image name was defined, so that names are
+// unique across diskimages and zuul-images and references can be checked.
+type imageNames map[string]imageDef
+
+type imageDef struct {
+	kind string // "diskimage", "abstract diskimage" or "zuul-image"
+	line int
+}
+
+// claim records an image name, reporting a bad or repeated one.
+func (p *parser) claim(names imageNames, n *yaml.Node, path, name, kind string) bool {
+	if strings.ContainsFunc(name, func(r rune) bool { return r == '/' || unicode.IsSpace(r) || unicode.IsControl(r) }) ||
+		name == "." || name == ".." {
+		p.errorf(n, path, "%q cannot be an image name: image names are part of file names, so use no '/' or spaces", name)
+		return false
+	}
+	if prev, dup := names[name]; dup {
+		p.errorf(n, path, "%q is defined twice (first on line %d as a %s); image names must be unique across diskimages and zuul-images, so rename or remove one", name, prev.line, prev.kind)
+		return false
+	}
+	names[name] = imageDef{kind: kind, line: n.Line}
+	return true
+}
+
+// diskImageKeys are the nodepool diskimages keys this builder reads.
+var diskImageKeys = []string{
+	"name", "abstract", "parent", "elements", "env-vars", "formats", "keep-formats",
+	"delete-after-upload", "release", "rebuild-age", "build-timeout", "pause",
+	"dib-cmd", "username", "python-path", "shell-type", "metadata",
+}
+
+// diskImageEntry is one diskimages entry as written, before inheritance.
+type diskImageEntry struct {
+	own        DiskImage       // the values written in this entry
+	set        map[string]bool // which keys were written
+	abstract   bool
+	path       string
+	nameNode   *yaml.Node
+	parentNode *yaml.Node
+}
+
+// diskImages reads the diskimages list and applies parent/abstract
+// inheritance. Abstract images are left out of the result.
+func (p *parser) diskImages(top *mapping, names imageNames) []DiskImage {
+	items, ok := top.list("diskimages", "diskimages", "[{name: debian, elements: [debian-minimal]}]")
+	if !ok {
+		return nil
+	}
+	var entries []*diskImageEntry
+	byName := map[string]*diskImageEntry{}
+	for i, item := range items {
+		e := p.diskImageEntry(item, indexPath(top.sub("diskimages"), i))
+		if e == nil {
+			continue
+		}
+		entries = append(entries, e)
+		if e.own.Name == "" {
+			continue
+		}
+		kind := "diskimage"
+		if e.abstract {
+			kind = "abstract diskimage"
+		}
+		if p.claim(names, e.nameNode, childPath(e.path, "name"), e.own.Name, kind) {
+			byName[e.own.Name] = e
+		}
+	}
+	return p.inherit(entries, byName)
+}
+
+func (p *parser) diskImageEntry(item *yaml.Node, path string) *diskImageEntry {
+	m, ok := p.readMapping(item, path, "a diskimage", diskImageKeys, false)
+	if !ok {
+		return nil
+	}
+	e := &diskImageEntry{path: path, set: map[string]bool{}}
+	d := &e.own
+	if m.require("name", "give every diskimage a name") {
+		d.Name, _ = m.str("name")
+		e.nameNode, _ = m.get("name")
+	}
+	e.abstract, _ = m.boolean("abstract")
+	if n, ok := m.get("parent"); ok {
+		d.Parent, _ = m.str("parent")
+		e.parentNode = n
+	}
+	d.Elements, _ = m.strList("elements", "diskimage-builder elements", "[debian-minimal, vm]")
+	d.EnvVars, _ = m.strMap("env-vars", "DIB_RELEASE: bookworm")
+	d.Formats, _ = m.formats("formats")
+	d.KeepFormats, _ = m.formats("keep-formats")
+	d.DeleteAfterUpload, _ = m.boolean("delete-after-upload")
+	d.Release, _ = p.release(m)
+	d.RebuildAge, _ = m.seconds("rebuild-age", true)
+	d.BuildTimeout, _ = m.seconds("build-timeout", false)
+	d.Pause, _ = m.boolean("pause")
+	d.DIBCmd, _ = m.str("dib-cmd")
+	d.Username, _ = m.str("username")
+	d.PythonPath, _ = m.str("python-path")
+	d.ShellType, _ = m.str("shell-type")
+	d.Metadata, _ = m.strMap("metadata", "os_distro: debian")
+	// A key with a bad value counts as set: its error already fails the load.
+	for _, key := range diskImageKeys {
+		if m.has(key) {
+			e.set[key] = true
+		}
+	}
+	return e
+}
+
+// release accepts a name or a number, as nodepool does: "release: 9" is
+// common and must reach DIB_RELEASE as the text 9.
+func (p *parser) release(m *mapping) (string, bool) {
+	n, ok := m.get("release")
+	if !ok {
+		return "", false
+	}
+	tag := n.ShortTag()
+	if n.Kind != yaml.ScalarNode || (tag != "!!str" && tag != "!!int" && tag != "!!float") {
+		p.errorf(n, m.sub("release"), "expected a release name or number like bookworm or 12, not %s", describe(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+// baseDiskImage holds nodepool's defaults, where an image without a parent starts.
+func baseDiskImage() DiskImage {
+	return DiskImage{
+		RebuildAge:   DefaultRebuildAge,
+		BuildTimeout: DefaultBuildTimeout,
+		DIBCmd:       DefaultDIBCmd,
+		Username:     DefaultUsername,
+		PythonPath:   DefaultPythonPath,
+	}
+}
+
+// cloneDiskImage copies d so that a child's slices and maps are its own.
+func cloneDiskImage(d DiskImage) DiskImage {
+	d.Elements = slices.Clone(d.Elements)
+	d.EnvVars = maps.Clone(d.EnvVars)
+	d.Formats = slices.Clone(d.Formats)
+	d.KeepFormats = slices.Clone(d.KeepFormats)
+	d.Metadata = maps.Clone(d.Metadata)
+	return d
+}
+
+// applyTo lays the entry over d, which holds its parent's resolved values:
+// elements append, env-vars merge with the entry winning, the rest replace.
+func (e *diskImageEntry) applyTo(d *DiskImage) {
+	d.Name = e.own.Name
+	d.Parent = e.own.Parent
+	if e.set["elements"] {
+		d.Elements = append(slices.Clone(d.Elements), e.own.Elements...)
+	}
+	if e.set["env-vars"] {
+		merged := maps.Clone(d.EnvVars)
+		if merged == nil {
+			merged = map[string]string{}
+		}
+		maps.Copy(merged, e.own.EnvVars)
+		d.EnvVars = merged
+	}
+	replace := func(key string, apply func()) {
+		if e.set[key] {
+			apply()
+		}
+	}
+	replace("formats", func() { d.Formats = slices.Clone(e.own.Formats) })
+	replace("keep-formats", func() { d.KeepFormats = slices.Clone(e.own.KeepFormats) })
+	replace("delete-after-upload", func() { d.DeleteAfterUpload = e.own.DeleteAfterUpload })
+	replace("release", func() { d.Release = e.own.Release })
+	replace("rebuild-age", func() { d.RebuildAge = e.own.RebuildAge })
+	replace("build-timeout", func() { d.BuildTimeout = e.own.BuildTimeout })
+	replace("pause", func() { d.Pause = e.own.Pause })
+	replace("dib-cmd", func() { d.DIBCmd = e.own.DIBCmd })
+	replace("username", func() { d.Username = e.own.Username })
+	replace("python-path", func() { d.PythonPath = e.own.PythonPath })
+	replace("shell-type", func() { d.ShellType = e.own.ShellType })
+	replace("metadata", func() { d.Metadata = maps.Clone(e.own.Metadata) })
+}
+
+// inherit resolves every entry against its parent chain and returns the
+// concrete images in file order.
+func (p *parser) inherit(entries []*diskImageEntry, byName map[string]*diskImageEntry) []DiskImage {
+	const (
+		unvisited = iota
+		visiting
+		done
+		failed
+	)
+	state := map[*diskImageEntry]int{}
+	resolved := map[*diskImageEntry]DiskImage{}
+
+	var resolveEntry func(e *diskImageEntry, chain []string) bool
+	resolveEntry = func(e *diskImageEntry, chain []string) bool {
+		switch state[e] {
+		case done:
+			return true
+		case failed:
+			return false
+		case visiting:
+			cycle := append(chain[slices.Index(chain, e.own.Name):], e.own.Name)
+			p.errorf(e.parentNode, childPath(e.path, "parent"), "parents form a cycle (%s); one image in it must have no parent", strings.Join(cycle, " -> "))
+			state[e] = failed
+			return false
+		}
+		state[e] = visiting
+		d := baseDiskImage()
+		if e.own.Parent != "" {
+			parent, ok := byName[e.own.Parent]
+			if !ok {
+				p.errorf(e.parentNode, childPath(e.path, "parent"), "%q is not a diskimage; name one defined under diskimages, or remove parent", e.own.Parent)
+				state[e] = failed
+				return false
+			}
+			if !resolveEntry(parent, append(chain, e.own.Name)) {
+				state[e] = failed
+				return false
+			}
+			d = cloneDiskImage(resolved[parent])
+		}
+		e.applyTo(&d)
+		resolved[e] = d
+		state[e] = done
+		return true
+	}
+
+	var out []DiskImage
+	for _, e := range entries {
+		if byName[e.own.Name] != e {
+			continue // unnamed or a duplicate: already reported
+		}
+		if resolveEntry(e, nil) && !e.abstract {
+			out = append(out, resolved[e])
+		}
+	}
+	return out
+}

@@ -1,0 +1,334 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Defaults of top-level keys, as in nodepool.
+const (
+	DefaultBuildLogDir       = "/var/log/nodepool/builds"
+	DefaultBuildLogRetention = 7
+	DefaultWebappPort        = 8005
+	DefaultWebappAddress     = "0.0.0.0"
+)
+
+// Load reads and validates the config file at path. Environment variables
+// named in %(NODEPOOL_FOO) are taken from the process environment.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config %s: %w", path, err)
+	}
+	return Parse(path, data, os.LookupEnv)
+}
+
+// Parse validates the text of a config file. file names it in errors.
+// Every %(NODEPOOL_FOO) in the text is first replaced by getenv("NODEPOOL_FOO"),
+// as nodepool does; a nil getenv reads the process environment.
+// On failure the error is an Errors holding every problem found.
+func Parse(file string, data []byte, getenv func(string) (string, bool)) (*Config, error) {
+	if getenv == nil {
+		getenv = os.LookupEnv
+	}
+	p := &parser{file: file}
+	text, unset := substitute(data, getenv)
+
+	lines := strings.Split(string(text), "\n")
+	root, err := decode(text)
+	if err != nil {
+		for _, u := range unset {
+			p.errorf(&yaml.Node{Line: u.line}, sectionAt(lines, u.line), "%s", u.msg())
+		}
+		var ed extraDocument
+		if errors.As(err, &ed) {
+			p.errorf(&yaml.Node{Line: ed.line}, "", "a second YAML document starts here, but a config is one document; remove the '---' line and merge the documents")
+		} else {
+			p.syntaxError(text, lines, err)
+		}
+		return nil, p.errs.sorted()
+	}
+	if len(unset) > 0 {
+		// The rest of the file was read with the variables left empty, so its
+		// problems would be echoes of these ones.
+		for _, u := range unset {
+			path := pathAtLine(root, u.line)
+			if path == "" {
+				path = sectionAt(lines, u.line)
+			}
+			p.errorf(&yaml.Node{Line: u.line}, path, "%s", u.msg())
+		}
+		return nil, p.errs.sorted()
+	}
+
+	cfg := p.config(root)
+	cfg.Path = file
+	if len(p.errs) > 0 {
+		return nil, p.errs.sorted()
+	}
+	return cfg, nil
+}
+
+// extraDocument reports a second YAML document in the file, which nodepool's
+// loader refuses too.
+type extraDocument struct{ line int }
+
+func (e extraDocument) Error() string { return "more than one YAML document" }
+
+// decode parses the one YAML document in text and returns its root node,
+// nil for an empty file.
+func decode(text []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(text))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var extra yaml.Node
+	switch err := dec.Decode(&extra); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, err
+	default:
+		return nil, extraDocument{line: extra.Line}
+	}
+	if len(doc.Content) == 0 {
+		return nil, nil
+	}
+	return doc.Content[0], nil
+}
+
+// envRE matches nodepool's substitution syntax. Only NODEPOOL_ variables are
+// substituted, so that the rest of the environment cannot leak into the file.
+var envRE = regexp.MustCompile(`%\((NODEPOOL_[A-Za-z0-9_]*)\)`)
+
+type unsetVar struct {
+	name string
+	line int
+}
+
+func (u unsetVar) msg() string {
+	return fmt.Sprintf("environment variable %s is not set; export it before starting, or write the value in place of %%(%s)", u.name, u.name)
+}
+
+// substitute replaces %(NODEPOOL_FOO) by the variable's value. An unset
+// variable becomes empty and is returned with its line. Line numbers of
+// later text shift if a value holds newlines; nodepool has the same effect.
+func substitute(data []byte, getenv func(string) (string, bool)) ([]byte, []unsetVar) {
+	var unset []unsetVar
+	var out bytes.Buffer
+	last := 0
+	for _, loc := range envRE.FindAllSubmatchIndex(data, -1) {
+		out.Write(data[last:loc[0]])
+		last = loc[1]
+		name := string(data[loc[2]:loc[3]])
+		v, ok := getenv(name)
+		if !ok {
+			unset = append(unset, unsetVar{name: name, line: 1 + bytes.Count(data[:loc[0]], []byte("\n"))})
+			continue
+		}
+		out.WriteString(v)
+	}
+	out.Write(data[last:])
+	return out.Bytes(), unset
+}
+
+// pathAtLine finds the key path of the deepest value that starts on line.
+func pathAtLine(n *yaml.Node, line int) string {
+	var found string
+	var walk func(n *yaml.Node, path string, depth int)
+	walk = func(n *yaml.Node, path string, depth int) {
+		if n == nil || depth > 64 {
+			return
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := childPath(path, k.Value)
+				if k.Line == line || v.Line == line {
+					found = p
+				}
+				walk(v, p, depth+1)
+			}
+		case yaml.SequenceNode:
+			for i, item := range n.Content {
+				p := indexPath(path, i)
+				if item.Line == line && item.Kind == yaml.ScalarNode {
+					found = p
+				}
+				walk(item, p, depth+1)
+			}
+		}
+	}
+	walk(n, "", 0)
+	return found
+}
+
+var (
+	yamlLineRE   = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+	yamlAnchorRE = regexp.MustCompile(`^yaml: unknown anchor '(.*)' referenced$`)
+	topKeyRE     = regexp.MustCompile(`^([A-Za-z0-9_.-]+)\s*:`)
+)
+
+// parserProblems are the problems yaml.v3's parser (as opposed to its scanner)
+// reports; for these it prints a 0-based line, so one is added.
+var parserProblems = []string{
+	"did not find expected key",
+	"did not find expected '-' indicator",
+	"did not find expected node content",
+	"did not find expected ',' or ']'",
+	"did not find expected ',' or '}'",
+	"did not find expected <document start>",
+	"did not find expected <stream-start>",
+	"found undefined tag handle",
+	"found duplicate %YAML directive",
+	"found incompatible YAML document",
+	"found duplicate %TAG directive",
+}
+
+// syntaxError turns a YAML error into an Error with the line it is on and the
+// top-level section around it.
+func (p *parser) syntaxError(text []byte, lines []string, err error) {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	hint := "check the indentation and quoting of this line and the lines just above it"
+	line := 1 // yaml.v3 prints no line when both of its marks are on the first
+	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+		if slices.Contains(parserProblems, msg) {
+			line++
+		}
+	} else if m := yamlAnchorRE.FindStringSubmatch(err.Error()); m != nil {
+		line = lineOf(lines, func(s string) bool { return strings.Contains(s, "*"+m[1]) })
+		msg = fmt.Sprintf("alias *%s refers to no anchor", m[1])
+		hint = fmt.Sprintf("define &%s before using it", m[1])
+	} else if !utf8.Valid(text) {
+		line = lineOf(lines, func(s string) bool { return !utf8.ValidString(s) })
+		msg, hint = "the file is not valid UTF-8", "save it as UTF-8"
+	} else if strings.Contains(msg, "control characters") {
+		line = lineOf(lines, func(s string) bool {
+			return strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 && r != '\t' && r != '\r' })
+		})
+		hint = "remove the control character from this line"
+	}
+	line = min(max(line, 1), len(lines))
+	if strings.HasPrefix(strings.TrimLeft(lines[line-1], " "), "\t") {
+		hint = "indent with spaces: YAML does not allow tabs there"
+	}
+	p.errorf(&yaml.Node{Line: line}, sectionAt(lines, line), "YAML syntax error: %s; %s", msg, hint)
+}
+
+// lineOf returns the 1-based number of the first line for which match is true, or 0.
+func lineOf(lines []string, match func(string) bool) int {
+	for i, l := range lines {
+		if match(l) {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// sectionAt names the top-level key whose block holds line, judged from the
+// text since a file with a syntax error has no tree.
+func sectionAt(lines []string, line int) string {
+	for i := min(line, len(lines)) - 1; i >= 0; i-- {
+		if m := topKeyRE.FindStringSubmatch(lines[i]); m != nil {
+			return m[1]
+		}
+	}
+	return ""
+}
+
+// Top-level keys this builder reads. All others are nodepool's and ignored.
+var topKeys = []string{
+	"images-dir", "build-log-dir", "build-log-retention", "elements-dir",
+	"webapp", "diskimages", "zuul-images", "providers", "builder",
+}
+
+// config reads the top-level mapping.
+func (p *parser) config(root *yaml.Node) *Config {
+	cfg := &Config{
+		BuildLogDir:       DefaultBuildLogDir,
+		BuildLogRetention: DefaultBuildLogRetention,
+		Builder:           defaultBuilder(),
+	}
+	if isNull(root) {
+		return cfg
+	}
+	m, ok := p.readMapping(root, "", "a nodepool config", topKeys, false)
+	if !ok {
+		return cfg
+	}
+	if s, ok := m.str("images-dir"); ok {
+		cfg.ImagesDir = s
+	}
+	if s, ok := m.str("build-log-dir"); ok {
+		cfg.BuildLogDir = s
+	}
+	if v, ok := m.integer("build-log-retention", -1, math.MaxInt, "-1 (keep all logs) or the number of logs to keep per image"); ok {
+		cfg.BuildLogRetention = v
+	}
+	if s, ok := m.str("elements-dir"); ok {
+		cfg.ElementsDir = s
+	}
+	if n, ok := m.get("webapp"); ok {
+		cfg.Webapp = p.webapp(n, m.sub("webapp"))
+	}
+	if n, ok := m.get("builder"); ok {
+		cfg.Builder = p.builder(n, m.sub("builder"))
+	}
+
+	names := imageNames{}
+	cfg.DiskImages = p.diskImages(m, names)
+	cfg.ZuulImages = p.zuulImages(m, names, cfg.Builder.PollInterval)
+	cfg.Providers = p.providers(m, names)
+
+	if cfg.ImagesDir == "" {
+		for _, key := range []string{"diskimages", "zuul-images"} {
+			if n, ok := m.get(key); ok && isSequence(n) {
+				at := m.fields[key].key
+				if f, ok := m.fields["images-dir"]; ok {
+					at = f.key // present but empty
+				}
+				p.errorf(at, "images-dir", "is required when %s are configured; set it to the directory for image files and the state database, e.g. /opt/nodepool_dib", key)
+				break
+			}
+		}
+	}
+	if cfg.Builder.StateDB == "" && cfg.ImagesDir != "" {
+		cfg.Builder.StateDB = filepath.Join(cfg.ImagesDir, "builder.db")
+	}
+	return cfg
+}
+
+var webappKeys = []string{"listen_address", "port"}
+
+func (p *parser) webapp(n *yaml.Node, path string) *Webapp {
+	w := &Webapp{ListenAddress: DefaultWebappAddress, Port: DefaultWebappPort}
+	m, ok := p.readMapping(n, path, "the webapp section", webappKeys, false)
+	if !ok {
+		return w
+	}
+	if s, ok := m.str("listen_address"); ok {
+		w.ListenAddress = s
+	}
+	if v, ok := m.integer("port", 1, 65535, "a TCP port number from 1 to 65535"); ok {
+		w.Port = v
+	}
+	return w
+}

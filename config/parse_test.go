@@ -1,0 +1,483 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func noEnv(string) (string, bool) { return "", false }
+
+func parse(text string) (*Config, error) {
+	return Parse("nodepool.yaml", []byte(text), noEnv)
+}
+
+func mustParse(t *testing.T, text string) *Config {
+	t.Helper()
+	cfg, err := parse(text)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	return cfg
+}
+
+// wantError checks that err holds an *Error at line and path whose message
+// contains msg, and that it prints as "nodepool.yaml:line: path: ...".
+func wantError(t *testing.T, err error, line int, path, msg string) {
+	t.Helper()
+	var es Errors
+	if !errors.As(err, &es) {
+		t.Fatalf("error %v (%T) is not an Errors", err, err)
+	}
+	for _, e := range es {
+		if e.Line == line && e.Path == path && strings.Contains(e.Msg, msg) {
+			prefix := fmt.Sprintf("nodepool.yaml:%d: ", line)
+			if path != "" {
+				prefix += path + ": "
+			}
+			if !strings.HasPrefix(e.Error(), prefix) {
+				t.Errorf("error prints as %q, want prefix %q", e.Error(), prefix)
+			}
+			return
+		}
+	}
+	t.Errorf("no error at line %d, path %q, containing %q; got:\n%v", line, path, msg, err)
+}
+
+const (
+	head = "images-dir: /opt/images\n" // line 1 of every error case below
+)
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		line int
+		path string
+		msg  string
+	}{
+		// Top level.
+		{"top level not a mapping", "- a\n", 1, "", "expected a nodepool config"},
+		{"images-dir not a string", "images-dir: [a]\n", 1, "images-dir", "expected a string, not a list"},
+		{"images-dir twice", head + "images-dir: /b\n", 2, "images-dir", "appears twice in a nodepool config (first on line 1)"},
+		{"images-dir missing with diskimages", "elements-dir: /e\ndiskimages:\n  - name: a\n", 2, "images-dir", "is required when diskimages are configured"},
+		{"images-dir missing with zuul-images", "zuul-images:\n  - {name: z, api-url: 'https://z/', project: p, job: j}\n", 1, "images-dir", "is required when zuul-images are configured"},
+		{"build-log-retention below -1", head + "build-log-retention: -2\n", 2, "build-log-retention", "must be -1 (keep all logs) or the number of logs"},
+		{"build-log-retention decimal", head + "build-log-retention: 1.5\n", 2, "build-log-retention", "not the number 1.5"},
+		{"webapp not a mapping", head + "webapp: 8005\n", 2, "webapp", "expected the webapp section"},
+		{"webapp port too big", head + "webapp:\n  port: 70000\n", 3, "webapp.port", "must be a TCP port number from 1 to 65535, not 70000"},
+		{"webapp port a string", head + "webapp:\n  port: http\n", 3, "webapp.port", `not "http"`},
+
+		// diskimages.
+		{"diskimages not a list", head + "diskimages:\n  name: a\n", 3, "diskimages", "expected a list of diskimages"},
+		{"diskimage not a mapping", head + "diskimages:\n  - a\n", 3, "diskimages[0]", "expected a diskimage"},
+		{"diskimage without name", head + "diskimages:\n  - elements: [vm]\n", 3, "diskimages[0].name", "is required; give every diskimage a name"},
+		{"diskimage name a number", head + "diskimages:\n  - name: 12\n", 3, "diskimages[0].name", "quote it if it is meant as text: '12'"},
+		{"diskimage name with slash", head + "diskimages:\n  - name: a/b\n", 3, "diskimages[0].name", "cannot be an image name"},
+		{"diskimage name twice", head + "diskimages:\n  - name: a\n  - name: b\n  - name: a\n", 5, "diskimages[2].name", `"a" is defined twice (first on line 3 as a diskimage)`},
+		{"diskimage key twice", head + "diskimages:\n  - name: a\n    pause: true\n    pause: false\n", 5, "diskimages[0].pause", "appears twice in a diskimage (first on line 4)"},
+		{"unknown parent", head + "diskimages:\n  - name: a\n    parent: nope\n", 4, "diskimages[0].parent", `"nope" is not a diskimage`},
+		{"parent cycle", head + "diskimages:\n  - name: a\n    parent: b\n  - name: b\n    parent: a\n", 4, "diskimages[0].parent", "parents form a cycle (a -> b -> a)"},
+		{"own parent", head + "diskimages:\n  - name: a\n    parent: a\n", 4, "diskimages[0].parent", "parents form a cycle (a -> a)"},
+		{"formats not a list", head + "diskimages:\n  - name: a\n    formats: qcow2\n", 4, "diskimages[0].formats", "expected a list of formats like [qcow2, raw]"},
+		{"format not lowercase", head + "diskimages:\n  - name: a\n    formats: [raw, QCOW2]\n", 4, "diskimages[0].formats[1]", `"QCOW2" is not a format; formats are lowercase words`},
+		{"keep-formats entry a number", head + "diskimages:\n  - name: a\n    keep-formats:\n      - 2\n", 5, "diskimages[0].keep-formats[0]", "the number 2 is not a format"},
+		{"element not a string", head + "diskimages:\n  - name: a\n    elements:\n      - vm\n      - {x: y}\n", 6, "diskimages[0].elements[1]", "expected a list of diskimage-builder elements"},
+		{"env-vars a list", head + "diskimages:\n  - name: a\n    env-vars: [A]\n", 4, "diskimages[0].env-vars", "expected a mapping of names to values"},
+		{"env-var without value", head + "diskimages:\n  - name: a\n    env-vars:\n      DIB_X:\n", 5, "diskimages[0].env-vars.DIB_X", "has no value; write '' for an empty string"},
+		{"env-var a list", head + "diskimages:\n  - name: a\n    env-vars:\n      DIB_X: [1]\n", 5, "diskimages[0].env-vars.DIB_X", "expected a string like DIB_RELEASE: bookworm, not a list"},
+		{"env-var twice", head + "diskimages:\n  - name: a\n    env-vars:\n      A: x\n      A: y\n", 6, "diskimages[0].env-vars.A", "appears twice (first on line 5)"},
+		{"release a boolean", head + "diskimages:\n  - name: a\n    release: true\n", 4, "diskimages[0].release", "expected a release name or number"},
+		{"rebuild-age negative", head + "diskimages:\n  - name: a\n    rebuild-age: -5\n", 4, "diskimages[0].rebuild-age", "must be zero or a positive number of seconds"},
+		{"rebuild-age text", head + "diskimages:\n  - name: a\n    rebuild-age: 1d\n", 4, "diskimages[0].rebuild-age", `not "1d"`},
+		{"build-timeout zero", head + "diskimages:\n  - name: a\n    build-timeout: 0\n", 4, "diskimages[0].build-timeout", "must be a positive number of seconds"},
+		{"pause not a boolean", head + "diskimages:\n  - name: a\n    pause: maybe\n", 4, "diskimages[0].pause", `expected true or false, not "maybe"`},
+		{"quoted yes is not a boolean", head + "diskimages:\n  - name: a\n    delete-after-upload: 'yes'\n", 4, "diskimages[0].delete-after-upload", "expected true or false"},
+		{"dib-cmd a number", head + "diskimages:\n  - name: a\n    dib-cmd: 5\n", 4, "diskimages[0].dib-cmd", "expected a string, not the number 5"},
+		{"metadata a string", head + "diskimages:\n  - name: a\n    metadata: x\n", 4, "diskimages[0].metadata", "expected a mapping of names to values"},
+
+		// zuul-images.
+		{"zuul-images not a list", head + "zuul-images: x\n", 2, "zuul-images", "expected a list of zuul-images"},
+		{"zuul-image unknown key", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    pipeline: post\n", 7, "zuul-images[0].pipeline", "unknown key in a zuul-images entry; known keys are name, api-url"},
+		{"zuul-image without name", head + "zuul-images:\n  - api-url: https://z/\n    project: p\n    job: j\n", 3, "zuul-images[0].name", "is required"},
+		{"zuul-image without api-url", head + "zuul-images:\n  - name: z\n    project: p\n    job: j\n", 3, "zuul-images[0].api-url", "is required; set it to the Zuul web root"},
+		{"zuul-image without project", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    job: j\n", 3, "zuul-images[0].project", "is required"},
+		{"zuul-image without job", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n", 3, "zuul-images[0].job", "is required; name the Zuul job"},
+		{"api-url not http", head + "zuul-images:\n  - name: z\n    api-url: ftp://z/\n    project: p\n    job: j\n", 4, "zuul-images[0].api-url", `"ftp://z/" is not an http or https URL`},
+		{"api-url without host", head + "zuul-images:\n  - name: z\n    api-url: zuul.example.com\n    project: p\n    job: j\n", 4, "zuul-images[0].api-url", "is not an http or https URL"},
+		{"zuul poll-interval zero", head + "zuul-images:\n  - {name: z, api-url: 'https://z/', project: p, job: j, poll-interval: 0}\n", 3, "zuul-images[0].poll-interval", "must be a positive number of seconds"},
+		{"zuul pipelines a string", head + "zuul-images:\n  - {name: z, api-url: 'https://z/', project: p, job: j, pipelines: post}\n", 3, "zuul-images[0].pipelines", "expected a list of pipeline names like [periodic, post]"},
+		{"zuul formats bad", head + "zuul-images:\n  - {name: z, api-url: 'https://z/', project: p, job: j, formats: [q c o w]}\n", 3, "zuul-images[0].formats[0]", "is not a format"},
+		{"zuul name taken by a diskimage", head + "diskimages:\n  - name: a\nzuul-images:\n  - {name: a, api-url: 'https://z/', project: p, job: j}\n", 5, "zuul-images[0].name", `"a" is defined twice (first on line 3 as a diskimage)`},
+		{"artifact without type", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifacts:\n      - format: raw\n", 8, "zuul-images[0].artifacts[0].type", "is required; give the artifact metadata.type"},
+		{"artifact without format", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifacts:\n      - type: image-raw\n", 8, "zuul-images[0].artifacts[0].format", "is required"},
+		{"artifact unknown key", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifacts:\n      - format: raw\n        type: image-raw\n        url: x\n", 10, "zuul-images[0].artifacts[0].url", "unknown key in an artifacts entry; known keys are format, type, name"},
+		{"artifact format twice", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifacts:\n      - {format: qcow2, type: a}\n      - {format: qcow, type: b}\n", 9, "zuul-images[0].artifacts[1].format", "qcow2 is mapped twice (first on line 8)"},
+
+		// providers.
+		{"providers not a list", head + "providers: {name: a}\n", 2, "providers", "expected a list of providers"},
+		{"provider not a mapping", head + "providers:\n  - cloud-a\n", 3, "providers[0]", "expected a provider"},
+		{"provider without name", head + "providers:\n  - cloud: c\n", 3, "providers[0].name", "is required; give every provider a name"},
+		{"other driver without name", head + "providers:\n  - driver: aws\n    region-name: us-west-2\n", 3, "providers[0].name", "is required; give every provider a name"},
+		{"provider without cloud", head + "providers:\n  - name: a\n", 3, "providers[0].cloud", "is required; name the clouds.yaml entry"},
+		{"provider cloud empty", head + "providers:\n  - name: a\n    cloud:\n", 4, "providers[0].cloud", "is required"},
+		{"builder unknown key merged in", head + "defaults: &d {keep-builds: 3, keep: 1}\nbuilder:\n  <<: *d\n", 2, "builder.keep", "unknown key in the builder section"},
+		{"provider cloud a list", head + "providers:\n  - name: a\n    cloud: [c]\n", 4, "providers[0].cloud", "expected a string, not a list"},
+		{"provider name twice", head + "providers:\n  - {name: a, cloud: c}\n  - {name: a, cloud: d}\n", 4, "providers[1].name", `provider "a" is defined twice (first on line 3)`},
+		{"driver not a string", head + "providers:\n  - name: a\n    driver: [x]\n", 4, "providers[0].driver", "expected a string"},
+		{"image-format bad", head + "providers:\n  - {name: a, cloud: c, image-format: Raw}\n", 3, "providers[0].image-format", `"Raw" is not a format`},
+		{"image-name-format unknown field", head + "providers:\n  - {name: a, cloud: c, image-name-format: '{image}-{timestamp}'}\n", 3, "providers[0].image-name-format", "uses {image}, which is not a placeholder; use {image_name}, {timestamp}, {upload_id}, {build_id}"},
+		{"image-name-format open brace", head + "providers:\n  - {name: a, cloud: c, image-name-format: '{image_name'}\n", 3, "providers[0].image-name-format", "'{' without a closing '}'"},
+		{"image-name-format close brace", head + "providers:\n  - {name: a, cloud: c, image-name-format: 'x}'}\n", 3, "providers[0].image-name-format", "'}' without an opening '{'"},
+		{"image-name-format format spec", head + "providers:\n  - {name: a, cloud: c, image-name-format: '{timestamp:08d}'}\n", 3, "providers[0].image-name-format", "uses {timestamp:08d}"},
+		{"image-upload-timeout negative", head + "providers:\n  - {name: a, cloud: c, image-upload-timeout: -1}\n", 3, "providers[0].image-upload-timeout", "must be a positive number of seconds"},
+		{"rate text", head + "providers:\n  - {name: a, cloud: c, rate: fast}\n", 3, "providers[0].rate", "must be a number of seconds to wait between API calls"},
+		{"provider diskimages not a list", head + "providers:\n  - {name: a, cloud: c, diskimages: x}\n", 3, "providers[0].diskimages", "expected a list of images"},
+		{"provider image unknown", head + "diskimages:\n  - name: right\nproviders:\n  - name: a\n    cloud: c\n    diskimages:\n      - name: right\n      - name: wrong\n", 9, "providers[0].diskimages[1].name", `"wrong" is neither a diskimage nor a zuul-image`},
+		{"provider image abstract", head + "diskimages:\n  - name: base\n    abstract: true\nproviders:\n  - name: a\n    cloud: c\n    diskimages:\n      - name: base\n", 9, "providers[0].diskimages[0].name", `"base" is an abstract diskimage`},
+		{"provider image twice", head + "diskimages:\n  - name: d\nproviders:\n  - name: a\n    cloud: c\n    diskimages:\n      - name: d\n      - name: d\n", 9, "providers[0].diskimages[1].name", `"d" is listed twice in this provider (first on line 8)`},
+		{"provider image without name", head + "providers:\n  - name: a\n    cloud: c\n    diskimages:\n      - pause: true\n", 6, "providers[0].diskimages[0].name", "is required; name a diskimage or zuul-image"},
+		{"provider image meta a list", head + "diskimages:\n  - name: d\nproviders:\n  - name: a\n    cloud: c\n    diskimages:\n      - name: d\n        meta: [x]\n", 9, "providers[0].diskimages[0].meta", "expected a mapping of names to values like {hw_disk_bus: scsi}"},
+		{"provider image pause text", head + "diskimages:\n  - name: d\nproviders:\n  - name: a\n    cloud: c\n    diskimages:\n      - name: d\n        pause: sometimes\n", 9, "providers[0].diskimages[0].pause", "expected true or false"},
+
+		// builder.
+		{"builder not a mapping", head + "builder: [a]\n", 2, "builder", "expected the builder section"},
+		{"builder unknown key", head + "builder:\n  keep-build: 3\n", 3, "builder.keep-build", "unknown key in the builder section; known keys are poll-interval, upload-workers, keep-builds"},
+		{"builder keep-builds zero", head + "builder:\n  keep-builds: 0\n", 3, "builder.keep-builds", "must be a number of ready builds to keep per image, 1 or more, not 0"},
+		{"builder keep-uploads zero", head + "builder:\n  keep-uploads: 0\n", 3, "builder.keep-uploads", "1 or more, not 0"},
+		{"builder upload-workers text", head + "builder:\n  upload-workers: many\n", 3, "builder.upload-workers", "must be a number of concurrent uploads"},
+		{"builder upload-attempts negative", head + "builder:\n  upload-attempts: -1\n", 3, "builder.upload-attempts", "a number of tries per upload"},
+		{"builder poll-interval zero", head + "builder:\n  poll-interval: 0\n", 3, "builder.poll-interval", "must be a positive number of seconds"},
+		{"builder leak-sweep text", head + "builder:\n  leak-sweep: sometimes\n", 3, "builder.leak-sweep", "expected true or false"},
+		{"builder state-db a number", head + "builder:\n  state-db: 1\n", 3, "builder.state-db", "expected a string"},
+		{"gearman server without host", head + "builder:\n  gearman-servers:\n    - port: 4730\n", 4, "builder.gearman-servers[0].host", "is required"},
+		{"gearman port zero", head + "builder:\n  gearman-servers:\n    - host: g\n      port: 0\n", 5, "builder.gearman-servers[0].port", "must be a TCP port number"},
+		{"gearman unknown key", head + "builder:\n  gearman-servers:\n    - host: g\n      ssl: true\n", 5, "builder.gearman-servers[0].ssl", "unknown key in a gearman server; known keys are host, port"},
+		{"gearman-servers a mapping", head + "builder:\n  gearman-servers: {host: g}\n", 3, "builder.gearman-servers", "expected a list of gearman servers"},
+
+		// Text level.
+		{"unset variable", head + "webapp:\n  port: %(NODEPOOL_PORT)\n", 3, "webapp.port", "environment variable NODEPOOL_PORT is not set"},
+		{"unset variable in a list", head + "diskimages:\n  - name: a\n    elements:\n      - vm\n      - %(NODEPOOL_ELEMENT)\n", 6, "diskimages[0].elements[1]", "NODEPOOL_ELEMENT is not set"},
+		{"syntax error", head + "diskimages:\n  - name: a\n elements: [vm]\n", 4, "diskimages", "YAML syntax error: did not find expected key"},
+		{"unclosed flow list", head + "diskimages:\n  - name: a\n    elements: [vm\n", 4, "diskimages", "YAML syntax error"},
+		{"tab indentation", head + "builder:\n\tkeep-builds: 3\n", 3, "builder", "indent with spaces"},
+		{"unknown anchor", head + "builder:\n  keep-builds: *n\n", 3, "builder", "alias *n refers to no anchor"},
+		{"control character", head + "builder:\n  state-db: a\x01b\n", 3, "builder", "control characters are not allowed; remove the control character"},
+		{"invalid UTF-8", head + "builder:\n  state-db: a\xffb\n", 3, "builder", "not valid UTF-8"},
+		{"second document", head + "---\nbuilder: {}\n", 2, "", "a second YAML document starts here"},
+		{"mapping value on first line", "a: b: c\n", 1, "a", "YAML syntax error: mapping values are not allowed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := parse(tt.text)
+			if err == nil {
+				t.Fatalf("Parse succeeded with %+v, want an error", cfg)
+			}
+			if cfg != nil {
+				t.Errorf("Parse returned a config with its error")
+			}
+			wantError(t, err, tt.line, tt.path, tt.msg)
+		})
+	}
+}
+
+func TestParseCollectsAllErrors(t *testing.T) {
+	text := `images-dir: /opt/images
+builder:
+  keep-builds: 0
+diskimages:
+  - name: a
+    pause: maybe
+providers:
+  - name: p
+    diskimages:
+      - name: missing
+`
+	_, err := parse(text)
+	var es Errors
+	if !errors.As(err, &es) {
+		t.Fatalf("error %v is not an Errors", err)
+	}
+	var got []string
+	for _, e := range es {
+		got = append(got, fmt.Sprintf("%d %s", e.Line, e.Path))
+	}
+	want := []string{"3 builder.keep-builds", "6 diskimages[0].pause", "8 providers[0].cloud", "10 providers[0].diskimages[0].name"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("errors at %q, want %q:\n%v", got, want, err)
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	cfg := mustParse(t, `images-dir: /opt/images
+webapp: {}
+diskimages:
+  - name: d
+zuul-images:
+  - name: z
+    api-url: https://zuul.example.com/
+    project: org/images
+    job: build-z
+providers:
+  - name: p
+    cloud: c
+    diskimages:
+      - name: d
+      - name: z
+`)
+	want := &Config{
+		Path:              "nodepool.yaml",
+		ImagesDir:         "/opt/images",
+		BuildLogDir:       "/var/log/nodepool/builds",
+		BuildLogRetention: 7,
+		Webapp:            &Webapp{ListenAddress: "0.0.0.0", Port: 8005},
+		DiskImages: []DiskImage{{
+			Name:         "d",
+			RebuildAge:   86400 * time.Second,
+			BuildTimeout: 28800 * time.Second,
+			DIBCmd:       "disk-image-create",
+			Username:     "zuul",
+			PythonPath:   "auto",
+		}},
+		ZuulImages: []ZuulImage{{
+			Name:         "z",
+			APIURL:       "https://zuul.example.com/",
+			Project:      "org/images",
+			Job:          "build-z",
+			PollInterval: 60 * time.Second,
+		}},
+		Providers: []Provider{{
+			Name:               "p",
+			Cloud:              "c",
+			ImageNameFormat:    "{image_name}-{timestamp}",
+			ImageUploadTimeout: 3600 * time.Second,
+			Rate:               1.0,
+			DiskImages:         []ProviderImage{{Name: "d"}, {Name: "z"}},
+		}},
+		Builder: Builder{
+			PollInterval:   60 * time.Second,
+			UploadWorkers:  4,
+			KeepBuilds:     2,
+			KeepUploads:    2,
+			UploadAttempts: 5,
+			StateDB:        "/opt/images/builder.db",
+			LeakSweep:      true,
+		},
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("Parse =\n%+v\nwant\n%+v", cfg, want)
+	}
+}
+
+func TestParseEmpty(t *testing.T) {
+	for _, text := range []string{"", "# nothing\n", "diskimages:\nproviders:\nbuilder:\n"} {
+		cfg := mustParse(t, text)
+		if cfg.BuildLogRetention != 7 || cfg.Builder.KeepBuilds != 2 || !cfg.Builder.LeakSweep ||
+			cfg.Webapp != nil || cfg.Builder.StateDB != "" || len(cfg.ImageNames()) != 0 {
+			t.Errorf("Parse(%q) = %+v, want defaults and no images", text, cfg)
+		}
+	}
+}
+
+func TestParseValues(t *testing.T) {
+	cfg := mustParse(t, `images-dir: /opt/images
+build-log-retention: -1
+diskimages:
+  - name: d
+    formats: [qcow, raw, qcow2]
+    keep-formats: [qcow]
+    release: 9
+    rebuild-age: 0
+    build-timeout: 1.5
+    pause: yes
+    delete-after-upload: on
+    env-vars:
+      DIB_QUIET: 0
+      EMPTY: ''
+providers:
+  - name: p
+    cloud: c
+    image-format: qcow
+    rate: 2
+    diskimages:
+      - name: d
+        pause: True
+        connection-type: ssh      # nodepool's, ignored
+        meta:
+          hw_disk_bus: scsi
+          hw_vif_multiqueue_enabled: true
+    pools: [{name: main}]
+builder:
+  poll-interval: 0.5
+`)
+	d := cfg.DiskImage("d")
+	if got := fmt.Sprint(d.Formats, d.KeepFormats); got != "[qcow2 raw] [qcow2]" {
+		t.Errorf("formats, keep-formats = %s, want [qcow2 raw] [qcow2]", got)
+	}
+	if d.Release != "9" || d.RebuildAge != 0 || d.BuildTimeout != 1500*time.Millisecond || !d.Pause || !d.DeleteAfterUpload {
+		t.Errorf("diskimage = %+v", d)
+	}
+	if want := map[string]string{"DIB_QUIET": "0", "EMPTY": ""}; !reflect.DeepEqual(d.EnvVars, want) {
+		t.Errorf("env-vars = %v, want %v", d.EnvVars, want)
+	}
+	p := cfg.Provider("p")
+	if p.ImageFormat != "qcow2" || p.Rate != 2 {
+		t.Errorf("provider = %+v, want image-format qcow2 and rate 2", p)
+	}
+	wantImage := ProviderImage{Name: "d", Pause: true, Meta: map[string]string{"hw_disk_bus": "scsi", "hw_vif_multiqueue_enabled": "true"}}
+	if !reflect.DeepEqual(p.DiskImages, []ProviderImage{wantImage}) {
+		t.Errorf("provider diskimages = %+v, want %+v", p.DiskImages, wantImage)
+	}
+	if cfg.BuildLogRetention != -1 || cfg.Builder.PollInterval != 500*time.Millisecond {
+		t.Errorf("build-log-retention %d, poll-interval %v", cfg.BuildLogRetention, cfg.Builder.PollInterval)
+	}
+}
+
+func TestParseOtherDriversUntouched(t *testing.T) {
+	// Keys that would be wrong for openstack mean nothing for other drivers.
+	cfg := mustParse(t, `providers:
+  - name: static-rack
+    driver: static
+    cloud: [not, a, string]
+    diskimages:
+      - name: not-an-image
+  - name: k8s
+    driver: kubernetes
+    rate: fast
+`)
+	if len(cfg.Providers) != 0 {
+		t.Errorf("Providers = %+v, want none", cfg.Providers)
+	}
+}
+
+func TestParseZuulPollIntervalDefault(t *testing.T) {
+	cfg := mustParse(t, `images-dir: /i
+zuul-images:
+  - {name: a, api-url: 'http://zuul:9000', project: p, job: j}
+  - {name: b, api-url: 'https://zuul/', tenant: t, project: p, job: j, poll-interval: 30}
+builder:
+  poll-interval: 90
+`)
+	if got := cfg.ZuulImage("a").PollInterval; got != 90*time.Second {
+		t.Errorf("a: poll-interval %v, want builder's 90s", got)
+	}
+	if got := cfg.ZuulImage("b").PollInterval; got != 30*time.Second {
+		t.Errorf("b: poll-interval %v, want its own 30s", got)
+	}
+	if cfg.ZuulImage("a").Tenant != "" || cfg.ZuulImage("b").Tenant != "t" {
+		t.Errorf("tenants %q, %q", cfg.ZuulImage("a").Tenant, cfg.ZuulImage("b").Tenant)
+	}
+}
+
+func TestParseAnchorsAndMerges(t *testing.T) {
+	cfg := mustParse(t, `images-dir: /i
+diskimages:
+  - name: a
+    elements: &elems [debian-minimal, vm]
+    env-vars: &env
+      DIB_RELEASE: bookworm
+  - <<: {name: ignored, rebuild-age: 60, release: '12'}
+    name: b
+    elements: *elems
+    env-vars:
+      <<: *env
+      EXTRA: x
+`)
+	b := cfg.DiskImage("b")
+	if b == nil {
+		t.Fatalf("no diskimage b in %+v", cfg.DiskImages)
+	}
+	if b.RebuildAge != time.Minute || b.Release != "12" || fmt.Sprint(b.Elements) != "[debian-minimal vm]" {
+		t.Errorf("b = %+v", b)
+	}
+	if want := map[string]string{"DIB_RELEASE": "bookworm", "EXTRA": "x"}; !reflect.DeepEqual(b.EnvVars, want) {
+		t.Errorf("b env-vars = %v, want %v", b.EnvVars, want)
+	}
+}
+
+func TestParseMergeList(t *testing.T) {
+	// In a list of merged mappings the earlier one wins; keys written in the
+	// mapping win over both.
+	cfg := mustParse(t, `images-dir: /i
+fast: &fast {poll-interval: 10, keep-builds: 5, upload-workers: 9}
+slow: &slow {poll-interval: 600, keep-builds: 1, keep-uploads: 3}
+builder:
+  <<: [*fast, *slow]
+  upload-workers: 2
+`)
+	b := cfg.Builder
+	if b.PollInterval != 10*time.Second || b.KeepBuilds != 5 || b.KeepUploads != 3 || b.UploadWorkers != 2 {
+		t.Errorf("builder = %+v, want poll 10s, keep-builds 5, keep-uploads 3, workers 2", b)
+	}
+}
+
+func TestSubstitute(t *testing.T) {
+	env := map[string]string{"NODEPOOL_PORT": "8022", "NODEPOOL_DIR": "/srv/images", "HOME": "/root"}
+	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, err := Parse("nodepool.yaml", []byte(`images-dir: %(NODEPOOL_DIR)
+elements-dir: '%(HOME)/elements'
+build-log-dir: '%(NODEPOOL_DIR)/logs-%(NODEPOOL_PORT)'
+webapp:
+  port: %(NODEPOOL_PORT)
+`), getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ImagesDir != "/srv/images" || cfg.Webapp.Port != 8022 || cfg.BuildLogDir != "/srv/images/logs-8022" {
+		t.Errorf("substituted config = %+v, webapp %+v", cfg, cfg.Webapp)
+	}
+	// Only NODEPOOL_ variables are substituted, like nodepool.
+	if cfg.ElementsDir != "%(HOME)/elements" {
+		t.Errorf("elements-dir = %q, want %%(HOME) left alone", cfg.ElementsDir)
+	}
+}
+
+func TestSubstituteUnsetReportsOnlyVariables(t *testing.T) {
+	// With the variable unset the port is empty; that must not add a second
+	// error about the port.
+	_, err := Parse("nodepool.yaml", []byte("webapp:\n  port: %(NODEPOOL_PORT)\nbuild-log-dir: %(NODEPOOL_LOGS)\n"), noEnv)
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 2 {
+		t.Fatalf("errors = %v, want two", err)
+	}
+	wantError(t, err, 2, "webapp.port", "NODEPOOL_PORT is not set")
+	wantError(t, err, 3, "build-log-dir", "NODEPOOL_LOGS is not set")
+}
+
+func TestParseNilGetenvReadsEnvironment(t *testing.T) {
+	t.Setenv("NODEPOOL_TEST_IMAGES", "/from/env")
+	cfg, err := Parse("n.yaml", []byte("images-dir: %(NODEPOOL_TEST_IMAGES)\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ImagesDir != "/from/env" {
+		t.Errorf("images-dir = %q, want /from/env", cfg.ImagesDir)
+	}
+}
+
+func TestCheckNameFormat(t *testing.T) {
+	tests := []struct {
+		format string
+		ok     bool
+	}{
+		{"{image_name}-{timestamp}", true},
+		{"{image_name}-{build_id}-{upload_id}", true},
+		{"{{literal}}-{image_name}", true},
+		{"plain", true},
+		{"", true},
+		{"{image_name", false},
+		{"image_name}", false},
+		{"{}", false},
+		{"{provider}", false},
+		{"{timestamp!r}", false},
+	}
+	for _, tt := range tests {
+		err := checkNameFormat(tt.format)
+		if (err == nil) != tt.ok {
+			t.Errorf("checkNameFormat(%q) = %v, want ok=%v", tt.format, err, tt.ok)
+		}
+	}
+}
