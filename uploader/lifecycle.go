@@ -229,7 +229,8 @@ func (u *Uploader) Leaks(ctx context.Context, provider string) ([]Leak, error) {
 		if !ok {
 			continue
 		}
-		imgs, err := cloud.List(ctx, map[string]string{PropBuilderID: u.opts.Store.BuilderID()})
+		// Providers may share a cloud: each sweeps only the images made for it.
+		imgs, err := cloud.List(ctx, map[string]string{PropBuilderID: u.opts.Store.BuilderID(), PropProvider: p.Name})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("list images of %s: %w", p.Name, err))
 			continue

@@ -453,7 +453,9 @@ func TestLeakSweepNeedsTwoSightings(t *testing.T) {
 	ctx := context.Background()
 	f.cfg.Providers = f.cfg.Providers[:1]
 	cloud := f.clouds["a"]
-	ours, _ := cloud.Create(ctx, ImageSpec{Name: "leaked", Properties: map[string]string{PropBuilderID: f.st.BuilderID()}})
+	ours, _ := cloud.Create(ctx, ImageSpec{Name: "leaked", Properties: map[string]string{PropBuilderID: f.st.BuilderID(), PropProvider: "a"}})
+	// Another provider of ours on the same cloud: not a leak of a's.
+	shared, _ := cloud.Create(ctx, ImageSpec{Name: "shared", Properties: map[string]string{PropBuilderID: f.st.BuilderID(), PropProvider: "b"}})
 	theirs, _ := cloud.Create(ctx, ImageSpec{Name: "other", Properties: map[string]string{PropBuilderID: "someone-else"}})
 	if err := f.up.Sweep(ctx); err != nil {
 		t.Fatal(err)
@@ -470,6 +472,9 @@ func TestLeakSweepNeedsTwoSightings(t *testing.T) {
 	}
 	if _, err := cloud.Get(ctx, theirs); err != nil {
 		t.Fatal("sweep deleted an image of another builder")
+	}
+	if _, err := cloud.Get(ctx, shared); err != nil {
+		t.Fatal("sweep of provider a deleted an image of provider b on the same cloud")
 	}
 }
 

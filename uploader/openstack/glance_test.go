@@ -1,0 +1,558 @@
+package openstack
+
+import (
+	"bytes"
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/uploader"
+)
+
+// TestGlance runs against a real standalone Glance; the subtests share it because it
+// takes seconds to start, and keep apart by the property values they use.
+func TestGlance(t *testing.T) {
+	g := testenv.NewGlance(t)
+	ctx := t.Context()
+	cloud, err := Open(ctx, Options{Cloud: g.Cloud, CloudsFile: g.CloudsFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("create upload get", func(t *testing.T) {
+		props := map[string]string{
+			"nodepool_build_id":                "0123456789abcdef",
+			"owner_specified.openstack.sha256": strings.Repeat("ab", 32),
+			"owner_specified.openstack.md5":    strings.Repeat("cd", 16),
+			"hw_disk_bus":                      "scsi",
+		}
+		id, err := cloud.Create(ctx, uploader.ImageSpec{Name: "debian-bookworm-1700000000", DiskFormat: "qcow2", Properties: props})
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := cloud.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if img.Status != "queued" || img.Name != "debian-bookworm-1700000000" || img.DiskFormat != "qcow2" {
+			t.Errorf("before upload: %+v, want queued qcow2 named as created", img)
+		}
+
+		data := bytes.Repeat([]byte("not really a qcow2 "), 5000)
+		if err := cloud.Upload(ctx, id, bytes.NewReader(data), int64(len(data))); err != nil {
+			t.Fatal(err)
+		}
+		img, err = cloud.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := md5.Sum(data)
+		if img.ID != id || img.Status != "active" || img.Size != int64(len(data)) || img.Checksum != hex.EncodeToString(sum[:]) {
+			t.Errorf("after upload: %+v, want active, size %d, checksum %x", img, len(data), sum)
+		}
+		for k, v := range props {
+			if img.Properties[k] != v {
+				t.Errorf("property %s = %q, want %q", k, img.Properties[k], v)
+			}
+		}
+		for _, core := range []string{"os_hash_algo", "os_hash_value", "status", "name"} {
+			if _, ok := img.Properties[core]; ok {
+				t.Errorf("Glance field %s shows up as a property", core)
+			}
+		}
+		var raw struct {
+			Visibility      string `json:"visibility"`
+			ContainerFormat string `json:"container_format"`
+		}
+		getJSON(t, g.Endpoint+"/v2/images/"+id, &raw)
+		if raw.Visibility != "private" || raw.ContainerFormat != "bare" {
+			t.Errorf("visibility %q, container format %q; want private, bare", raw.Visibility, raw.ContainerFormat)
+		}
+	})
+
+	t.Run("upload of unknown size", func(t *testing.T) {
+		id := create(t, cloud, map[string]string{"case": "chunked"})
+		data := []byte("sent without a Content-Length")
+		if err := cloud.Upload(ctx, id, io.MultiReader(bytes.NewReader(data[:5]), bytes.NewReader(data[5:])), -1); err != nil {
+			t.Fatal(err)
+		}
+		img, err := cloud.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if img.Status != "active" || img.Size != int64(len(data)) {
+			t.Errorf("image = %+v, want active with %d bytes", img, len(data))
+		}
+	})
+
+	t.Run("upload shorter than announced fails", func(t *testing.T) {
+		id := create(t, cloud, map[string]string{"case": "short"})
+		if err := cloud.Upload(ctx, id, strings.NewReader("ten bytes!"), 1000); err == nil {
+			t.Fatal("Upload of 10 bytes announced as 1000 succeeded")
+		}
+		img, err := cloud.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if img.Status == "active" {
+			t.Errorf("image became active from a short upload: %+v", img)
+		}
+	})
+
+	t.Run("upload to a missing image", func(t *testing.T) {
+		err := cloud.Upload(ctx, "00000000-0000-0000-0000-00000000feed", strings.NewReader("x"), 1)
+		if !errors.Is(err, uploader.ErrNotFound) {
+			t.Errorf("err = %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("list by properties across pages", func(t *testing.T) {
+		var gets atomic.Int32
+		paged, err := Open(ctx, Options{Cloud: g.Cloud, CloudsFile: g.CloudsFile, HTTPClient: &http.Client{
+			Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/v2/images") {
+					gets.Add(1)
+				}
+				return http.DefaultTransport.RoundTrip(r)
+			}),
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		paged.pageSize = 2
+
+		var wantX, wantAll []string
+		for i := range 5 {
+			id := create(t, paged, map[string]string{"nodepool_builder_id": "list-a", "kind": "x", "owner_specified.openstack.sha256": fmt.Sprint("sum-", i%2)})
+			wantX = append(wantX, id)
+		}
+		wantAll = append(wantAll, wantX...)
+		for range 2 {
+			wantAll = append(wantAll, create(t, paged, map[string]string{"nodepool_builder_id": "list-a", "kind": "y"}))
+		}
+		other := create(t, paged, map[string]string{"nodepool_builder_id": "list-b", "kind": "x"})
+
+		gets.Store(0)
+		got := listIDs(t, paged, map[string]string{"nodepool_builder_id": "list-a", "kind": "x"})
+		if !sameSet(got, wantX) {
+			t.Errorf("builder list-a, kind x: got %v, want %v", got, wantX)
+		}
+		if n := gets.Load(); n < 3 {
+			t.Errorf("5 images in pages of 2 took %d list requests, want at least 3", n)
+		}
+		if got := listIDs(t, paged, map[string]string{"nodepool_builder_id": "list-a"}); !sameSet(got, wantAll) {
+			t.Errorf("builder list-a: got %v, want %v", got, wantAll)
+		}
+		if got := listIDs(t, paged, map[string]string{"nodepool_builder_id": "list-a", "owner_specified.openstack.sha256": "sum-1"}); !sameSet(got, []string{wantX[1], wantX[3]}) {
+			t.Errorf("by dotted key: got %v, want %v", got, []string{wantX[1], wantX[3]})
+		}
+		if got := listIDs(t, paged, map[string]string{"nodepool_builder_id": "list-b"}); !sameSet(got, []string{other}) {
+			t.Errorf("builder list-b: got %v, want [%s]", got, other)
+		}
+		if got := listIDs(t, paged, map[string]string{"nodepool_builder_id": "list-c"}); len(got) != 0 {
+			t.Errorf("builder list-c: got %v, want none", got)
+		}
+	})
+
+	t.Run("delete", func(t *testing.T) {
+		id := create(t, cloud, map[string]string{"case": "delete"})
+		if err := cloud.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cloud.Get(ctx, id); !errors.Is(err, uploader.ErrNotFound) {
+			t.Errorf("Get after Delete: err = %v, want ErrNotFound", err)
+		}
+		if err := cloud.Delete(ctx, id); err != nil {
+			t.Errorf("second Delete: %v, want nil", err)
+		}
+		if err := cloud.Delete(ctx, "00000000-0000-0000-0000-000000000000"); err != nil {
+			t.Errorf("Delete of an image that never existed: %v, want nil", err)
+		}
+	})
+
+	t.Run("get missing", func(t *testing.T) {
+		const id = "00000000-0000-0000-0000-00000000abcd"
+		_, err := cloud.Get(ctx, id)
+		if !errors.Is(err, uploader.ErrNotFound) {
+			t.Fatalf("err = %v, want ErrNotFound", err)
+		}
+		for _, want := range []string{id, "cloud " + g.Cloud, "HTTP 404"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not mention %q", err, want)
+			}
+		}
+	})
+
+	t.Run("other errors carry the status", func(t *testing.T) {
+		_, err := cloud.Create(ctx, uploader.ImageSpec{Name: "bad", DiskFormat: "not-a-format"})
+		if err == nil {
+			t.Fatal("Create with an unknown disk format succeeded")
+		}
+		if errors.Is(err, uploader.ErrNotFound) || !strings.Contains(err.Error(), "HTTP 400") || !strings.Contains(err.Error(), `"bad"`) {
+			t.Errorf("error %q should name the image and HTTP 400", err)
+		}
+	})
+
+	t.Run("64 MiB upload streams", func(t *testing.T) {
+		const size = 64 << 20
+		id := create(t, cloud, map[string]string{"case": "stream"})
+		data := &noise{left: size, state: 1, sum: md5.New()}
+
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		if err := cloud.Upload(ctx, id, data, size); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+
+		// TotalAlloc counts every allocation, freed or not, so a buffered copy of the
+		// image would show up here even if the collector had already reclaimed it.
+		grew := after.TotalAlloc - before.TotalAlloc
+		t.Logf("uploading %d bytes allocated %d bytes", size, grew)
+		if grew > size/8 {
+			t.Errorf("uploading %d bytes allocated %d bytes; the data is being buffered", size, grew)
+		}
+		img, err := cloud.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := hex.EncodeToString(data.sum.Sum(nil)); img.Status != "active" || img.Size != size || img.Checksum != want {
+			t.Errorf("image = status %s size %d checksum %s, want active %d %s", img.Status, img.Size, img.Checksum, size, want)
+		}
+	})
+
+	t.Run("keystone auth", func(t *testing.T) { testKeystoneAuth(t, g) })
+}
+
+// testKeystoneAuth puts a fake Keystone and a token-checking proxy in front of the real
+// Glance, to see password and application credential logins, the catalog and
+// image_endpoint_override, and a token renewed before an upload.
+func testKeystoneAuth(t *testing.T, g *testenv.Glance) {
+	ctx := t.Context()
+	proxy := newTokenProxy(t, g.Endpoint)
+	ks := newFakeKeystone(t, proxy.URL)
+
+	tests := []struct {
+		name     string
+		cloud    string
+		region   string
+		wantAuth []string // substrings of the JSON Keystone receives
+		wantErr  string   // of the first call
+	}{
+		{name: "password through the catalog", cloud: "password", wantAuth: []string{`"methods":["password"]`, `"name":"nodepool"`, `"password":"s3cret"`, `"project":{"domain":{"name":"Default"},"name":"ci"}`}},
+		{name: "application credential with override", cloud: "appcred", wantAuth: []string{`"methods":["application_credential"]`, `"id":"app-id"`, `"secret":"app-secret"`}},
+		{name: "region missing from the catalog", cloud: "password", region: "RegionTwo", wantErr: "find the image service in the catalog"},
+	}
+	clouds := filepath.Join(t.TempDir(), "clouds.yaml")
+	writeFile(t, clouds, fmt.Sprintf(`
+clouds:
+  password:
+    region_name: RegionOne
+    auth:
+      auth_url: %[1]s/v3
+      username: nodepool
+      password: s3cret
+      project_name: ci
+      domain_name: Default
+  appcred:
+    auth_type: v3applicationcredential
+    image_endpoint_override: %[2]s/v2
+    auth:
+      auth_url: %[1]s/v3
+      application_credential_id: app-id
+      application_credential_secret: app-secret
+`, ks.server.URL, proxy.URL))
+
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ks.reset()
+			proxy.reset()
+			c, err := Open(ctx, Options{Cloud: tt.cloud, CloudsFile: clouds, Region: tt.region})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := c.Create(ctx, uploader.ImageSpec{Name: "auth-" + tt.cloud, DiskFormat: "raw", Properties: map[string]string{"case": "auth"}})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Create: err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := ks.lastToken()
+			for _, want := range tt.wantAuth {
+				if !strings.Contains(ks.lastBody(), want) {
+					t.Errorf("Keystone got %s; want it to contain %s", ks.lastBody(), want)
+				}
+			}
+
+			// The token expires between create and upload: the upload must log in again
+			// and still deliver every byte.
+			proxy.expire(first)
+			data := bytes.Repeat([]byte{7}, 4096)
+			if err := c.Upload(ctx, id, bytes.NewReader(data), int64(len(data))); err != nil {
+				t.Fatal(err)
+			}
+			img, err := c.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if img.Status != "active" || img.Size != int64(len(data)) {
+				t.Errorf("image = %+v, want active with %d bytes", img, len(data))
+			}
+			if ks.logins() != 2 {
+				t.Errorf("Keystone saw %d logins, want 2 (one renewal)", ks.logins())
+			}
+			if err := c.Delete(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if bad := proxy.refused(); bad != 1 {
+				t.Errorf("proxy refused %d requests, want exactly the one with the expired token", bad)
+			}
+		})
+	}
+}
+
+// fakeKeystone answers POST /v3/auth/tokens with a fresh token and a catalog that has
+// one image endpoint in RegionOne.
+type fakeKeystone struct {
+	server *httptest.Server
+	mu     sync.Mutex
+	n      int
+	bodies []string
+	tokens []string
+}
+
+func newFakeKeystone(t *testing.T, imageURL string) *fakeKeystone {
+	ks := &fakeKeystone{}
+	ks.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v3/auth/tokens" {
+			http.NotFound(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		ks.mu.Lock()
+		ks.n++
+		token := fmt.Sprintf("token-%d", ks.n)
+		ks.bodies = append(ks.bodies, compact.String())
+		ks.tokens = append(ks.tokens, token)
+		ks.mu.Unlock()
+		w.Header().Set("X-Subject-Token", token)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"token": {"expires_at": "2099-01-01T00:00:00.000000Z", "issued_at": "2024-01-01T00:00:00.000000Z",
+			"methods": ["password"], "user": {"id": "u1", "name": "nodepool", "domain": {"id": "default", "name": "Default"}},
+			"project": {"id": "p1", "name": "ci", "domain": {"id": "default", "name": "Default"}},
+			"catalog": [{"type": "image", "name": "glance", "id": "s1", "endpoints": [
+				{"id": "e1", "interface": "public", "region": "RegionOne", "region_id": "RegionOne", "url": %q}]}]}}`, imageURL)
+	}))
+	t.Cleanup(ks.server.Close)
+	return ks
+}
+
+func (ks *fakeKeystone) reset() {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	ks.bodies, ks.tokens = nil, nil
+}
+
+func (ks *fakeKeystone) logins() int {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return len(ks.tokens)
+}
+
+func (ks *fakeKeystone) lastToken() string {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if len(ks.tokens) == 0 {
+		return ""
+	}
+	return ks.tokens[len(ks.tokens)-1]
+}
+
+func (ks *fakeKeystone) lastBody() string {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if len(ks.bodies) == 0 {
+		return ""
+	}
+	return ks.bodies[len(ks.bodies)-1]
+}
+
+// tokenProxy forwards to Glance only requests that carry a token that has not expired,
+// as keystonemiddleware would.
+type tokenProxy struct {
+	*httptest.Server
+	mu      sync.Mutex
+	expired map[string]bool
+	refuse  int
+}
+
+func newTokenProxy(t *testing.T, glance string) *tokenProxy {
+	target, err := url.Parse(glance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tokenProxy{expired: map[string]bool{}}
+	forward := httputil.NewSingleHostReverseProxy(target)
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token := r.Header.Get("X-Auth-Token")
+		p.mu.Lock()
+		bad := token == "" || p.expired[token]
+		if bad {
+			p.refuse++
+		}
+		p.mu.Unlock()
+		if bad {
+			http.Error(w, `{"error": {"code": 401, "title": "Unauthorized"}}`, http.StatusUnauthorized)
+			return
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *tokenProxy) expire(token string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.expired[token] = true
+}
+
+func (p *tokenProxy) refused() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refuse
+}
+
+func (p *tokenProxy) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuse = 0
+}
+
+// noise is size bytes of pseudo-random data made as it is read, with their md5.
+type noise struct {
+	left  int64
+	state uint64
+	sum   hash.Hash
+}
+
+func (n *noise) Read(p []byte) (int, error) {
+	if n.left == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > n.left {
+		p = p[:n.left]
+	}
+	for i := range p {
+		n.state = n.state*6364136223846793005 + 1442695040888963407
+		p[i] = byte(n.state >> 56)
+	}
+	n.left -= int64(len(p))
+	n.sum.Write(p)
+	return len(p), nil
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func create(t *testing.T, c *Cloud, props map[string]string) string {
+	t.Helper()
+	id, err := c.Create(t.Context(), uploader.ImageSpec{Name: "test-" + t.Name(), DiskFormat: "raw", Properties: props})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func listIDs(t *testing.T, c *Cloud, match map[string]string) []string {
+	t.Helper()
+	imgs, err := c.List(t.Context(), match)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, 0, len(imgs))
+	for _, img := range imgs {
+		ids = append(ids, img.ID)
+	}
+	return ids
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+func getJSON(t *testing.T, u string, v any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", u, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkUpload shows that allocations per upload stay flat whatever the image size.
+func BenchmarkUpload(b *testing.B) {
+	g := testenv.NewGlance(b)
+	cloud, err := Open(b.Context(), Options{Cloud: g.Cloud, CloudsFile: g.CloudsFile})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, size := range []int64{1 << 20, 16 << 20, 64 << 20} {
+		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
+			b.SetBytes(size)
+			for b.Loop() {
+				id, err := cloud.Create(b.Context(), uploader.ImageSpec{Name: "bench", DiskFormat: "raw"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := cloud.Upload(b.Context(), id, &noise{left: size, state: 1, sum: md5.New()}, size); err != nil {
+					b.Fatal(err)
+				}
+				if err := cloud.Delete(b.Context(), id); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,202 @@
+// Package openstack is the uploader's Cloud for OpenStack: it reads clouds.yaml the way
+// openstacksdk does and creates, uploads, lists and deletes Glance images with gophercloud.
+package openstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack"
+
+	"github.com/nodepool-builder/nodepool-builder/uploader"
+)
+
+// Options says which cloud to open and how to reach it.
+type Options struct {
+	// Cloud is the clouds.yaml entry (a provider's cloud key). Required.
+	Cloud string
+	// Region overrides the cloud's region_name when not empty.
+	Region string
+	// CloudsFile names the clouds.yaml to read; when empty it is searched for as
+	// openstacksdk does: $OS_CLIENT_CONFIG_FILE, ./clouds.yaml,
+	// ~/.config/openstack/clouds.yaml, /etc/openstack/clouds.yaml.
+	CloudsFile string
+	// HTTPClient is used for every request when set, as given: the cloud's verify,
+	// cacert and cert settings then apply only if the caller put them there.
+	HTTPClient *http.Client
+	// Logger receives debug logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Cloud is the Glance image service of one clouds.yaml cloud. It logs in on first use,
+// so opening never touches the network. It is safe for concurrent use.
+type Cloud struct {
+	name        string
+	imageFormat string
+	log         *slog.Logger
+	httpClient  http.Client
+
+	// auth is nil for auth_type none, where Glance is reached without a token.
+	auth         *gophercloud.AuthOptions
+	endpointOpts gophercloud.EndpointOpts
+	// override is the image_endpoint_override root, used instead of the catalog.
+	override string
+
+	// pageSize is how many images one list request asks for.
+	pageSize int
+
+	mu      sync.Mutex
+	service *gophercloud.ServiceClient
+}
+
+// Cloud is what the uploader needs.
+var _ uploader.Cloud = (*Cloud)(nil)
+
+// defaultPageSize stays below Glance's default api_limit_max of 1000.
+const defaultPageSize = 200
+
+// Open reads the cloud's clouds.yaml entry and checks that it can be used. It does not
+// log in: that happens on the first call, so a cloud that is down does not stop the
+// builder from starting.
+func Open(ctx context.Context, opts Options) (*Cloud, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	entry, file, err := loadCloud(opts.Cloud, opts.CloudsFile)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newCloud(opts, entry)
+	if err != nil {
+		return nil, fmt.Errorf("open cloud %q from %s: %w", opts.Cloud, file, err)
+	}
+	return c, nil
+}
+
+// newCloud checks a clouds.yaml entry and turns it into a Cloud.
+func newCloud(opts Options, entry cloudEntry) (*Cloud, error) {
+	if p := coalesce(entry.Profile, entry.LegacyProfile); p != "" {
+		return nil, fmt.Errorf("vendor profile %q is not supported: write its auth_url, region_name and image_format into the cloud", p)
+	}
+	c := &Cloud{
+		name:        opts.Cloud,
+		imageFormat: entry.ImageFormat,
+		log:         opts.Logger,
+		endpointOpts: gophercloud.EndpointOpts{
+			Region:       coalesce(opts.Region, entry.RegionName),
+			Availability: entry.availability(),
+		},
+		pageSize: defaultPageSize,
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	c.log = c.log.With("cloud", c.name)
+
+	if entry.ImageEndpointOverride != "" {
+		root, err := imageRoot(entry.ImageEndpointOverride)
+		if err != nil {
+			return nil, err
+		}
+		c.override = root
+	}
+
+	switch t := entry.authType(); {
+	case t == authNone:
+		if c.override == "" {
+			return nil, errors.New("auth_type none needs image_endpoint_override: set it to the Glance URL, e.g. http://glance.example.com:9292")
+		}
+	case slices.Contains(supportedAuthTypes, t):
+		ao, err := entry.authOptions()
+		if err != nil {
+			return nil, err
+		}
+		c.auth = &ao
+	default:
+		return nil, fmt.Errorf("auth_type %q is not supported (use one of %s)", entry.AuthType, strings.Join(supportedAuthTypes, ", "))
+	}
+
+	if opts.HTTPClient != nil {
+		c.httpClient = *opts.HTTPClient
+	} else {
+		tlsCfg, err := entry.tlsConfig()
+		if err != nil {
+			return nil, err
+		}
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		if tlsCfg != nil {
+			transport.TLSClientConfig = tlsCfg
+		}
+		// No overall timeout: an upload takes as long as it takes; contexts bound calls.
+		c.httpClient = http.Client{Transport: transport}
+	}
+	return c, nil
+}
+
+// ImageFormat is the cloud's image_format from clouds.yaml, "" when it sets none.
+func (c *Cloud) ImageFormat() string { return c.imageFormat }
+
+// Name is the clouds.yaml entry this Cloud was opened from.
+func (c *Cloud) Name() string { return c.name }
+
+// imageService returns the Glance client, logging in first if this is the first use or
+// the last attempt failed.
+func (c *Cloud) imageService(ctx context.Context) (*gophercloud.ServiceClient, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.service != nil {
+		return c.service, nil
+	}
+	if c.auth == nil {
+		provider := &gophercloud.ProviderClient{HTTPClient: c.httpClient}
+		provider.UserAgent.Prepend(userAgent)
+		c.service = c.serviceAt(provider, c.override)
+		c.log.Debug("using Glance without authentication", "endpoint", c.override)
+		return c.service, nil
+	}
+
+	provider, err := openstack.NewClient(c.auth.IdentityEndpoint)
+	if err != nil {
+		return nil, fmt.Errorf("cloud %s: auth_url %q: %w", c.name, c.auth.IdentityEndpoint, err)
+	}
+	provider.HTTPClient = c.httpClient
+	provider.UserAgent.Prepend(userAgent)
+	if err := openstack.Authenticate(ctx, provider, *c.auth); err != nil {
+		return nil, fmt.Errorf("authenticate to cloud %s at %s: %w", c.name, c.auth.IdentityEndpoint, err)
+	}
+	if c.override != "" {
+		c.service = c.serviceAt(provider, c.override)
+	} else {
+		sc, err := openstack.NewImageV2(provider, c.endpointOpts)
+		if err != nil {
+			return nil, fmt.Errorf("cloud %s: find the image service in the catalog (region %q): %w", c.name, c.endpointOpts.Region, err)
+		}
+		// Some catalogs list Glance with its version; gophercloud would add a second one.
+		if strings.HasSuffix(sc.Endpoint, "/v2/") {
+			sc.ResourceBase = sc.Endpoint
+		}
+		c.service = sc
+	}
+	c.log.Debug("authenticated", "auth_url", c.auth.IdentityEndpoint, "image_endpoint", c.service.Endpoint)
+	return c.service, nil
+}
+
+// serviceAt is an image service client for a Glance root URL ending in "/".
+func (c *Cloud) serviceAt(provider *gophercloud.ProviderClient, root string) *gophercloud.ServiceClient {
+	return &gophercloud.ServiceClient{
+		ProviderClient: provider,
+		Endpoint:       root,
+		ResourceBase:   root + "v2/",
+		Type:           "image",
+	}
+}
+
+// userAgent names this program to the cloud, ahead of gophercloud's own.
+const userAgent = "nodepool-builder"
