@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// uploadJSON is an image-list row in --json output.
+type uploadJSON struct {
+	BuildID      string `json:"build_id"`
+	UploadID     string `json:"upload_id"`
+	Provider     string `json:"provider"`
+	Image        string `json:"image"`
+	ExternalName string `json:"external_name"`
+	ExternalID   string `json:"external_id"`
+	Format       string `json:"format"`
+	State        string `json:"state"`
+	StateTime    string `json:"state_time"`
+}
+
+// buildJSON is a dib-image-list row in --json output.
+type buildJSON struct {
+	ID            string   `json:"id"`
+	Image         string   `json:"image"`
+	BuildID       string   `json:"build_id"`
+	Source        string   `json:"source"`
+	Builder       string   `json:"builder"`
+	Formats       []string `json:"formats"`
+	State         string   `json:"state"`
+	StateTime     string   `json:"state_time"`
+	ZuulBuildUUID string   `json:"zuul_build_uuid,omitempty"`
+}
+
+func imageList(c *cli.Context) error {
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(c, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ups, err := st.Uploads(c.Context, store.UploadFilter{})
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
+	if c.Bool("json") {
+		rows := make([]uploadJSON, 0, len(ups))
+		for _, u := range ups {
+			rows = append(rows, uploadJSON{u.BuildID, u.ID, u.Provider, u.Image, u.ExternalName, u.ExternalID,
+				u.Format, string(u.State), u.StateTime.Format(time.RFC3339)})
+		}
+		return writeJSON(c.App.Writer, rows)
+	}
+	t := table{header: []string{"Build ID", "Upload ID", "Provider", "Image", "Provider Image Name", "Provider Image ID", "Format", "State", "Age"}}
+	for _, u := range ups {
+		t.add(u.BuildID, u.ID, u.Provider, u.Image, u.ExternalName, u.ExternalID, u.Format, string(u.State), age(u.StateTime))
+	}
+	t.write(c.App.Writer)
+	return nil
+}
+
+func dibImageList(c *cli.Context) error {
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(c, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	builds, err := st.Builds(c.Context, store.BuildFilter{})
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
+	if c.Bool("json") {
+		rows := make([]buildJSON, 0, len(builds))
+		for _, b := range builds {
+			formats := b.Formats()
+			if formats == nil {
+				formats = []string{}
+			}
+			rows = append(rows, buildJSON{b.Name(), b.Image, b.ID, string(b.Source), b.BuilderID, formats,
+				string(b.State), b.StateTime.Format(time.RFC3339), b.Zuul.UUID})
+		}
+		return writeJSON(c.App.Writer, rows)
+	}
+	t := table{header: []string{"ID", "Image", "Builder", "Formats", "State", "Age"}}
+	for _, b := range builds {
+		t.add(b.Name(), b.Image, b.BuilderID, strings.Join(b.Formats(), ","), string(b.State), age(b.StateTime))
+	}
+	t.write(c.App.Writer)
+	return nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return withCode(exitFailed, err)
+	}
+	return nil
+}
+
+// age formats how long ago t was as nodepool does: DD:HH:MM:SS.
+func age(t time.Time) string {
+	d := time.Since(t)
+	if d < 0 {
+		d = 0
+	}
+	s := int64(d.Seconds())
+	return fmt.Sprintf("%02d:%02d:%02d:%02d", s/86400, s/3600%24, s/60%60, s%60)
+}
+
+// table prints rows as nodepool's listings do: a boxed ASCII table.
+type table struct {
+	header []string
+	rows   [][]string
+}
+
+func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+
+func (t *table) write(w io.Writer) {
+	widths := make([]int, len(t.header))
+	for i, h := range t.header {
+		widths[i] = len(h)
+	}
+	for _, r := range t.rows {
+		for i, c := range r {
+			widths[i] = max(widths[i], len(c))
+		}
+	}
+	var rule strings.Builder
+	rule.WriteString("+")
+	for _, wd := range widths {
+		rule.WriteString(strings.Repeat("-", wd+2) + "+")
+	}
+	line := func(cells []string) {
+		var b strings.Builder
+		b.WriteString("|")
+		for i, c := range cells {
+			b.WriteString(" " + c + strings.Repeat(" ", widths[i]-len(c)) + " |")
+		}
+		fmt.Fprintln(w, b.String())
+	}
+	fmt.Fprintln(w, rule.String())
+	line(t.header)
+	fmt.Fprintln(w, rule.String())
+	for _, r := range t.rows {
+		line(r)
+	}
+	fmt.Fprintln(w, rule.String())
+}
