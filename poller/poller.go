@@ -143,6 +143,7 @@ func (p *Poller) ingest(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bu
 		}
 		if err == nil {
 			log.Info("build ready", "build", b.ID)
+			p.prunePartials(zi.Name)
 			return st.Build(ctx, b.ID)
 		}
 	}
@@ -160,8 +161,17 @@ func (p *Poller) ingest(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bu
 		if serr := st.SetCursor(ctx, store.Cursor{Image: zi.Name, ZuulID: zb.ID, ZuulUUID: zb.UUID, Outcome: "failed", Reason: err.Error()}); serr != nil {
 			return b, errors.Join(werr, serr)
 		}
+		p.prunePartials(zi.Name)
 	}
 	return b, werr
+}
+
+// prunePartials drops the image's partial downloads once its cursor has moved:
+// the Zuul builds they belong to will not be fetched again.
+func (p *Poller) prunePartials(image string) {
+	if err := p.opts.Store.RemovePartials(image, ""); err != nil {
+		p.log.Warn("could not remove stale partial downloads", "image", image, "error", err)
+	}
 }
 
 // complete fetches formats that became needed after the newest build was ingested.
@@ -227,7 +237,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		res, err := p.opts.Fetcher.Fetch(ctx, artifacts.Request{
 			URL:    c.URL,
 			Dest:   dest,
-			Key:    "zuul-" + zb.UUID + "." + format,
+			Key:    store.PartialKey(b.Image, zb.UUID, format),
 			SHA256: sha,
 			MD5:    md5,
 		})

@@ -23,6 +23,49 @@ func (s *Store) BuildPath(image, buildID string) string {
 // PartialDir is where downloads in progress live until verified.
 func (s *Store) PartialDir() string { return filepath.Join(s.dir, partialDirName) }
 
+// PartialKey names the partial files of a download of one format of a Zuul build
+// of an image; it is stable across restarts so the download can resume.
+func PartialKey(image, zuulUUID, format string) string {
+	return image + "-zuul-" + zuulUUID + "." + format
+}
+
+// RemovePartials removes the partial downloads of an image's Zuul builds, except
+// those of the Zuul build keep (empty: all of them).
+func (s *Store) RemovePartials(image, keep string) error {
+	entries, err := os.ReadDir(s.PartialDir())
+	if err != nil {
+		return fmt.Errorf("list partial downloads: %w", err)
+	}
+	prefix := image + "-zuul-"
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok {
+			continue
+		}
+		uuid, _, ok := strings.Cut(rest, ".")
+		// The uuid is hex: this keeps image "fedora" off "fedora-40"'s files.
+		if !ok || !isHex(uuid) || (keep != "" && uuid == keep) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(s.PartialDir(), e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove partial download: %w", err)
+		}
+	}
+	return nil
+}
+
+func isHex(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
 // WriteSidecars writes <file>.sha256 and <file>.md5 in the format of sha256sum and
 // md5sum, as diskimage-builder writes them.
 func WriteSidecars(path, sha256, md5 string) error {

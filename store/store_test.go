@@ -243,3 +243,32 @@ func TestFilesAndSidecars(t *testing.T) {
 		t.Errorf("removing fedora's build removed fedora-40's file: %v", err)
 	}
 }
+
+func TestRemovePartials(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	names := []string{
+		PartialKey("fedora", "aa11", "raw") + ".download",
+		PartialKey("fedora", "bb22", "qcow2"),
+		PartialKey("fedora-40", "cc33", "raw") + ".download",
+		"fedora-zuul-notes.txt",
+	}
+	for _, n := range names {
+		os.WriteFile(filepath.Join(s.PartialDir(), n), []byte("x"), 0o644)
+	}
+	if err := s.RemovePartials("fedora", "bb22"); err != nil {
+		t.Fatal(err)
+	}
+	exists := func(n string) bool { _, err := os.Stat(filepath.Join(s.PartialDir(), n)); return err == nil }
+	if exists(names[0]) {
+		t.Error("partial of another Zuul build of the image kept")
+	}
+	if !exists(names[1]) {
+		t.Error("partial of the kept Zuul build removed")
+	}
+	if !exists(names[2]) {
+		t.Error("partial of image fedora-40 removed when pruning fedora")
+	}
+	if !exists(names[3]) {
+		t.Error("a file that is no partial download was removed")
+	}
+}
