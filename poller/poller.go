@@ -78,7 +78,11 @@ func (p *Poller) Poll(ctx context.Context, image string) (Outcome, error) {
 	if zi == nil {
 		return out, fmt.Errorf("poll %s: not a zuul-image", image)
 	}
-	if zi.Pause {
+	paused, err := p.opts.Store.Paused(ctx)
+	if err != nil {
+		return out, err
+	}
+	if _, ok := paused[image]; ok || zi.Pause {
 		out.Skipped = "paused"
 		return out, nil
 	}

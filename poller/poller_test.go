@@ -257,6 +257,12 @@ func TestPollPausedAndUnneeded(t *testing.T) {
 		t.Fatalf("poll of a paused image = %+v, %v", out, err)
 	}
 	f.cfg.ZuulImages[0].Pause = false
+	f.st.SetPaused(context.Background(), "debian", true) // image-pause
+	out, err = f.p.Poll(context.Background(), "debian")
+	if err != nil || out.Ingested != nil || out.Skipped != "paused" {
+		t.Fatalf("poll of an image paused with image-pause = %+v, %v", out, err)
+	}
+	f.st.SetPaused(context.Background(), "debian", false)
 	out, err = f.p.Poll(context.Background(), "debian")
 	if err != nil || out.Ingested == nil || strings.Join(out.Ingested.Formats(), ",") != "qcow2" {
 		t.Fatalf("poll of an image with its own formats = %+v, %v", out, err)

@@ -303,3 +303,12 @@ func (s *Store) SetCursor(ctx context.Context, c Cursor) error {
 	}
 	return nil
 }
+
+// ParseBuildName splits a build's name, <image>-<build_id>, into its parts.
+func ParseBuildName(name string) (image, id string, ok bool) {
+	i := strings.LastIndex(name, "-")
+	if i <= 0 || i == len(name)-1 {
+		return "", "", false
+	}
+	return name[:i], name[i+1:], true
+}

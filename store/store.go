@@ -172,6 +172,17 @@ CREATE TABLE leak_marks (
 	PRIMARY KEY (provider, external_id)
 );
 `,
+	// 2: admin requests: manual builds and paused images.
+	`
+CREATE TABLE build_requests (
+	image     TEXT PRIMARY KEY,
+	requested INTEGER NOT NULL
+);
+CREATE TABLE paused_images (
+	image  TEXT PRIMARY KEY,
+	paused INTEGER NOT NULL
+);
+`,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

@@ -272,3 +272,82 @@ func TestRemovePartials(t *testing.T) {
 		t.Error("a file that is no partial download was removed")
 	}
 }
+
+func TestBuildRequestsAndPauses(t *testing.T) {
+	ctx := context.Background()
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s, err := Open(ctx, Options{ImagesDir: t.TempDir(), Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.RequestBuild(ctx, "fedora"); err != nil {
+		t.Fatal(err)
+	}
+	start := clock
+	clock = clock.Add(time.Minute)
+	s.RequestBuild(ctx, "fedora") // a repeat keeps the first time
+	reqs, err := s.BuildRequests(ctx)
+	if err != nil || !reqs["fedora"].Equal(start) || len(reqs) != 1 {
+		t.Fatalf("requests = %v, %v", reqs, err)
+	}
+	if err := s.ClearBuildRequest(ctx, "fedora", start.Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if reqs, _ := s.BuildRequests(ctx); len(reqs) != 1 {
+		t.Fatal("a request newer than the build was cleared")
+	}
+	s.ClearBuildRequest(ctx, "fedora", start)
+	if reqs, _ := s.BuildRequests(ctx); len(reqs) != 0 {
+		t.Fatal("request not cleared")
+	}
+	for i := 0; i < 2; i++ {
+		if err := s.SetPaused(ctx, "fedora", true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, _ := s.Paused(ctx); len(p) != 1 {
+		t.Fatalf("paused = %v", p)
+	}
+	for i := 0; i < 2; i++ {
+		if err := s.SetPaused(ctx, "fedora", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, _ := s.Paused(ctx); len(p) != 0 {
+		t.Fatalf("paused after unpause = %v", p)
+	}
+}
+
+func TestMigratesFromFirstSchema(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, dir)
+	// Pretend the database was made by a version that knew only the first schema.
+	s.db.ExecContext(ctx, `DROP TABLE build_requests`)
+	s.db.ExecContext(ctx, `DROP TABLE paused_images`)
+	s.db.ExecContext(ctx, `UPDATE schema_version SET version = 1`)
+	s.Close()
+	s2 := openTest(t, dir)
+	if err := s2.RequestBuild(ctx, "x"); err != nil {
+		t.Fatalf("second migration not applied: %v", err)
+	}
+}
+
+func TestParseBuildName(t *testing.T) {
+	for _, c := range []struct {
+		name, image, id string
+		ok              bool
+	}{
+		{"fedora-40-0123abcd", "fedora-40", "0123abcd", true},
+		{"debian-x", "debian", "x", true},
+		{"nodash", "", "", false},
+		{"-x", "", "", false},
+		{"debian-", "", "", false},
+	} {
+		image, id, ok := ParseBuildName(c.name)
+		if image != c.image || id != c.id || ok != c.ok {
+			t.Errorf("ParseBuildName(%q) = %q %q %v", c.name, image, id, ok)
+		}
+	}
+}
