@@ -88,7 +88,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			}
 			return runDaemon(c)
 		},
-		Commands: []*cli.Command{
+		Commands: append([]*cli.Command{
 			{
 				Name:   "config-validate",
 				Usage:  "check the config file and exit",
@@ -106,7 +106,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Flags:  []cli.Flag{jsonFlag},
 				Action: dibImageList,
 			},
-		},
+		}, adminCommands()...),
 	}
 }
 
