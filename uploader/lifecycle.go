@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -128,6 +129,63 @@ func (u *Uploader) Retain(ctx context.Context) error {
 				if up.BuildID == b.ID && up.State != store.Uploading {
 					markUpload(up, "its build is being deleted")
 				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DropUploaded removes from disk the files of diskimages with delete-after-upload
+// once the build is uploaded to every provider that lists the image; formats in
+// keep-formats stay. The file records stay, marked not present, so the build still
+// counts as having those formats.
+func (u *Uploader) DropUploaded(ctx context.Context) error {
+	st, cfg := u.opts.Store, u.opts.Config
+	var errs []error
+	for _, di := range cfg.DiskImages {
+		if !di.DeleteAfterUpload {
+			continue
+		}
+		providers := cfg.ProvidersFor(di.Name)
+		if len(providers) == 0 {
+			continue
+		}
+		builds, err := st.Builds(ctx, store.BuildFilter{Image: di.Name, State: store.Ready})
+		if err != nil {
+			return err
+		}
+		for _, b := range builds {
+			if len(b.Formats()) == 0 {
+				continue
+			}
+			ups, err := st.Uploads(ctx, store.UploadFilter{BuildID: b.ID, State: store.Ready})
+			if err != nil {
+				return err
+			}
+			uploaded := map[string]bool{}
+			for _, up := range ups {
+				uploaded[up.Provider] = true
+			}
+			all := true
+			for _, p := range providers {
+				all = all && uploaded[p.Name]
+			}
+			if !all {
+				continue
+			}
+			for _, f := range b.Files {
+				if !f.Present || slices.Contains(di.KeepFormats, f.Format) {
+					continue
+				}
+				if err := st.RemoveFormat(b.Image, b.ID, f.Format); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				if err := st.MarkFileRemoved(ctx, b.ID, f.Format); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				u.log.Info("removed uploaded file (delete-after-upload)", "build", b.Name(), "format", f.Format)
 			}
 		}
 	}

@@ -62,6 +62,9 @@ func (u *Uploader) Step(ctx context.Context) error {
 	if err := u.Upload(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	if err := u.DropUploaded(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if err := u.Retain(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -139,10 +142,11 @@ func (u *Uploader) plan(ctx context.Context) ([]job, error) {
 			if err != nil {
 				return nil, err
 			}
+			// The newest build that has (or had, before delete-after-upload) the format.
 			var newest *store.Build
 			var file store.File
 			for k := range builds {
-				if f, ok := builds[k].File(format); ok && f.Present {
+				if f, ok := builds[k].File(format); ok {
 					newest, file = &builds[k], f
 					break
 				}
@@ -169,7 +173,13 @@ func (u *Uploader) plan(ctx context.Context) ([]job, error) {
 					}
 				}
 			}
-			if !done {
+			switch {
+			case done:
+			case !file.Present:
+				// Removed after its uploads: a provider that wants it now needs a new build.
+				u.log.Warn("cannot upload: the build's file was removed after upload (delete-after-upload)",
+					"image", pi.Name, "build", newest.ID, "provider", p.Name, "format", format)
+			default:
 				jobs = append(jobs, j)
 			}
 		}

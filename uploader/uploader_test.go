@@ -556,3 +556,41 @@ func TestPostUploadHook(t *testing.T) {
 		t.Fatalf("cloud a holds %d images after failing hooks", n)
 	}
 }
+
+func TestDeleteAfterUploadKeepsKeepFormats(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.cfg.ZuulImages = nil
+	f.cfg.DiskImages = []config.DiskImage{{Name: "debian", DeleteAfterUpload: true, KeepFormats: []string{"qcow2"}}}
+	b := f.addBuild("debian", "qcow2", "raw")
+	f.clouds["b"].failUpload = 100
+	f.up.Step(ctx)
+	// Not uploaded everywhere yet: nothing is removed.
+	if _, err := os.Stat(f.st.FilePath("debian", b.ID, "raw")); err != nil {
+		t.Fatal("file removed before every provider had its upload")
+	}
+	f.clouds["b"].failUpload = 0
+	f.addBuild("debian", "qcow2", "raw") // a new build gets uploads everywhere
+	if err := f.up.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	newest, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian", State: store.Ready})
+	nb := newest[0]
+	if _, err := os.Stat(f.st.FilePath("debian", nb.ID, "raw")); !os.IsNotExist(err) {
+		t.Fatal("raw kept after upload to every provider")
+	}
+	if _, err := os.Stat(f.st.FilePath("debian", nb.ID, "qcow2")); err != nil {
+		t.Fatal("a keep-formats file was removed")
+	}
+	if got := strings.Join(nb.Formats(), ","); got != "qcow2" {
+		t.Fatalf("formats on disk = %s", got)
+	}
+	// The removed format still counts as uploaded: nothing is uploaded again.
+	creates := f.clouds["b"].creates
+	if err := f.up.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.clouds["b"].creates != creates {
+		t.Fatal("a build whose file was removed after upload was uploaded again")
+	}
+}
