@@ -515,3 +515,71 @@ func TestBadConfigExitsTwo(t *testing.T) {
 		t.Fatalf("config-validate exit %d", code)
 	}
 }
+
+func TestProviderFormatFromCloudsYAML(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	// A second clouds.yaml entry for the same Glance that says it takes raw.
+	clouds := filepath.Join(e.dir, "clouds.yaml")
+	os.WriteFile(clouds, []byte(fmt.Sprintf(
+		"clouds:\n  plain:\n    auth_type: none\n    image_endpoint_override: %s\n  rawcloud:\n    auth_type: none\n    image_endpoint_override: %s\n    image_format: raw\n",
+		e.glance.Endpoint, e.glance.Endpoint)), 0o644)
+	t.Setenv("OS_CLIENT_CONFIG_FILE", clouds)
+	cfg := fmt.Sprintf(`images-dir: %s
+zuul-images:
+  - name: debian
+    api-url: %s
+    tenant: example
+    project: org/images
+    job: build-debian
+providers:
+  - name: cloud-r
+    cloud: rawcloud
+    diskimages:
+      - name: debian
+  - name: cloud-q
+    cloud: plain
+    diskimages:
+      - name: debian
+`, filepath.Join(e.dir, "images"), e.zuul.URL())
+	os.WriteFile(e.cfgPath, []byte(cfg), 0o644)
+	zb := e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
+	e.once(0)
+	r, q := e.images("cloud-r"), e.images("cloud-q")
+	if len(r) != 1 || r[0].DiskFormat != "raw" {
+		t.Errorf("provider without image-format on a cloud with image_format raw got %+v", r)
+	}
+	if len(q) != 1 || q[0].DiskFormat != "qcow2" {
+		t.Errorf("provider with neither setting did not get qcow2: %+v", q)
+	}
+	if n := e.zuul.BytesServed(e.artifact(zb, "debian vhd").Path); n != 0 {
+		t.Errorf("vhd downloaded: %d bytes", n)
+	}
+}
+
+func TestConfigValidateExamplesAndCorpus(t *testing.T) {
+	t.Setenv("NODEPOOL_PORT", "8005")
+	check := func(path string, want int) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{"nodepool-builder", "-c", path, "config-validate"}, &out, &errb)
+		if code != want {
+			t.Errorf("config-validate %s exited %d, want %d\n%s%s", path, code, want, out.String(), errb.String())
+		}
+		return errb.String()
+	}
+	check(filepath.Join("..", "..", "examples", "nodepool.yaml"), exitOK)
+	accept, _ := filepath.Glob(filepath.Join("..", "..", "config", "testdata", "nodepool-configs", "accept", "*.yaml"))
+	reject, _ := filepath.Glob(filepath.Join("..", "..", "config", "testdata", "nodepool-configs", "reject", "*.yaml"))
+	if len(accept) == 0 || len(reject) == 0 {
+		t.Fatal("compatibility corpus not found")
+	}
+	for _, f := range accept {
+		check(f, exitOK)
+	}
+	for _, f := range reject {
+		msg := check(f, exitUsage)
+		if !strings.Contains(msg, filepath.Base(f)+":") {
+			t.Errorf("error for %s does not name the file and line: %s", f, msg)
+		}
+	}
+}
