@@ -1,8 +1,439 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/uploader"
+	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
+)
 
 // adminCommands are the commands that change what the builder does while it runs.
+// They open the store without the images-dir lock and only record intent there
+// (a build request, a pause, a record marked deleting); the running daemon, or the
+// next --once, carries it out.
 func adminCommands() []*cli.Command {
+	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print JSON instead of text"}
+	return []*cli.Command{
+		{
+			Name:   "image-status",
+			Usage:  "show each image's pause, pending build request and newest ready build",
+			Flags:  []cli.Flag{jsonFlag},
+			Action: imageStatus,
+		},
+		{
+			Name:      "image-build",
+			Usage:     "request a build of a diskimage; the builder starts it on its next pass",
+			ArgsUsage: "<image>",
+			Flags:     []cli.Flag{jsonFlag},
+			Action:    imageBuild,
+		},
+		{
+			Name:      "dib-image-delete",
+			Usage:     "delete a build: its uploads in every cloud, its files and its record",
+			ArgsUsage: "<image>-<build_id>",
+			Flags:     []cli.Flag{jsonFlag},
+			Action:    dibImageDelete,
+		},
+		{
+			Name:  "image-delete",
+			Usage: "delete one upload from its cloud (a newest build's upload is made again)",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "provider", Usage: "provider of the upload"},
+				&cli.StringFlag{Name: "image", Usage: "image of the upload"},
+				&cli.StringFlag{Name: "build-id", Usage: "build id of the upload"},
+				&cli.StringFlag{Name: "upload-id", Usage: "upload id, e.g. 0000000001"},
+				jsonFlag,
+			},
+			Action: imageDelete,
+		},
+		{
+			Name:      "image-pause",
+			Usage:     "stop building or fetching new builds of an image (uploads go on; a provider's pause stops those)",
+			ArgsUsage: "<image>",
+			Flags:     []cli.Flag{jsonFlag},
+			Action:    func(c *cli.Context) error { return imagePause(c, true) },
+		},
+		{
+			Name:      "image-unpause",
+			Usage:     "undo image-pause",
+			ArgsUsage: "<image>",
+			Flags:     []cli.Flag{jsonFlag},
+			Action:    func(c *cli.Context) error { return imagePause(c, false) },
+		},
+		{
+			Name:      "alien-image-list",
+			Usage:     "list cloud images tagged with this builder's id that it has no record of",
+			ArgsUsage: "[provider]",
+			Flags:     []cli.Flag{jsonFlag},
+			Action:    alienImageList,
+		},
+	}
+}
+
+// adminSession is what every admin command starts from: the config and the store.
+type adminSession struct {
+	cfg *config.Config
+	st  *store.Store
+}
+
+func openAdmin(c *cli.Context) (*adminSession, error) {
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	st, err := openStore(c, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &adminSession{cfg: cfg, st: st}, nil
+}
+
+func (a *adminSession) close() { a.st.Close() }
+
+// oneArg returns a command's single positional argument. urfave/cli stops reading
+// flags at the first argument, so a stray one usually is a flag put after it.
+func oneArg(c *cli.Context, what string) (string, error) {
+	switch c.NArg() {
+	case 0:
+		return "", withCode(exitUsage, fmt.Errorf("%s needs %s; see %s --help", c.Command.Name, what, c.Command.Name))
+	case 1:
+		return c.Args().First(), nil
+	default:
+		return "", withCode(exitUsage, fmt.Errorf("%s takes one argument, %s, not %d (%s); put flags such as --json before it",
+			c.Command.Name, what, c.NArg(), strings.Join(c.Args().Slice(), " ")))
+	}
+}
+
+// knownImage checks that name is an image of the config and says where it comes from.
+func (a *adminSession) knownImage(cmd, name string) (store.Source, error) {
+	switch {
+	case a.cfg.DiskImage(name) != nil:
+		return store.SourceDIB, nil
+	case a.cfg.ZuulImage(name) != nil:
+		return store.SourceZuul, nil
+	}
+	known := strings.Join(a.cfg.ImageNames(), ", ")
+	if known == "" {
+		known = "none"
+	}
+	return "", withCode(exitUsage, fmt.Errorf("%s: %q is neither a diskimage nor a zuul-image in %s (images: %s)",
+		cmd, name, a.cfg.Path, known))
+}
+
+// imageBuild records a manual build request for a diskimage, as nodepool's
+// image-build does; it refuses images that a build would not be started for.
+func imageBuild(c *cli.Context) error {
+	name, err := oneArg(c, "the name of a diskimage")
+	if err != nil {
+		return err
+	}
+	a, err := openAdmin(c)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	src, err := a.knownImage("image-build", name)
+	if err != nil {
+		return err
+	}
+	if src == store.SourceZuul {
+		zi := a.cfg.ZuulImage(name)
+		return withCode(exitFailed, fmt.Errorf("image-build: %s is a zuul-image: Zuul job %s in %s builds it, and the builder "+
+			"fetches each new successful build of that job by itself; to get a new image, run the job in Zuul", name, zi.Job, zi.Project))
+	}
+	status, err := a.status(c, name)
+	if err != nil {
+		return err
+	}
+	if len(status.pausedBy) > 0 {
+		return withCode(exitFailed, fmt.Errorf("image-build: %s is paused (%s), so no build would start; %s, then request the build again",
+			name, strings.Join(status.pausedBy, ", "), unpauseHint(a.cfg, name, status.pausedBy)))
+	}
+	if err := a.st.RequestBuild(c.Context, name); err != nil {
+		return withCode(exitFailed, err)
+	}
+	status, err = a.status(c, name)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, status.json())
+	}
+	if status.request == nil {
+		// The builder took the request up between the two reads.
+		fmt.Fprintf(c.App.Writer, "build of %s requested; the builder has taken it up\n", name)
+		return nil
+	}
+	fmt.Fprintf(c.App.Writer, "build of %s requested (pending since %s); the builder starts it on its next pass\n",
+		name, status.request.Format(time.RFC3339))
 	return nil
+}
+
+// imagePause pauses or unpauses an image at run time; the config's pause is
+// separate and only the config can lift it.
+func imagePause(c *cli.Context, pause bool) error {
+	name, err := oneArg(c, "the name of an image")
+	if err != nil {
+		return err
+	}
+	a, err := openAdmin(c)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	src, err := a.knownImage(c.Command.Name, name)
+	if err != nil {
+		return err
+	}
+	if err := a.st.SetPaused(c.Context, name, pause); err != nil {
+		return withCode(exitFailed, err)
+	}
+	status, err := a.status(c, name)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, status.json())
+	}
+	stops, resumes := "starts no builds of it", "starts builds of it again"
+	if src == store.SourceZuul {
+		stops, resumes = "fetches no new Zuul builds of it", "fetches new Zuul builds of it again"
+	}
+	switch {
+	case pause:
+		fmt.Fprintf(c.App.Writer, "%s paused: the builder %s until image-unpause %s; uploads of its builds go on\n", name, stops, name)
+	case len(status.pausedBy) > 0:
+		fmt.Fprintf(c.App.Writer, "%s unpaused at run time, but it stays paused by %s: %s\n",
+			name, strings.Join(status.pausedBy, ", "), unpauseHint(a.cfg, name, status.pausedBy))
+	default:
+		fmt.Fprintf(c.App.Writer, "%s unpaused: the builder %s\n", name, resumes)
+	}
+	return nil
+}
+
+// unpauseHint says how to lift the pauses that hold an image.
+func unpauseHint(cfg *config.Config, name string, pausedBy []string) string {
+	var do []string
+	for _, by := range pausedBy {
+		switch by {
+		case pausedByCommand:
+			do = append(do, "run image-unpause "+name)
+		case pausedByConfig:
+			do = append(do, fmt.Sprintf("set pause: false for %s in %s", name, cfg.Path))
+		}
+	}
+	return strings.Join(do, " and ")
+}
+
+// dibImageDelete marks a build and its uploads deleting, as nodepool's
+// dib-image-delete does; the builder removes them everywhere on its next pass.
+func dibImageDelete(c *cli.Context) error {
+	arg, err := oneArg(c, "a build's <image>-<build_id> (dib-image-list shows them)")
+	if err != nil {
+		return err
+	}
+	image, id, ok := store.ParseBuildName(arg)
+	if !ok {
+		return withCode(exitUsage, fmt.Errorf("dib-image-delete: %q is not <image>-<build_id>; dib-image-list shows the builds", arg))
+	}
+	a, err := openAdmin(c)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	unknown := withCode(exitUsage, fmt.Errorf("dib-image-delete: no build %s; dib-image-list shows the builds", arg))
+	b, err := a.st.Build(c.Context, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return unknown
+	case err != nil:
+		return withCode(exitFailed, err)
+	case b.Image != image:
+		return unknown
+	}
+	b, err = a.st.ReleaseBuild(c.Context, id, "dib-image-delete")
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return unknown
+	case errors.Is(err, store.ErrInProgress):
+		return withCode(exitFailed, fmt.Errorf("dib-image-delete: %w; wait until it is done (dib-image-list and image-list show "+
+			"the states), then delete it", err))
+	case err != nil:
+		return withCode(exitFailed, err)
+	}
+	ups, err := a.st.Uploads(c.Context, store.UploadFilter{BuildID: id})
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, newBuildJSON(b))
+	}
+	fmt.Fprintf(c.App.Writer, "%s marked deleting with %d upload(s); the builder deletes them in the clouds, "+
+		"then its files and records, on its next pass\n", arg, len(ups))
+	return nil
+}
+
+// imageDelete marks one upload deleting, as nodepool's image-delete does. When it
+// belongs to an image's newest build, the builder uploads that build again.
+func imageDelete(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return withCode(exitUsage, fmt.Errorf("image-delete takes flags only, not %q; see image-delete --help", c.Args().First()))
+	}
+	var missing []string
+	for _, f := range []string{"provider", "image", "build-id", "upload-id"} {
+		if c.String(f) == "" {
+			missing = append(missing, "--"+f)
+		}
+	}
+	if len(missing) > 0 {
+		return withCode(exitUsage, fmt.Errorf("image-delete needs %s; image-list shows the uploads with these values",
+			strings.Join(missing, ", ")))
+	}
+	provider, image, buildID, uploadID := c.String("provider"), c.String("image"), c.String("build-id"), c.String("upload-id")
+	a, err := openAdmin(c)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	unknown := withCode(exitUsage, fmt.Errorf("image-delete: no upload %s of image %s build %s to provider %s; image-list shows the uploads",
+		uploadID, image, buildID, provider))
+	u, err := a.findUpload(c, buildID, provider, uploadID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return unknown
+	case err != nil:
+		return withCode(exitFailed, err)
+	case u.Image != image:
+		return unknown
+	}
+	u, err = a.st.ReleaseUpload(c.Context, buildID, provider, uploadID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return unknown
+	case errors.Is(err, store.ErrInProgress):
+		return withCode(exitFailed, fmt.Errorf("image-delete: %w; wait until it is ready or failed (image-list shows its state), "+
+			"then delete it", err))
+	case err != nil:
+		return withCode(exitFailed, err)
+	}
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, newUploadJSON(u))
+	}
+	fmt.Fprintf(c.App.Writer, "upload %s of %s-%s to %s (cloud image %s) marked deleting; the builder deletes it in the cloud "+
+		"on its next pass\n", uploadID, image, buildID, provider, orNone(u.ExternalID))
+	if a.cfg.Provider(provider) == nil {
+		fmt.Fprintf(c.App.Writer, "note: provider %s is not in %s, so the builder cannot reach its cloud until it is added back\n",
+			provider, a.cfg.Path)
+	}
+	return nil
+}
+
+// findUpload returns one upload by its key, or an error wrapping store.ErrNotFound.
+func (a *adminSession) findUpload(c *cli.Context, buildID, provider, id string) (store.Upload, error) {
+	ups, err := a.st.Uploads(c.Context, store.UploadFilter{BuildID: buildID, Provider: provider})
+	if err != nil {
+		return store.Upload{}, err
+	}
+	for _, u := range ups {
+		if u.ID == id {
+			return u, nil
+		}
+	}
+	return store.Upload{}, store.ErrNotFound
+}
+
+// alienJSON is an alien-image-list row in --json output.
+type alienJSON struct {
+	Provider   string `json:"provider"`
+	Name       string `json:"name"`
+	ExternalID string `json:"external_id"`
+}
+
+// alienImageList lists the cloud images tagged with this builder's id whose upload
+// the store does not hold: what the leak sweep deletes once it sees them twice.
+func alienImageList(c *cli.Context) error {
+	if c.NArg() > 1 {
+		return withCode(exitUsage, fmt.Errorf("alien-image-list takes at most one provider, not %d arguments; put flags such as --json before it", c.NArg()))
+	}
+	provider := c.Args().First()
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	a, err := openAdmin(c)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	if provider != "" && a.cfg.Provider(provider) == nil {
+		var names []string
+		for _, p := range a.cfg.Providers {
+			names = append(names, p.Name)
+		}
+		return withCode(exitUsage, fmt.Errorf("alien-image-list: %q is not an openstack provider in %s (providers: %s)",
+			provider, a.cfg.Path, orNone(strings.Join(names, ", "))))
+	}
+	clouds := map[string]uploader.Cloud{}
+	for _, p := range a.cfg.Providers {
+		if provider != "" && p.Name != provider {
+			continue
+		}
+		cloud, err := openstack.Open(c.Context, openstack.Options{Cloud: p.Cloud, Region: p.RegionName, Logger: log})
+		if err != nil {
+			return withCode(exitUsage, fmt.Errorf("provider %s: %w", p.Name, err))
+		}
+		clouds[p.Name] = cloud
+	}
+	up := uploader.New(uploader.Options{Store: a.st, Config: a.cfg, Clouds: clouds, Logger: log})
+	leaks, lerr := up.Leaks(c.Context, provider)
+	// What could be listed is shown even when a cloud failed to answer.
+	if c.Bool("json") {
+		rows := make([]alienJSON, 0, len(leaks))
+		for _, l := range leaks {
+			rows = append(rows, alienJSON{l.Provider, l.Image.Name, l.Image.ID})
+		}
+		if err := writeJSON(c.App.Writer, rows); err != nil {
+			return err
+		}
+	} else {
+		t := table{header: []string{"Provider", "Name", "Image ID"}}
+		for _, l := range leaks {
+			t.add(l.Provider, l.Image.Name, l.Image.ID)
+		}
+		t.write(c.App.Writer)
+	}
+	if lerr != nil {
+		return withCode(exitFailed, fmt.Errorf("alien-image-list is incomplete: %w", lerr))
+	}
+	return nil
+}
+
+// newBuildJSON is a build as dib-image-list --json shows it.
+func newBuildJSON(b store.Build) buildJSON {
+	formats := b.Formats()
+	if formats == nil {
+		formats = []string{}
+	}
+	return buildJSON{b.Name(), b.Image, b.ID, string(b.Source), b.BuilderID, formats,
+		string(b.State), b.StateTime.Format(time.RFC3339), b.Zuul.UUID}
+}
+
+// newUploadJSON is an upload as image-list --json shows it.
+func newUploadJSON(u store.Upload) uploadJSON {
+	return uploadJSON{u.BuildID, u.ID, u.Provider, u.Image, u.ExternalName, u.ExternalID,
+		u.Format, string(u.State), u.StateTime.Format(time.RFC3339)}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
