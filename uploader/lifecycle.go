@@ -238,11 +238,19 @@ func (u *Uploader) Delete(ctx context.Context) error {
 		}
 		pending := false
 		for _, up := range left {
-			if up.State == store.Failed {
+			switch up.State {
+			case store.Failed:
 				if err := st.DeleteUpload(ctx, up); err != nil {
 					errs = append(errs, err)
 				}
 				continue
+			case store.Ready:
+				// Finished after its build was released (an upload already under
+				// way then): it goes with its build.
+				up.State = store.Deleting
+				if err := st.UpdateUpload(ctx, up); err != nil {
+					errs = append(errs, err)
+				}
 			}
 			pending = true
 		}
@@ -304,8 +312,11 @@ func (u *Uploader) Leaks(ctx context.Context, provider string) ([]Leak, error) {
 
 // Sweep deletes leaked images: tagged with this builder's id, unknown to the store,
 // and seen so on two sweeps in a row (so an upload whose record is being written
-// is never taken for a leak).
+// is never taken for a leak). It does nothing when builder.leak-sweep is off.
 func (u *Uploader) Sweep(ctx context.Context) error {
+	if !u.opts.Config.Builder.LeakSweep {
+		return nil
+	}
 	start := u.opts.Now()
 	leaks, err := u.Leaks(ctx, "")
 	var errs []error

@@ -55,8 +55,9 @@ func New(opts Options) *Uploader {
 	return &Uploader{opts: opts, log: opts.Logger}
 }
 
-// Step is one full reconcile pass: upload what is missing, apply retention, delete
-// what retention released and sweep leaks. It returns every failure, joined.
+// Step is one reconcile pass against the store: upload what is missing, drop files
+// uploaded everywhere, apply retention and delete what was released. It returns every
+// failure, joined. The leak sweep, which lists whole clouds, is separate: Sweep.
 func (u *Uploader) Step(ctx context.Context) error {
 	var errs []error
 	if err := u.Upload(ctx); err != nil {
@@ -70,11 +71,6 @@ func (u *Uploader) Step(ctx context.Context) error {
 	}
 	if err := u.Delete(ctx); err != nil {
 		errs = append(errs, err)
-	}
-	if u.opts.Config.Builder.LeakSweep {
-		if err := u.Sweep(ctx); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	return errors.Join(errs...)
 }

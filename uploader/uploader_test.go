@@ -594,3 +594,27 @@ func TestDeleteAfterUploadKeepsKeepFormats(t *testing.T) {
 		t.Fatal("a build whose file was removed after upload was uploaded again")
 	}
 }
+
+func TestDeletingBuildTakesLateUploadsWithIt(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	b := f.addBuild("debian", "qcow2", "raw")
+	if err := f.up.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The build was released while its uploads were under way; they finished ready.
+	if err := f.st.SetBuildState(ctx, b.ID, store.Deleting, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := f.up.Delete(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.st.Build(ctx, b.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("build still recorded: %v", err)
+	}
+	if f.clouds["a"].count()+f.clouds["b"].count() != 0 {
+		t.Fatal("uploads of the deleted build left in the clouds")
+	}
+}
