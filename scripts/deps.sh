@@ -1,6 +1,8 @@
 #!/bin/sh
-# Installs the real parts that the tests and the demo run: a standalone Glance,
-# qemu-img and zstd, from Debian's packages. Does nothing when they are present.
+# Installs the real parts that the tests and the demo run, from Debian's packages:
+# a standalone Glance, qemu-img, zstd and diskimage-builder (it brings debootstrap;
+# a debian-minimal build also runs sudo and mkfs.ext4 on the host). Does nothing
+# when they are present.
 set -eu
 
 missing=""
@@ -9,6 +11,10 @@ need glance-api glance-api
 need glance-manage glance-api
 need qemu-img qemu-utils
 need zstd zstd
+need disk-image-create python3-diskimage-builder
+need sudo sudo
+# mkfs.ext4 lives in sbin, which a non-root PATH may lack.
+[ -x /sbin/mkfs.ext4 ] || [ -x /usr/sbin/mkfs.ext4 ] || missing="$missing e2fsprogs"
 
 [ -z "$missing" ] && exit 0
 pkgs=$(echo $missing | tr ' ' '\n' | sort -u | tr '\n' ' ')

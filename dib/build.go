@@ -1,0 +1,270 @@
+package dib
+
+import (
+	"context"
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// Build runs one DIB build of an image to completion and returns the ready build,
+// or an error after recording the build failed and removing its files. The build
+// is recorded (building) before DIB starts, so listings show it while it runs.
+// Its log is <build-log-dir>/<image>-<build_id>.log. A manual build request made
+// before the build started is settled by it, whatever its outcome, unless ctx
+// ended the build: then the request stays for the next run. A ready build comes
+// with an error only when settling the request or pruning old logs failed.
+func (b *Builder) Build(ctx context.Context, image string) (store.Build, error) {
+	cfg, st := b.opts.Config, b.opts.Store
+	img := cfg.DiskImage(image)
+	if img == nil {
+		return store.Build{}, fmt.Errorf("build %s: %w", image, ErrUnknownImage)
+	}
+	if !b.claim(image) {
+		return store.Build{}, fmt.Errorf("build %s: %w", image, ErrBuilding)
+	}
+	defer b.release(image)
+
+	formats := buildFormats(cfg, image)
+	// The builder's own pid until DIB has one: the record must name a live process.
+	rec, err := st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceDIB, PID: os.Getpid()})
+	if err != nil {
+		return store.Build{}, fmt.Errorf("build %s: %w", image, err)
+	}
+	began := time.Now()
+	logFile := logPath(cfg.BuildLogDir, image, rec.ID)
+	b.log.Info("building image", "image", image, "build_id", rec.ID, "formats", formats, "log", logFile)
+
+	res := b.run(ctx, img, rec, formats, logFile)
+	// The outcome must be recorded even when ctx ended the build.
+	wctx := context.WithoutCancel(ctx)
+	var built store.Build
+	if res.err == nil {
+		built, res.err = b.finish(wctx, rec, formats, logFile)
+	}
+	if res.err != nil {
+		if err := st.RemoveBuildFiles(image, rec.ID); err != nil {
+			res.err = errors.Join(res.err, err)
+		}
+		if err := st.SetBuildState(wctx, rec.ID, store.Failed, res.err.Error()); err != nil {
+			res.err = errors.Join(res.err, err)
+		}
+	}
+	state := store.Ready
+	if res.err != nil {
+		state = store.Failed
+	}
+	b.log.Info("image build finished", "image", image, "build_id", rec.ID, "state", state,
+		"duration", time.Since(began).Round(time.Second), "log", logFile)
+
+	// Housekeeping: its failures do not undo a ready build, but are reported.
+	var after []error
+	if !res.cancelled {
+		if err := st.ClearBuildRequest(wctx, image, rec.Created); err != nil {
+			after = append(after, err)
+		}
+	}
+	if err := b.pruneLogs(image); err != nil {
+		after = append(after, err)
+	}
+	if res.err != nil {
+		return store.Build{}, fmt.Errorf("build %s: %w", rec.Name(), errors.Join(append([]error{res.err}, after...)...))
+	}
+	if len(after) > 0 {
+		return built, fmt.Errorf("build %s is ready, but: %w", rec.Name(), errors.Join(after...))
+	}
+	return built, nil
+}
+
+// runResult is how a build process went: err says why the build failed.
+type runResult struct {
+	err       error
+	cancelled bool // ctx ended the build
+}
+
+// run runs disk-image-create for rec with its output in logFile, and kills it
+// when build-timeout passes or ctx ends.
+func (b *Builder) run(ctx context.Context, img *config.DiskImage, rec store.Build, formats []string, logFile string) runResult {
+	cfg, st := b.opts.Config, b.opts.Store
+	inv, err := command(img, formats, st.BuildPath(img.Name, rec.ID), cfg.ElementsDir, os.Environ())
+	if err != nil {
+		return runResult{err: err}
+	}
+	if err := os.MkdirAll(filepath.Dir(logFile), 0o755); err != nil {
+		return runResult{err: fmt.Errorf("create build log dir: %w", err)}
+	}
+	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return runResult{err: fmt.Errorf("create build log: %w", err)}
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "Building %s at %s: %s\n", rec.Name(), b.opts.Now().UTC().Format(time.RFC3339), quoteCommand(inv.Args))
+
+	prog := filepath.Base(inv.Args[0])
+	p, err := start(inv, f)
+	if err != nil {
+		// As a shell reports it: 127 for a program that is not there, 126 otherwise.
+		code := 126
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOENT) {
+			code = 127
+		}
+		fmt.Fprintf(f, "%v\nExit code: %d\n", err, code)
+		return runResult{err: fmt.Errorf("%w; log: %s", err, logFile)}
+	}
+	if err := st.SetBuildPID(ctx, rec.ID, p.pid()); err != nil {
+		b.log.Warn("cannot record the pid of a build", "build", rec.Name(), "pid", p.pid(), "err", err)
+	}
+	o, stopErr := p.wait(ctx, img.BuildTimeout, b.opts.KillGrace)
+	switch {
+	case o.TimedOut:
+		fmt.Fprintf(f, "Build timed out after %s (build-timeout); killed its process group\n", img.BuildTimeout)
+	case o.Cancelled:
+		fmt.Fprintf(f, "Build cancelled: the builder is stopping; killed its process group\n")
+	}
+	if stopErr != nil {
+		fmt.Fprintf(f, "%v\n", stopErr)
+	}
+	fmt.Fprintf(f, "Exit code: %d\n", o.ExitCode)
+	if err := f.Close(); err != nil {
+		return runResult{err: fmt.Errorf("write build log %s: %w", logFile, err)}
+	}
+
+	var res runResult
+	switch {
+	case o.TimedOut:
+		res.err = fmt.Errorf("timed out after %s (build-timeout) and was killed; log: %s", img.BuildTimeout, logFile)
+	case o.Cancelled:
+		res.err = fmt.Errorf("cancelled (%w) and killed; log: %s", context.Cause(ctx), logFile)
+		res.cancelled = true
+	case o.ExitCode != 0:
+		res.err = fmt.Errorf("%s exited with code %d; log: %s", prog, o.ExitCode, logFile)
+	}
+	if stopErr != nil {
+		res.err = errors.Join(res.err, stopErr)
+	}
+	return res
+}
+
+// finish records the files DIB made and marks the build ready. Every format must
+// have its file; checksums come from the sidecars DIB wrote with --checksum.
+func (b *Builder) finish(ctx context.Context, rec store.Build, formats []string, logFile string) (store.Build, error) {
+	st := b.opts.Store
+	var files []store.File
+	for _, format := range formats {
+		f, err := b.collect(rec, format)
+		if err != nil {
+			return store.Build{}, fmt.Errorf("%w; log: %s", err, logFile)
+		}
+		files = append(files, f)
+	}
+	for _, f := range files {
+		if err := st.AddFile(ctx, rec.ID, f); err != nil {
+			return store.Build{}, err
+		}
+	}
+	if err := st.SetBuildState(ctx, rec.ID, store.Ready, ""); err != nil {
+		return store.Build{}, err
+	}
+	return st.Build(ctx, rec.ID)
+}
+
+// collect finds the file DIB wrote for one format, moves it to the store's name
+// for it when DIB names it differently, and reads its size and checksums.
+func (b *Builder) collect(rec store.Build, format string) (store.File, error) {
+	st := b.opts.Store
+	path := st.FilePath(rec.Image, rec.ID, format)
+	if suffix := fileSuffix(format); suffix != format {
+		if err := renameOutput(st.BuildPath(rec.Image, rec.ID)+"."+suffix, path); err != nil {
+			return store.File{}, fmt.Errorf("DIB exited 0 but left no %s file: %w", format, err)
+		}
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return store.File{}, fmt.Errorf("DIB exited 0 but left no %s file: %w", format, err)
+	}
+	if !info.Mode().IsRegular() {
+		return store.File{}, fmt.Errorf("DIB exited 0 but %s is not a regular file", path)
+	}
+	sha, err := store.ReadSidecar(path + ".sha256")
+	if err != nil {
+		return store.File{}, err
+	}
+	md, err := store.ReadSidecar(path + ".md5")
+	if err != nil {
+		return store.File{}, err
+	}
+	if sha == "" || md == "" {
+		// A dib-cmd that ignores --checksum: make the sidecars nodepool relies on.
+		b.log.Warn("DIB wrote no checksum files; computing them", "file", path)
+		if sha, md, err = checksums(path); err != nil {
+			return store.File{}, err
+		}
+		if err := store.WriteSidecars(path, sha, md); err != nil {
+			return store.File{}, err
+		}
+	}
+	return store.File{Format: format, SHA256: sha, MD5: md, Size: info.Size(), Present: true}, nil
+}
+
+// renameOutput moves a file DIB wrote, with its sidecars, to the store's name.
+// The sidecars are rewritten, since they name the file they check.
+func renameOutput(from, to string) error {
+	if err := os.Rename(from, to); err != nil {
+		return err
+	}
+	sha, err := store.ReadSidecar(from + ".sha256")
+	if err != nil {
+		return err
+	}
+	md, err := store.ReadSidecar(from + ".md5")
+	if err != nil {
+		return err
+	}
+	if err := store.WriteSidecars(to, sha, md); err != nil {
+		return err
+	}
+	for _, ext := range []string{".sha256", ".md5"} {
+		if err := os.Remove(from + ext); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", from+ext, err)
+		}
+	}
+	return nil
+}
+
+// checksums reads a file once and returns its sha256 and md5 in hex.
+func checksums(path string) (sha, md string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", "", fmt.Errorf("checksum %s: %w", path, err)
+	}
+	defer f.Close()
+	hs, hm := sha256.New(), md5.New()
+	if _, err := io.Copy(io.MultiWriter(hs, hm), f); err != nil {
+		return "", "", fmt.Errorf("checksum %s: %w", path, err)
+	}
+	return hex.EncodeToString(hs.Sum(nil)), hex.EncodeToString(hm.Sum(nil)), nil
+}
+
+// pruneLogs keeps the newest build-log-retention logs of image. nodepool keeps
+// at least one, the log of the build that just ran.
+func (b *Builder) pruneLogs(image string) error {
+	keep := b.opts.Config.BuildLogRetention
+	if keep >= 0 {
+		keep = max(keep, 1)
+	}
+	removed, err := pruneLogs(b.opts.Config.BuildLogDir, image, keep)
+	for _, p := range removed {
+		b.log.Debug("removed old build log", "image", image, "log", p)
+	}
+	return err
+}

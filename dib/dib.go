@@ -1,0 +1,189 @@
+// Package dib builds diskimages locally with diskimage-builder, exactly as nodepool
+// does: it decides when an image is due, runs disk-image-create and records the build.
+package dib
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// Defaults of Options.
+const (
+	DefaultFailureBackoff = 10 * time.Minute
+	DefaultKillGrace      = 30 * time.Second
+)
+
+// ErrUnknownImage is returned (wrapped) for an image that is not a diskimage of the config.
+var ErrUnknownImage = errors.New("not a diskimage of the config")
+
+// ErrBuilding is returned (wrapped) by Build when this Builder is already building the image.
+var ErrBuilding = errors.New("a build of this image is already running")
+
+// Options configure a Builder.
+type Options struct {
+	Store  *store.Store
+	Config *config.Config
+	Logger *slog.Logger     // default slog.Default()
+	Now    func() time.Time // default time.Now; give the store the same clock
+	// FailureBackoff is how long after a failed build the image is not built
+	// again, unless an operator requests a build.
+	FailureBackoff time.Duration // default 10m
+	// KillGrace is how long a timed-out or cancelled build gets between SIGTERM,
+	// which lets DIB unmount what it mounted, and SIGKILL.
+	KillGrace time.Duration // default 30s
+}
+
+// Builder builds the diskimages of a config, one at a time. Its methods are
+// steps: the daemon calls Step in a loop, --once calls it once.
+type Builder struct {
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]bool // images being built by this Builder
+}
+
+// New returns a Builder.
+func New(opts Options) *Builder {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.FailureBackoff <= 0 {
+		opts.FailureBackoff = DefaultFailureBackoff
+	}
+	if opts.KillGrace <= 0 {
+		opts.KillGrace = DefaultKillGrace
+	}
+	return &Builder{opts: opts, log: opts.Logger, running: map[string]bool{}}
+}
+
+// Step builds every due diskimage, one at a time, in config order, and returns
+// the failures joined. It stops early when ctx ends.
+func (b *Builder) Step(ctx context.Context) error {
+	var errs []error
+	for _, img := range b.opts.Config.DiskImages {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, fmt.Errorf("build diskimages: %w", err))
+			break
+		}
+		reason, err := b.Due(ctx, img.Name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if reason == "" {
+			continue
+		}
+		b.log.Info("image build due", "image", img.Name, "reason", reason)
+		if _, err := b.Build(ctx, img.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Due says whether an image needs a build now, and why ("" = not due). A paused
+// image is never due. A manual request makes it due at once; otherwise it is due
+// when it has no ready build, when its newest ready build is older than
+// rebuild-age or lacks a format the config needs, but not within FailureBackoff
+// of a failed build.
+func (b *Builder) Due(ctx context.Context, image string) (string, error) {
+	cfg, st := b.opts.Config, b.opts.Store
+	img := cfg.DiskImage(image)
+	if img == nil {
+		return "", fmt.Errorf("check whether %s is due: %w", image, ErrUnknownImage)
+	}
+	if img.Pause || b.isRunning(image) {
+		return "", nil
+	}
+	paused, err := st.Paused(ctx)
+	if err != nil {
+		return "", fmt.Errorf("check whether %s is due: %w", image, err)
+	}
+	if _, ok := paused[image]; ok {
+		return "", nil
+	}
+	requests, err := st.BuildRequests(ctx)
+	if err != nil {
+		return "", fmt.Errorf("check whether %s is due: %w", image, err)
+	}
+	if at, ok := requests[image]; ok {
+		return "manual build requested at " + at.Format(time.RFC3339), nil
+	}
+
+	builds, err := st.Builds(ctx, store.BuildFilter{Image: image})
+	if err != nil {
+		return "", fmt.Errorf("check whether %s is due: %w", image, err)
+	}
+	now := b.opts.Now()
+	var newest *store.Build // the newest ready build
+	for i := range builds {
+		bd := &builds[i]
+		// A build that failed since the newest ready one: give whatever broke
+		// it time to mend rather than building again and again.
+		if bd.State == store.Failed && now.Sub(bd.StateTime) < b.opts.FailureBackoff {
+			return "", nil
+		}
+		if bd.State == store.Ready {
+			newest = bd
+			break
+		}
+	}
+	if newest == nil {
+		return "no ready build", nil
+	}
+	if age := now.Sub(newest.StateTime); age >= img.RebuildAge {
+		return fmt.Sprintf("newest build %s is %s old (rebuild-age %s)", newest.Name(), age.Round(time.Second), img.RebuildAge), nil
+	}
+	// A build's recorded formats count even when a file was removed after
+	// upload (keep-formats, delete-after-upload), as in nodepool.
+	var have []string
+	for _, f := range newest.Files {
+		have = append(have, f.Format)
+	}
+	var missing []string
+	for _, f := range buildFormats(cfg, image) {
+		if !slices.Contains(have, f) {
+			missing = append(missing, f)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Sprintf("newest build %s lacks %s", newest.Name(), strings.Join(missing, ", ")), nil
+	}
+	return "", nil
+}
+
+// claim marks image as being built; false when it already is.
+func (b *Builder) claim(image string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.running[image] {
+		return false
+	}
+	b.running[image] = true
+	return true
+}
+
+func (b *Builder) release(image string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.running, image)
+}
+
+func (b *Builder) isRunning(image string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.running[image]
+}

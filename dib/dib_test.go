@@ -1,0 +1,865 @@
+package dib
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// clock is a settable time source shared by the store and the builder.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// fixture is an images-dir, a log dir and a store on a fake clock, with the fake
+// disk-image-create as dib-cmd.
+type fixture struct {
+	t      *testing.T
+	dir    string
+	images string
+	logs   string
+	record string // where the fake DIB records its arguments and environment
+	clock  *clock
+	st     *store.Store
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	f := &fixture{
+		t:      t,
+		dir:    dir,
+		images: filepath.Join(dir, "images"),
+		logs:   filepath.Join(dir, "logs", "builds"), // created by the builder
+		record: filepath.Join(dir, "record"),
+		clock:  &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)},
+	}
+	st, err := store.Open(context.Background(), store.Options{ImagesDir: f.images, Now: f.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f.st = st
+	return f
+}
+
+// config parses a nodepool.yaml after filling in {{IMAGES}}, {{LOGS}}, {{DIB}}
+// (the fake run through bash, which also exercises a dib-cmd with arguments),
+// {{RECORD}} and {{ELEMENTS}}.
+func (f *fixture) config(text string) *config.Config {
+	f.t.Helper()
+	script, err := filepath.Abs("testdata/fake-disk-image-create")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	r := strings.NewReplacer(
+		"{{IMAGES}}", f.images,
+		"{{LOGS}}", f.logs,
+		"{{DIB}}", "bash "+shellQuote(script),
+		"{{RECORD}}", f.record,
+		"{{ELEMENTS}}", filepath.Join(f.dir, "elements"),
+	)
+	cfg, err := config.Parse("nodepool.yaml", []byte(r.Replace(text)), func(string) (string, bool) { return "", false })
+	if err != nil {
+		f.t.Fatalf("config: %v", err)
+	}
+	return cfg
+}
+
+func (f *fixture) builder(cfg *config.Config) *Builder {
+	return New(Options{
+		Store:     f.st,
+		Config:    cfg,
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now:       f.clock.Now,
+		KillGrace: 300 * time.Millisecond,
+	})
+}
+
+// recording is what one run of the fake DIB recorded.
+type recording struct {
+	pid   int
+	child int
+	args  []string
+	env   map[string]string
+}
+
+// recorded returns what the fake DIB recorded and forgets it for the next build.
+func (f *fixture) recorded() recording {
+	f.t.Helper()
+	data, err := os.ReadFile(f.record)
+	if err != nil {
+		f.t.Fatalf("the fake DIB recorded nothing: %v", err)
+	}
+	os.Remove(f.record)
+	r := recording{env: map[string]string{}}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		kind, val, _ := strings.Cut(sc.Text(), ": ")
+		switch kind {
+		case "pid":
+			r.pid, _ = strconv.Atoi(val)
+		case "child":
+			r.child, _ = strconv.Atoi(val)
+		case "arg":
+			r.args = append(r.args, val)
+		case "env":
+			k, v, _ := strings.Cut(val, "=")
+			r.env[k] = v
+		}
+	}
+	return r
+}
+
+func (f *fixture) build(ctx context.Context, b *Builder, image string) store.Build {
+	f.t.Helper()
+	bd, err := b.Build(ctx, image)
+	if err != nil {
+		f.t.Fatalf("build %s: %v\nlog:\n%s", image, err, f.lastLog(image))
+	}
+	return bd
+}
+
+func (f *fixture) lastLog(image string) string {
+	bs, err := f.st.Builds(context.Background(), store.BuildFilter{Image: image})
+	if err != nil || len(bs) == 0 {
+		return "(no build)"
+	}
+	data, err := os.ReadFile(logPath(f.logs, image, bs[0].ID))
+	if err != nil {
+		return err.Error()
+	}
+	return string(data)
+}
+
+func due(t *testing.T, b *Builder, image string) string {
+	t.Helper()
+	reason, err := b.Due(context.Background(), image)
+	if err != nil {
+		t.Fatalf("due %s: %v", image, err)
+	}
+	return reason
+}
+
+func fileSums(t *testing.T, path string) (sha, md string, size int64) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, m := sha256.Sum256(data), md5.Sum(data)
+	return hex.EncodeToString(s[:]), hex.EncodeToString(m[:]), int64(len(data))
+}
+
+// buildFiles lists the files of a build in the images-dir.
+func buildFiles(t *testing.T, dir string, bd store.Build) []string {
+	t.Helper()
+	var out []string
+	for _, n := range listDir(t, dir) {
+		if strings.HasPrefix(n, bd.Name()+".") {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// processRunning tells whether pid is a live (not zombie) process.
+func processRunning(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(data, ')')
+	f := strings.Fields(string(data[i+1:]))
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+const twoProviders = `
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+elements-dir: {{ELEMENTS}}
+diskimages:
+  - name: debian
+    dib-cmd: {{DIB}}
+    elements: [debian-minimal, vm]
+    release: bookworm
+    env-vars:
+      FAKE_DIB_RECORD: {{RECORD}}
+      TEST_SETTING: "on"
+providers:
+  - name: cloud-a
+    cloud: a
+    diskimages: [{name: debian}]
+  - name: cloud-b
+    cloud: b
+    image-format: raw
+    diskimages: [{name: debian}]
+`
+
+func TestBuildFormatsFromProviders(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config(twoProviders)
+	b := f.builder(cfg)
+	if got := due(t, b, "debian"); got != "no ready build" {
+		t.Fatalf("due = %q, want no ready build", got)
+	}
+	bd := f.build(context.Background(), b, "debian")
+	rec := f.recorded()
+
+	out := f.st.BuildPath("debian", bd.ID)
+	wantArgs := []string{"-x", "-t", "qcow2,raw", "--checksum", "--no-tmpfs", "--qemu-img-options", "compat=0.10",
+		"-o", out, "debian-minimal", "vm"}
+	if !slices.Equal(rec.args, wantArgs) {
+		t.Errorf("DIB args\n got %q\nwant %q", rec.args, wantArgs)
+	}
+	for k, want := range map[string]string{
+		"DIB_RELEASE": "bookworm", "DIB_IMAGE_NAME": "debian", "DIB_IMAGE_FILENAME": out,
+		"ELEMENTS_PATH": filepath.Join(f.dir, "elements"), "TEST_SETTING": "on",
+	} {
+		if got := rec.env[k]; got != want {
+			t.Errorf("DIB env %s=%q, want %q", k, got, want)
+		}
+	}
+
+	if bd.State != store.Ready || bd.Source != store.SourceDIB || bd.Image != "debian" {
+		t.Errorf("build = %+v, want a ready dib build of debian", bd)
+	}
+	if bd.PID != rec.pid {
+		t.Errorf("build PID = %d, want the DIB process %d", bd.PID, rec.pid)
+	}
+	if got := bd.Formats(); !slices.Equal(got, []string{"qcow2", "raw"}) {
+		t.Errorf("formats = %q", got)
+	}
+	for _, file := range bd.Files {
+		sha, md, size := fileSums(t, f.st.FilePath("debian", bd.ID, file.Format))
+		if file.SHA256 != sha || file.MD5 != md || file.Size != size {
+			t.Errorf("%s: recorded sha256 %s md5 %s size %d; the file has %s %s %d", file.Format, file.SHA256, file.MD5, file.Size, sha, md, size)
+		}
+	}
+	if _, err := os.Stat(out + ".d/elements"); err != nil {
+		t.Errorf("DIB's manifest dir: %v", err)
+	}
+
+	log := f.lastLog("debian")
+	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
+	if !strings.HasPrefix(lines[0], "Building "+bd.Name()+" at 2026-03-01T12:00:00Z: bash ") ||
+		!strings.Contains(lines[0], "-x -t qcow2,raw --checksum --no-tmpfs --qemu-img-options compat=0.10 -o "+out+" debian-minimal vm") {
+		t.Errorf("log header = %q", lines[0])
+	}
+	if last := lines[len(lines)-1]; last != "Exit code: 0" {
+		t.Errorf("last log line = %q, want Exit code: 0", last)
+	}
+	for _, want := range []string{"building debian (qcow2,raw)", "this line goes to stderr", "Build completed successfully"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks DIB's output %q:\n%s", want, log)
+		}
+	}
+	if got := due(t, b, "debian"); got != "" {
+		t.Errorf("due right after a build = %q", got)
+	}
+}
+
+func TestBuildOnlyImage(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.config(`
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: rootfs
+    dib-cmd: {{DIB}}
+    elements: [ubuntu-minimal]
+    formats: [tar]
+    env-vars: {FAKE_DIB_RECORD: {{RECORD}}}
+`))
+	bd := f.build(context.Background(), b, "rootfs")
+	rec := f.recorded()
+	out := f.st.BuildPath("rootfs", bd.ID)
+	want := []string{"-x", "-t", "tar", "--checksum", "--no-tmpfs", "-o", out, "ubuntu-minimal"}
+	if !slices.Equal(rec.args, want) {
+		t.Errorf("DIB args\n got %q\nwant %q", rec.args, want)
+	}
+	if _, ok := rec.env["ELEMENTS_PATH"]; ok {
+		t.Errorf("ELEMENTS_PATH set without elements-dir: %q", rec.env["ELEMENTS_PATH"])
+	}
+	if got := bd.Formats(); !slices.Equal(got, []string{"tar"}) {
+		t.Errorf("formats = %q, want tar", got)
+	}
+}
+
+func TestDefaultFormatIsQcow2(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.config(`
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: plain
+    dib-cmd: {{DIB}}
+    elements: [centos-minimal]
+    env-vars: {FAKE_DIB_RECORD: {{RECORD}}}
+`))
+	bd := f.build(context.Background(), b, "plain")
+	rec := f.recorded()
+	if !slices.Contains(rec.args, "qcow2") || !slices.Contains(rec.args, "compat=0.10") {
+		t.Errorf("DIB args %q: want -t qcow2 with its qemu-img options", rec.args)
+	}
+	if got := bd.Formats(); !slices.Equal(got, []string{"qcow2"}) {
+		t.Errorf("formats = %q, want qcow2", got)
+	}
+}
+
+func TestParentAbstractChain(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.config(`
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: base
+    abstract: true
+    dib-cmd: {{DIB}}
+    elements: [vm, simple-init]
+    formats: [raw]
+    env-vars:
+      FAKE_DIB_RECORD: {{RECORD}}
+      TEST_FROM_BASE: base
+      TEST_OVERRIDDEN: base
+  - name: debian-base
+    abstract: true
+    parent: base
+    elements: [debian-minimal]
+    release: "12"
+    env-vars:
+      TEST_OVERRIDDEN: debian-base
+  - name: debian-bookworm
+    parent: debian-base
+    elements: [zuul-worker]
+    env-vars:
+      TEST_LEAF: leaf
+`))
+	bd := f.build(context.Background(), b, "debian-bookworm")
+	rec := f.recorded()
+	out := f.st.BuildPath("debian-bookworm", bd.ID)
+	want := []string{"-x", "-t", "raw", "--checksum", "--no-tmpfs", "-o", out, "vm", "simple-init", "debian-minimal", "zuul-worker"}
+	if !slices.Equal(rec.args, want) {
+		t.Errorf("DIB args\n got %q\nwant %q", rec.args, want)
+	}
+	for k, want := range map[string]string{
+		"TEST_FROM_BASE": "base", "TEST_OVERRIDDEN": "debian-base", "TEST_LEAF": "leaf",
+		"DIB_RELEASE": "12", "DIB_IMAGE_NAME": "debian-bookworm",
+	} {
+		if got := rec.env[k]; got != want {
+			t.Errorf("DIB env %s=%q, want %q", k, got, want)
+		}
+	}
+	if _, err := b.Build(context.Background(), "base"); !errors.Is(err, ErrUnknownImage) {
+		t.Errorf("building an abstract image: err = %v, want ErrUnknownImage", err)
+	}
+}
+
+func TestDueRebuildAge(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.config(`
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: debian
+    dib-cmd: {{DIB}}
+    elements: [debian-minimal]
+    rebuild-age: 3600
+`))
+	f.build(context.Background(), b, "debian")
+	f.clock.Add(59 * time.Minute)
+	if got := due(t, b, "debian"); got != "" {
+		t.Errorf("due before rebuild-age = %q", got)
+	}
+	f.clock.Add(time.Minute)
+	if got := due(t, b, "debian"); !strings.Contains(got, "1h0m0s old (rebuild-age 1h0m0s)") {
+		t.Errorf("due at rebuild-age = %q, want a reason naming the age", got)
+	}
+}
+
+func TestDueNewestBuildLacksFormat(t *testing.T) {
+	f := newFixture(t)
+	const oneProvider = `
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: debian
+    dib-cmd: {{DIB}}
+    elements: [debian-minimal]
+    keep-formats: [qcow2]
+providers:
+  - name: cloud-a
+    cloud: a
+    diskimages: [{name: debian}]
+`
+	b := f.builder(f.config(oneProvider))
+	bd := f.build(context.Background(), b, "debian")
+	// A file removed after upload still counts: the build was made in that format.
+	if err := f.st.MarkFileRemoved(context.Background(), bd.ID, "qcow2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := due(t, b, "debian"); got != "" {
+		t.Errorf("due = %q, want not due", got)
+	}
+	b = f.builder(f.config(oneProvider + `
+  - name: cloud-b
+    cloud: b
+    image-format: vhd
+    diskimages: [{name: debian, pause: true}]
+`))
+	if got, want := due(t, b, "debian"), "newest build "+bd.Name()+" lacks vhd"; got != want {
+		t.Errorf("due = %q, want %q", got, want)
+	}
+}
+
+const failing = `
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: debian
+    dib-cmd: {{DIB}}
+    elements: [debian-minimal]
+    formats: [qcow2, raw]
+    env-vars:
+      FAKE_DIB_RECORD: {{RECORD}}
+      FAKE_DIB_EXIT: "3"
+`
+
+func TestFailedBuildCleanup(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.config(failing))
+	_, err := b.Build(context.Background(), "debian")
+	if err == nil || !strings.Contains(err.Error(), "exited with code 3") {
+		t.Fatalf("err = %v, want exit code 3", err)
+	}
+	bs, _ := f.st.Builds(context.Background(), store.BuildFilter{Image: "debian"})
+	if len(bs) != 1 || bs[0].State != store.Failed {
+		t.Fatalf("builds = %+v, want one failed", bs)
+	}
+	lp := logPath(f.logs, "debian", bs[0].ID)
+	if r := bs[0].Reason; !strings.Contains(r, "exited with code 3") || !strings.Contains(r, lp) {
+		t.Errorf("reason = %q, want the exit code and the log %s", r, lp)
+	}
+	if files := buildFiles(t, f.images, bs[0]); len(files) != 0 {
+		t.Errorf("files left after a failed build: %q", files)
+	}
+	log := f.lastLog("debian")
+	if !strings.HasSuffix(log, "failing with 3\nExit code: 3\n") {
+		t.Errorf("log does not end with DIB's output and Exit code: 3:\n%s", log)
+	}
+}
+
+func TestMissingFormatFileFails(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.config(strings.Replace(failing, `FAKE_DIB_EXIT: "3"`, `FAKE_DIB_SKIP_FORMAT: raw`, 1)))
+	_, err := b.Build(context.Background(), "debian")
+	if err == nil || !strings.Contains(err.Error(), "left no raw file") {
+		t.Fatalf("err = %v, want a missing raw file", err)
+	}
+	bs, _ := f.st.Builds(context.Background(), store.BuildFilter{Image: "debian"})
+	if bs[0].State != store.Failed || len(bs[0].Files) != 0 {
+		t.Errorf("build = %+v, want failed without files", bs[0])
+	}
+	if files := buildFiles(t, f.images, bs[0]); len(files) != 0 {
+		t.Errorf("files left: %q", files)
+	}
+	if log := f.lastLog("debian"); !strings.HasSuffix(log, "Exit code: 0\n") {
+		t.Errorf("log:\n%s", log)
+	}
+}
+
+func TestChecksumsComputedWhenDIBWritesNone(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.config(strings.Replace(failing, `FAKE_DIB_EXIT: "3"`, `FAKE_DIB_NO_CHECKSUM: "1"`, 1)))
+	bd := f.build(context.Background(), b, "debian")
+	for _, file := range bd.Files {
+		path := f.st.FilePath("debian", bd.ID, file.Format)
+		sha, md, _ := fileSums(t, path)
+		if file.SHA256 != sha || file.MD5 != md {
+			t.Errorf("%s: recorded %s %s, want %s %s", file.Format, file.SHA256, file.MD5, sha, md)
+		}
+		if got, _ := store.ReadSidecar(path + ".sha256"); got != sha {
+			t.Errorf("%s.sha256 sidecar = %q, want %s", path, got, sha)
+		}
+	}
+}
+
+func TestSquashfsTakesTheStoresName(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.config(`
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: live
+    dib-cmd: {{DIB}}
+    elements: [e]
+    formats: [squashfs]
+`))
+	bd := f.build(context.Background(), b, "live")
+	path := f.st.FilePath("live", bd.ID, "squashfs")
+	sha, _, _ := fileSums(t, path)
+	if file, ok := bd.File("squashfs"); !ok || file.SHA256 != sha {
+		t.Errorf("squashfs file = %+v, want sha256 %s", file, sha)
+	}
+	data, err := os.ReadFile(path + ".sha256")
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(data)), filepath.Base(path)) {
+		t.Errorf("sidecar %q (%v) does not name %s", data, err, filepath.Base(path))
+	}
+	if files := buildFiles(t, f.images, bd); slices.ContainsFunc(files, func(n string) bool { return strings.Contains(n, ".squash.") || strings.HasSuffix(n, ".squash") }) {
+		t.Errorf("DIB's .squash names left: %q", files)
+	}
+}
+
+const hanging = `
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: debian
+    dib-cmd: {{DIB}}
+    elements: [debian-minimal]
+    build-timeout: 2
+    env-vars:
+      FAKE_DIB_RECORD: {{RECORD}}
+      FAKE_DIB_HANG: "1"
+`
+
+// waitRecorded waits until the hanging fake DIB has started its child.
+func (f *fixture) waitRecorded() {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if data, _ := os.ReadFile(f.record); bytes.Contains(data, []byte("child: ")) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.t.Fatal("the fake DIB did not start")
+}
+
+func TestBuildTimeoutKillsProcessGroup(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.config(hanging))
+	type result struct {
+		bd  store.Build
+		err error
+	}
+	done := make(chan result)
+	go func() {
+		bd, err := b.Build(context.Background(), "debian")
+		done <- result{bd, err}
+	}()
+	f.waitRecorded()
+
+	// While DIB runs, the store shows the build with DIB's pid, and it is not built twice.
+	bs, err := f.st.Builds(context.Background(), store.BuildFilter{Image: "debian"})
+	if err != nil || len(bs) != 1 || bs[0].State != store.Building {
+		t.Fatalf("builds while building = %+v, %v", bs, err)
+	}
+	if got := due(t, b, "debian"); got != "" {
+		t.Errorf("due while building = %q", got)
+	}
+	if _, err := b.Build(context.Background(), "debian"); !errors.Is(err, ErrBuilding) {
+		t.Errorf("second build: err = %v, want ErrBuilding", err)
+	}
+
+	res := <-done
+	rec := f.recorded()
+	if bs[0].PID != rec.pid {
+		t.Errorf("building record has pid %d, want DIB's %d", bs[0].PID, rec.pid)
+	}
+	if res.err == nil || !strings.Contains(res.err.Error(), "timed out") {
+		t.Fatalf("err = %v, want a timeout", res.err)
+	}
+	for _, pid := range []int{rec.pid, rec.child} {
+		if processRunning(pid) {
+			t.Errorf("process %d survived the timeout", pid)
+		}
+	}
+	bd, err := f.st.Build(context.Background(), bs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bd.State != store.Failed || !strings.Contains(bd.Reason, "timed out after 2s") {
+		t.Errorf("build = %s %q, want failed with a timeout reason", bd.State, bd.Reason)
+	}
+	if files := buildFiles(t, f.images, bd); len(files) != 0 {
+		t.Errorf("files left after a timeout: %q", files)
+	}
+	log := f.lastLog("debian")
+	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "Exit code: -") {
+		t.Errorf("last log line = %q, want the signal's exit code", last)
+	}
+	if !strings.Contains(log, "Build timed out after 2s") {
+		t.Errorf("log does not say the build timed out:\n%s", log)
+	}
+}
+
+func TestCancelKillsBuildAndKeepsRequest(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.config(strings.Replace(hanging, "build-timeout: 2", "build-timeout: 600", 1)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := f.st.RequestBuild(ctx, "debian"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() {
+		err := b.Step(ctx)
+		done <- err
+	}()
+	f.waitRecorded()
+	cancel()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the build did not stop when its context ended")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+	rec := f.recorded()
+	for _, pid := range []int{rec.pid, rec.child} {
+		if processRunning(pid) {
+			t.Errorf("process %d survived the cancel", pid)
+		}
+	}
+	bs, _ := f.st.Builds(context.Background(), store.BuildFilter{Image: "debian"})
+	if len(bs) != 1 || bs[0].State != store.Failed || !strings.Contains(bs[0].Reason, "cancelled") {
+		t.Errorf("builds = %+v, want one failed as cancelled", bs)
+	}
+	reqs, _ := f.st.BuildRequests(context.Background())
+	if _, ok := reqs["debian"]; !ok {
+		t.Error("the manual request was dropped though its build never finished")
+	}
+}
+
+func TestPause(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config(`
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: paused
+    dib-cmd: {{DIB}}
+    elements: [e]
+    pause: true
+  - name: running
+    dib-cmd: {{DIB}}
+    elements: [e]
+`)
+	b := f.builder(cfg)
+	ctx := context.Background()
+	if err := f.st.RequestBuild(ctx, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.SetPaused(ctx, "running", true); err != nil {
+		t.Fatal(err)
+	}
+	for _, image := range []string{"paused", "running"} {
+		if got := due(t, b, image); got != "" {
+			t.Errorf("%s: due = %q while paused", image, got)
+		}
+	}
+	if err := b.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if bs, _ := f.st.Builds(ctx, store.BuildFilter{}); len(bs) != 0 {
+		t.Errorf("paused images were built: %+v", bs)
+	}
+	if err := f.st.SetPaused(ctx, "running", false); err != nil {
+		t.Fatal(err)
+	}
+	if got := due(t, b, "running"); got != "no ready build" {
+		t.Errorf("due after unpause = %q", got)
+	}
+}
+
+func TestManualRequest(t *testing.T) {
+	f := newFixture(t)
+	ok := f.config(`
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: debian
+    dib-cmd: {{DIB}}
+    elements: [e]
+`)
+	b := f.builder(ok)
+	ctx := context.Background()
+	first := f.build(ctx, b, "debian")
+	f.clock.Add(time.Minute)
+	if err := f.st.RequestBuild(ctx, "debian"); err != nil {
+		t.Fatal(err)
+	}
+	if got := due(t, b, "debian"); !strings.HasPrefix(got, "manual build requested at 2026-03-01T12:01:00Z") {
+		t.Errorf("due = %q, want the manual request", got)
+	}
+	f.clock.Add(time.Minute)
+	if err := b.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bs, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian", State: store.Ready})
+	if len(bs) != 2 || bs[1].ID != first.ID {
+		t.Fatalf("ready builds = %d, want a second one", len(bs))
+	}
+	reqs, _ := f.st.BuildRequests(ctx)
+	if len(reqs) != 0 {
+		t.Errorf("requests after the build = %v, want none", reqs)
+	}
+	if got := due(t, b, "debian"); got != "" {
+		t.Errorf("due after the requested build = %q", got)
+	}
+
+	// A failed build settles its request too, so it is not retried in a loop.
+	b = f.builder(f.config(strings.Replace(failing, "formats: [qcow2, raw]", "formats: [qcow2]", 1)))
+	if err := f.st.RequestBuild(ctx, "debian"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Step(ctx); err == nil || !strings.Contains(err.Error(), "exited with code 3") {
+		t.Fatalf("step err = %v, want the failed build", err)
+	}
+	if reqs, _ := f.st.BuildRequests(ctx); len(reqs) != 0 {
+		t.Errorf("requests after a failed build = %v, want none", reqs)
+	}
+}
+
+func TestFailureBackoff(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.config(failing))
+	ctx := context.Background()
+	if err := b.Step(ctx); err == nil {
+		t.Fatal("step: no error from a failing build")
+	}
+	f.clock.Add(9 * time.Minute)
+	if got := due(t, b, "debian"); got != "" {
+		t.Errorf("due 9m after a failure = %q, want a wait", got)
+	}
+	if err := b.Step(ctx); err != nil {
+		t.Errorf("step within the backoff: %v", err)
+	}
+	if bs, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian"}); len(bs) != 1 {
+		t.Errorf("builds within the backoff = %d, want 1", len(bs))
+	}
+	if err := f.st.RequestBuild(ctx, "debian"); err != nil {
+		t.Fatal(err)
+	}
+	if got := due(t, b, "debian"); !strings.HasPrefix(got, "manual build requested") {
+		t.Errorf("due with a request inside the backoff = %q", got)
+	}
+	if err := f.st.ClearBuildRequest(ctx, "debian", f.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Add(time.Minute)
+	if got := due(t, b, "debian"); got != "no ready build" {
+		t.Errorf("due 10m after a failure = %q, want no ready build", got)
+	}
+}
+
+func TestBuildLogPruning(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config(`
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+build-log-retention: 2
+diskimages:
+  - name: fedora
+    dib-cmd: {{DIB}}
+    elements: [fedora]
+  - name: fedora-40
+    dib-cmd: {{DIB}}
+    elements: [fedora]
+`)
+	if err := os.MkdirAll(f.logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := []string{"fedora-" + id1 + ".log", "fedora-" + id2 + ".log", "fedora-" + id3 + ".log"}
+	other := []string{"fedora-40-" + id1 + ".log", "fedora-40-" + id2 + ".log", "fedora-40-" + id3 + ".log"}
+	writeLogs(t, f.logs, old...)
+	writeLogs(t, f.logs, other...)
+	bd := f.build(context.Background(), f.builder(cfg), "fedora")
+	want := append([]string{"fedora-" + bd.ID + ".log", old[0]}, other...)
+	slices.Sort(want)
+	if got := listDir(t, f.logs); !slices.Equal(got, want) {
+		t.Errorf("logs\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestStepBuildsOnlyDueImagesAndJoinsFailures(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.config(`
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: fresh
+    dib-cmd: {{DIB}}
+    elements: [e]
+  - name: broken
+    dib-cmd: {{DIB}}
+    elements: [e]
+    env-vars: {FAKE_DIB_EXIT: "1"}
+  - name: gone
+    dib-cmd: /nonexistent/disk-image-create
+    elements: [e]
+`))
+	ctx := context.Background()
+	fresh := f.build(ctx, b, "fresh")
+	err := b.Step(ctx)
+	if err == nil {
+		t.Fatal("step: no error")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "broken-") || !strings.Contains(msg, "exited with code 1") ||
+		!strings.Contains(msg, "gone-") {
+		t.Errorf("step error = %q, want both failures", msg)
+	}
+	bs, _ := f.st.Builds(ctx, store.BuildFilter{Image: "fresh"})
+	if len(bs) != 1 || bs[0].ID != fresh.ID {
+		t.Errorf("fresh was rebuilt: %+v", bs)
+	}
+	if log := f.lastLog("gone"); !strings.HasSuffix(log, "Exit code: 127\n") {
+		t.Errorf("log of a missing dib-cmd:\n%s", log)
+	}
+}
+
+func TestUnknownImage(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.config("images-dir: {{IMAGES}}\n"))
+	if _, err := b.Due(context.Background(), "nope"); !errors.Is(err, ErrUnknownImage) {
+		t.Errorf("Due: err = %v", err)
+	}
+	if _, err := b.Build(context.Background(), "nope"); !errors.Is(err, ErrUnknownImage) {
+		t.Errorf("Build: err = %v", err)
+	}
+}
