@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -115,4 +117,86 @@ func TestDaemonUploadsAsBuildsArriveAndStopsOnSIGTERM(t *testing.T) {
 	if !strings.Contains(logs.String(), "msg=stopped") {
 		t.Errorf("daemon did not log a clean stop:\n%s", logs.String())
 	}
+}
+
+// startDaemon runs the real main as a child process and stops it at cleanup.
+func startDaemon(t *testing.T, cfgPath string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-c", cfgPath)
+	cmd.Env = append(os.Environ(), "NODEPOOL_BUILDER_TEST_MAIN=1")
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	return cmd, logs
+}
+
+func TestDaemonReloadsConfig(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	write := func(qImages, rImages, images string) {
+		cfg := fmt.Sprintf(`images-dir: %s
+zuul-images:
+%sproviders:
+  - name: cloud-q
+    cloud: %s
+    image-format: qcow2
+    diskimages:
+%s  - name: cloud-r
+    cloud: %s
+    image-format: raw
+    diskimages:
+%s`, filepath.Join(e.dir, "images"), images, e.glance.Cloud, qImages, e.glance.Cloud, rImages)
+		if err := os.WriteFile(e.cfgPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	image := fmt.Sprintf("  - name: debian\n    api-url: %s\n    tenant: example\n    project: org/images\n    job: build-debian\n    poll-interval: 1\n", e.zuul.URL())
+	listed := "      - name: debian\n"
+	write(listed, "      []\n", image)
+	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
+	cmd, logs := startDaemon(t, e.cfgPath)
+	count := func(p string) func() bool {
+		return func() bool { return len(e.images(p)) == 1 }
+	}
+	waitFor(t, 60*time.Second, "the upload to cloud-q", count("cloud-q"), logs.String)
+
+	// A provider newly listing the image gets the current build (its format fetched now).
+	write(listed, listed, image)
+	waitFor(t, 60*time.Second, "the upload to the newly listing cloud-r (file change)", count("cloud-r"), logs.String)
+	if n := len(e.buildsJSON()); n != 1 {
+		t.Fatalf("a new build was made for the new provider: %d builds", n)
+	}
+
+	// An image removed from a provider's list: its uploads there go (SIGHUP).
+	write("      []\n", listed, image)
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, 60*time.Second, "the uploads in cloud-q to go", func() bool { return len(e.images("cloud-q")) == 0 }, logs.String)
+	if len(e.images("cloud-r")) != 1 {
+		t.Fatal("cloud-r's upload went too")
+	}
+
+	// A broken config is reported and the running one stays.
+	os.WriteFile(e.cfgPath, []byte("providers: [\n"), 0o644)
+	waitFor(t, 30*time.Second, "the broken config to be reported", func() bool {
+		return strings.Contains(logs.String(), "config not reloaded")
+	}, logs.String)
+
+	// An image removed from the config: its uploads, files and records go.
+	write("      []\n", "      []\n", "  []\n")
+	waitFor(t, 60*time.Second, "everything of the removed image to go", func() bool {
+		files, _ := filepath.Glob(filepath.Join(e.dir, "images", "debian-*"))
+		return len(e.images("cloud-r")) == 0 && len(e.buildsJSON()) == 0 && len(e.uploadsJSON()) == 0 && len(files) == 0
+	}, logs.String)
 }
