@@ -72,7 +72,7 @@ func (p *process) wait(ctx context.Context, timeout, grace time.Duration) (outco
 	}
 	var stopErr error
 	if o.TimedOut || o.Cancelled {
-		stopErr = p.stopGroup(grace)
+		stopErr = stopGroup(p.pid(), grace)
 	}
 	<-p.exited
 	o.ExitCode = exitCode(p.cmd.ProcessState)
@@ -86,8 +86,7 @@ func (p *process) wait(ctx context.Context, timeout, grace time.Duration) (outco
 // what it mounted, SIGKILL for whatever is left after grace. The leader may be
 // gone while children it started still run in its group, so it waits for the
 // group, not the leader.
-func (p *process) stopGroup(grace time.Duration) error {
-	pgid := p.pid()
+func stopGroup(pgid int, grace time.Duration) error {
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	deadline := time.Now().Add(grace)
 	for groupAlive(pgid) && time.Now().Before(deadline) {

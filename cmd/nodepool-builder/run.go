@@ -158,6 +158,12 @@ func start(c *cli.Context) (*builder, *parts, error) {
 	return b, p, nil
 }
 
+// recover settles what a builder that is gone left in flight: its DIB processes
+// are stopped first, so that their files can go.
+func (p *parts) recover(ctx context.Context) error {
+	return errors.Join(p.dib.Recover(ctx), p.uploader.Recover(ctx))
+}
+
 // runOnce does every due step once, to completion, and reports what failed.
 func runOnce(c *cli.Context) error {
 	b, p, err := start(c)
@@ -167,7 +173,7 @@ func runOnce(c *cli.Context) error {
 	defer b.close()
 	ctx := c.Context
 	var failures []error
-	if err := p.uploader.Recover(ctx); err != nil {
+	if err := p.recover(ctx); err != nil {
 		failures = append(failures, fmt.Errorf("recover: %w", err))
 	}
 	for _, zi := range p.cfg.ZuulImages {
@@ -206,7 +212,7 @@ func runDaemon(c *cli.Context) error {
 	}
 	defer b.close()
 	ctx := c.Context
-	if err := p.uploader.Recover(ctx); err != nil {
+	if err := p.recover(ctx); err != nil {
 		b.log.Error("recovery incomplete; continuing", "error", err)
 	}
 	hup := make(chan os.Signal, 1)
