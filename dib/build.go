@@ -2,12 +2,8 @@ package dib
 
 import (
 	"context"
-	"crypto/md5"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -206,7 +202,7 @@ func (b *Builder) collect(rec store.Build, format string) (store.File, error) {
 	if sha == "" || md == "" {
 		// A dib-cmd that ignores --checksum: make the sidecars nodepool relies on.
 		b.log.Warn("DIB wrote no checksum files; computing them", "file", path)
-		if sha, md, err = checksums(path); err != nil {
+		if sha, md, _, err = store.HashFile(path); err != nil {
 			return store.File{}, err
 		}
 		if err := store.WriteSidecars(path, sha, md); err != nil {
@@ -239,20 +235,6 @@ func renameOutput(from, to string) error {
 		}
 	}
 	return nil
-}
-
-// checksums reads a file once and returns its sha256 and md5 in hex.
-func checksums(path string) (sha, md string, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", "", fmt.Errorf("checksum %s: %w", path, err)
-	}
-	defer f.Close()
-	hs, hm := sha256.New(), md5.New()
-	if _, err := io.Copy(io.MultiWriter(hs, hm), f); err != nil {
-		return "", "", fmt.Errorf("checksum %s: %w", path, err)
-	}
-	return hex.EncodeToString(hs.Sum(nil)), hex.EncodeToString(hm.Sum(nil)), nil
 }
 
 // pruneLogs keeps the newest build-log-retention logs of image. nodepool keeps

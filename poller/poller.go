@@ -5,14 +5,9 @@ package poller
 
 import (
 	"context"
-	"crypto/md5"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"os/exec"
 	"slices"
 
@@ -310,11 +305,11 @@ func (p *Poller) convertFormat(ctx context.Context, b store.Build, src, dst stri
 	if err := artifacts.Convert(ctx, p.opts.QemuImg, in, src, out, dst); err != nil {
 		return err
 	}
-	sha, md5, size, err := hashFile(out)
+	sha, md, size, err := store.HashFile(out)
 	if err != nil {
 		return err
 	}
-	return p.record(ctx, b, dst, sha, md5, size, "")
+	return p.record(ctx, b, dst, sha, md, size, "")
 }
 
 func (p *Poller) record(ctx context.Context, b store.Build, format, sha, md5 string, size int64, url string) error {
@@ -323,19 +318,4 @@ func (p *Poller) record(ctx context.Context, b store.Build, format, sha, md5 str
 		return err
 	}
 	return p.opts.Store.AddFile(ctx, b.ID, store.File{Format: format, SHA256: sha, MD5: md5, Size: size, URL: url})
-}
-
-// hashFile computes the checksums of a file made locally (a conversion's output).
-func hashFile(path string) (sha, md string, size int64, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", "", 0, fmt.Errorf("checksum %s: %w", path, err)
-	}
-	defer f.Close()
-	h256, h5 := sha256.New(), md5.New()
-	size, err = io.Copy(io.MultiWriter(h256, h5), f)
-	if err != nil {
-		return "", "", 0, fmt.Errorf("checksum %s: %w", path, err)
-	}
-	return hex.EncodeToString(h256.Sum(nil)), hex.EncodeToString(h5.Sum(nil)), size, nil
 }

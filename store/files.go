@@ -1,8 +1,12 @@
 package store
 
 import (
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,4 +155,19 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// HashFile reads a file once and returns its sha256, md5 and size: for files made
+// on this host (a conversion, a DIB build that wrote no checksums).
+func HashFile(path string) (sha, md string, size int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", "", 0, fmt.Errorf("checksum %s: %w", path, err)
+	}
+	defer f.Close()
+	hs, hm := sha256.New(), md5.New()
+	if size, err = io.Copy(io.MultiWriter(hs, hm), f); err != nil {
+		return "", "", 0, fmt.Errorf("checksum %s: %w", path, err)
+	}
+	return hex.EncodeToString(hs.Sum(nil)), hex.EncodeToString(hm.Sum(nil)), size, nil
 }

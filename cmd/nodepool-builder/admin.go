@@ -415,22 +415,6 @@ func alienImageList(c *cli.Context) error {
 	return nil
 }
 
-// newBuildJSON is a build as dib-image-list --json shows it.
-func newBuildJSON(b store.Build) buildJSON {
-	formats := b.Formats()
-	if formats == nil {
-		formats = []string{}
-	}
-	return buildJSON{b.Name(), b.Image, b.ID, string(b.Source), b.BuilderID, formats,
-		string(b.State), b.StateTime.Format(time.RFC3339), b.Zuul.UUID}
-}
-
-// newUploadJSON is an upload as image-list --json shows it.
-func newUploadJSON(u store.Upload) uploadJSON {
-	return uploadJSON{u.BuildID, u.ID, u.Provider, u.Image, u.ExternalName, u.ExternalID,
-		u.Format, string(u.State), u.StateTime.Format(time.RFC3339)}
-}
-
 func orNone(s string) string {
 	if s == "" {
 		return "none"

@@ -38,6 +38,22 @@ type buildJSON struct {
 	ZuulBuildUUID string   `json:"zuul_build_uuid,omitempty"`
 }
 
+// newBuildJSON is a build as dib-image-list --json shows it.
+func newBuildJSON(b store.Build) buildJSON {
+	formats := b.Formats()
+	if formats == nil {
+		formats = []string{}
+	}
+	return buildJSON{b.Name(), b.Image, b.ID, string(b.Source), b.BuilderID, formats,
+		string(b.State), b.StateTime.Format(time.RFC3339), b.Zuul.UUID}
+}
+
+// newUploadJSON is an upload as image-list --json shows it.
+func newUploadJSON(u store.Upload) uploadJSON {
+	return uploadJSON{u.BuildID, u.ID, u.Provider, u.Image, u.ExternalName, u.ExternalID,
+		u.Format, string(u.State), u.StateTime.Format(time.RFC3339)}
+}
+
 func imageList(c *cli.Context) error {
 	cfg, err := loadConfig(c)
 	if err != nil {
@@ -55,8 +71,7 @@ func imageList(c *cli.Context) error {
 	if c.Bool("json") {
 		rows := make([]uploadJSON, 0, len(ups))
 		for _, u := range ups {
-			rows = append(rows, uploadJSON{u.BuildID, u.ID, u.Provider, u.Image, u.ExternalName, u.ExternalID,
-				u.Format, string(u.State), u.StateTime.Format(time.RFC3339)})
+			rows = append(rows, newUploadJSON(u))
 		}
 		return writeJSON(c.App.Writer, rows)
 	}
@@ -85,12 +100,7 @@ func dibImageList(c *cli.Context) error {
 	if c.Bool("json") {
 		rows := make([]buildJSON, 0, len(builds))
 		for _, b := range builds {
-			formats := b.Formats()
-			if formats == nil {
-				formats = []string{}
-			}
-			rows = append(rows, buildJSON{b.Name(), b.Image, b.ID, string(b.Source), b.BuilderID, formats,
-				string(b.State), b.StateTime.Format(time.RFC3339), b.Zuul.UUID})
+			rows = append(rows, newBuildJSON(b))
 		}
 		return writeJSON(c.App.Writer, rows)
 	}
