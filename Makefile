@@ -1,23 +1,27 @@
 GO ?= go
 BIN := bin/nodepool-builder
 
-.PHONY: all build deps test vet bench demo clean
+.PHONY: all build deps deps-test test vet bench demo clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/nodepool-builder
 
-# deps installs the real parts (Glance, qemu-img, zstd) when they are missing.
+# deps installs the real parts the demo runs (Glance, qemu-img, zstd) when they
+# are missing; deps-test adds diskimage-builder for the real DIB build test.
 deps:
-	sh scripts/deps.sh
+	sh scripts/deps.sh demo
+
+deps-test:
+	sh scripts/deps.sh test
 
 vet:
 	$(GO) vet ./...
 
 # test runs every test, integration tests against the real parts included.
 # Under CI=true a missing part fails the run instead of skipping.
-test: deps vet
+test: deps-test vet
 	$(GO) test -count=1 -timeout 40m ./...
 
 # bench shows that memory stays flat whatever the image size.

@@ -1,8 +1,9 @@
 #!/bin/sh
-# Installs the real parts that the tests and the demo run, from Debian's packages:
-# a standalone Glance, qemu-img, zstd and diskimage-builder (it brings debootstrap;
-# a debian-minimal build also runs sudo and mkfs.ext4 on the host). Does nothing
-# when they are present.
+# Installs the real parts that the demo and the tests run, from Debian's packages:
+# a standalone Glance, qemu-img and zstd; with "test", also diskimage-builder (it
+# brings debootstrap; a debian-minimal build also runs sudo and mkfs.ext4 on the
+# host). Does nothing when they are present.
+#   usage: deps.sh [demo|test]
 set -eu
 
 missing=""
@@ -11,10 +12,12 @@ need glance-api glance-api
 need glance-manage glance-api
 need qemu-img qemu-utils
 need zstd zstd
-need disk-image-create python3-diskimage-builder
-need sudo sudo
-# mkfs.ext4 lives in sbin, which a non-root PATH may lack.
-[ -x /sbin/mkfs.ext4 ] || [ -x /usr/sbin/mkfs.ext4 ] || missing="$missing e2fsprogs"
+if [ "${1:-demo}" = test ]; then
+	need disk-image-create python3-diskimage-builder
+	need sudo sudo
+	# mkfs.ext4 lives in sbin, which a non-root PATH may lack.
+	[ -x /sbin/mkfs.ext4 ] || [ -x /usr/sbin/mkfs.ext4 ] || missing="$missing e2fsprogs"
+fi
 
 [ -z "$missing" ] && exit 0
 pkgs=$(echo $missing | tr ' ' '\n' | sort -u | tr '\n' ' ')

@@ -18,7 +18,7 @@ func RequireBinary(t testing.TB, name string) string {
 	if err == nil {
 		return path
 	}
-	const hint = "%s not installed; run `make deps` (CI requires every real part)"
+	const hint = "%s not installed; run `make deps-test` (CI requires every real part)"
 	if os.Getenv("CI") == "true" {
 		t.Fatalf(hint, name)
 	} else {

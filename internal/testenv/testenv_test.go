@@ -62,7 +62,7 @@ func TestRequireBinary(t *testing.T) {
 				t.Errorf("skip = %q, want skip: %v", rec.skip, tt.wantSkip)
 			}
 			for _, msg := range []string{rec.fatal, rec.skip} {
-				if msg != "" && !strings.Contains(msg, tt.binary+" not installed; run `make deps`") {
+				if msg != "" && !strings.Contains(msg, tt.binary+" not installed; run `make deps-test`") {
 					t.Errorf("message %q does not name the binary and the fix", msg)
 				}
 			}
