@@ -4,13 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,11 +19,17 @@ import (
 // adminConfig is a nodepool.yaml with every kind of image the admin commands
 // treat differently: a diskimage, an abstract one, a diskimage paused in the
 // config, and a zuul-image (polled every second) uploaded to two providers.
-const adminConfig = `images-dir: %s
+// Its diskimages run the fake DIB, and dib-image's build (due at start) takes an
+// hour, so the build requests the test makes stay pending.
+const adminConfig = `images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
 diskimages:
   - name: dib-base
     abstract: true
+    dib-cmd: {{DIB}}
     elements: [vm]
+    env-vars:
+      FAKE_DIB_SLEEP: "3600"
   - name: dib-image
     parent: dib-base
     elements: [debian-minimal]
@@ -35,19 +38,19 @@ diskimages:
     pause: true
 zuul-images:
   - name: debian
-    api-url: %s
+    api-url: {{ZUUL}}
     tenant: example
     project: org/images
     job: build-debian
     poll-interval: 1
 providers:
   - name: cloud-q
-    cloud: %s
+    cloud: {{CLOUD}}
     image-format: qcow2
     diskimages:
       - name: debian
   - name: cloud-r
-    cloud: %s
+    cloud: {{CLOUD}}
     image-format: raw
     diskimages:
       - name: debian
@@ -57,36 +60,29 @@ providers:
 func writeAdminConfig(t *testing.T, dir, zuulURL, cloud string) string {
 	t.Helper()
 	path := filepath.Join(dir, "nodepool.yaml")
-	cfg := fmt.Sprintf(adminConfig, filepath.Join(dir, "images"), zuulURL, cloud, cloud)
+	cfg := strings.NewReplacer(
+		"{{IMAGES}}", filepath.Join(dir, "images"),
+		"{{LOGS}}", filepath.Join(dir, "logs", "builds"),
+		"{{DIB}}", fakeDIBCmd(t),
+		"{{ZUUL}}", zuulURL,
+		"{{CLOUD}}", cloud,
+	).Replace(adminConfig)
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
 }
 
-// startAdminDaemon runs the real main as a daemon in a child process; it is
-// stopped with SIGTERM at cleanup.
-func startAdminDaemon(t *testing.T, cfgPath string) *syncBuffer {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-c", cfgPath)
-	cmd.Env = append(os.Environ(), "NODEPOOL_BUILDER_TEST_MAIN=1")
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-exited
+// buildsOf is dib-image-list --json for one image.
+func (e *env) buildsOf(image string) []buildJSON {
+	e.t.Helper()
+	var out []buildJSON
+	for _, b := range e.buildsJSON() {
+		if b.Image == image {
+			out = append(out, b)
 		}
-	})
-	return logs
+	}
+	return out
 }
 
 // must runs a command and fails the test unless it exits with code and its
@@ -158,7 +154,7 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 	e.cfgPath = writeAdminConfig(t, e.dir, e.zuul.URL(), e.glance.Cloud)
 	imagesDir := filepath.Join(e.dir, "images")
 	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
-	logs := startAdminDaemon(t, e.cfgPath)
+	logs := startDaemon(t, e.cfgPath).logs
 	readyUploads := func(n int) func() bool {
 		return func() bool {
 			count := 0
@@ -185,7 +181,7 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 	}
 	zb2 := e.addBuild(e.makeImage(2), zuultest.BuildSpec{})
 	time.Sleep(4 * time.Second) // four poll intervals
-	if n := len(e.buildsJSON()); n != 1 {
+	if n := len(e.buildsOf("debian")); n != 1 {
 		t.Fatalf("a new Zuul build was fetched while the image was paused: %d builds\n%s", n, logs.String())
 	}
 	if n := e.zuul.BytesServed(e.artifact(zb2, "debian qcow2").Path); n != 0 {
@@ -197,10 +193,10 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 		t.Fatalf("image-status after image-unpause: %+v", st["debian"])
 	}
 	waitFor(t, 60*time.Second, "the new build to be fetched and uploaded after image-unpause", func() bool {
-		return len(e.buildsJSON()) == 2 && readyUploads(4)()
+		return len(e.buildsOf("debian")) == 2 && readyUploads(4)()
 	}, logs.String)
 
-	builds := e.buildsJSON()
+	builds := e.buildsOf("debian")
 	newest, oldest := builds[0], builds[1]
 	var newestR, newestQ uploadJSON
 	var oldestUps []uploadJSON

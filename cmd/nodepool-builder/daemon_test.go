@@ -60,21 +60,8 @@ func TestDaemonUploadsAsBuildsArriveAndStopsOnSIGTERM(t *testing.T) {
 	e.writeConfig("    poll-interval: 1\n")
 	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
 
-	cmd := exec.Command(os.Args[0], "-c", e.cfgPath)
-	cmd.Env = append(os.Environ(), "NODEPOOL_BUILDER_TEST_MAIN=1")
-	var logs syncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
+	d := startDaemon(t, e.cfgPath)
+	logs := d.logs
 
 	ready := func(n int) func() bool {
 		return func() bool {
@@ -103,13 +90,13 @@ func TestDaemonUploadsAsBuildsArriveAndStopsOnSIGTERM(t *testing.T) {
 		return ready(4)() && len(builds) == 2 && builds[0].State == "ready"
 	}, logs.String)
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("daemon exited with %v after SIGTERM\n%s", err, logs.String())
+	case <-d.exited:
+		if d.err != nil {
+			t.Fatalf("daemon exited with %v after SIGTERM\n%s", d.err, logs.String())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("daemon did not stop within 30s of SIGTERM\n%s", logs.String())
@@ -119,28 +106,38 @@ func TestDaemonUploadsAsBuildsArriveAndStopsOnSIGTERM(t *testing.T) {
 	}
 }
 
-// startDaemon runs the real main as a child process and stops it at cleanup.
-func startDaemon(t *testing.T, cfgPath string) (*exec.Cmd, *syncBuffer) {
+// daemon is the real main running as a daemon in a child process.
+type daemon struct {
+	cmd    *exec.Cmd
+	logs   *syncBuffer   // its stdout and stderr
+	exited chan struct{} // closed once it has exited
+	err    error         // how it exited; set before exited is closed
+}
+
+// startDaemon runs the real main as a daemon in a child process. At cleanup, a
+// daemon still running is stopped with SIGTERM, or killed after 30 s.
+func startDaemon(t *testing.T, cfgPath string) *daemon {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-c", cfgPath)
-	cmd.Env = append(os.Environ(), "NODEPOOL_BUILDER_TEST_MAIN=1")
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
+	d := &daemon{cmd: exec.Command(os.Args[0], "-c", cfgPath), logs: &syncBuffer{}, exited: make(chan struct{})}
+	d.cmd.Env = append(os.Environ(), "NODEPOOL_BUILDER_TEST_MAIN=1")
+	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
+	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
+	go func() {
+		d.err = d.cmd.Wait()
+		close(d.exited)
+	}()
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
+		d.cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case <-d.exited:
 		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-exited
+			d.cmd.Process.Kill()
+			<-d.exited
 		}
 	})
-	return cmd, logs
+	return d
 }
 
 func TestDaemonReloadsConfig(t *testing.T) {
@@ -166,7 +163,8 @@ zuul-images:
 	listed := "      - name: debian\n"
 	write(listed, "      []\n", image)
 	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
-	cmd, logs := startDaemon(t, e.cfgPath)
+	d := startDaemon(t, e.cfgPath)
+	logs := d.logs
 	count := func(p string) func() bool {
 		return func() bool { return len(e.images(p)) == 1 }
 	}
@@ -181,7 +179,7 @@ zuul-images:
 
 	// An image removed from a provider's list: its uploads there go (SIGHUP).
 	write("      []\n", listed, image)
-	cmd.Process.Signal(syscall.SIGHUP)
+	d.cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, 60*time.Second, "the uploads in cloud-q to go", func() bool { return len(e.images("cloud-q")) == 0 }, logs.String)
 	if len(e.images("cloud-r")) != 1 {
 		t.Fatal("cloud-r's upload went too")
