@@ -24,8 +24,9 @@ type Options struct {
 	// Clouds holds the image service of every provider in Config, by provider name.
 	Clouds map[string]Cloud
 	Logger *slog.Logger
-	// RetryBase is the first wait between upload attempts; it doubles each time.
-	RetryBase time.Duration // default 10s
+	// RetryBase is the wait after an upload's first failure before a later step
+	// tries it again; it doubles with each further failure.
+	RetryBase time.Duration // default 30s
 	// PollInterval is how often an upload's status is checked while Glance imports it.
 	PollInterval time.Duration // default 2s
 	Now          func() time.Time
@@ -44,7 +45,7 @@ func New(opts Options) *Uploader {
 		opts.Logger = slog.Default()
 	}
 	if opts.RetryBase <= 0 {
-		opts.RetryBase = 10 * time.Second
+		opts.RetryBase = 30 * time.Second
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 2 * time.Second
@@ -161,10 +162,14 @@ func (u *Uploader) plan(ctx context.Context) ([]job, error) {
 				case store.Ready, store.Uploading:
 					done = true
 				case store.Failed:
-					if ups[k].Attempts >= u.maxAttempts() {
+					switch {
+					case ups[k].Attempts >= u.maxAttempts():
 						// It stays failed until the next build.
 						done = true
-					} else if j.retry == nil {
+					case ups[k].NextAttempt.After(u.opts.Now()):
+						// Not yet: a later step retries it.
+						done = true
+					case j.retry == nil:
 						j.retry = &ups[k]
 					}
 				}
@@ -207,48 +212,43 @@ func (u *Uploader) run(ctx context.Context, j job) error {
 		}
 	}
 	log := u.log.With("image", j.build.Image, "build", j.build.ID, "provider", j.provider.Name, "upload", rec.ID)
-	var lastErr error
-	for rec.Attempts < u.maxAttempts() {
-		if rec.Attempts > 0 {
-			wait := u.opts.RetryBase << min(rec.Attempts-1, 10)
-			log.Info("retrying upload", "attempt", rec.Attempts+1, "wait", wait, "last_error", rec.LastError)
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-				return fmt.Errorf("upload %s to %s: %w", j.build.Name(), j.provider.Name, ctx.Err())
-			}
-		}
-		rec.Attempts++
-		rec.State, rec.LastError, rec.ExternalID, rec.ExternalName = store.Uploading, "", "", ""
+	if rec.Attempts > 0 {
+		log.Info("retrying upload", "attempt", rec.Attempts+1, "last_error", rec.LastError)
+	}
+	// The attempt counts from its start, so one a crash interrupted counts too.
+	rec.Attempts++
+	rec.State, rec.LastError, rec.ExternalID, rec.ExternalName = store.Uploading, "", "", ""
+	if err := st.UpdateUpload(ctx, rec); err != nil {
+		return err
+	}
+	err := u.attempt(ctx, cloud, j, &rec, log)
+	if err == nil {
+		rec.State, rec.LastError = store.Ready, ""
 		if err := st.UpdateUpload(ctx, rec); err != nil {
 			return err
 		}
-		err := u.attempt(ctx, cloud, j, &rec, log)
-		if err == nil {
-			rec.State, rec.LastError = store.Ready, ""
-			if err := st.UpdateUpload(ctx, rec); err != nil {
-				return err
-			}
-			log.Info("upload ready", "external_id", rec.ExternalID, "name", rec.ExternalName)
-			return nil
-		}
-		lastErr = err
-		log.Warn("upload failed", "attempt", rec.Attempts, "error", err)
-		// Whatever was made of this attempt in the cloud goes.
-		if rec.ExternalID != "" {
-			if derr := cloud.Delete(context.WithoutCancel(ctx), rec.ExternalID); derr != nil {
-				log.Warn("could not delete half-made image; the leak sweep will", "external_id", rec.ExternalID, "error", derr)
-			}
-		}
-		rec.State, rec.LastError, rec.ExternalID = store.Failed, err.Error(), ""
-		if uerr := st.UpdateUpload(context.WithoutCancel(ctx), rec); uerr != nil {
-			return uerr
-		}
-		if ctx.Err() != nil {
-			break
+		log.Info("upload ready", "external_id", rec.ExternalID, "name", rec.ExternalName)
+		return nil
+	}
+	log.Warn("upload failed", "attempt", rec.Attempts, "error", err)
+	// Whatever was made of this attempt in the cloud goes.
+	if rec.ExternalID != "" {
+		if derr := cloud.Delete(context.WithoutCancel(ctx), rec.ExternalID); derr != nil {
+			log.Warn("could not delete half-made image; the leak sweep will", "external_id", rec.ExternalID, "error", derr)
 		}
 	}
-	return fmt.Errorf("upload %s to %s failed after %d attempts: %w", j.build.Name(), j.provider.Name, rec.Attempts, lastErr)
+	next := "it stays failed until the next build"
+	if rec.Attempts < u.maxAttempts() {
+		// Retried by a later step, after a wait that doubles with each failure.
+		rec.NextAttempt = u.opts.Now().Add(u.opts.RetryBase << min(rec.Attempts-1, 10))
+		next = "next try after " + rec.NextAttempt.Format(time.RFC3339)
+	}
+	rec.State, rec.LastError, rec.ExternalID = store.Failed, err.Error(), ""
+	if uerr := st.UpdateUpload(context.WithoutCancel(ctx), rec); uerr != nil {
+		return errors.Join(err, uerr)
+	}
+	return fmt.Errorf("upload %s to %s failed (attempt %d of %d; %s): %w",
+		j.build.Name(), j.provider.Name, rec.Attempts, u.maxAttempts(), next, err)
 }
 
 // ImageName fills a provider's image-name-format.

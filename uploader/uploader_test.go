@@ -252,16 +252,47 @@ func TestUploadEachProviderGetsItsFormat(t *testing.T) {
 	}
 }
 
-func TestUploadRetriesThenSucceeds(t *testing.T) {
+func TestUploadRetriesOnLaterStepsThenSucceeds(t *testing.T) {
 	f := newFixture(t)
+	ctx := context.Background()
+	f.up.opts.RetryBase = time.Hour
 	f.addBuild("debian", "qcow2", "raw")
 	f.clouds["a"].failUpload = 2
-	if err := f.up.Step(context.Background()); err != nil {
+	err := f.up.Step(ctx)
+	if err == nil || !strings.Contains(err.Error(), "attempt 1 of 3") || !strings.Contains(err.Error(), "next try after") {
+		t.Fatalf("first step: %v", err)
+	}
+	// The other provider was not held back.
+	if b := f.uploads(store.UploadFilter{Provider: "b"}); len(b) != 1 || b[0].State != store.Ready {
+		t.Fatalf("b uploads = %+v", b)
+	}
+	a := f.uploads(store.UploadFilter{Provider: "a"})
+	if len(a) != 1 || a[0].State != store.Failed || a[0].Attempts != 1 || !a[0].NextAttempt.After(f.clock) {
+		t.Fatalf("a after one failure = %+v", a)
+	}
+	// Before the backoff has passed, a step leaves it alone.
+	creates := f.clouds["a"].creates
+	if err := f.up.Step(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ups := f.uploads(store.UploadFilter{Provider: "a"})
-	if len(ups) != 1 || ups[0].State != store.Ready || ups[0].Attempts != 3 {
-		t.Fatalf("uploads = %+v", ups)
+	if f.clouds["a"].creates != creates {
+		t.Fatal("retried before the backoff passed")
+	}
+	f.clock = f.clock.Add(time.Hour)
+	if err := f.up.Step(ctx); err == nil || !strings.Contains(err.Error(), "attempt 2 of 3") {
+		t.Fatalf("second attempt: %v", err)
+	}
+	a = f.uploads(store.UploadFilter{Provider: "a"})
+	if wait := a[0].NextAttempt.Sub(f.clock); wait < 90*time.Minute {
+		t.Fatalf("backoff did not grow: next try in %s", wait)
+	}
+	f.clock = f.clock.Add(3 * time.Hour)
+	if err := f.up.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a = f.uploads(store.UploadFilter{Provider: "a"})
+	if len(a) != 1 || a[0].State != store.Ready || a[0].Attempts != 3 || a[0].LastError != "" {
+		t.Fatalf("a after the third attempt = %+v", a)
 	}
 	// The half-made images of the failed attempts were deleted.
 	if n := f.clouds["a"].count(); n != 1 {
@@ -273,8 +304,11 @@ func TestUploadGivesUpAndOtherProviderProceeds(t *testing.T) {
 	f := newFixture(t)
 	f.addBuild("debian", "qcow2", "raw")
 	f.clouds["a"].failUpload = 100
-	err := f.up.Step(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "injected upload failure") || !strings.Contains(err.Error(), "after 3 attempts") {
+	var err error
+	for i := 0; i < 3; i++ {
+		err = f.up.Step(context.Background())
+	}
+	if err == nil || !strings.Contains(err.Error(), "injected upload failure") || !strings.Contains(err.Error(), "stays failed until the next build") {
 		t.Fatalf("step error = %v", err)
 	}
 	a := f.uploads(store.UploadFilter{Provider: "a"})
@@ -290,6 +324,7 @@ func TestUploadGivesUpAndOtherProviderProceeds(t *testing.T) {
 	}
 	// A failed upload stays failed until the next build.
 	creates := f.clouds["a"].creates
+	f.clock = f.clock.Add(24 * time.Hour)
 	f.up.Step(context.Background())
 	if f.clouds["a"].creates != creates {
 		t.Fatal("an upload that used up its attempts was tried again")
