@@ -24,12 +24,13 @@ type Builds interface {
 
 // Options configure a Poller.
 type Options struct {
-	Store   *store.Store
-	Config  *config.Config
-	Fetcher *artifacts.Fetcher
-	// Clients holds the Zuul client of every zuul-image, by image name.
-	Clients map[string]Builds
-	Logger  *slog.Logger
+	Store  *store.Store
+	Config *config.Config
+	// Fetchers and Clients hold, by image name, each zuul-image's downloader (its
+	// HTTP client trusts the image's ca-cert) and its Zuul client.
+	Fetchers map[string]*artifacts.Fetcher
+	Clients  map[string]Builds
+	Logger   *slog.Logger
 	// QemuImg is the qemu-img binary used to convert a published format into a
 	// needed one; empty means "qemu-img" from PATH.
 	QemuImg string
@@ -217,6 +218,10 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 	for _, m := range zi.Artifacts {
 		mappings = append(mappings, artifacts.Mapping{Format: m.Format, Type: m.Type, Name: m.Name})
 	}
+	fetcher, ok := p.opts.Fetchers[zi.Name]
+	if !ok {
+		return fmt.Errorf("no downloader for zuul-image %s", zi.Name)
+	}
 	available := artifacts.Available(cands, mappings)
 	plan, convert, err := planFormats(needed, available)
 	if err != nil {
@@ -233,7 +238,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 			return fmt.Errorf("%w: artifact %q (%s) has no sha256 in its metadata and require-checksum is set", ErrRefused, c.Name, format)
 		}
 		dest := p.opts.Store.FilePath(b.Image, b.ID, format)
-		res, err := p.opts.Fetcher.Fetch(ctx, artifacts.Request{
+		res, err := fetcher.Fetch(ctx, artifacts.Request{
 			URL:    c.URL,
 			Dest:   dest,
 			Key:    store.PartialKey(b.Image, zb.UUID, format),

@@ -58,9 +58,11 @@ func (f *fixture) newPoller() {
 		f.t.Fatal(err)
 	}
 	f.p = New(Options{
-		Store:   f.st,
-		Config:  f.cfg,
-		Fetcher: &artifacts.Fetcher{PartialDir: f.st.PartialDir(), Attempts: 2, Backoff: time.Millisecond},
+		Store:  f.st,
+		Config: f.cfg,
+		Fetchers: map[string]*artifacts.Fetcher{
+			"debian": {PartialDir: f.st.PartialDir(), Attempts: 2, Backoff: time.Millisecond},
+		},
 		Clients: map[string]Builds{"debian": client},
 	})
 }

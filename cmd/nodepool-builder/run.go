@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"sync"
@@ -107,7 +110,13 @@ func (b *builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 		return nil, err
 	}
 	clients := map[string]poller.Builds{}
+	fetchers := map[string]*artifacts.Fetcher{}
 	for _, zi := range cfg.ZuulImages {
+		hc, err := downloadClient(zi.CACert)
+		if err != nil {
+			return nil, withCode(exitUsage, fmt.Errorf("zuul-image %s: %w", zi.Name, err))
+		}
+		fetchers[zi.Name] = &artifacts.Fetcher{PartialDir: b.store.PartialDir(), HTTPClient: hc, Logger: b.log}
 		client, err := zuulapi.New(zuulapi.Options{
 			APIURL:     zi.APIURL,
 			Tenant:     zi.Tenant,
@@ -123,15 +132,38 @@ func (b *builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 	return &parts{
 		cfg: cfg,
 		poller: poller.New(poller.Options{
-			Store:   b.store,
-			Config:  cfg,
-			Fetcher: &artifacts.Fetcher{PartialDir: b.store.PartialDir(), Logger: b.log},
-			Clients: clients,
-			Logger:  b.log,
+			Store:    b.store,
+			Config:   cfg,
+			Fetchers: fetchers,
+			Clients:  clients,
+			Logger:   b.log,
 		}),
 		uploader: uploader.New(uploader.Options{Store: b.store, Config: cfg, Clouds: clouds, Logger: b.log}),
 		dib:      dib.New(dib.Options{Store: b.store, Config: cfg, Logger: b.log}),
 	}, nil
+}
+
+// downloadClient is the HTTP client for a zuul-image's artifacts: it trusts the
+// image's ca-cert besides the system roots, and has no overall timeout (the
+// downloader guards against stalls; a large image may take an hour).
+func downloadClient(caCert string) (*http.Client, error) {
+	if caCert == "" {
+		return &http.Client{}, nil
+	}
+	pem, err := os.ReadFile(caCert)
+	if err != nil {
+		return nil, fmt.Errorf("read ca-cert: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("ca-cert %s holds no PEM certificate", caCert)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	return &http.Client{Transport: tr}, nil
 }
 
 // start loads the config, takes the lock and assembles the parts.
