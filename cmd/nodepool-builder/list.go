@@ -55,16 +55,12 @@ func newUploadJSON(u store.Upload) uploadJSON {
 }
 
 func imageList(c *cli.Context) error {
-	cfg, err := loadConfig(c)
+	a, err := openAdmin(c)
 	if err != nil {
 		return err
 	}
-	st, err := openStore(c, cfg)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	ups, err := st.Uploads(c.Context, store.UploadFilter{})
+	defer a.close()
+	ups, err := a.st.Uploads(c.Context, store.UploadFilter{})
 	if err != nil {
 		return withCode(exitFailed, err)
 	}
@@ -84,16 +80,12 @@ func imageList(c *cli.Context) error {
 }
 
 func dibImageList(c *cli.Context) error {
-	cfg, err := loadConfig(c)
+	a, err := openAdmin(c)
 	if err != nil {
 		return err
 	}
-	st, err := openStore(c, cfg)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	builds, err := st.Builds(c.Context, store.BuildFilter{})
+	defer a.close()
+	builds, err := a.st.Builds(c.Context, store.BuildFilter{})
 	if err != nil {
 		return withCode(exitFailed, err)
 	}
