@@ -30,7 +30,7 @@ echo "installing: $pkgs (a few minutes the first time)"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 # shellcheck disable=SC2086
-apt-get install -y -q --no-install-recommends $pkgs
+apt-get install -y -q $pkgs
 # Debian starts glance-api as a system service on install; the tests run their own.
 if command -v systemctl >/dev/null 2>&1; then
 	systemctl disable --now glance-api >/dev/null 2>&1 || true
