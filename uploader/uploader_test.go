@@ -124,20 +124,42 @@ func (c *fakeCloud) count() int {
 	return len(c.images)
 }
 
+// testClock is a settable time source shared by the store and the uploader, whose
+// uploads run in parallel.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Add moves the clock on and returns the new time.
+func (c *testClock) Add(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	return c.t
+}
+
 type fixture struct {
 	t      *testing.T
 	st     *store.Store
 	cfg    *config.Config
 	clouds map[string]*fakeCloud
 	up     *Uploader
-	clock  time.Time
+	clock  *testClock
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	f := &fixture{t: t, clock: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}
-	now := func() time.Time { f.clock = f.clock.Add(time.Second); return f.clock }
+	f := &fixture{t: t, clock: &testClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}}
+	// Every store write moves the clock on a second, so records are ordered.
+	now := func() time.Time { return f.clock.Add(time.Second) }
 	st, err := store.Open(context.Background(), store.Options{ImagesDir: dir, Now: now})
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +188,7 @@ func (f *fixture) newUploader() {
 		clouds[k] = v
 	}
 	f.up = New(Options{Store: f.st, Config: f.cfg, Clouds: clouds, RetryBase: time.Millisecond,
-		PollInterval: time.Millisecond, Now: func() time.Time { return f.clock }})
+		PollInterval: time.Millisecond, Now: f.clock.Now})
 }
 
 // addBuild writes a ready build with the given formats to the store.
@@ -267,7 +289,7 @@ func TestUploadRetriesOnLaterStepsThenSucceeds(t *testing.T) {
 		t.Fatalf("b uploads = %+v", b)
 	}
 	a := f.uploads(store.UploadFilter{Provider: "a"})
-	if len(a) != 1 || a[0].State != store.Failed || a[0].Attempts != 1 || !a[0].NextAttempt.After(f.clock) {
+	if len(a) != 1 || a[0].State != store.Failed || a[0].Attempts != 1 || !a[0].NextAttempt.After(f.clock.Now()) {
 		t.Fatalf("a after one failure = %+v", a)
 	}
 	// Before the backoff has passed, a step leaves it alone.
@@ -278,15 +300,15 @@ func TestUploadRetriesOnLaterStepsThenSucceeds(t *testing.T) {
 	if f.clouds["a"].creates != creates {
 		t.Fatal("retried before the backoff passed")
 	}
-	f.clock = f.clock.Add(time.Hour)
+	f.clock.Add(time.Hour)
 	if err := f.up.Step(ctx); err == nil || !strings.Contains(err.Error(), "attempt 2 of 3") {
 		t.Fatalf("second attempt: %v", err)
 	}
 	a = f.uploads(store.UploadFilter{Provider: "a"})
-	if wait := a[0].NextAttempt.Sub(f.clock); wait < 90*time.Minute {
+	if wait := a[0].NextAttempt.Sub(f.clock.Now()); wait < 90*time.Minute {
 		t.Fatalf("backoff did not grow: next try in %s", wait)
 	}
-	f.clock = f.clock.Add(3 * time.Hour)
+	f.clock.Add(3 * time.Hour)
 	if err := f.up.Step(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +346,7 @@ func TestUploadGivesUpAndOtherProviderProceeds(t *testing.T) {
 	}
 	// A failed upload stays failed until the next build.
 	creates := f.clouds["a"].creates
-	f.clock = f.clock.Add(24 * time.Hour)
+	f.clock.Add(24 * time.Hour)
 	f.up.Step(context.Background())
 	if f.clouds["a"].creates != creates {
 		t.Fatal("an upload that used up its attempts was tried again")
@@ -498,7 +520,7 @@ func TestLeakSweepNeedsTwoSightings(t *testing.T) {
 	if _, err := cloud.Get(ctx, ours); err != nil {
 		t.Fatal("leak deleted on first sighting")
 	}
-	f.clock = f.clock.Add(time.Minute)
+	f.clock.Add(time.Minute)
 	if err := f.up.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
