@@ -1,7 +1,7 @@
 GO ?= go
 BIN := bin/nodepool-builder
 
-.PHONY: all build deps deps-test test vet bench demo clean
+.PHONY: all build deps deps-test test vet race bench demo clean
 
 all: build
 
@@ -21,8 +21,13 @@ vet:
 
 # test runs every test, integration tests against the real parts included.
 # Under CI=true a missing part fails the run instead of skipping.
-test: deps-test vet
+test: deps-test vet race
 	$(GO) test -count=1 -timeout 40m ./...
+
+# race runs the packages with concurrent code under the race detector; -short
+# leaves out their slow integration tests, which the full run covers.
+race:
+	$(GO) test -race -short -count=1 ./store/ ./uploader/ ./poller/ ./dib/ ./artifacts/ ./zuulapi/...
 
 # bench shows that memory stays flat whatever the image size.
 bench:

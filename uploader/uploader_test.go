@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -188,6 +189,7 @@ func (f *fixture) newUploader() {
 		clouds[k] = v
 	}
 	f.up = New(Options{Store: f.st, Config: f.cfg, Clouds: clouds, RetryBase: time.Millisecond,
+		Logger:       slog.New(slog.NewTextHandler(f.t.Output(), nil)),
 		PollInterval: time.Millisecond, Now: f.clock.Now})
 }
 
