@@ -26,6 +26,8 @@ type imageState struct {
 	// after it was made is in progress.
 	building bool
 	newest   *store.Build // the newest ready build
+	// cursor is, for a zuul-image, the newest Zuul build settled and how.
+	cursor *store.Cursor
 }
 
 // imageStatusJSON is an image-status row in --json output. The first four fields
@@ -41,6 +43,11 @@ type imageStatusJSON struct {
 	PausedBy         []string `json:"paused_by"`          // "config", "image-pause"
 	NewestBuild      *string  `json:"newest_build"`       // <image>-<build_id> of the newest ready build
 	NewestBuildTime  *string  `json:"newest_build_time"`  // RFC 3339: when it became ready
+	// The newest Zuul build the poller settled, for zuul-images: its uuid, whether
+	// it was fetched ("ready") or refused for good ("failed"), and why.
+	LastZuulBuild   *string `json:"last_zuul_build"`
+	LastZuulOutcome *string `json:"last_zuul_outcome"`
+	LastZuulReason  *string `json:"last_zuul_reason"`
 }
 
 // requestState is the Build Request column: "pending", "building" or empty.
@@ -68,6 +75,12 @@ func (s imageState) json() imageStatusJSON {
 	if s.newest != nil {
 		name, at := s.newest.Name(), s.newest.StateTime.Format(time.RFC3339)
 		row.NewestBuild, row.NewestBuildTime = &name, &at
+	}
+	if c := s.cursor; c != nil {
+		row.LastZuulBuild, row.LastZuulOutcome = &c.ZuulUUID, &c.Outcome
+		if c.Reason != "" {
+			row.LastZuulReason = &c.Reason
+		}
 	}
 	return row
 }
@@ -104,6 +117,13 @@ func (a *adminSession) states(c *cli.Context) ([]imageState, error) {
 			s.source = store.SourceZuul
 			if a.cfg.ZuulImage(name).Pause {
 				s.pausedBy = append(s.pausedBy, pausedByConfig)
+			}
+			cur, err := a.st.Cursor(ctx, name)
+			if err != nil {
+				return nil, withCode(exitFailed, err)
+			}
+			if cur.ZuulUUID != "" {
+				s.cursor = &cur
 			}
 		}
 		if _, ok := paused[name]; ok {
@@ -165,10 +185,10 @@ func imageStatus(c *cli.Context) error {
 		return writeJSON(c.App.Writer, rows)
 	}
 	t := table{header: []string{"Image", "Paused", "Build Request", "Build Request Age",
-		"Source", "Paused By", "Newest Ready Build", "Build Age"}}
+		"Source", "Paused By", "Newest Ready Build", "Build Age", "Last Zuul Build"}}
 	for _, s := range states {
 		// Paused is printed as nodepool prints it.
-		paused, reqAge, newest, newestAge := "False", "", "", ""
+		paused, reqAge, newest, newestAge, zuul := "False", "", "", "", ""
 		if len(s.pausedBy) > 0 {
 			paused = "True"
 		}
@@ -178,7 +198,11 @@ func imageStatus(c *cli.Context) error {
 		if s.newest != nil {
 			newest, newestAge = s.newest.Name(), age(s.newest.StateTime)
 		}
-		t.add(s.image, paused, s.requestState(), reqAge, string(s.source), strings.Join(s.pausedBy, ","), newest, newestAge)
+		if s.cursor != nil {
+			// The reason of a refusal is long: image-status --json carries it.
+			zuul = s.cursor.ZuulUUID + " (" + s.cursor.Outcome + ")"
+		}
+		t.add(s.image, paused, s.requestState(), reqAge, string(s.source), strings.Join(s.pausedBy, ","), newest, newestAge, zuul)
 	}
 	t.write(c.App.Writer)
 	return nil

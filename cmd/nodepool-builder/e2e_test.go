@@ -369,8 +369,17 @@ func TestOnceRefusesCorruptArtifact(t *testing.T) {
 		}
 	}
 	builds := e.buildsJSON()
-	if builds[0].State != "failed" || builds[0].ZuulBuildUUID != zb.UUID {
-		t.Errorf("corrupt build not recorded as failed: %+v", builds[0])
+	if builds[0].State != "failed" || builds[0].ZuulBuildUUID != zb.UUID || !strings.Contains(builds[0].Reason, "checksum") {
+		t.Errorf("corrupt build not recorded as failed with its reason: %+v", builds[0])
+	}
+	st := e.run("image-status", "--json")
+	var rows []imageStatusJSON
+	if err := json.Unmarshal([]byte(st.stdout), &rows); err != nil || len(rows) != 1 {
+		t.Fatalf("image-status --json: %v\n%s", err, st.stdout)
+	}
+	if r := rows[0]; r.LastZuulBuild == nil || *r.LastZuulBuild != zb.UUID || *r.LastZuulOutcome != "failed" ||
+		r.LastZuulReason == nil || !strings.Contains(*r.LastZuulReason, "checksum") {
+		t.Errorf("image-status does not show the refused Zuul build and why: %+v", r)
 	}
 	rawPath := e.artifact(zb, "debian raw").Path
 	requests := len(e.zuul.ArtifactRequests(rawPath))

@@ -36,6 +36,7 @@ type buildJSON struct {
 	State         string   `json:"state"`
 	StateTime     string   `json:"state_time"`
 	ZuulBuildUUID string   `json:"zuul_build_uuid,omitempty"`
+	Reason        string   `json:"reason,omitempty"` // why a failed build failed
 }
 
 // newBuildJSON is a build as dib-image-list --json shows it.
@@ -45,7 +46,7 @@ func newBuildJSON(b store.Build) buildJSON {
 		formats = []string{}
 	}
 	return buildJSON{b.Name(), b.Image, b.ID, string(b.Source), b.BuilderID, formats,
-		string(b.State), b.StateTime.Format(time.RFC3339), b.Zuul.UUID}
+		string(b.State), b.StateTime.Format(time.RFC3339), b.Zuul.UUID, b.Reason}
 }
 
 // newUploadJSON is an upload as image-list --json shows it.
