@@ -41,18 +41,20 @@ func (b *Builder) Build(ctx context.Context, image string) (store.Build, error) 
 	logFile := logPath(cfg.BuildLogDir, image, rec.ID)
 	b.log.Info("building image", "image", image, "build_id", rec.ID, "formats", formats, "log", logFile)
 
-	res := b.run(ctx, img, rec, formats, logFile)
+	res := b.run(ctx, img, &rec, formats, logFile)
 	// The outcome must be recorded even when ctx ended the build.
 	wctx := context.WithoutCancel(ctx)
-	var built store.Build
+	built := rec
 	if res.err == nil {
-		built, res.err = b.finish(wctx, rec, formats, logFile)
+		res.err = b.finish(wctx, &built, formats, logFile)
 	}
 	if res.err != nil {
-		if err := st.RemoveBuildFiles(image, rec.ID); err != nil {
+		// The record first: a build recorded failed is never uploaded from.
+		built = rec
+		if err := st.SetBuildState(wctx, &built, store.Failed, res.err.Error()); err != nil {
 			res.err = errors.Join(res.err, err)
 		}
-		if err := st.SetBuildState(wctx, rec.ID, store.Failed, res.err.Error()); err != nil {
+		if err := st.RemoveBuildFiles(image, rec.ID); err != nil {
 			res.err = errors.Join(res.err, err)
 		}
 	}
@@ -74,7 +76,7 @@ func (b *Builder) Build(ctx context.Context, image string) (store.Build, error) 
 		after = append(after, err)
 	}
 	if res.err != nil {
-		return store.Build{}, fmt.Errorf("build %s: %w", rec.Name(), errors.Join(append([]error{res.err}, after...)...))
+		return built, fmt.Errorf("build %s: %w", rec.Name(), errors.Join(append([]error{res.err}, after...)...))
 	}
 	if len(after) > 0 {
 		return built, fmt.Errorf("build %s is ready, but: %w", rec.Name(), errors.Join(after...))
@@ -90,7 +92,7 @@ type runResult struct {
 
 // run runs disk-image-create for rec with its output in logFile, and kills it
 // when build-timeout passes or ctx ends.
-func (b *Builder) run(ctx context.Context, img *config.DiskImage, rec store.Build, formats []string, logFile string) runResult {
+func (b *Builder) run(ctx context.Context, img *config.DiskImage, rec *store.Build, formats []string, logFile string) runResult {
 	cfg, st := b.opts.Config, b.opts.Store
 	inv, err := command(img, formats, st.BuildPath(img.Name, rec.ID), cfg.ElementsDir, os.Environ())
 	if err != nil {
@@ -117,8 +119,12 @@ func (b *Builder) run(ctx context.Context, img *config.DiskImage, rec store.Buil
 		fmt.Fprintf(f, "%v\nExit code: %d\n", err, code)
 		return runResult{err: fmt.Errorf("%w; log: %s", err, logFile)}
 	}
-	if err := st.SetBuildPID(ctx, rec.ID, p.pid()); err != nil {
+	withPID := *rec
+	withPID.PID = p.pid()
+	if err := st.Write(ctx, store.PutBuild(&withPID)); err != nil {
 		b.log.Warn("cannot record the pid of a build", "build", rec.Name(), "pid", p.pid(), "err", err)
+	} else {
+		*rec = withPID
 	}
 	o, stopErr := p.wait(ctx, img.BuildTimeout, b.opts.KillGrace)
 	switch {
@@ -153,25 +159,20 @@ func (b *Builder) run(ctx context.Context, img *config.DiskImage, rec store.Buil
 
 // finish records the files DIB made and marks the build ready. Every format must
 // have its file; checksums come from the sidecars DIB wrote with --checksum.
-func (b *Builder) finish(ctx context.Context, rec store.Build, formats []string, logFile string) (store.Build, error) {
-	st := b.opts.Store
-	var files []store.File
+func (b *Builder) finish(ctx context.Context, rec *store.Build, formats []string, logFile string) error {
+	next := *rec
 	for _, format := range formats {
-		f, err := b.collect(rec, format)
+		f, err := b.collect(next, format)
 		if err != nil {
-			return store.Build{}, fmt.Errorf("%w; log: %s", err, logFile)
+			return fmt.Errorf("%w; log: %s", err, logFile)
 		}
-		files = append(files, f)
+		next.SetFile(f)
 	}
-	for _, f := range files {
-		if err := st.AddFile(ctx, rec.ID, f); err != nil {
-			return store.Build{}, err
-		}
+	if err := b.opts.Store.SetBuildState(ctx, &next, store.Ready, ""); err != nil {
+		return err
 	}
-	if err := st.SetBuildState(ctx, rec.ID, store.Ready, ""); err != nil {
-		return store.Build{}, err
-	}
-	return st.Build(ctx, rec.ID)
+	*rec = next
+	return nil
 }
 
 // collect finds the file DIB wrote for one format, moves it to the store's name

@@ -20,6 +20,7 @@ import (
 const (
 	DefaultFailureBackoff = 10 * time.Minute
 	DefaultKillGrace      = 30 * time.Second
+	DefaultCheckInterval  = 10 * time.Second
 )
 
 // ErrUnknownImage is returned (wrapped) for an image that is not a diskimage of the config.
@@ -40,6 +41,12 @@ type Options struct {
 	// KillGrace is how long a timed-out or cancelled build gets between SIGTERM,
 	// which lets DIB unmount what it mounted, and SIGKILL.
 	KillGrace time.Duration // default 30s
+	// Slots bounds the builds that run at once (nodepool's --build-workers): a
+	// build holds a slot while it runs. It outlives a Builder, so that a reload
+	// does not lift the bound. Nil: no bound.
+	Slots chan struct{}
+	// CheckInterval is how often an image is checked for being due; default 10s.
+	CheckInterval time.Duration
 }
 
 // Builder builds the diskimages of a config, one at a time. Its methods are
@@ -69,29 +76,45 @@ func New(opts Options) *Builder {
 	return &Builder{opts: opts, log: opts.Logger, running: map[string]bool{}}
 }
 
-// Step builds every due diskimage, one at a time, in config order, and returns
-// the failures joined. It stops early when ctx ends.
-func (b *Builder) Step(ctx context.Context) error {
-	var errs []error
+// Images lists the diskimages of the config that are built (not abstract), each
+// with how often it is checked for being due.
+func (b *Builder) Images() map[string]time.Duration {
+	every := b.opts.CheckInterval
+	if every <= 0 {
+		every = DefaultCheckInterval
+	}
+	out := map[string]time.Duration{}
 	for _, img := range b.opts.Config.DiskImages {
-		if err := ctx.Err(); err != nil {
-			errs = append(errs, fmt.Errorf("build diskimages: %w", err))
-			break
+		out[img.Name] = every
+	}
+	return out
+}
+
+// Step builds an image when it is due, waiting for a build slot first, and
+// returns the ready build; nil when the image was not due.
+func (b *Builder) Step(ctx context.Context, image string) (*store.Build, error) {
+	reason, err := b.Due(ctx, image)
+	if err != nil || reason == "" {
+		return nil, err
+	}
+	if b.opts.Slots != nil {
+		select {
+		case b.opts.Slots <- struct{}{}:
+			defer func() { <-b.opts.Slots }()
+		case <-ctx.Done():
+			return nil, fmt.Errorf("build %s: waiting for a build worker: %w", image, ctx.Err())
 		}
-		reason, err := b.Due(ctx, img.Name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if reason == "" {
-			continue
-		}
-		b.log.Info("image build due", "image", img.Name, "reason", reason)
-		if _, err := b.Build(ctx, img.Name); err != nil {
-			errs = append(errs, err)
+		// The wait may have been long: the image may no longer be due.
+		if reason, err = b.Due(ctx, image); err != nil || reason == "" {
+			return nil, err
 		}
 	}
-	return errors.Join(errs...)
+	b.log.Info("image build due", "image", image, "reason", reason)
+	built, err := b.Build(ctx, image)
+	if built.State != store.Ready {
+		return nil, err
+	}
+	return &built, err // a ready build, and maybe a failure of its housekeeping
 }
 
 // Due says whether an image needs a build now, and why ("" = not due). A paused

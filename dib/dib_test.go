@@ -425,7 +425,10 @@ providers:
 	b := f.builder(f.config(oneProvider))
 	bd := f.build(context.Background(), b, "debian")
 	// A file removed after upload still counts: the build was made in that format.
-	if err := f.st.MarkFileRemoved(context.Background(), bd.ID, "qcow2"); err != nil {
+	removed, _ := bd.File("qcow2")
+	removed.Present = false
+	bd.SetFile(removed)
+	if err := f.st.Write(context.Background(), store.PutBuild(&bd)); err != nil {
 		t.Fatal(err)
 	}
 	if got := due(t, b, "debian"); got != "" {
@@ -635,7 +638,7 @@ func TestCancelKillsBuildAndKeepsRequest(t *testing.T) {
 	}
 	done := make(chan error)
 	go func() {
-		err := b.Step(ctx)
+		err := stepAll(ctx, b)
 		done <- err
 	}()
 	f.waitRecorded()
@@ -692,7 +695,7 @@ diskimages:
 			t.Errorf("%s: due = %q while paused", image, got)
 		}
 	}
-	if err := b.Step(ctx); err != nil {
+	if err := stepAll(ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	if bs, _ := f.st.Builds(ctx, store.BuildFilter{}); len(bs) != 0 {
@@ -727,7 +730,7 @@ diskimages:
 		t.Errorf("due = %q, want the manual request", got)
 	}
 	f.clock.Add(time.Minute)
-	if err := b.Step(ctx); err != nil {
+	if err := stepAll(ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	bs, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian", State: store.Ready})
@@ -747,7 +750,7 @@ diskimages:
 	if err := f.st.RequestBuild(ctx, "debian"); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Step(ctx); err == nil || !strings.Contains(err.Error(), "exited with code 3") {
+	if err := stepAll(ctx, b); err == nil || !strings.Contains(err.Error(), "exited with code 3") {
 		t.Fatalf("step err = %v, want the failed build", err)
 	}
 	if reqs, _ := f.st.BuildRequests(ctx); len(reqs) != 0 {
@@ -759,14 +762,14 @@ func TestFailureBackoff(t *testing.T) {
 	f := newFixture(t)
 	b := f.builder(f.config(failing))
 	ctx := context.Background()
-	if err := b.Step(ctx); err == nil {
+	if err := stepAll(ctx, b); err == nil {
 		t.Fatal("step: no error from a failing build")
 	}
 	f.clock.Add(9 * time.Minute)
 	if got := due(t, b, "debian"); got != "" {
 		t.Errorf("due 9m after a failure = %q, want a wait", got)
 	}
-	if err := b.Step(ctx); err != nil {
+	if err := stepAll(ctx, b); err != nil {
 		t.Errorf("step within the backoff: %v", err)
 	}
 	if bs, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian"}); len(bs) != 1 {
@@ -835,7 +838,7 @@ diskimages:
 `))
 	ctx := context.Background()
 	fresh := f.build(ctx, b, "fresh")
-	err := b.Step(ctx)
+	err := stepAll(ctx, b)
 	if err == nil {
 		t.Fatal("step: no error")
 	}
@@ -850,6 +853,71 @@ diskimages:
 	}
 	if log := f.lastLog("gone"); !strings.HasSuffix(log, "Exit code: 127\n") {
 		t.Errorf("log of a missing dib-cmd:\n%s", log)
+	}
+}
+
+// stepAll steps every diskimage of the config in turn, as --once does with one
+// build worker, and joins the failures.
+func stepAll(ctx context.Context, b *Builder) error {
+	var errs []error
+	for _, img := range b.opts.Config.DiskImages {
+		if _, err := b.Step(ctx, img.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// TestSlotsBoundConcurrentBuilds: with one slot, a second image's step waits for
+// the first build to end; Images lists every diskimage.
+func TestSlotsBoundConcurrentBuilds(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config(strings.Replace(hanging, "build-timeout: 2", "build-timeout: 600", 1) + `
+  - name: other
+    dib-cmd: {{DIB}}
+    elements: [e]
+`)
+	slots := make(chan struct{}, 1)
+	b := New(Options{Store: f.st, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: f.clock.Now,
+		Slots: slots, KillGrace: time.Second, CheckInterval: time.Minute})
+	if imgs := b.Images(); len(imgs) != 2 || imgs["debian"] != time.Minute || imgs["other"] != time.Minute {
+		t.Fatalf("images = %v", imgs)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := b.Step(ctx, "debian")
+		first <- err
+	}()
+	f.waitRecorded()
+	second := make(chan error, 1)
+	go func() {
+		_, err := b.Step(context.Background(), "other")
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		t.Fatalf("the second build ran while the only slot was taken: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if bs, _ := f.st.Builds(context.Background(), store.BuildFilter{Image: "other"}); len(bs) != 0 {
+		t.Fatalf("the second image was recorded building while waiting for a slot: %+v", bs)
+	}
+	cancel()
+	if err := <-first; err == nil {
+		t.Fatal("the cancelled build reported no error")
+	}
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatalf("second build: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second build did not run once the slot was free")
+	}
+	if bs, _ := f.st.Builds(context.Background(), store.BuildFilter{Image: "other", State: store.Ready}); len(bs) != 1 {
+		t.Fatalf("second image builds = %+v", bs)
 	}
 }
 

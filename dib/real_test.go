@@ -78,7 +78,7 @@ providers:
 	if reason, err := b.Due(ctx, "debian-bookworm"); err != nil || reason != "no ready build" {
 		t.Fatalf("due = %q, %v; want no ready build", reason, err)
 	}
-	if err := b.Step(ctx); err != nil {
+	if _, err := b.Step(ctx, "debian-bookworm"); err != nil {
 		t.Fatalf("build: %v", err)
 	}
 	builds, err := st.Builds(ctx, store.BuildFilter{Image: "debian-bookworm", State: store.Ready})
@@ -128,7 +128,11 @@ providers:
 		Logger:       logger,
 		PollInterval: time.Second,
 	})
-	if err := u.Upload(ctx); err != nil {
+	jobs, err := u.Plan(ctx)
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("plan = %+v, %v; want one upload", jobs, err)
+	}
+	if _, err := u.Upload(ctx, jobs[0]); err != nil {
 		t.Fatalf("upload: %v", err)
 	}
 	ups, err := st.Uploads(ctx, store.UploadFilter{BuildID: bd.ID, Provider: "glance"})

@@ -3,7 +3,6 @@ package dib
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -11,31 +10,23 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
-// Recover stops what a builder that is gone left running: a DIB process of a build
-// still recorded as building runs on in its own process group after the builder
-// dies, writing into files that recovery is about to remove. Each such group is
-// ended. A pid is only trusted when the process's command line names the build's
-// output, so a reused pid is never killed.
-func (b *Builder) Recover(ctx context.Context) error {
-	builds, err := b.opts.Store.Builds(ctx, store.BuildFilter{State: store.Building, Source: store.SourceDIB})
-	if err != nil {
-		return err
+// Abandon stops what a builder that is gone left running for a build still
+// recorded as building: its DIB process runs on in its own process group after
+// the builder dies, writing into files that recovery is about to remove. A pid is
+// only trusted when the process's command line names the build's output, so a
+// reused pid is never killed.
+func (b *Builder) Abandon(ctx context.Context, rec store.Build) error {
+	if rec.Source != store.SourceDIB || rec.PID <= 0 || rec.PID == os.Getpid() {
+		return nil
 	}
-	var errs []error
-	for _, rec := range builds {
-		if rec.PID <= 0 || rec.PID == os.Getpid() {
-			continue
-		}
-		out := b.opts.Store.BuildPath(rec.Image, rec.ID)
-		if !runsFor(rec.PID, out) {
-			continue
-		}
-		b.log.Warn("stopping a DIB process left by a builder that is gone", "build", rec.Name(), "pid", rec.PID)
-		if err := stopGroup(rec.PID, b.opts.KillGrace); err != nil {
-			errs = append(errs, fmt.Errorf("stop DIB of %s: %w", rec.Name(), err))
-		}
+	if !runsFor(rec.PID, b.opts.Store.BuildPath(rec.Image, rec.ID)) {
+		return nil
 	}
-	return errors.Join(errs...)
+	b.log.Warn("stopping a DIB process left by a builder that is gone", "build", rec.Name(), "pid", rec.PID)
+	if err := stopGroup(rec.PID, b.opts.KillGrace); err != nil {
+		return fmt.Errorf("stop DIB of %s: %w", rec.Name(), err)
+	}
+	return nil
 }
 
 // runsFor tells whether process pid is alive and has arg among its arguments.

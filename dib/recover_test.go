@@ -24,7 +24,7 @@ func orphan(t *testing.T, out string) *exec.Cmd {
 	return cmd
 }
 
-func TestRecoverStopsOrphanedDIB(t *testing.T) {
+func TestAbandonStopsOrphanedDIB(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	b := New(Options{Store: f.st, Config: &config.Config{ImagesDir: f.images}, KillGrace: time.Second})
@@ -34,15 +34,17 @@ func TestRecoverStopsOrphanedDIB(t *testing.T) {
 		t.Fatal(err)
 	}
 	left := orphan(t, f.st.BuildPath("debian", rec.ID))
-	f.st.SetBuildPID(ctx, rec.ID, left.Process.Pid)
+	rec.PID = left.Process.Pid
 
 	// A process whose pid was recorded for another build is not ours to kill.
 	other, _ := f.st.CreateBuild(ctx, store.Build{Image: "other", Source: store.SourceDIB})
 	stranger := orphan(t, "/somewhere/else")
-	f.st.SetBuildPID(ctx, other.ID, stranger.Process.Pid)
+	other.PID = stranger.Process.Pid
 
-	if err := b.Recover(ctx); err != nil {
-		t.Fatal(err)
+	for _, bd := range []store.Build{rec, other} {
+		if err := b.Abandon(ctx, bd); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if groupAlive(left.Process.Pid) {
 		t.Fatal("the orphaned DIB process group still runs")

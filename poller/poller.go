@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os/exec"
 	"slices"
+	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/config"
@@ -52,6 +53,32 @@ func New(opts Options) *Poller {
 	}
 	return &Poller{opts: opts, log: opts.Logger}
 }
+
+// Images lists the zuul-images of the config, each with its poll interval.
+func (p *Poller) Images() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, zi := range p.opts.Config.ZuulImages {
+		every := zi.PollInterval
+		if every <= 0 {
+			every = p.opts.Config.Builder.PollInterval
+		}
+		out[zi.Name] = every
+	}
+	return out
+}
+
+// Step polls one zuul-image and returns the build it made ready, if any.
+func (p *Poller) Step(ctx context.Context, image string) (*store.Build, error) {
+	out, err := p.Poll(ctx, image)
+	if out.Skipped != "" {
+		p.log.Debug("nothing fetched", "image", image, "reason", out.Skipped)
+	}
+	return out.Ingested, err
+}
+
+// Abandon settles nothing for a Zuul build a stopped builder left: its download
+// stopped with it, and the partial files stay to be resumed.
+func (p *Poller) Abandon(context.Context, store.Build) error { return nil }
 
 // Outcome says what one poll did.
 type Outcome struct {
@@ -123,7 +150,9 @@ func (p *Poller) Poll(ctx context.Context, image string) (Outcome, error) {
 	return out, nil
 }
 
-// ingest fetches a new Zuul build's needed formats into a new store build.
+// ingest fetches a new Zuul build's needed formats into a new store build. The
+// build becomes ready and the cursor moves in one write, so a crash leaves either
+// a build to settle and fetch again, or both done.
 func (p *Poller) ingest(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, needed []string) (store.Build, error) {
 	st := p.opts.Store
 	log := p.log.With("image", zi.Name, "zuul_build", zb.UUID)
@@ -136,34 +165,40 @@ func (p *Poller) ingest(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bu
 	if err != nil {
 		return b, err
 	}
-	err = p.fetch(ctx, zi, zb, b, needed)
+	err = p.fetch(ctx, zi, zb, &b, needed)
 	if err == nil {
-		if err = st.SetBuildState(ctx, b.ID, store.Ready, ""); err == nil {
-			err = st.SetCursor(ctx, store.Cursor{Image: zi.Name, ZuulID: zb.ID, ZuulUUID: zb.UUID, Outcome: "ready"})
-		}
-		if err == nil {
+		ready := b
+		ready.SetState(store.Ready, st.Now())
+		cur := store.Cursor{Image: zi.Name, ZuulID: zb.ID, ZuulUUID: zb.UUID, Outcome: "ready", Time: st.Now()}
+		if err = st.Write(ctx, store.PutBuild(&ready), store.PutCursor(cur)); err == nil {
 			log.Info("build ready", "build", b.ID)
 			p.prunePartials(zi.Name)
-			return st.Build(ctx, b.ID)
+			return ready, nil
 		}
 	}
 	// Failed: nothing of it stays on disk but resumable downloads.
 	werr := fmt.Errorf("fetch Zuul build %s of %s: %w", zb.UUID, zi.Name, err)
 	ctx = context.WithoutCancel(ctx)
+	failed := b
+	failed.SetState(store.Failed, st.Now())
+	failed.Reason = err.Error()
+	changes := []store.Change{store.PutBuild(&failed)}
+	refused := errors.Is(err, ErrRefused)
+	if refused {
+		// Settled for good: the next poll waits for a newer Zuul build.
+		changes = append(changes, store.PutCursor(store.Cursor{Image: zi.Name, ZuulID: zb.ID, ZuulUUID: zb.UUID,
+			Outcome: "failed", Reason: err.Error(), Time: st.Now()}))
+	}
+	if serr := st.Write(ctx, changes...); serr != nil {
+		return b, errors.Join(werr, serr)
+	}
 	if rerr := st.RemoveBuildFiles(b.Image, b.ID); rerr != nil {
 		log.Warn("could not remove files of failed build", "error", rerr)
 	}
-	if serr := st.SetBuildState(ctx, b.ID, store.Failed, err.Error()); serr != nil {
-		return b, errors.Join(werr, serr)
-	}
-	if errors.Is(err, ErrRefused) {
-		// Settled for good: the next poll waits for a newer Zuul build.
-		if serr := st.SetCursor(ctx, store.Cursor{Image: zi.Name, ZuulID: zb.ID, ZuulUUID: zb.UUID, Outcome: "failed", Reason: err.Error()}); serr != nil {
-			return b, errors.Join(werr, serr)
-		}
+	if refused {
 		p.prunePartials(zi.Name)
 	}
-	return b, werr
+	return failed, werr
 }
 
 // prunePartials drops the image's partial downloads once its cursor has moved:
@@ -196,12 +231,8 @@ func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage
 		return out, nil
 	}
 	p.log.Info("fetching formats newly needed", "image", zi.Name, "build", b.ID, "formats", missing)
-	if err := p.fetch(ctx, zi, zb, b, missing); err != nil {
+	if err := p.fetch(ctx, zi, zb, &b, missing); err != nil {
 		return out, fmt.Errorf("fetch %v of Zuul build %s of %s: %w", missing, zb.UUID, zi.Name, err)
-	}
-	b, err = p.opts.Store.Build(ctx, b.ID)
-	if err != nil {
-		return out, err
 	}
 	out.Ingested = &b
 	return out, nil
@@ -209,7 +240,7 @@ func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage
 
 // fetch downloads each needed format once, verified and in place, and records it.
 // A format that is not published but can be converted from one that is, is.
-func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, b store.Build, needed []string) error {
+func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, b *store.Build, needed []string) error {
 	cands := make([]artifacts.Candidate, 0, len(zb.Artifacts))
 	for _, a := range zb.Artifacts {
 		cands = append(cands, artifacts.Candidate{Name: a.Name, URL: a.URL, Metadata: a.Metadata})
@@ -300,7 +331,7 @@ func convertible(format string) bool {
 	return false
 }
 
-func (p *Poller) convertFormat(ctx context.Context, b store.Build, src, dst string) error {
+func (p *Poller) convertFormat(ctx context.Context, b *store.Build, src, dst string) error {
 	st := p.opts.Store
 	if _, err := exec.LookPath(p.opts.QemuImg); err != nil {
 		return fmt.Errorf("convert %s to %s: %s is not installed: %w", src, dst, p.opts.QemuImg, err)
@@ -317,10 +348,17 @@ func (p *Poller) convertFormat(ctx context.Context, b store.Build, src, dst stri
 	return p.record(ctx, b, dst, sha, md, size, "")
 }
 
-func (p *Poller) record(ctx context.Context, b store.Build, format, sha, md5 string, size int64, url string) error {
+// record writes a verified file's sidecars and adds it to the build's record.
+func (p *Poller) record(ctx context.Context, b *store.Build, format, sha, md5 string, size int64, url string) error {
 	path := p.opts.Store.FilePath(b.Image, b.ID, format)
 	if err := store.WriteSidecars(path, sha, md5); err != nil {
 		return err
 	}
-	return p.opts.Store.AddFile(ctx, b.ID, store.File{Format: format, SHA256: sha, MD5: md5, Size: size, URL: url})
+	next := *b
+	next.SetFile(store.File{Format: format, SHA256: sha, MD5: md5, Size: size, URL: url, Present: true})
+	if err := p.opts.Store.Write(ctx, store.PutBuild(&next)); err != nil {
+		return fmt.Errorf("record %s file of %s: %w", format, b.Name(), err)
+	}
+	*b = next
+	return nil
 }

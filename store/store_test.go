@@ -37,140 +37,6 @@ func TestBuilderIDPersists(t *testing.T) {
 	}
 }
 
-func TestBuildsNewestFirstWithFiles(t *testing.T) {
-	ctx := context.Background()
-	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	s, err := Open(ctx, Options{ImagesDir: t.TempDir(), Now: func() time.Time { clock = clock.Add(time.Second); return clock }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var ids []string
-	for i := 0; i < 3; i++ {
-		b, err := s.CreateBuild(ctx, Build{Image: "debian", Source: SourceZuul, Zuul: ZuulRef{UUID: "u", ID: int64(i)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b.ID) != 32 {
-			t.Fatalf("build id %q is not a 32-digit hex uuid", b.ID)
-		}
-		ids = append(ids, b.ID)
-	}
-	if _, err := s.CreateBuild(ctx, Build{Image: "other", Source: SourceDIB}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddFile(ctx, ids[1], File{Format: "raw", SHA256: "aa", MD5: "bb", Size: 10}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddFile(ctx, ids[1], File{Format: "qcow2", SHA256: "cc", Size: 5}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetBuildState(ctx, ids[1], Ready, ""); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Builds(ctx, BuildFilter{Image: "debian"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 3 || got[0].ID != ids[2] || got[2].ID != ids[0] {
-		t.Fatalf("builds not newest first: %+v", got)
-	}
-	ready, err := s.Builds(ctx, BuildFilter{Image: "debian", State: Ready})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ready) != 1 || ready[0].ID != ids[1] {
-		t.Fatalf("ready builds = %+v", ready)
-	}
-	if f := ready[0].Formats(); len(f) != 2 || f[0] != "qcow2" || f[1] != "raw" {
-		t.Fatalf("formats = %v", f)
-	}
-	if err := s.MarkFileRemoved(ctx, ids[1], "raw"); err != nil {
-		t.Fatal(err)
-	}
-	b, err := s.Build(ctx, ids[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f := b.Formats(); len(f) != 1 || f[0] != "qcow2" {
-		t.Fatalf("formats after removal = %v", f)
-	}
-	if _, err := s.Build(ctx, "nope"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("missing build: %v", err)
-	}
-	if err := s.SetBuildState(ctx, "nope", Failed, "x"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("state of missing build: %v", err)
-	}
-}
-
-func TestUploadIDsAndStates(t *testing.T) {
-	ctx := context.Background()
-	s := openTest(t, t.TempDir())
-	b, err := s.CreateBuild(ctx, Build{Image: "debian", Source: SourceZuul})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u1, err := s.CreateUpload(ctx, b.ID, "cloud-a", "qcow2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u2, err := s.CreateUpload(ctx, b.ID, "cloud-a", "qcow2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u3, err := s.CreateUpload(ctx, b.ID, "cloud-b", "raw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if u1.ID != "0000000001" || u2.ID != "0000000002" || u3.ID != "0000000001" {
-		t.Fatalf("upload ids = %s %s %s", u1.ID, u2.ID, u3.ID)
-	}
-	if u1.Image != "debian" {
-		t.Fatalf("upload image = %q", u1.Image)
-	}
-	u1.State, u1.ExternalID, u1.Attempts, u1.LastError = Ready, "ext-1", 2, "boom"
-	if err := s.UpdateUpload(ctx, u1); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Uploads(ctx, UploadFilter{Provider: "cloud-a", State: Ready})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 1 || got[0].ExternalID != "ext-1" || got[0].Attempts != 2 || got[0].LastError != "boom" {
-		t.Fatalf("ready uploads = %+v", got)
-	}
-	if err := s.DeleteBuild(ctx, b.ID); err == nil {
-		t.Fatal("deleting a build that still has uploads succeeded")
-	}
-	for _, u := range []Upload{u1, u2, u3} {
-		if err := s.DeleteUpload(ctx, u); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.DeleteBuild(ctx, b.ID); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestCursor(t *testing.T) {
-	ctx := context.Background()
-	s := openTest(t, t.TempDir())
-	c, err := s.Cursor(ctx, "debian")
-	if err != nil || c.ZuulID != 0 {
-		t.Fatalf("empty cursor = %+v, %v", c, err)
-	}
-	if err := s.SetCursor(ctx, Cursor{Image: "debian", ZuulID: 7, ZuulUUID: "abc", Outcome: "failed", Reason: "checksum"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetCursor(ctx, Cursor{Image: "debian", ZuulID: 9, ZuulUUID: "def", Outcome: "ready"}); err != nil {
-		t.Fatal(err)
-	}
-	c, err = s.Cursor(ctx, "debian")
-	if err != nil || c.ZuulID != 9 || c.ZuulUUID != "def" || c.Outcome != "ready" || c.Reason != "" {
-		t.Fatalf("cursor = %+v, %v", c, err)
-	}
-}
-
 func TestLockExcludesSecondHolder(t *testing.T) {
 	dir := t.TempDir()
 	l, err := LockDir(dir)
@@ -273,67 +139,6 @@ func TestRemovePartials(t *testing.T) {
 	}
 }
 
-func TestBuildRequestsAndPauses(t *testing.T) {
-	ctx := context.Background()
-	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	s, err := Open(ctx, Options{ImagesDir: t.TempDir(), Now: func() time.Time { return clock }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.RequestBuild(ctx, "fedora"); err != nil {
-		t.Fatal(err)
-	}
-	start := clock
-	clock = clock.Add(time.Minute)
-	s.RequestBuild(ctx, "fedora") // a repeat keeps the first time
-	reqs, err := s.BuildRequests(ctx)
-	if err != nil || !reqs["fedora"].Equal(start) || len(reqs) != 1 {
-		t.Fatalf("requests = %v, %v", reqs, err)
-	}
-	if err := s.ClearBuildRequest(ctx, "fedora", start.Add(-time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if reqs, _ := s.BuildRequests(ctx); len(reqs) != 1 {
-		t.Fatal("a request newer than the build was cleared")
-	}
-	s.ClearBuildRequest(ctx, "fedora", start)
-	if reqs, _ := s.BuildRequests(ctx); len(reqs) != 0 {
-		t.Fatal("request not cleared")
-	}
-	for i := 0; i < 2; i++ {
-		if err := s.SetPaused(ctx, "fedora", true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if p, _ := s.Paused(ctx); len(p) != 1 {
-		t.Fatalf("paused = %v", p)
-	}
-	for i := 0; i < 2; i++ {
-		if err := s.SetPaused(ctx, "fedora", false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if p, _ := s.Paused(ctx); len(p) != 0 {
-		t.Fatalf("paused after unpause = %v", p)
-	}
-}
-
-func TestMigratesFromFirstSchema(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	s := openTest(t, dir)
-	// Pretend the database was made by a version that knew only the first schema.
-	s.db.ExecContext(ctx, `DROP TABLE build_requests`)
-	s.db.ExecContext(ctx, `DROP TABLE paused_images`)
-	s.db.ExecContext(ctx, `UPDATE schema_version SET version = 1`)
-	s.Close()
-	s2 := openTest(t, dir)
-	if err := s2.RequestBuild(ctx, "x"); err != nil {
-		t.Fatalf("second migration not applied: %v", err)
-	}
-}
-
 func TestParseBuildName(t *testing.T) {
 	for _, c := range []struct {
 		name, image, id string
@@ -349,5 +154,86 @@ func TestParseBuildName(t *testing.T) {
 		if image != c.image || id != c.id || ok != c.ok {
 			t.Errorf("ParseBuildName(%q) = %q %q %v", c.name, image, id, ok)
 		}
+	}
+}
+
+func TestRemoveLeftovers(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, dir)
+	known, err := s.CreateBuild(ctx, Build{Image: "debian", Source: SourceZuul, Zuul: ZuulRef{UUID: "aa11"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetBuildState(ctx, &known, Ready, ""); err != nil {
+		t.Fatal(err)
+	}
+	busy, err := s.CreateBuild(ctx, Build{Image: "debian", Source: SourceZuul})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, PutCursor(Cursor{Image: "debian", ZuulUUID: "bb22", Outcome: "failed"})); err != nil {
+		t.Fatal(err)
+	}
+	unknown := NewBuildID()
+	old := time.Now().Add(-time.Hour)
+	files := map[string]bool{ // name -> removed
+		"debian-" + known.ID + ".qcow2":                                 false,
+		"debian-" + known.ID + ".qcow2.sha256":                          false,
+		"debian-" + unknown + ".raw":                                    true,
+		"debian-" + unknown + ".raw.md5":                                true,
+		"debian-" + unknown + ".d":                                      true, // a directory
+		"." + "debian-" + known.ID + ".qcow2.sha256.tmp123":             true,
+		"." + "debian-" + known.ID + ".raw.converting-99":               true,
+		"." + "debian-" + busy.ID + ".raw.converting-98":                false, // busy
+		".builder_id.txt.tmp42":                                         true,
+		"notes.txt":                                                     false, // not ours
+		"debian-notahexid.qcow2":                                        false,
+		".partial/" + PartialKey("debian", "aa11", "raw"):               true,  // fetched
+		".partial/" + PartialKey("debian", "bb22", "raw") + ".download": true,  // refused
+		".partial/" + PartialKey("debian", "cc33", "raw") + ".download": false, // to resume
+		".partial/" + PartialKey("gone", "dd44", "raw"):                 true,  // image not configured
+		".partial/" + PartialKey("fedora", "ee55", "raw"):               false, // fedora is fetching
+		".partial/notes.txt":                                            false,
+	}
+	for name := range files {
+		p := filepath.Join(dir, name)
+		if strings.HasSuffix(name, ".d") {
+			if err := os.MkdirAll(filepath.Join(p, "sub"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh := filepath.Join(dir, "debian-"+NewBuildID()+".qcow2") // being written now
+	os.WriteFile(fresh, []byte("x"), 0o644)
+
+	removed, err := s.RemoveLeftovers(ctx, Leftovers{
+		Before:     time.Now().Add(-5 * time.Minute),
+		ZuulImages: map[string]bool{"debian": true, "fedora": true},
+		Busy: func(image, id string) bool {
+			return (image == "debian" && id == busy.ID) || (image == "fedora" && id == "")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, p := range removed {
+		rel, _ := filepath.Rel(dir, p)
+		got[rel] = true
+	}
+	for name, want := range files {
+		_, statErr := os.Stat(filepath.Join(dir, name))
+		if want != got[name] || want != errors.Is(statErr, os.ErrNotExist) {
+			t.Errorf("%s: removed %v (reported %v), want %v", name, errors.Is(statErr, os.ErrNotExist), got[name], want)
+		}
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("a file being written was removed: %v", err)
 	}
 }

@@ -11,20 +11,35 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
-// attempt is one try at one upload: create the image, record its id, stream the
-// file, wait for Glance to make it active, check it and run the post-upload hook.
-func (u *Uploader) attempt(ctx context.Context, cloud Cloud, j job, rec *store.Upload, log *slog.Logger) error {
-	timeout := j.provider.ImageUploadTimeout
+// attempt is one try at one upload.
+type attempt struct {
+	u        *Uploader
+	cloud    Cloud
+	provider *config.Provider
+	build    store.Build
+	file     store.File
+	rec      *store.Upload
+	log      *slog.Logger
+	created  bool // the cloud image exists (rec.ExternalID names it)
+}
+
+// run creates the image, records its id, streams the file, waits for Glance to
+// make it active, checks it and runs the post-upload hook. The upload is ready
+// only once all of that passed.
+func (a *attempt) run(ctx context.Context) error {
+	u, rec := a.u, a.rec
+	timeout := a.provider.ImageUploadTimeout
 	if timeout <= 0 {
 		timeout = time.Hour
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	path := u.opts.Store.FilePath(j.build.Image, j.build.ID, j.file.Format)
+	path := u.opts.Store.FilePath(a.build.Image, a.build.ID, a.file.Format)
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("open image file: %w", err)
@@ -35,41 +50,51 @@ func (u *Uploader) attempt(ctx context.Context, cloud Cloud, j job, rec *store.U
 		return fmt.Errorf("stat image file: %w", err)
 	}
 
-	nameFormat := j.provider.ImageNameFormat
+	nameFormat := a.provider.ImageNameFormat
 	if nameFormat == "" {
 		nameFormat = "{image_name}-{timestamp}"
 	}
 	spec := ImageSpec{
-		Name:       ImageName(nameFormat, j.build.Image, j.build.ID, rec.ID, u.opts.Now()),
-		DiskFormat: j.file.Format,
-		Properties: u.Properties(j.provider, j.build, j.file, *rec),
+		Name:       ImageName(nameFormat, a.build.Image, a.build.ID, rec.ID, u.opts.Now()),
+		DiskFormat: a.file.Format,
+		Properties: u.Properties(a.provider, a.build, a.file, *rec),
 	}
-	id, err := cloud.Create(ctx, spec)
+	id, err := a.cloud.Create(ctx, spec)
 	if err != nil {
-		return fmt.Errorf("create image: %w", err)
+		return fmt.Errorf("create image: %w", waitErr(ctx, err, timeout))
 	}
 	// Record the id before any data moves, so a crash leaves a findable image.
+	a.created = true
 	rec.ExternalID, rec.ExternalName = id, spec.Name
-	if err := u.opts.Store.UpdateUpload(ctx, *rec); err != nil {
-		return err
+	if err := u.opts.Store.Write(ctx, store.PutUpload(rec)); err != nil {
+		return fmt.Errorf("record image %s: %w", id, err)
 	}
-	log.Info("uploading", "external_id", id, "name", spec.Name, "format", j.file.Format, "bytes", info.Size())
+	a.log.Info("upload started", "external_id", id, "name", spec.Name, "format", a.file.Format, "bytes", info.Size())
 	start := u.opts.Now()
-	if err := cloud.Upload(ctx, id, &progressReader{r: f, size: info.Size(), log: log, now: u.opts.Now, last: start}, info.Size()); err != nil {
+	if err := a.cloud.Upload(ctx, id, &progressReader{r: f, size: info.Size(), log: a.log, now: u.opts.Now, last: start}, info.Size()); err != nil {
 		return fmt.Errorf("upload data: %w", waitErr(ctx, err, timeout))
 	}
-	img, err := u.waitActive(ctx, cloud, id)
+	img, err := u.waitActive(ctx, a.cloud, id)
 	if err != nil {
 		return waitErr(ctx, err, timeout)
 	}
-	if j.file.MD5 != "" && img.Checksum != "" && !strings.EqualFold(img.Checksum, j.file.MD5) {
-		return fmt.Errorf("cloud stored md5 %s but the file's md5 is %s", img.Checksum, j.file.MD5)
+	if err := checkStored(img, a.file); err != nil {
+		return err
 	}
-	log.Info("image active", "external_id", id, "seconds", int(u.opts.Now().Sub(start).Seconds()))
-	if hook := j.provider.PostUploadHook; hook != "" {
-		if err := runHook(ctx, hook, j.provider.Name, id, path); err != nil {
+	a.log.Info("image active", "external_id", id, "seconds", int(u.opts.Now().Sub(start).Seconds()))
+	if hook := a.provider.PostUploadHook; hook != "" {
+		if err := runHook(ctx, hook, a.provider.Name, id, path); err != nil {
 			return err
 		}
+		a.log.Info("post-upload hook passed", "external_id", id, "hook", hook)
+	}
+	return nil
+}
+
+// checkStored compares what the cloud stored with the file that was sent.
+func checkStored(img Image, f store.File) error {
+	if f.MD5 != "" && img.Checksum != "" && !strings.EqualFold(img.Checksum, f.MD5) {
+		return fmt.Errorf("cloud stored md5 %s but the file's md5 is %s", img.Checksum, f.MD5)
 	}
 	return nil
 }
@@ -86,9 +111,11 @@ func (u *Uploader) waitActive(ctx context.Context, cloud Cloud, id string) (Imag
 		case "killed", "deleted", "pending_delete", "deactivated":
 			return Image{}, fmt.Errorf("cloud put the image in state %q", img.Status)
 		}
+		t := time.NewTimer(u.opts.PollInterval)
 		select {
-		case <-time.After(u.opts.PollInterval):
+		case <-t.C:
 		case <-ctx.Done():
+			t.Stop()
 			return Image{}, fmt.Errorf("image still %q: %w", img.Status, ctx.Err())
 		}
 	}

@@ -9,6 +9,11 @@ import (
 // ErrNotFound is returned (wrapped) by a Cloud when an image does not exist.
 var ErrNotFound = errors.New("image not found")
 
+// ErrUnavailable is wrapped by a Cloud's error when the cloud could not be
+// reached or answered that it cannot serve now (a refused connection, a timeout,
+// HTTP 5xx): the request may well succeed later, unchanged.
+var ErrUnavailable = errors.New("cloud unavailable")
+
 // Image is a cloud image as the uploader sees it.
 type Image struct {
 	ID         string

@@ -10,6 +10,20 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
+// write applies a step's compare-and-set change. A record that changed meanwhile
+// is left to the next pass, which reads it afresh: that is no failure.
+func (u *Uploader) write(ctx context.Context, what string, changes ...store.Change) error {
+	err := u.opts.Store.Write(ctx, changes...)
+	if errors.Is(err, store.ErrConflict) {
+		u.log.Info("record changed meanwhile; the next pass looks again", "change", what, "detail", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
 // Retain applies retention: per image the newest keep-builds ready builds stay, per
 // (image, provider) the newest keep-uploads ready uploads stay, and an older build
 // stays while one of its uploads does. Everything else is marked deleting, as are
@@ -41,17 +55,20 @@ func (u *Uploader) Retain(ctx context.Context) error {
 	for _, name := range cfg.ImageNames() {
 		known[name] = true
 	}
+	now := u.opts.Now()
 
 	var errs []error
+	released := map[string]bool{} // uploads this pass marked deleting
 	markUpload := func(up store.Upload, why string) {
-		if up.State == store.Deleting {
+		if up.State == store.Deleting || up.State == store.Uploading {
 			return
 		}
 		u.log.Info("releasing upload", "upload", up.String(), "external_id", up.ExternalID, "reason", why)
-		up.State = store.Deleting
-		if err := st.UpdateUpload(ctx, up); err != nil {
+		up.SetState(store.Deleting, now)
+		if err := u.write(ctx, "release upload "+up.String(), store.PutUpload(&up)); err != nil {
 			errs = append(errs, err)
 		}
+		released[up.String()] = true
 	}
 
 	// keptBuild holds builds that must stay because an upload of theirs does.
@@ -67,6 +84,9 @@ func (u *Uploader) Retain(ctx context.Context) error {
 		}
 		if !known[k.image] || p.Image(k.image) == nil {
 			for _, up := range ups {
+				if up.State == store.Uploading {
+					keptBuild[up.BuildID] = true
+				}
 				markUpload(up, "image no longer listed for this provider")
 			}
 			continue
@@ -93,7 +113,7 @@ func (u *Uploader) Retain(ctx context.Context) error {
 		// A failed upload is history once a newer upload is ready.
 		for _, up := range ups {
 			if up.State == store.Failed && !newestReady.IsZero() && !created[up.BuildID].After(newestReady) {
-				if err := st.DeleteUpload(ctx, up); err != nil {
+				if err := u.write(ctx, "forget failed upload "+up.String(), store.DeleteUpload(up)); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -120,15 +140,20 @@ func (u *Uploader) Retain(ctx context.Context) error {
 			if release == "" {
 				continue
 			}
+			// The build and its uploads go deleting in one write, against the
+			// versions read: an upload begun meanwhile makes it fail.
 			u.log.Info("releasing build", "build", b.Name(), "reason", release)
-			if err := st.SetBuildState(ctx, b.ID, store.Deleting, release); err != nil {
-				errs = append(errs, err)
-				continue
-			}
+			b.SetState(store.Deleting, now)
+			b.Reason = release
+			changes := []store.Change{store.PutBuild(&b)}
 			for _, up := range uploads {
-				if up.BuildID == b.ID && up.State != store.Uploading {
-					markUpload(up, "its build is being deleted")
+				if up.BuildID == b.ID && up.State != store.Uploading && up.State != store.Deleting && !released[up.String()] {
+					up.SetState(store.Deleting, now)
+					changes = append(changes, store.PutUpload(&up))
 				}
+			}
+			if err := u.write(ctx, "release build "+b.Name(), changes...); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
@@ -137,8 +162,8 @@ func (u *Uploader) Retain(ctx context.Context) error {
 
 // DropUploaded removes from disk the files of diskimages with delete-after-upload
 // once the build is uploaded to every provider that lists the image; formats in
-// keep-formats stay. The file records stay, marked not present, so the build still
-// counts as having those formats.
+// keep-formats stay. The files stay recorded, marked not present, so the build
+// still counts as having those formats.
 func (u *Uploader) DropUploaded(ctx context.Context) error {
 	st, cfg := u.opts.Store, u.opts.Config
 	var errs []error
@@ -155,7 +180,13 @@ func (u *Uploader) DropUploaded(ctx context.Context) error {
 			return err
 		}
 		for _, b := range builds {
-			if len(b.Formats()) == 0 {
+			var drop []store.File
+			for _, f := range b.Files {
+				if f.Present && !slices.Contains(di.KeepFormats, f.Format) {
+					drop = append(drop, f)
+				}
+			}
+			if len(drop) == 0 {
 				continue
 			}
 			ups, err := st.Uploads(ctx, store.UploadFilter{BuildID: b.ID, State: store.Ready})
@@ -173,15 +204,19 @@ func (u *Uploader) DropUploaded(ctx context.Context) error {
 			if !all {
 				continue
 			}
-			for _, f := range b.Files {
-				if !f.Present || slices.Contains(di.KeepFormats, f.Format) {
-					continue
+			// The record first: a file recorded as gone is never uploaded from.
+			for _, f := range drop {
+				f.Present = false
+				b.SetFile(f)
+			}
+			if err := st.Write(ctx, store.PutBuild(&b)); err != nil {
+				if !errors.Is(err, store.ErrConflict) { // else: changed meanwhile; the next pass looks again
+					errs = append(errs, fmt.Errorf("record files of %s removed: %w", b.Name(), err))
 				}
+				continue
+			}
+			for _, f := range drop {
 				if err := st.RemoveFormat(b.Image, b.ID, f.Format); err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				if err := st.MarkFileRemoved(ctx, b.ID, f.Format); err != nil {
 					errs = append(errs, err)
 					continue
 				}
@@ -195,7 +230,7 @@ func (u *Uploader) DropUploaded(ctx context.Context) error {
 func (u *Uploader) keepBuilds() int  { return max(u.opts.Config.Builder.KeepBuilds, 1) }
 func (u *Uploader) keepUploads() int { return max(u.opts.Config.Builder.KeepUploads, 1) }
 
-// Delete carries out what Retain released: cloud images first (retried on every
+// Delete carries out what was released: cloud images first (retried on every
 // step until the cloud agrees), then records; a deleting build's files go at once,
 // its record once none of its uploads is left.
 func (u *Uploader) Delete(ctx context.Context) error {
@@ -212,13 +247,16 @@ func (u *Uploader) Delete(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("delete upload %s: provider %s is not in the config; its image %s stays", up, up.Provider, up.ExternalID))
 				continue
 			}
-			if err := cloud.Delete(ctx, up.ExternalID); err != nil {
+			cctx, cancel := u.cloudCtx(ctx)
+			err := cloud.Delete(cctx, up.ExternalID)
+			cancel()
+			if err != nil {
 				errs = append(errs, fmt.Errorf("delete upload %s (image %s) in %s: %w", up, up.ExternalID, up.Provider, err))
 				continue
 			}
 			u.log.Info("deleted cloud image", "upload", up.String(), "external_id", up.ExternalID)
 		}
-		if err := st.DeleteUpload(ctx, up); err != nil {
+		if err := u.write(ctx, "delete upload record "+up.String(), store.DeleteUpload(up)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -240,15 +278,15 @@ func (u *Uploader) Delete(ctx context.Context) error {
 		for _, up := range left {
 			switch up.State {
 			case store.Failed:
-				if err := st.DeleteUpload(ctx, up); err != nil {
+				if err := u.write(ctx, "delete upload record "+up.String(), store.DeleteUpload(up)); err != nil {
 					errs = append(errs, err)
 				}
 				continue
 			case store.Ready:
 				// Finished after its build was released (an upload already under
 				// way then): it goes with its build.
-				up.State = store.Deleting
-				if err := st.UpdateUpload(ctx, up); err != nil {
+				up.SetState(store.Deleting, u.opts.Now())
+				if err := u.write(ctx, "release upload "+up.String(), store.PutUpload(&up)); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -257,173 +295,14 @@ func (u *Uploader) Delete(ctx context.Context) error {
 		if pending {
 			continue
 		}
-		if err := st.DeleteBuild(ctx, b.ID); err != nil {
+		if err := st.Write(ctx, store.DeleteBuild(b)); err != nil {
+			if errors.Is(err, store.ErrConflict) {
+				continue // an upload record appeared or went meanwhile: the next pass
+			}
 			errs = append(errs, err)
 			continue
 		}
 		u.log.Info("deleted build", "build", b.Name())
 	}
 	return errors.Join(errs...)
-}
-
-// Leak is a cloud image tagged with this builder's id that the store does not hold.
-type Leak struct {
-	Provider string
-	Image    Image
-}
-
-// Leaks lists, per provider, the cloud images this builder tagged whose upload the
-// store does not hold.
-func (u *Uploader) Leaks(ctx context.Context, provider string) ([]Leak, error) {
-	live := map[string]bool{}
-	ups, err := u.opts.Store.Uploads(ctx, store.UploadFilter{})
-	if err != nil {
-		return nil, err
-	}
-	for _, up := range ups {
-		if up.ExternalID != "" {
-			live[up.Provider+"\x00"+up.ExternalID] = true
-		}
-	}
-	var out []Leak
-	var errs []error
-	for _, p := range u.opts.Config.Providers {
-		if provider != "" && p.Name != provider {
-			continue
-		}
-		cloud, ok := u.opts.Clouds[p.Name]
-		if !ok {
-			continue
-		}
-		// Providers may share a cloud: each sweeps only the images made for it.
-		imgs, err := cloud.List(ctx, map[string]string{PropBuilderID: u.opts.Store.BuilderID(), PropProvider: p.Name})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("list images of %s: %w", p.Name, err))
-			continue
-		}
-		for _, img := range imgs {
-			if !live[p.Name+"\x00"+img.ID] {
-				out = append(out, Leak{Provider: p.Name, Image: img})
-			}
-		}
-	}
-	return out, errors.Join(errs...)
-}
-
-// Sweep deletes leaked images: tagged with this builder's id, unknown to the store,
-// and seen so on two sweeps in a row (so an upload whose record is being written
-// is never taken for a leak). It does nothing when builder.leak-sweep is off.
-func (u *Uploader) Sweep(ctx context.Context) error {
-	if !u.opts.Config.Builder.LeakSweep {
-		return nil
-	}
-	start := u.opts.Now()
-	leaks, err := u.Leaks(ctx, "")
-	var errs []error
-	if err != nil {
-		errs = append(errs, err)
-	}
-	byProvider := map[string]map[string]bool{}
-	for _, p := range u.opts.Config.Providers {
-		byProvider[p.Name] = map[string]bool{}
-	}
-	for _, l := range leaks {
-		byProvider[l.Provider][l.Image.ID] = true
-		first, err := u.opts.Store.LeakMark(ctx, l.Provider, l.Image.ID)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if !first.Before(start) {
-			u.log.Info("cloud image unknown to the store; deleting it if still so on the next sweep",
-				"provider", l.Provider, "external_id", l.Image.ID, "name", l.Image.Name)
-			continue
-		}
-		if err := u.opts.Clouds[l.Provider].Delete(ctx, l.Image.ID); err != nil {
-			errs = append(errs, fmt.Errorf("delete leaked image %s in %s: %w", l.Image.ID, l.Provider, err))
-			continue
-		}
-		u.log.Info("deleted leaked image", "provider", l.Provider, "external_id", l.Image.ID, "name", l.Image.Name)
-		delete(byProvider[l.Provider], l.Image.ID)
-	}
-	for p, keep := range byProvider {
-		if err := u.opts.Store.ClearLeakMarks(ctx, p, keep); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Recover settles what a stopped builder left in flight: an upload that was in
-// progress becomes ready if its cloud image finished, else its image is deleted and
-// the upload is retried; a build that was in progress fails and its files go
-// (downloads in .partial stay, to be resumed).
-func (u *Uploader) Recover(ctx context.Context) error {
-	st := u.opts.Store
-	var errs []error
-	ups, err := st.Uploads(ctx, store.UploadFilter{State: store.Uploading})
-	if err != nil {
-		return err
-	}
-	for _, up := range ups {
-		if err := u.recoverUpload(ctx, up); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	builds, err := st.Builds(ctx, store.BuildFilter{State: store.Building})
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	for _, b := range builds {
-		u.log.Warn("build was interrupted; removing its files", "build", b.Name())
-		if err := st.RemoveBuildFiles(b.Image, b.ID); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := st.SetBuildState(ctx, b.ID, store.Failed, "interrupted: the builder stopped during this build"); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
-	cloud, ok := u.opts.Clouds[up.Provider]
-	if !ok {
-		return nil
-	}
-	var found []Image
-	if up.ExternalID != "" {
-		img, err := cloud.Get(ctx, up.ExternalID)
-		switch {
-		case err == nil:
-			found = append(found, img)
-		case !errors.Is(err, ErrNotFound):
-			return fmt.Errorf("recover upload %s: %w", up, err)
-		}
-	} else {
-		imgs, err := cloud.List(ctx, map[string]string{
-			PropBuilderID: u.opts.Store.BuilderID(),
-			PropBuildID:   up.BuildID,
-			PropUploadID:  up.ID,
-			PropProvider:  up.Provider,
-		})
-		if err != nil {
-			return fmt.Errorf("recover upload %s: %w", up, err)
-		}
-		found = imgs
-	}
-	for i, img := range found {
-		if i == 0 && img.Status == "active" {
-			up.State, up.ExternalID, up.ExternalName, up.LastError = store.Ready, img.ID, img.Name, ""
-			u.log.Info("interrupted upload had finished; it is ready", "upload", up.String(), "external_id", img.ID)
-			return u.opts.Store.UpdateUpload(ctx, up)
-		}
-		if err := cloud.Delete(ctx, img.ID); err != nil {
-			return fmt.Errorf("recover upload %s: delete half-made image %s: %w", up, img.ID, err)
-		}
-	}
-	u.log.Warn("upload was interrupted; it will be retried", "upload", up.String())
-	up.State, up.ExternalID, up.LastError = store.Failed, "", "interrupted: the builder stopped during this upload"
-	return u.opts.Store.UpdateUpload(ctx, up)
 }

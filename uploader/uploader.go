@@ -1,6 +1,6 @@
-// Package uploader reconciles the store against the clouds: it uploads the newest
-// ready build of every image to every provider that lists it, keeps the newest,
-// deletes the rest, recovers from crashes and sweeps leaked cloud images.
+// Package uploader reconciles the store against the clouds: it plans the uploads
+// that are missing and runs them one job at a time, keeps the newest, deletes the
+// rest, settles uploads a stopped builder left behind and sweeps leaked images.
 package uploader
 
 import (
@@ -10,11 +10,20 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// Defaults of Options.
+const (
+	DefaultRetryBase    = 30 * time.Second
+	DefaultPollInterval = 2 * time.Second
+	DefaultCloudTimeout = 5 * time.Minute
+	// DefaultCleanupGrace bounds the delete of a half-made image when an upload is
+	// interrupted, the builder stopping included.
+	DefaultCleanupGrace = 30 * time.Second
 )
 
 // Options configure an Uploader.
@@ -25,15 +34,22 @@ type Options struct {
 	Clouds map[string]Cloud
 	Logger *slog.Logger
 	// RetryBase is the wait after an upload's first failure before a later step
-	// tries it again; it doubles with each further failure.
-	RetryBase time.Duration // default 30s
+	// tries it again; it doubles with each further failure. A cloud that could not
+	// be reached is tried again after RetryBase, and that try is not counted.
+	RetryBase time.Duration
 	// PollInterval is how often an upload's status is checked while Glance imports it.
-	PollInterval time.Duration // default 2s
+	PollInterval time.Duration
+	// CloudTimeout bounds each cloud call of the steps other than uploads
+	// (deletes, recovery, sweeps), so that a hung cloud holds up no step for long.
+	CloudTimeout time.Duration
+	// CleanupGrace bounds the delete of a half-made image after a failed or
+	// interrupted upload.
+	CleanupGrace time.Duration
 	Now          func() time.Time
 }
 
-// Uploader runs the upload lifecycle. Its methods are steps: the daemon calls them
-// in a loop, --once calls each once.
+// Uploader runs the upload lifecycle of one config. Its methods are steps that
+// the builder core calls: on timers in the daemon, once each with --once.
 type Uploader struct {
 	opts Options
 	log  *slog.Logger
@@ -45,10 +61,16 @@ func New(opts Options) *Uploader {
 		opts.Logger = slog.Default()
 	}
 	if opts.RetryBase <= 0 {
-		opts.RetryBase = 30 * time.Second
+		opts.RetryBase = DefaultRetryBase
 	}
 	if opts.PollInterval <= 0 {
-		opts.PollInterval = 2 * time.Second
+		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.CloudTimeout <= 0 {
+		opts.CloudTimeout = DefaultCloudTimeout
+	}
+	if opts.CleanupGrace <= 0 {
+		opts.CleanupGrace = DefaultCleanupGrace
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -56,93 +78,57 @@ func New(opts Options) *Uploader {
 	return &Uploader{opts: opts, log: opts.Logger}
 }
 
-// Step is one reconcile pass against the store: upload what is missing, drop files
-// uploaded everywhere, apply retention and delete what was released. It returns every
-// failure, joined. The leak sweep, which lists whole clouds, is separate: Sweep.
-func (u *Uploader) Step(ctx context.Context) error {
-	var errs []error
-	if err := u.Upload(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := u.DropUploaded(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := u.Retain(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := u.Delete(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+// Job is one upload to make: a ready build's file to one provider, as the plan
+// saw it. The worker that runs it reads the records again before it acts.
+type Job struct {
+	Build    store.Build
+	Provider string
+	Format   string
+	// Retry is a failed upload of this build to this provider to try again.
+	Retry *store.Upload
 }
 
-// job is one upload to do: a build's file to one provider.
-type job struct {
-	provider *config.Provider
-	build    store.Build
-	file     store.File
-	retry    *store.Upload // a failed upload of this build to retry, if any
-}
+// Key names the job's work: one build to one provider. A queue holds one job a key.
+func (j Job) Key() string { return j.Build.ID + "/" + j.Provider }
 
-// Upload makes sure that, for every (provider, image) that is not paused, the newest
-// ready build with the provider's format has a ready upload there. Uploads run in
-// parallel, at most builder.upload-workers at once; one provider's failures never
-// hold back another.
-func (u *Uploader) Upload(ctx context.Context) error {
-	jobs, err := u.plan(ctx)
+func (j Job) String() string { return j.Build.Name() + " to " + j.Provider }
+
+// Plan lists the uploads that are missing: for every (provider, image) that is
+// not paused, the newest ready build that has the provider's format needs a
+// ready upload there. A failed upload is planned again once its backoff has
+// passed, until upload-attempts are used up.
+func (u *Uploader) Plan(ctx context.Context) ([]Job, error) {
+	cfg, st := u.opts.Config, u.opts.Store
+	builds, err := st.Builds(ctx, store.BuildFilter{State: store.Ready})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	workers := u.opts.Config.Builder.UploadWorkers
-	if workers <= 0 {
-		workers = 1
+	uploads, err := st.Uploads(ctx, store.UploadFilter{})
+	if err != nil {
+		return nil, err
 	}
-	sem := make(chan struct{}, workers)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for _, j := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("upload %s to %s: %w", j.build.Name(), j.provider.Name, ctx.Err()))
-				mu.Unlock()
-				return
-			}
-			defer func() { <-sem }()
-			if err := u.run(ctx, j); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		}()
+	byBuild := map[string][]store.Upload{}
+	for _, up := range uploads {
+		k := up.BuildID + "/" + up.Provider
+		byBuild[k] = append(byBuild[k], up)
 	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-func (u *Uploader) plan(ctx context.Context) ([]job, error) {
-	cfg := u.opts.Config
-	var jobs []job
+	now := u.opts.Now()
+	var jobs []Job
 	for i := range cfg.Providers {
 		p := &cfg.Providers[i]
+		format := p.Format()
 		for _, pi := range p.DiskImages {
 			if pi.Pause {
 				continue
 			}
-			format := p.Format()
-			builds, err := u.opts.Store.Builds(ctx, store.BuildFilter{Image: pi.Name, State: store.Ready})
-			if err != nil {
-				return nil, err
-			}
-			// The newest build that has (or had, before delete-after-upload) the format.
+			// Builds come newest first: the newest that has (or had, before
+			// delete-after-upload) the format.
 			var newest *store.Build
 			var file store.File
 			for k := range builds {
+				if builds[k].Image != pi.Name {
+					continue
+				}
 				if f, ok := builds[k].File(format); ok {
 					newest, file = &builds[k], f
 					break
@@ -151,41 +137,43 @@ func (u *Uploader) plan(ctx context.Context) ([]job, error) {
 			if newest == nil {
 				continue
 			}
-			ups, err := u.opts.Store.Uploads(ctx, store.UploadFilter{BuildID: newest.ID, Provider: p.Name})
-			if err != nil {
-				return nil, err
+			j := Job{Build: *newest, Provider: p.Name, Format: format}
+			if !u.needed(byBuild[j.Key()], now, &j) {
+				continue
 			}
-			j := job{provider: p, build: *newest, file: file}
-			done := false
-			for k := range ups {
-				switch ups[k].State {
-				case store.Ready, store.Uploading:
-					done = true
-				case store.Failed:
-					switch {
-					case ups[k].Attempts >= u.maxAttempts():
-						// It stays failed until the next build.
-						done = true
-					case ups[k].NextAttempt.After(u.opts.Now()):
-						// Not yet: a later step retries it.
-						done = true
-					case j.retry == nil:
-						j.retry = &ups[k]
-					}
-				}
-			}
-			switch {
-			case done:
-			case !file.Present:
+			if !file.Present {
 				// Removed after its uploads: a provider that wants it now needs a new build.
 				u.log.Warn("cannot upload: the build's file was removed after upload (delete-after-upload)",
 					"image", pi.Name, "build", newest.ID, "provider", p.Name, "format", format)
-			default:
-				jobs = append(jobs, j)
+				continue
 			}
+			jobs = append(jobs, j)
 		}
 	}
 	return jobs, nil
+}
+
+// needed tells, from a build's uploads to one provider, whether an upload is to
+// be made now; it sets j.Retry to the failed upload to try again, if any.
+func (u *Uploader) needed(ups []store.Upload, now time.Time, j *Job) bool {
+	j.Retry = nil
+	for k := range ups {
+		switch ups[k].State {
+		case store.Ready, store.Uploading:
+			return false
+		case store.Failed:
+			switch {
+			case ups[k].Attempts >= u.maxAttempts():
+				return false // it stays failed until the next build
+			case ups[k].NextAttempt.After(now):
+				return false // a later step retries it
+			case j.Retry == nil:
+				retry := ups[k]
+				j.Retry = &retry
+			}
+		}
+	}
+	return true
 }
 
 func (u *Uploader) maxAttempts() int {
@@ -195,60 +183,145 @@ func (u *Uploader) maxAttempts() int {
 	return 1
 }
 
-// run uploads one build to one provider, retrying with backoff.
-func (u *Uploader) run(ctx context.Context, j job) error {
-	st := u.opts.Store
-	cloud, ok := u.opts.Clouds[j.provider.Name]
+// ErrDropped is wrapped by Upload's error when the job is no longer wanted: its
+// build was released, its upload was deleted or made meanwhile, or the config no
+// longer asks for it. Nothing was done.
+var ErrDropped = errors.New("upload no longer needed")
+
+// Upload runs one job. It reads the build and its uploads again first, so that a
+// job that waited for a worker never overwrites what an operator or another step
+// did meanwhile, and records the upload before any data moves. It returns the
+// ready upload.
+func (u *Uploader) Upload(ctx context.Context, j Job) (store.Upload, error) {
+	p := u.opts.Config.Provider(j.Provider)
+	if p == nil || p.Image(j.Build.Image) == nil || p.Image(j.Build.Image).Pause {
+		return store.Upload{}, fmt.Errorf("upload %s: %w: the provider no longer takes the image", j, ErrDropped)
+	}
+	cloud, ok := u.opts.Clouds[p.Name]
 	if !ok {
-		return fmt.Errorf("upload %s to %s: no cloud is open for this provider", j.build.Name(), j.provider.Name)
+		return store.Upload{}, fmt.Errorf("upload %s: no cloud is open for this provider", j)
 	}
-	var rec store.Upload
-	if j.retry != nil {
-		rec = *j.retry
-	} else {
-		var err error
-		if rec, err = st.CreateUpload(ctx, j.build.ID, j.provider.Name, j.file.Format); err != nil {
-			return err
-		}
+	rec, b, err := u.claim(ctx, j)
+	if err != nil {
+		return store.Upload{}, err
 	}
-	log := u.log.With("image", j.build.Image, "build", j.build.ID, "provider", j.provider.Name, "upload", rec.ID)
-	if rec.Attempts > 0 {
-		log.Info("retrying upload", "attempt", rec.Attempts+1, "last_error", rec.LastError)
+	log := u.log.With("image", b.Image, "build", b.ID, "provider", p.Name, "upload", rec.ID)
+	if rec.Attempts > 1 {
+		log.Info("retrying upload", "attempt", rec.Attempts, "last_error", rec.LastError)
 	}
-	// The attempt counts from its start, so one a crash interrupted counts too.
-	rec.Attempts++
-	rec.State, rec.LastError, rec.ExternalID, rec.ExternalName = store.Uploading, "", "", ""
-	if err := st.UpdateUpload(ctx, rec); err != nil {
-		return err
-	}
-	err := u.attempt(ctx, cloud, j, &rec, log)
+	file, _ := b.File(j.Format)
+	a := &attempt{u: u, cloud: cloud, provider: p, build: b, file: file, rec: &rec, log: log}
+	err = a.run(ctx)
 	if err == nil {
-		rec.State, rec.LastError = store.Ready, ""
-		if err := st.UpdateUpload(ctx, rec); err != nil {
-			return err
+		rec.SetState(store.Ready, u.opts.Now())
+		rec.LastError, rec.NextAttempt = "", time.Time{}
+		if err := u.opts.Store.Write(context.WithoutCancel(ctx), store.PutUpload(&rec)); err != nil {
+			// Left uploading with its image recorded: recovery settles it.
+			return rec, fmt.Errorf("upload %s: record it ready: %w", j, err)
 		}
 		log.Info("upload ready", "external_id", rec.ExternalID, "name", rec.ExternalName)
-		return nil
+		return rec, nil
 	}
-	log.Warn("upload failed", "attempt", rec.Attempts, "error", err)
-	// Whatever was made of this attempt in the cloud goes.
+	return rec, u.failed(ctx, a, err)
+}
+
+// claim turns a job into an upload record in state uploading, from a fresh read
+// of the build and its uploads: a new record, or the failed one to retry with its
+// attempt counted. The build is written too (compare-and-set), so that a release
+// of the build and the claim never both succeed.
+func (u *Uploader) claim(ctx context.Context, j Job) (store.Upload, store.Build, error) {
+	st := u.opts.Store
+	for range 5 {
+		b, err := st.Build(ctx, j.Build.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			return store.Upload{}, b, fmt.Errorf("upload %s: %w: the build is gone", j, ErrDropped)
+		}
+		if err != nil {
+			return store.Upload{}, b, err
+		}
+		if b.State != store.Ready {
+			return store.Upload{}, b, fmt.Errorf("upload %s: %w: the build is %s", j, ErrDropped, b.State)
+		}
+		if f, ok := b.File(j.Format); !ok || !f.Present {
+			return store.Upload{}, b, fmt.Errorf("upload %s: %w: the build has no %s file", j, ErrDropped, j.Format)
+		}
+		ups, err := st.Uploads(ctx, store.UploadFilter{BuildID: b.ID, Provider: j.Provider})
+		if err != nil {
+			return store.Upload{}, b, err
+		}
+		fresh := j
+		if !u.needed(ups, u.opts.Now(), &fresh) {
+			return store.Upload{}, b, fmt.Errorf("upload %s: %w: it is made, running or waiting to be retried", j, ErrDropped)
+		}
+		if j.Retry != nil && (fresh.Retry == nil || fresh.Retry.ID != j.Retry.ID) {
+			// The upload to retry was released or settled meanwhile: the next
+			// plan decides afresh.
+			return store.Upload{}, b, fmt.Errorf("upload %s: %w: upload %s changed meanwhile", j, ErrDropped, j.Retry.ID)
+		}
+		var rec store.Upload
+		if fresh.Retry == nil {
+			rec, err = st.CreateUpload(ctx, &b, j.Provider, j.Format)
+		} else {
+			rec = *fresh.Retry
+			rec.SetState(store.Uploading, u.opts.Now())
+			// The attempt counts from its start, so one a crash interrupted counts too.
+			rec.Attempts++
+			rec.ExternalID, rec.ExternalName, rec.Format = "", "", j.Format
+			touched := b
+			err = st.Write(ctx, store.PutBuild(&touched), store.PutUpload(&rec))
+			b = touched
+		}
+		if errors.Is(err, store.ErrConflict) {
+			continue // changed meanwhile: read again
+		}
+		if err != nil {
+			return store.Upload{}, b, err
+		}
+		return rec, b, nil
+	}
+	return store.Upload{}, store.Build{}, fmt.Errorf("upload %s: %w: its records keep changing", j, store.ErrConflict)
+}
+
+// failed settles a failed attempt: whatever it made in the cloud goes, and the
+// record says why and when to try again. A cloud that could not be reached, or
+// an attempt the builder interrupted, does not count towards upload-attempts.
+func (u *Uploader) failed(ctx context.Context, a *attempt, err error) error {
+	rec, log := a.rec, a.log
+	interrupted := ctx.Err() != nil
+	// The clean-up must happen even when ctx ended, but not hold a stop for long.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), u.opts.CleanupGrace)
+	defer cancel()
 	if rec.ExternalID != "" {
-		if derr := cloud.Delete(context.WithoutCancel(ctx), rec.ExternalID); derr != nil {
-			log.Warn("could not delete half-made image; the leak sweep will", "external_id", rec.ExternalID, "error", derr)
+		if derr := a.cloud.Delete(cctx, rec.ExternalID); derr != nil {
+			log.Warn("could not delete half-made image; recovery or the leak sweep will", "external_id", rec.ExternalID, "error", derr)
+		} else {
+			log.Info("deleted half-made image", "external_id", rec.ExternalID)
 		}
 	}
+	now := u.opts.Now()
 	next := "it stays failed until the next build"
-	if rec.Attempts < u.maxAttempts() {
+	switch {
+	case interrupted:
+		rec.Attempts--
+		rec.NextAttempt = now
+		next = "it is tried again on the next pass"
+	case errors.Is(err, ErrUnavailable) && !a.created:
+		rec.Attempts--
+		rec.NextAttempt = now.Add(u.opts.RetryBase)
+		next = "the cloud could not be reached; next try after " + rec.NextAttempt.Format(time.RFC3339)
+	case rec.Attempts < u.maxAttempts():
 		// Retried by a later step, after a wait that doubles with each failure.
-		rec.NextAttempt = u.opts.Now().Add(u.opts.RetryBase << min(rec.Attempts-1, 10))
+		rec.NextAttempt = now.Add(u.opts.RetryBase << min(rec.Attempts-1, 10))
 		next = "next try after " + rec.NextAttempt.Format(time.RFC3339)
 	}
-	rec.State, rec.LastError, rec.ExternalID = store.Failed, err.Error(), ""
-	if uerr := st.UpdateUpload(context.WithoutCancel(ctx), rec); uerr != nil {
-		return errors.Join(err, uerr)
+	log.Warn("upload failed", "attempt", rec.Attempts, "error", err, "next", next)
+	rec.SetState(store.Failed, now)
+	rec.LastError, rec.ExternalID = err.Error(), ""
+	if uerr := u.opts.Store.Write(cctx, store.PutUpload(rec)); uerr != nil {
+		return errors.Join(fmt.Errorf("upload %s-%s to %s: %w", a.build.Image, a.build.ID, a.provider.Name, err), uerr)
 	}
-	return fmt.Errorf("upload %s to %s failed (attempt %d of %d; %s): %w",
-		j.build.Name(), j.provider.Name, rec.Attempts, u.maxAttempts(), next, err)
+	return fmt.Errorf("upload %s-%s to %s failed (attempt %d of %d; %s): %w",
+		a.build.Image, a.build.ID, a.provider.Name, rec.Attempts, u.maxAttempts(), next, err)
 }
 
 // ImageName fills a provider's image-name-format.
@@ -313,4 +386,9 @@ func sortUploadsNewestFirst(ups []store.Upload, created map[string]time.Time) {
 		}
 		return ups[a].ID > ups[b].ID
 	})
+}
+
+// cloudCtx bounds one cloud call of a step other than an upload.
+func (u *Uploader) cloudCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, u.opts.CloudTimeout)
 }

@@ -1,6 +1,7 @@
 package uploader
 
 import (
+	"bytes"
 	"context"
 	"crypto/md5"
 	"encoding/hex"
@@ -28,17 +29,24 @@ type fakeCloud struct {
 	failUpload int  // fail this many uploads
 	neverReady bool // images stay "saving"
 	failDelete bool
-	creates    int
-	deletes    []string
+	// unreachable fails every call as a cloud that cannot be reached does.
+	unreachable bool
+	creates     int
+	deletes     []string
 }
 
 func newFakeCloud() *fakeCloud {
 	return &fakeCloud{images: map[string]*Image{}, data: map[string][]byte{}}
 }
 
+var errUnreachable = fmt.Errorf("%w: connection refused", ErrUnavailable)
+
 func (c *fakeCloud) Create(_ context.Context, spec ImageSpec) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.unreachable {
+		return "", errUnreachable
+	}
 	c.seq++
 	c.creates++
 	id := fmt.Sprintf("img-%d", c.seq)
@@ -83,6 +91,9 @@ func (c *fakeCloud) Upload(_ context.Context, id string, r io.Reader, size int64
 func (c *fakeCloud) Get(_ context.Context, id string) (Image, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.unreachable {
+		return Image{}, errUnreachable
+	}
 	img, ok := c.images[id]
 	if !ok {
 		return Image{}, fmt.Errorf("image %s: %w", id, ErrNotFound)
@@ -93,6 +104,9 @@ func (c *fakeCloud) Get(_ context.Context, id string) (Image, error) {
 func (c *fakeCloud) List(_ context.Context, match map[string]string) ([]Image, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.unreachable {
+		return nil, errUnreachable
+	}
 	var out []Image
 	for _, img := range c.images {
 		ok := true
@@ -207,14 +221,38 @@ func (f *fixture) addBuild(image string, formats ...string) store.Build {
 			f.t.Fatal(err)
 		}
 		sum := md5.Sum(data)
-		if err := f.st.AddFile(ctx, b.ID, store.File{Format: format, MD5: hex.EncodeToString(sum[:]), SHA256: "s", Size: int64(len(data))}); err != nil {
-			f.t.Fatal(err)
-		}
+		b.SetFile(store.File{Format: format, MD5: hex.EncodeToString(sum[:]), SHA256: "s", Size: int64(len(data)), Present: true})
 	}
-	if err := f.st.SetBuildState(ctx, b.ID, store.Ready, ""); err != nil {
+	if err := f.st.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
 		f.t.Fatal(err)
 	}
 	return b
+}
+
+// step is one pass as the builder core makes it, a second after the last, with
+// every job run at once: plan, upload, drop uploaded files, retain, delete. It
+// returns the failures.
+func (f *fixture) step(ctx context.Context) error {
+	f.clock.Add(time.Second)
+	jobs, err := f.up.Plan(ctx)
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() {
+			if _, err := f.up.Upload(ctx, j); err != nil && !errors.Is(err, ErrDropped) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	errs = append(errs, f.up.DropUploaded(ctx), f.up.Retain(ctx), f.up.Delete(ctx))
+	return errors.Join(errs...)
 }
 
 func (f *fixture) uploads(filter store.UploadFilter) []store.Upload {
@@ -229,7 +267,7 @@ func (f *fixture) uploads(filter store.UploadFilter) []store.Upload {
 func TestUploadEachProviderGetsItsFormat(t *testing.T) {
 	f := newFixture(t)
 	b := f.addBuild("debian", "qcow2", "raw")
-	if err := f.up.Step(context.Background()); err != nil {
+	if err := f.step(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	for provider, format := range map[string]string{"a": "qcow2", "b": "raw"} {
@@ -268,7 +306,7 @@ func TestUploadEachProviderGetsItsFormat(t *testing.T) {
 		t.Errorf("provider meta missing: %v", img.Properties)
 	}
 	// Nothing new: a second step uploads nothing.
-	if err := f.up.Step(context.Background()); err != nil {
+	if err := f.step(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if f.clouds["a"].creates != 1 || f.clouds["b"].creates != 1 {
@@ -282,7 +320,7 @@ func TestUploadRetriesOnLaterStepsThenSucceeds(t *testing.T) {
 	f.up.opts.RetryBase = time.Hour
 	f.addBuild("debian", "qcow2", "raw")
 	f.clouds["a"].failUpload = 2
-	err := f.up.Step(ctx)
+	err := f.step(ctx)
 	if err == nil || !strings.Contains(err.Error(), "attempt 1 of 3") || !strings.Contains(err.Error(), "next try after") {
 		t.Fatalf("first step: %v", err)
 	}
@@ -296,14 +334,14 @@ func TestUploadRetriesOnLaterStepsThenSucceeds(t *testing.T) {
 	}
 	// Before the backoff has passed, a step leaves it alone.
 	creates := f.clouds["a"].creates
-	if err := f.up.Step(ctx); err != nil {
+	if err := f.step(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if f.clouds["a"].creates != creates {
 		t.Fatal("retried before the backoff passed")
 	}
 	f.clock.Add(time.Hour)
-	if err := f.up.Step(ctx); err == nil || !strings.Contains(err.Error(), "attempt 2 of 3") {
+	if err := f.step(ctx); err == nil || !strings.Contains(err.Error(), "attempt 2 of 3") {
 		t.Fatalf("second attempt: %v", err)
 	}
 	a = f.uploads(store.UploadFilter{Provider: "a"})
@@ -311,7 +349,7 @@ func TestUploadRetriesOnLaterStepsThenSucceeds(t *testing.T) {
 		t.Fatalf("backoff did not grow: next try in %s", wait)
 	}
 	f.clock.Add(3 * time.Hour)
-	if err := f.up.Step(ctx); err != nil {
+	if err := f.step(ctx); err != nil {
 		t.Fatal(err)
 	}
 	a = f.uploads(store.UploadFilter{Provider: "a"})
@@ -330,7 +368,7 @@ func TestUploadGivesUpAndOtherProviderProceeds(t *testing.T) {
 	f.clouds["a"].failUpload = 100
 	var err error
 	for i := 0; i < 3; i++ {
-		err = f.up.Step(context.Background())
+		err = f.step(context.Background())
 	}
 	if err == nil || !strings.Contains(err.Error(), "injected upload failure") || !strings.Contains(err.Error(), "stays failed until the next build") {
 		t.Fatalf("step error = %v", err)
@@ -349,13 +387,13 @@ func TestUploadGivesUpAndOtherProviderProceeds(t *testing.T) {
 	// A failed upload stays failed until the next build.
 	creates := f.clouds["a"].creates
 	f.clock.Add(24 * time.Hour)
-	f.up.Step(context.Background())
+	f.step(context.Background())
 	if f.clouds["a"].creates != creates {
 		t.Fatal("an upload that used up its attempts was tried again")
 	}
 	f.clouds["a"].failUpload = 0
 	f.addBuild("debian", "qcow2", "raw")
-	if err := f.up.Step(context.Background()); err != nil {
+	if err := f.step(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ready := f.uploads(store.UploadFilter{Provider: "a", State: store.Ready})
@@ -370,7 +408,7 @@ func TestUploadTimeoutDeletesImage(t *testing.T) {
 	f.cfg.Builder.UploadAttempts = 1
 	f.clouds["a"].neverReady = true
 	f.addBuild("debian", "qcow2", "raw")
-	err := f.up.Step(context.Background())
+	err := f.step(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "image-upload-timeout") {
 		t.Fatalf("step error = %v", err)
 	}
@@ -385,7 +423,7 @@ func TestRotationKeepsNewest(t *testing.T) {
 	var builds []store.Build
 	for i := 0; i < 4; i++ {
 		builds = append(builds, f.addBuild("debian", "qcow2", "raw"))
-		if err := f.up.Step(ctx); err != nil {
+		if err := f.step(ctx); err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range []string{"a", "b"} {
@@ -419,11 +457,11 @@ func TestOldBuildLivesWhileItsUploadIsKept(t *testing.T) {
 	ctx := context.Background()
 	f.cfg.Builder.KeepBuilds = 1
 	old := f.addBuild("debian", "qcow2", "raw")
-	if err := f.up.Step(ctx); err != nil {
+	if err := f.step(ctx); err != nil {
 		t.Fatal(err)
 	}
 	f.addBuild("debian", "qcow2", "raw")
-	if err := f.up.Step(ctx); err != nil {
+	if err := f.step(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.st.Build(ctx, old.ID); err != nil {
@@ -436,10 +474,10 @@ func TestDeleteRetriesUntilCloudAgrees(t *testing.T) {
 	ctx := context.Background()
 	f.cfg.Builder.KeepUploads, f.cfg.Builder.KeepBuilds = 1, 1
 	old := f.addBuild("debian", "qcow2", "raw")
-	f.up.Step(ctx)
+	f.step(ctx)
 	f.addBuild("debian", "qcow2", "raw")
 	f.clouds["a"].failDelete = true
-	if err := f.up.Step(ctx); err == nil {
+	if err := f.step(ctx); err == nil {
 		t.Fatal("a refused delete was not reported")
 	}
 	// Files go at once; the record waits for the cloud.
@@ -450,7 +488,7 @@ func TestDeleteRetriesUntilCloudAgrees(t *testing.T) {
 		t.Fatalf("old upload to a = %+v", ups)
 	}
 	f.clouds["a"].failDelete = false
-	if err := f.up.Step(ctx); err != nil {
+	if err := f.step(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.st.Build(ctx, old.ID); !errors.Is(err, store.ErrNotFound) {
@@ -465,9 +503,9 @@ func TestImageRemovedFromProviderAndConfig(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	b := f.addBuild("debian", "qcow2", "raw")
-	f.up.Step(ctx)
+	f.step(ctx)
 	f.cfg.Providers[1].DiskImages = nil
-	if err := f.up.Step(ctx); err != nil {
+	if err := f.step(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if f.clouds["b"].count() != 0 || len(f.uploads(store.UploadFilter{Provider: "b"})) != 0 {
@@ -478,7 +516,7 @@ func TestImageRemovedFromProviderAndConfig(t *testing.T) {
 	}
 	f.cfg.ZuulImages = nil
 	f.cfg.Providers[0].DiskImages = nil
-	if err := f.up.Step(ctx); err != nil {
+	if err := f.step(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if f.clouds["a"].count() != 0 {
@@ -496,7 +534,7 @@ func TestPausedProviderEntryUploadsNothing(t *testing.T) {
 	f := newFixture(t)
 	f.cfg.Providers[0].DiskImages[0].Pause = true
 	f.addBuild("debian", "qcow2", "raw")
-	if err := f.up.Step(context.Background()); err != nil {
+	if err := f.step(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if f.clouds["a"].creates != 0 {
@@ -543,20 +581,19 @@ func TestRecoverInterruptedUploads(t *testing.T) {
 	b := f.addBuild("debian", "qcow2", "raw")
 	cloud := f.clouds["a"]
 	// One upload finished in the cloud before the crash, one was half-made.
-	done, _ := f.st.CreateUpload(ctx, b.ID, "a", "qcow2")
-	half, _ := f.st.CreateUpload(ctx, b.ID, "b", "raw")
-	spec := ImageSpec{Name: "x", Properties: f.up.Properties(&f.cfg.Providers[0], b, store.File{}, done)}
-	id, _ := cloud.Create(ctx, spec)
-	cloud.Upload(ctx, id, strings.NewReader("x"), 1)
+	done, _ := f.st.CreateUpload(ctx, &b, "a", "qcow2")
+	half, _ := f.st.CreateUpload(ctx, &b, "b", "raw")
+	file, _ := b.File("qcow2")
+	id, _ := cloud.Create(ctx, ImageSpec{Name: "x", Properties: f.up.Properties(&f.cfg.Providers[0], b, file, done)})
+	data, _ := os.ReadFile(f.st.FilePath("debian", b.ID, "qcow2"))
+	cloud.Upload(ctx, id, bytes.NewReader(data), int64(len(data)))
 	hid, _ := f.clouds["b"].Create(ctx, ImageSpec{Name: "y", Properties: f.up.Properties(&f.cfg.Providers[1], b, store.File{}, half)})
 	half.ExternalID = hid
-	f.st.UpdateUpload(ctx, half)
-	// A build was in progress.
-	inProgress, _ := f.st.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul})
-	partial := f.st.FilePath("debian", inProgress.ID, "raw")
-	os.WriteFile(partial, []byte("half"), 0o644)
+	if err := f.st.Write(ctx, store.PutUpload(&half)); err != nil {
+		t.Fatal(err)
+	}
 
-	if err := f.up.Recover(ctx); err != nil {
+	if err := f.up.Recover(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	got := f.uploads(store.UploadFilter{Provider: "a"})
@@ -564,23 +601,187 @@ func TestRecoverInterruptedUploads(t *testing.T) {
 		t.Fatalf("finished upload not adopted: %+v", got)
 	}
 	got = f.uploads(store.UploadFilter{Provider: "b"})
-	if got[0].State != store.Failed || f.clouds["b"].count() != 0 {
+	if got[0].State != store.Failed || f.clouds["b"].count() != 0 || !strings.Contains(got[0].LastError, "interrupted") {
 		t.Fatalf("half-made upload not cleaned: %+v, %d images", got, f.clouds["b"].count())
 	}
-	ib, _ := f.st.Build(ctx, inProgress.ID)
-	if ib.State != store.Failed {
-		t.Fatalf("interrupted build state %s", ib.State)
-	}
-	if _, err := os.Stat(partial); !os.IsNotExist(err) {
-		t.Fatal("interrupted build's files kept")
-	}
-	// The interrupted upload is retried by the next step.
-	if err := f.up.Step(ctx); err != nil {
+	// The interrupted upload is retried by the next step, at once.
+	if err := f.step(ctx); err != nil {
 		t.Fatal(err)
 	}
 	got = f.uploads(store.UploadFilter{Provider: "b"})
 	if len(got) != 1 || got[0].State != store.Ready {
 		t.Fatalf("interrupted upload not retried: %+v", got)
+	}
+}
+
+// TestRecoverRunsTheHookItMissed: an image that went active before a crash is
+// ready only once the post-upload hook that never ran passes on it; one that
+// fails the hook is deleted and uploaded again.
+func TestRecoverRunsTheHookItMissed(t *testing.T) {
+	for _, pass := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hook passes %v", pass), func(t *testing.T) {
+			f := newFixture(t)
+			ctx := context.Background()
+			dir := t.TempDir()
+			out := filepath.Join(dir, "args")
+			code := map[bool]string{true: "0", false: "4"}[pass]
+			hook := filepath.Join(dir, "hook")
+			os.WriteFile(hook, []byte("#!/bin/sh\necho \"$@\" >> "+out+"\necho checked >&2\nexit "+code+"\n"), 0o755)
+			f.cfg.Providers[0].PostUploadHook = hook
+			b := f.addBuild("debian", "qcow2", "raw")
+			up, _ := f.st.CreateUpload(ctx, &b, "a", "qcow2")
+			file, _ := b.File("qcow2")
+			id, _ := f.clouds["a"].Create(ctx, ImageSpec{Name: "x", Properties: f.up.Properties(&f.cfg.Providers[0], b, file, up)})
+			data, _ := os.ReadFile(f.st.FilePath("debian", b.ID, "qcow2"))
+			f.clouds["a"].Upload(ctx, id, bytes.NewReader(data), int64(len(data)))
+			up.ExternalID = id
+			f.st.Write(ctx, store.PutUpload(&up))
+
+			err := f.up.Recover(ctx, nil)
+			got := f.uploads(store.UploadFilter{Provider: "a"})[0]
+			args, _ := os.ReadFile(out)
+			if want := "a " + id + " " + f.st.FilePath("debian", b.ID, "qcow2"); strings.TrimSpace(string(args)) != want {
+				t.Fatalf("hook ran with %q, want %q", args, want)
+			}
+			if pass {
+				if err != nil || got.State != store.Ready || got.ExternalID != id {
+					t.Fatalf("after a passing hook: %+v, %v", got, err)
+				}
+				return
+			}
+			if err != nil || got.State != store.Failed || !strings.Contains(got.LastError, "checked") {
+				t.Fatalf("after a failing hook: %+v, %v", got, err)
+			}
+			if _, gerr := f.clouds["a"].Get(ctx, id); !errors.Is(gerr, ErrNotFound) {
+				t.Fatal("the image that failed the hook is still in the cloud")
+			}
+		})
+	}
+}
+
+// TestRecoverOnEveryPass: an upload whose cloud cannot be asked stays uploading
+// and is settled by a later pass; one a worker is on is never touched.
+func TestRecoverOnEveryPass(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	b := f.addBuild("debian", "qcow2", "raw")
+	stuck, _ := f.st.CreateUpload(ctx, &b, "a", "qcow2")
+	working, _ := f.st.CreateUpload(ctx, &b, "b", "raw")
+	busy := func(u store.Upload) bool { return u.Provider == "b" }
+	f.clouds["a"].unreachable = true
+	if err := f.up.Recover(ctx, busy); err == nil || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("recovery against an unreachable cloud: %v", err)
+	}
+	if got := f.uploads(store.UploadFilter{Provider: "a"})[0]; got.State != store.Uploading || got.Version != stuck.Version {
+		t.Fatalf("upload changed while its cloud was unreachable: %+v", got)
+	}
+	f.clouds["a"].unreachable = false
+	if err := f.up.Recover(ctx, busy); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.uploads(store.UploadFilter{Provider: "a"})[0]; got.State != store.Failed {
+		t.Fatalf("upload not settled once its cloud answered: %+v", got)
+	}
+	if got := f.uploads(store.UploadFilter{Provider: "b"})[0]; got.State != store.Uploading || got.Version != working.Version {
+		t.Fatalf("recovery touched an upload a worker is on: %+v", got)
+	}
+}
+
+// TestJobFromAStalePlan: a job that waited for a worker reads the records again
+// and does nothing when an operator released its upload or its build meanwhile.
+func TestJobFromAStalePlan(t *testing.T) {
+	ctx := context.Background()
+	t.Run("image-delete of the failed upload it would retry", func(t *testing.T) {
+		f := newFixture(t)
+		f.cfg.Providers = f.cfg.Providers[:1]
+		f.clouds["a"].failUpload = 1
+		b := f.addBuild("debian", "qcow2")
+		f.step(ctx)
+		failed := f.uploads(store.UploadFilter{Provider: "a"})[0]
+		f.clock.Add(time.Minute) // past the backoff
+		jobs, err := f.up.Plan(ctx)
+		if err != nil || len(jobs) != 1 || jobs[0].Retry == nil || jobs[0].Retry.ID != failed.ID {
+			t.Fatalf("plan = %+v, %v; want a retry of %s", jobs, err, failed.ID)
+		}
+		if _, err := f.st.ReleaseUpload(ctx, b.ID, "a", failed.ID); err != nil {
+			t.Fatal(err)
+		}
+		creates := f.clouds["a"].creates
+		if _, err := f.up.Upload(ctx, jobs[0]); !errors.Is(err, ErrDropped) {
+			t.Fatalf("stale job: %v, want ErrDropped", err)
+		}
+		if got := f.uploads(store.UploadFilter{Provider: "a"}); len(got) != 1 || got[0].State != store.Deleting {
+			t.Fatalf("the release was overwritten: %+v", got)
+		}
+		if f.clouds["a"].creates != creates {
+			t.Fatal("a dropped job created a cloud image")
+		}
+	})
+	t.Run("dib-image-delete of the build it would upload", func(t *testing.T) {
+		f := newFixture(t)
+		b := f.addBuild("debian", "qcow2", "raw")
+		jobs, err := f.up.Plan(ctx)
+		if err != nil || len(jobs) != 2 {
+			t.Fatalf("plan = %+v, %v", jobs, err)
+		}
+		if _, err := f.st.ReleaseBuild(ctx, b.ID, "dib-image-delete"); err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			if _, err := f.up.Upload(ctx, j); !errors.Is(err, ErrDropped) {
+				t.Fatalf("job %s: %v, want ErrDropped", j, err)
+			}
+		}
+		if n := len(f.uploads(store.UploadFilter{})); n != 0 {
+			t.Fatalf("%d upload records made for a released build", n)
+		}
+		if f.clouds["a"].creates+f.clouds["b"].creates != 0 {
+			t.Fatal("a released build was uploaded")
+		}
+	})
+	t.Run("an upload already made", func(t *testing.T) {
+		f := newFixture(t)
+		f.addBuild("debian", "qcow2", "raw")
+		jobs, _ := f.up.Plan(ctx)
+		if err := f.step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.up.Upload(ctx, jobs[0]); !errors.Is(err, ErrDropped) {
+			t.Fatalf("duplicate job: %v, want ErrDropped", err)
+		}
+		if f.clouds["a"].creates != 1 {
+			t.Fatalf("cloud a got %d creates, want 1", f.clouds["a"].creates)
+		}
+	})
+}
+
+// TestUnreachableCloudIsNotAnAttempt: a cloud that cannot be reached does not use
+// up upload-attempts; the upload goes through once it answers.
+func TestUnreachableCloudIsNotAnAttempt(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.cfg.Providers = f.cfg.Providers[:1]
+	f.cfg.Builder.UploadAttempts = 2
+	f.up.opts.RetryBase = time.Minute
+	f.addBuild("debian", "qcow2")
+	f.clouds["a"].unreachable = true
+	for range 5 {
+		err := f.step(ctx)
+		if err == nil || !strings.Contains(err.Error(), "could not be reached") {
+			t.Fatalf("step against an unreachable cloud: %v", err)
+		}
+		f.clock.Add(2 * time.Minute)
+	}
+	got := f.uploads(store.UploadFilter{Provider: "a"})
+	if len(got) != 1 || got[0].State != store.Failed || got[0].Attempts != 0 {
+		t.Fatalf("after five unreachable tries: %+v", got)
+	}
+	f.clouds["a"].unreachable = false
+	if err := f.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.uploads(store.UploadFilter{Provider: "a"}); got[0].State != store.Ready || got[0].Attempts != 1 {
+		t.Fatalf("once the cloud answered: %+v", got)
 	}
 }
 
@@ -592,7 +793,7 @@ func TestPostUploadHook(t *testing.T) {
 	os.WriteFile(hook, []byte("#!/bin/sh\necho \"$@\" > "+out+"\nexit ${HOOK_EXIT:-0}\n"), 0o755)
 	f.cfg.Providers[0].PostUploadHook = hook
 	b := f.addBuild("debian", "qcow2", "raw")
-	if err := f.up.Step(context.Background()); err != nil {
+	if err := f.step(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	up := f.uploads(store.UploadFilter{Provider: "a"})[0]
@@ -606,7 +807,7 @@ func TestPostUploadHook(t *testing.T) {
 	os.WriteFile(failing, []byte("#!/bin/sh\necho image is bad >&2\nexit 3\n"), 0o755)
 	f.cfg.Providers[0].PostUploadHook = failing
 	f.addBuild("debian", "qcow2", "raw")
-	err := f.up.Step(context.Background())
+	err := f.step(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "image is bad") {
 		t.Fatalf("failing hook: %v", err)
 	}
@@ -623,14 +824,14 @@ func TestDeleteAfterUploadKeepsKeepFormats(t *testing.T) {
 	f.cfg.DiskImages = []config.DiskImage{{Name: "debian", DeleteAfterUpload: true, KeepFormats: []string{"qcow2"}}}
 	b := f.addBuild("debian", "qcow2", "raw")
 	f.clouds["b"].failUpload = 100
-	f.up.Step(ctx)
+	f.step(ctx)
 	// Not uploaded everywhere yet: nothing is removed.
 	if _, err := os.Stat(f.st.FilePath("debian", b.ID, "raw")); err != nil {
 		t.Fatal("file removed before every provider had its upload")
 	}
 	f.clouds["b"].failUpload = 0
 	f.addBuild("debian", "qcow2", "raw") // a new build gets uploads everywhere
-	if err := f.up.Step(ctx); err != nil {
+	if err := f.step(ctx); err != nil {
 		t.Fatal(err)
 	}
 	newest, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian", State: store.Ready})
@@ -646,7 +847,7 @@ func TestDeleteAfterUploadKeepsKeepFormats(t *testing.T) {
 	}
 	// The removed format still counts as uploaded: nothing is uploaded again.
 	creates := f.clouds["b"].creates
-	if err := f.up.Step(ctx); err != nil {
+	if err := f.step(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if f.clouds["b"].creates != creates {
@@ -658,11 +859,12 @@ func TestDeletingBuildTakesLateUploadsWithIt(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	b := f.addBuild("debian", "qcow2", "raw")
-	if err := f.up.Step(ctx); err != nil {
+	if err := f.step(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// The build was released while its uploads were under way; they finished ready.
-	if err := f.st.SetBuildState(ctx, b.ID, store.Deleting, "test"); err != nil {
+	b, _ = f.st.Build(ctx, b.ID)
+	if err := f.st.SetBuildState(ctx, &b, store.Deleting, "test"); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {

@@ -98,7 +98,7 @@ func New(opts Options) (*Client, error) {
 		hc.Transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
 	if opts.CACertFile != "" {
-		if err := addCA(hc, opts.CACertFile); err != nil {
+		if err := TrustCA(hc, opts.CACertFile); err != nil {
 			return nil, err
 		}
 	}
@@ -146,7 +146,9 @@ func orDuration(d, def time.Duration) time.Duration {
 	return def
 }
 
-func addCA(hc *http.Client, file string) error {
+// TrustCA makes hc trust the certificates of a PEM bundle besides the system
+// roots: a zuul-image's ca-cert, for its API and for its artifacts.
+func TrustCA(hc *http.Client, file string) error {
 	pem, err := os.ReadFile(file)
 	if err != nil {
 		return fmt.Errorf("read Zuul ca-cert %s: %w", file, err)

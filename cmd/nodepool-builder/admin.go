@@ -83,12 +83,14 @@ type adminSession struct {
 	st  *store.Store
 }
 
-func openAdmin(c *cli.Context) (*adminSession, error) {
+// openAdmin loads the config and opens the store: ReadOnly for listings,
+// Existing for the commands that record a request.
+func openAdmin(c *cli.Context, access store.Access) (*adminSession, error) {
 	cfg, err := loadConfig(c)
 	if err != nil {
 		return nil, err
 	}
-	st, err := openStore(c, cfg)
+	st, err := openStore(c, cfg, access)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +136,7 @@ func imageBuild(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	a, err := openAdmin(c)
+	a, err := openAdmin(c, store.Existing)
 	if err != nil {
 		return err
 	}
@@ -183,7 +185,7 @@ func imagePause(c *cli.Context, pause bool) error {
 	if err != nil {
 		return err
 	}
-	a, err := openAdmin(c)
+	a, err := openAdmin(c, store.Existing)
 	if err != nil {
 		return err
 	}
@@ -243,7 +245,7 @@ func dibImageDelete(c *cli.Context) error {
 	if !ok {
 		return withCode(exitUsage, fmt.Errorf("dib-image-delete: %q is not <image>-<build_id>; dib-image-list shows the builds", arg))
 	}
-	a, err := openAdmin(c)
+	a, err := openAdmin(c, store.Existing)
 	if err != nil {
 		return err
 	}
@@ -297,7 +299,7 @@ func imageDelete(c *cli.Context) error {
 			strings.Join(missing, ", ")))
 	}
 	provider, image, buildID, uploadID := c.String("provider"), c.String("image"), c.String("build-id"), c.String("upload-id")
-	a, err := openAdmin(c)
+	a, err := openAdmin(c, store.Existing)
 	if err != nil {
 		return err
 	}
@@ -367,7 +369,7 @@ func alienImageList(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	a, err := openAdmin(c)
+	a, err := openAdmin(c, store.ReadOnly)
 	if err != nil {
 		return err
 	}

@@ -168,7 +168,7 @@ func imageStatus(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return withCode(exitUsage, fmt.Errorf("image-status takes no arguments, not %q", c.Args().First()))
 	}
-	a, err := openAdmin(c)
+	a, err := openAdmin(c, store.ReadOnly)
 	if err != nil {
 		return err
 	}

@@ -398,10 +398,10 @@ func TestAdminRefusesWorkInProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetBuildState(ctx, b.ID, store.Ready, ""); err != nil {
+	if err := st.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
 		t.Fatal(err)
 	}
-	up, err := st.CreateUpload(ctx, b.ID, "cloud-q", "qcow2")
+	up, err := st.CreateUpload(ctx, &b, "cloud-q", "qcow2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +418,7 @@ func TestAdminRefusesWorkInProgress(t *testing.T) {
 
 	// Once the upload is done, both are accepted, and again.
 	up.State, up.ExternalID = store.Ready, "ext-1"
-	if err := st.UpdateUpload(ctx, up); err != nil {
+	if err := st.Write(ctx, store.PutUpload(&up)); err != nil {
 		t.Fatal(err)
 	}
 	e.must(0, del)

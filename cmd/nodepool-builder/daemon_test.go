@@ -137,6 +137,15 @@ func startDaemon(t *testing.T, cfgPath string) *daemon {
 			<-d.exited
 		}
 	})
+	// The listings read the state the daemon creates: wait until it has.
+	waitFor(t, 30*time.Second, "the daemon to open its store", func() bool {
+		select {
+		case <-d.exited:
+			t.Fatalf("the daemon exited at start: %v\n%s", d.err, d.logs.String())
+		default:
+		}
+		return strings.Contains(d.logs.String(), `msg="builder ready"`)
+	}, d.logs.String)
 	return d
 }
 

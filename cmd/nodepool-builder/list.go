@@ -23,6 +23,7 @@ type uploadJSON struct {
 	Format       string `json:"format"`
 	State        string `json:"state"`
 	StateTime    string `json:"state_time"`
+	Reason       string `json:"reason,omitempty"` // why a failed upload failed
 }
 
 // buildJSON is a dib-image-list row in --json output.
@@ -52,11 +53,30 @@ func newBuildJSON(b store.Build) buildJSON {
 // newUploadJSON is an upload as image-list --json shows it.
 func newUploadJSON(u store.Upload) uploadJSON {
 	return uploadJSON{u.BuildID, u.ID, u.Provider, u.Image, u.ExternalName, u.ExternalID,
-		u.Format, string(u.State), u.StateTime.Format(time.RFC3339)}
+		u.Format, string(u.State), u.StateTime.Format(time.RFC3339), uploadReason(u)}
+}
+
+// uploadReason is why an upload failed; empty unless it did.
+func uploadReason(u store.Upload) string {
+	if u.State != store.Failed {
+		return ""
+	}
+	return u.LastError
+}
+
+// reasonWidth bounds the Reason column of a table; --json has the whole text.
+const reasonWidth = 80
+
+func shorten(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-3]) + "..."
+	}
+	return s
 }
 
 func imageList(c *cli.Context) error {
-	a, err := openAdmin(c)
+	a, err := openAdmin(c, store.ReadOnly)
 	if err != nil {
 		return err
 	}
@@ -72,16 +92,17 @@ func imageList(c *cli.Context) error {
 		}
 		return writeJSON(c.App.Writer, rows)
 	}
-	t := table{header: []string{"Build ID", "Upload ID", "Provider", "Image", "Provider Image Name", "Provider Image ID", "Format", "State", "Age"}}
+	t := table{header: []string{"Build ID", "Upload ID", "Provider", "Image", "Provider Image Name", "Provider Image ID", "Format", "State", "Age", "Reason"}}
 	for _, u := range ups {
-		t.add(u.BuildID, u.ID, u.Provider, u.Image, u.ExternalName, u.ExternalID, u.Format, string(u.State), age(u.StateTime))
+		t.add(u.BuildID, u.ID, u.Provider, u.Image, u.ExternalName, u.ExternalID, u.Format, string(u.State), age(u.StateTime),
+			shorten(uploadReason(u), reasonWidth))
 	}
 	t.write(c.App.Writer)
 	return nil
 }
 
 func dibImageList(c *cli.Context) error {
-	a, err := openAdmin(c)
+	a, err := openAdmin(c, store.ReadOnly)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -69,24 +70,27 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
 	return &cli.App{
 		Name:      "nodepool-builder",
-		Usage:     "keep clouds supplied with fresh disk images built by Zuul",
+		Usage:     "keep clouds supplied with fresh disk images built by Zuul and diskimage-builder",
+		Version:   version(),
 		Writer:    stdout,
 		ErrWriter: stderr,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: "/etc/nodepool/nodepool.yaml", Usage: "nodepool.yaml to use"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json"},
-			&cli.BoolFlag{Name: "debug", Usage: "log debug messages"},
-			&cli.BoolFlag{Name: "once", Usage: "do every due step once (poll, fetch, upload, retain, delete, sweep), then exit"},
-		},
+			&cli.BoolFlag{Name: "debug", Aliases: []string{"d"}, Usage: "log debug messages (nodepool's -d; the builder always runs in the foreground)"},
+			&cli.BoolFlag{Name: "foreground", Aliases: []string{"f"}, Usage: "accepted for nodepool's -f; the builder always runs in the foreground"},
+			&cli.StringFlag{Name: "pid-file", Aliases: []string{"p"}, Usage: "write the builder's pid to this file while it runs"},
+			&cli.IntFlag{Name: "upload-workers", Usage: "concurrent uploads (default: builder.upload-workers, 4)"},
+			&cli.IntFlag{Name: "build-workers", Value: 1, Usage: "concurrent diskimage-builder builds"},
+			&cli.BoolFlag{Name: "once", Usage: "do every due step once (poll, fetch, build, upload, retain, delete, sweep), then exit"},
+		}, refusedFlags()...),
 		ExitErrHandler: func(*cli.Context, error) {},
+		Before:         checkFlags,
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
 				return withCode(exitUsage, fmt.Errorf("unknown command %q; see --help", c.Args().First()))
 			}
-			if c.Bool("once") {
-				return runOnce(c)
-			}
-			return runDaemon(c)
+			return runBuilder(c)
 		},
 		Commands: append([]*cli.Command{
 			{
@@ -109,6 +113,74 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		}, adminCommands()...),
 	}
 }
+
+// refused are nodepool-builder's flags that mean nothing here, with what to do
+// instead.
+var refused = map[string]string{
+	"l":    "-l (a Python logging config) is not read: use --log-format text|json and --debug",
+	"s":    "-s (secure.conf) is not read: credentials live in clouds.yaml, the Zuul token in a zuul-image's auth-token-file",
+	"fake": "--fake is not supported: give a diskimage a dib-cmd that fakes diskimage-builder instead",
+}
+
+func refusedFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "l", Hidden: true},
+		&cli.StringFlag{Name: "s", Hidden: true},
+		&cli.BoolFlag{Name: "fake", Hidden: true},
+	}
+}
+
+// checkFlags refuses nodepool's flags that would do nothing here, and worker
+// counts below one.
+func checkFlags(c *cli.Context) error {
+	for _, name := range []string{"l", "s", "fake"} {
+		if c.IsSet(name) {
+			return withCode(exitUsage, errors.New(refused[name]))
+		}
+	}
+	for _, name := range []string{"upload-workers", "build-workers"} {
+		if c.IsSet(name) && c.Int(name) < 1 {
+			return withCode(exitUsage, fmt.Errorf("--%s %d: give 1 or more", name, c.Int(name)))
+		}
+	}
+	return nil
+}
+
+// version is the program's version: set at build time with
+// -ldflags "-X main.buildVersion=...", else the module version or VCS revision.
+func version() string {
+	if buildVersion != "" {
+		return buildVersion
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	rev, dirty := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "devel"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return "devel-" + rev
+}
+
+var buildVersion string
 
 func newLogger(c *cli.Context) (*slog.Logger, error) {
 	level := slog.LevelInfo
@@ -144,13 +216,19 @@ func configValidate(c *cli.Context) error {
 	return nil
 }
 
-// openStore opens the images-dir's state for reading and admin writes; it does not
-// take the lock, so it works while a daemon runs.
-func openStore(c *cli.Context, cfg *config.Config) (*store.Store, error) {
+// openStore opens the images-dir's existing state without the images-dir lock,
+// so it works while a builder runs: read-only for listings, read-write for admin
+// requests. It creates nothing: a missing images-dir or state is a usage error
+// that names the path, since a mistyped images-dir is the likely cause.
+func openStore(c *cli.Context, cfg *config.Config, access store.Access) (*store.Store, error) {
 	if cfg.ImagesDir == "" {
 		return nil, withCode(exitUsage, fmt.Errorf("%s: images-dir is not set", cfg.Path))
 	}
-	st, err := store.Open(c.Context, store.Options{ImagesDir: cfg.ImagesDir, DBPath: cfg.Builder.StateDB})
+	st, err := store.Open(c.Context, store.Options{ImagesDir: cfg.ImagesDir, DBPath: cfg.Builder.StateDB, Access: access})
+	if errors.Is(err, store.ErrNotInitialized) {
+		return nil, withCode(exitUsage, fmt.Errorf("%w; check images-dir (and builder.state-db) in %s, or start the builder "+
+			"(nodepool-builder -c %s, or --once) to create its state", err, cfg.Path, cfg.Path))
+	}
 	if err != nil {
 		return nil, withCode(exitFailed, err)
 	}

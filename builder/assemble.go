@@ -1,0 +1,125 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/nodepool-builder/nodepool-builder/artifacts"
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/dib"
+	"github.com/nodepool-builder/nodepool-builder/poller"
+	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/uploader"
+	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
+	"github.com/nodepool-builder/nodepool-builder/zuulapi"
+)
+
+// ErrConfig is wrapped by the errors of a config that loads but cannot be used:
+// a clouds.yaml entry that is missing, a ca-cert that does not read, a changed
+// images-dir.
+var ErrConfig = errors.New("config cannot be used")
+
+// parts are what one config makes: its sources and its uploader. A reload makes
+// new parts; work already running keeps the parts it started with.
+type parts struct {
+	cfg      *config.Config
+	sources  map[store.Source]Source
+	uploader *uploader.Uploader
+}
+
+// OpenCloud opens the image service of a provider.
+type OpenCloud func(ctx context.Context, p *config.Provider) (uploader.Cloud, error)
+
+// openOpenStack is the default OpenCloud: the provider's clouds.yaml entry.
+func (b *Builder) openOpenStack(ctx context.Context, p *config.Provider) (uploader.Cloud, error) {
+	return openstack.Open(ctx, openstack.Options{Cloud: p.Cloud, Region: p.RegionName, Logger: b.log})
+}
+
+// assemble makes the parts of a config. It checks what a config can get wrong
+// (clouds.yaml entries, Zuul URLs, ca-certs) before anything runs.
+func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, error) {
+	if cfg.ImagesDir != b.store.Dir() {
+		return nil, fmt.Errorf("%w: images-dir changed from %s to %s; restart the builder to move it", ErrConfig, b.store.Dir(), cfg.ImagesDir)
+	}
+	open := b.opts.OpenCloud
+	if open == nil {
+		open = b.openOpenStack
+	}
+	clouds := map[string]uploader.Cloud{}
+	for i := range cfg.Providers {
+		p := &cfg.Providers[i]
+		cloud, err := open(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("%w: provider %s: %w", ErrConfig, p.Name, err)
+		}
+		if p.ImageFormat == "" {
+			if f, ok := cloud.(interface{ ImageFormat() string }); ok {
+				// The format a provider takes is part of what images need; settle it now.
+				p.ImageFormat = config.NormalizeFormat(f.ImageFormat())
+			}
+		}
+		clouds[p.Name] = cloud
+	}
+	clients := map[string]poller.Builds{}
+	fetchers := map[string]*artifacts.Fetcher{}
+	for _, zi := range cfg.ZuulImages {
+		hc, err := downloadClient(zi.CACert)
+		if err != nil {
+			return nil, fmt.Errorf("%w: zuul-image %s: %w", ErrConfig, zi.Name, err)
+		}
+		fetchers[zi.Name] = &artifacts.Fetcher{PartialDir: b.store.PartialDir(), HTTPClient: hc, Logger: b.log}
+		client, err := zuulapi.New(zuulapi.Options{
+			APIURL:     zi.APIURL,
+			Tenant:     zi.Tenant,
+			TokenFile:  zi.AuthTokenFile,
+			CACertFile: zi.CACert,
+			Logger:     b.log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%w: zuul-image %s: %w", ErrConfig, zi.Name, err)
+		}
+		clients[zi.Name] = client
+	}
+	return &parts{
+		cfg: cfg,
+		sources: map[store.Source]Source{
+			store.SourceZuul: poller.New(poller.Options{
+				Store:    b.store,
+				Config:   cfg,
+				Fetchers: fetchers,
+				Clients:  clients,
+				Logger:   b.log,
+			}),
+			store.SourceDIB: dib.New(dib.Options{
+				Store:         b.store,
+				Config:        cfg,
+				Logger:        b.log,
+				Slots:         b.buildSlots,
+				CheckInterval: b.opts.Intervals.DIBCheck,
+			}),
+		},
+		uploader: uploader.New(uploader.Options{
+			Store:     b.store,
+			Config:    cfg,
+			Clouds:    clouds,
+			Logger:    b.log,
+			RetryBase: b.opts.RetryBase,
+		}),
+	}, nil
+}
+
+// downloadClient is the HTTP client for a zuul-image's artifacts: it trusts the
+// image's ca-cert besides the system roots, and has no overall timeout (the
+// downloader guards against stalls; a large image may take an hour).
+func downloadClient(caCert string) (*http.Client, error) {
+	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	if caCert == "" {
+		return hc, nil
+	}
+	if err := zuulapi.TrustCA(hc, caCert); err != nil {
+		return nil, err
+	}
+	return hc, nil
+}

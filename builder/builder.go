@@ -1,0 +1,370 @@
+// Package builder owns the loops: it runs the sources that make images and the
+// upload lifecycle, on timers as a daemon or each step once, and reloads config.
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/uploader"
+)
+
+// Source makes images: diskimage-builder, a Zuul job, or whatever comes next.
+// The core does everything else (uploads, rotation, retries, recovery), so a new
+// source is one package that implements this.
+type Source interface {
+	// Images lists the images this source makes under its config, each with how
+	// often it is looked at.
+	Images() map[string]time.Duration
+	// Step looks at one image once and, when it needs a new build, makes it and
+	// returns it ready; nil when nothing was made.
+	Step(ctx context.Context, image string) (*store.Build, error)
+	// Abandon stops whatever a builder that is gone left running for a build it
+	// recorded as building, before the core removes the build's files.
+	Abandon(ctx context.Context, b store.Build) error
+}
+
+// Intervals of the daemon's loops; zero values take the defaults.
+type Intervals struct {
+	Plan        time.Duration // missing uploads are looked for (at once, too, when a build arrives); 10s
+	Cleanup     time.Duration // retention, deletes, recovery, leftovers; 10s
+	Sweep       time.Duration // the leak sweep lists the clouds; 10m
+	DIBCheck    time.Duration // a diskimage is checked for being due; 10s
+	ConfigCheck time.Duration // the config file is checked for changes; 5s
+	// LeftoverAge is how long a file of the builder's must have been left
+	// unchanged before a tidy-up takes it for a leftover; 10m.
+	LeftoverAge time.Duration
+}
+
+func (i *Intervals) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&i.Plan, 10*time.Second)
+	def(&i.Cleanup, 10*time.Second)
+	def(&i.Sweep, 10*time.Minute)
+	def(&i.DIBCheck, 10*time.Second)
+	def(&i.ConfigCheck, 5*time.Second)
+	def(&i.LeftoverAge, 10*time.Minute)
+}
+
+// Options configure a Builder.
+type Options struct {
+	Config *config.Config
+	Store  *store.Store
+	Logger *slog.Logger
+	// UploadWorkers overrides builder.upload-workers when above 0.
+	UploadWorkers int
+	// BuildWorkers bounds the DIB builds that run at once; default 1.
+	BuildWorkers int
+	// Load reads the config again; the daemon reloads when Reload fires and when
+	// the config file changes. Nil: no reloads.
+	Load   func() (*config.Config, error)
+	Reload <-chan struct{}
+	// OpenCloud opens a provider's image service; default: its clouds.yaml entry.
+	OpenCloud OpenCloud
+	// RetryBase is the uploader's first wait before retrying a failed upload.
+	RetryBase time.Duration
+	Intervals Intervals
+}
+
+// Builder runs the sources and the upload lifecycle of one images-dir.
+type Builder struct {
+	opts       Options
+	log        *slog.Logger
+	store      *store.Store
+	buildSlots chan struct{}
+
+	cur    atomic.Pointer[parts]
+	queue  *queue
+	images busyImages
+	wake   chan struct{} // a build arrived: plan uploads now
+
+	// onJobError receives the failures of upload jobs (--once collects them).
+	onJobError atomic.Pointer[func(error)]
+}
+
+// New assembles a builder for opts.Config. It fails, wrapping ErrConfig, when
+// the config cannot be used (clouds, Zuul URLs, ca-certs).
+func New(ctx context.Context, opts Options) (*Builder, error) {
+	opts.Intervals.defaults()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.BuildWorkers <= 0 {
+		opts.BuildWorkers = 1
+	}
+	b := &Builder{
+		opts:       opts,
+		log:        opts.Logger,
+		store:      opts.Store,
+		buildSlots: make(chan struct{}, opts.BuildWorkers),
+		queue:      newQueue(),
+		wake:       make(chan struct{}, 1),
+	}
+	p, err := b.assemble(ctx, opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	b.cur.Store(p)
+	return b, nil
+}
+
+// Config is the config the builder runs now.
+func (b *Builder) Config() *config.Config { return b.cur.Load().cfg }
+
+func (b *Builder) uploadLimit() int {
+	if b.opts.UploadWorkers > 0 {
+		return b.opts.UploadWorkers
+	}
+	return max(b.cur.Load().cfg.Builder.UploadWorkers, 1)
+}
+
+func (b *Builder) wakePlanner() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Once does every step once, to completion: recovery and leftovers, every
+// source's images, the uploads that are missing, retention and deletes, the leak
+// sweep. It returns every failure, joined.
+func (b *Builder) Once(ctx context.Context) error {
+	var mu sync.Mutex
+	var errs []error
+	fail := func(err error) {
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	}
+	fail(b.Recover(ctx))
+	fail(b.tidy(ctx))
+
+	p := b.cur.Load()
+	var wg sync.WaitGroup
+	for _, src := range p.sources {
+		for image := range src.Images() {
+			wg.Go(func() {
+				_, err := b.step(ctx, src, image)
+				fail(err)
+			})
+		}
+	}
+	wg.Wait()
+
+	onErr := func(err error) { fail(err) }
+	b.onJobError.Store(&onErr)
+	fail(b.plan(ctx))
+	b.dispatch(ctx, true)
+	b.onJobError.Store(nil)
+
+	fail(b.lifecycle(ctx))
+	fail(b.cur.Load().uploader.Sweep(ctx))
+	return errors.Join(errs...)
+}
+
+// Run runs the daemon's loops until ctx ends, then waits for the work under
+// way to stop: builds are killed, uploads interrupted and their half-made images
+// deleted within the uploader's clean-up grace.
+func (b *Builder) Run(ctx context.Context) error {
+	// What a builder that is gone left in flight is settled before anything
+	// starts, so that no new step is taken for its owner.
+	if err := b.Recover(ctx); err != nil {
+		b.log.Error("recovery incomplete; it is tried again on every pass", "error", err)
+	}
+	var wg sync.WaitGroup
+	sources := newSupervisor(b)
+	sources.reconcile(ctx)
+	wg.Go(func() { b.dispatch(ctx, false) })
+	wg.Go(func() {
+		b.every(ctx, b.opts.Intervals.Plan, b.wake, "plan uploads", b.plan)
+	})
+	wg.Go(func() {
+		b.every(ctx, b.opts.Intervals.Cleanup, nil, "lifecycle", func(ctx context.Context) error {
+			return errors.Join(b.Recover(ctx), b.lifecycle(ctx), b.tidy(ctx))
+		})
+	})
+	wg.Go(func() {
+		b.every(ctx, b.opts.Intervals.Sweep, nil, "leak sweep", func(ctx context.Context) error {
+			return b.cur.Load().uploader.Sweep(ctx)
+		})
+	})
+	if b.opts.Load != nil {
+		wg.Go(func() { b.watchConfig(ctx, sources) })
+	}
+	<-ctx.Done()
+	b.log.Info("stopping: waiting for the work under way to stop")
+	sources.stop()
+	wg.Wait()
+	return nil
+}
+
+// every runs step now and then each interval, or sooner when wake fires, until
+// ctx ends. A failed step is logged; the next one reads the world afresh.
+func (b *Builder) every(ctx context.Context, interval time.Duration, wake <-chan struct{}, what string, step func(context.Context) error) {
+	for {
+		if err := step(ctx); err != nil && ctx.Err() == nil {
+			b.log.Error(what+" had failures", "error", err)
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// step runs one source step on an image, marked busy meanwhile, and wakes the
+// planner when it made a build.
+func (b *Builder) step(ctx context.Context, src Source, image string) (*store.Build, error) {
+	b.images.enter(image)
+	built, err := src.Step(ctx, image)
+	b.images.leave(image)
+	if built != nil {
+		b.wakePlanner()
+	}
+	return built, err
+}
+
+// plan queues the uploads that are missing.
+func (b *Builder) plan(ctx context.Context) error {
+	jobs, err := b.cur.Load().uploader.Plan(ctx)
+	for _, j := range jobs {
+		if b.queue.add(j) {
+			b.log.Debug("upload queued", "job", j.String())
+		}
+	}
+	return err
+}
+
+// dispatch starts queued upload jobs on up to the upload-workers limit, each on
+// the parts current when it starts, until ctx ends or, with untilIdle, until
+// nothing is queued or running. It waits for the jobs it started.
+func (b *Builder) dispatch(ctx context.Context, untilIdle bool) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		j, jctx, ok := b.queue.take(ctx, b.uploadLimit, untilIdle)
+		if !ok {
+			return
+		}
+		p := b.cur.Load()
+		wg.Go(func() {
+			defer b.queue.done(j)
+			_, err := p.uploader.Upload(jctx, j)
+			switch {
+			case err == nil:
+				// Retention may now release older uploads.
+			case errors.Is(err, uploader.ErrDropped):
+				b.log.Info("upload dropped", "job", j.String(), "reason", err)
+			default:
+				if f := b.onJobError.Load(); f != nil {
+					(*f)(err)
+				} else if ctx.Err() == nil {
+					b.log.Error("upload failed", "job", j.String(), "error", err)
+				}
+			}
+		})
+	}
+}
+
+// lifecycle drops uploaded files, applies retention and carries out deletes.
+func (b *Builder) lifecycle(ctx context.Context) error {
+	up := b.cur.Load().uploader
+	return errors.Join(up.DropUploaded(ctx), up.Retain(ctx), up.Delete(ctx))
+}
+
+// Recover settles what no worker of this process owns: uploads left uploading
+// and this builder's builds left building (their processes stopped first, then
+// their files removed). It runs at start and on every pass.
+func (b *Builder) Recover(ctx context.Context) error {
+	p := b.cur.Load()
+	errs := []error{b.recoverBuilds(ctx, p)}
+	errs = append(errs, p.uploader.Recover(ctx, func(up store.Upload) bool {
+		return b.queue.isRunning(up.BuildID, up.Provider)
+	}))
+	return errors.Join(errs...)
+}
+
+func (b *Builder) recoverBuilds(ctx context.Context, p *parts) error {
+	builds, err := b.store.Builds(ctx, store.BuildFilter{State: store.Building})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, bd := range builds {
+		if bd.BuilderID != b.store.BuilderID() || b.images.has(bd.Image) {
+			continue
+		}
+		// Read again after the busy check: a step that finished in between
+		// changed the record.
+		cur, err := b.store.Build(ctx, bd.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if cur.State != store.Building || cur.Version != bd.Version {
+			continue
+		}
+		if src, ok := p.sources[cur.Source]; ok {
+			if err := src.Abandon(ctx, cur); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		b.log.Warn("build was interrupted; removing its files", "build", cur.Name())
+		if err := b.store.SetBuildState(ctx, &cur, store.Failed, "interrupted: the builder stopped during this build"); err != nil {
+			if !errors.Is(err, store.ErrConflict) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if err := b.store.RemoveBuildFiles(cur.Image, cur.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tidy removes the builder's own leftovers: temporary files, files of builds
+// the state does not know, partial downloads nobody will resume.
+func (b *Builder) tidy(ctx context.Context) error {
+	cfg := b.cur.Load().cfg
+	zuul := map[string]bool{}
+	for _, zi := range cfg.ZuulImages {
+		zuul[zi.Name] = true
+	}
+	removed, err := b.store.RemoveLeftovers(ctx, store.Leftovers{
+		Before:     b.store.Now().Add(-b.opts.Intervals.LeftoverAge),
+		ZuulImages: zuul,
+		Busy: func(image, buildID string) bool {
+			return (image != "" && b.images.has(image)) || (buildID != "" && b.queue.onBuild(buildID))
+		},
+	})
+	for _, path := range removed {
+		b.log.Info("removed leftover file", "path", path)
+	}
+	if err != nil {
+		return fmt.Errorf("remove leftovers: %w", err)
+	}
+	return nil
+}

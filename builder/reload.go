@@ -1,0 +1,150 @@
+package builder
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/uploader"
+)
+
+// supervisor runs one loop per image of every source, each on its own timer,
+// so that a long build of one image holds up no other image, no poll, no upload.
+// On a reload it starts the loops of new images and cancels those of images the
+// config dropped; the other loops take the new config at their next step, and a
+// step already running finishes under the config it started with.
+type supervisor struct {
+	b     *Builder
+	mu    sync.Mutex
+	loops map[loopKey]context.CancelFunc
+	wg    sync.WaitGroup
+}
+
+type loopKey struct {
+	source store.Source
+	image  string
+}
+
+func newSupervisor(b *Builder) *supervisor {
+	return &supervisor{b: b, loops: map[loopKey]context.CancelFunc{}}
+}
+
+// reconcile starts and stops loops to match the current config.
+func (s *supervisor) reconcile(ctx context.Context) {
+	p := s.b.cur.Load()
+	want := map[loopKey]bool{}
+	for kind, src := range p.sources {
+		for image := range src.Images() {
+			want[loopKey{kind, image}] = true
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, cancel := range s.loops {
+		if !want[k] {
+			s.b.log.Info("image dropped from the config; stopping its work", "image", k.image, "source", k.source)
+			cancel()
+			delete(s.loops, k)
+		}
+	}
+	for k := range want {
+		if _, ok := s.loops[k]; ok {
+			continue
+		}
+		lctx, cancel := context.WithCancel(ctx)
+		s.loops[k] = cancel
+		s.wg.Go(func() { s.loop(lctx, k) })
+	}
+}
+
+// loop steps one image until its context ends.
+func (s *supervisor) loop(ctx context.Context, k loopKey) {
+	b := s.b
+	for {
+		src, ok := b.cur.Load().sources[k.source]
+		if !ok {
+			return
+		}
+		every, ok := src.Images()[k.image]
+		if !ok {
+			return
+		}
+		_, err := b.step(ctx, src, k.image)
+		if err != nil && ctx.Err() == nil {
+			b.log.Error("step failed", "image", k.image, "source", k.source, "error", err)
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// stop waits for every loop; their contexts end with the daemon's.
+func (s *supervisor) stop() {
+	s.wg.Wait()
+}
+
+// watchConfig reloads the config on the Reload signal and when the config file
+// changes. A config that does not load, or cannot be used, is reported and the
+// running one stays.
+func (b *Builder) watchConfig(ctx context.Context, sources *supervisor) {
+	path := b.cur.Load().cfg.Path
+	last, _ := os.ReadFile(path)
+	t := time.NewTicker(b.opts.Intervals.ConfigCheck)
+	defer t.Stop()
+	for {
+		var why string
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.opts.Reload:
+			why = "reload signal"
+		case <-t.C:
+			now, err := os.ReadFile(path)
+			if err != nil || bytes.Equal(now, last) {
+				continue
+			}
+			last = now
+			why = "config file changed"
+		}
+		if err := b.reload(ctx, sources); err != nil {
+			b.log.Error("config not reloaded; the running one stays", "reason", why, "error", err)
+			continue
+		}
+		cfg := b.cur.Load().cfg
+		b.log.Info("config reloaded", "reason", why, "diskimages", len(cfg.DiskImages),
+			"zuul_images", len(cfg.ZuulImages), "providers", len(cfg.Providers))
+	}
+}
+
+// reload loads and assembles the config and makes it current: loops of dropped
+// images stop, new images get loops, uploads the new config no longer asks for
+// are cancelled, and the planner looks at once.
+func (b *Builder) reload(ctx context.Context, sources *supervisor) error {
+	cfg, err := b.opts.Load()
+	if err != nil {
+		return err
+	}
+	p, err := b.assemble(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	b.cur.Store(p)
+	sources.reconcile(ctx)
+	for _, j := range b.queue.cancel(func(j uploader.Job) bool {
+		prov := cfg.Provider(j.Provider)
+		return prov == nil || prov.Image(j.Build.Image) == nil
+	}) {
+		b.log.Info("upload stopped: the config no longer asks for it", "job", j.String())
+	}
+	b.queue.signal() // upload-workers may have changed
+	b.wakePlanner()
+	return nil
+}

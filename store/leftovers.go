@@ -1,0 +1,117 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Leftovers says which of the builder's own files a tidy-up may remove.
+type Leftovers struct {
+	// Before: only files last changed before this time are touched, so work in
+	// progress, which keeps writing, is left alone.
+	Before time.Time
+	// ZuulImages are the zuul-images of the config: partial downloads of other
+	// images will never be resumed.
+	ZuulImages map[string]bool
+	// Busy reports work of this process on an image (buildID empty: a fetch of it)
+	// or on one build; its files are never touched. Nil: nothing is busy.
+	Busy func(image, buildID string) bool
+}
+
+var (
+	// buildFileName is a build's file: <image>-<32 hex>.<format, sidecar or .d>.
+	buildFileName = regexp.MustCompile(`^(.+)-([0-9a-f]{32})\.(.+)$`)
+	// tempName is a file being written before a rename: writeFileAtomic's
+	// .<name>.tmp<n> and a conversion's .<name>.converting-<n>.
+	tempName = regexp.MustCompile(`^\.(.+)\.(tmp|converting-)[0-9]+$`)
+	// partialName is a download in .partial: <image>-zuul-<uuid>.<format>[.download].
+	partialName = regexp.MustCompile(`^(.+)-zuul-([0-9a-fA-F]+)\.[^.]+(\.download)?$`)
+)
+
+// RemoveLeftovers removes what a builder that stopped at a bad moment left in the
+// images-dir: temporary files of writes and conversions, files of builds the
+// state does not know, and partial downloads of Zuul builds that are settled or
+// of images no longer configured. It removes only names the builder makes, last
+// changed before l.Before, and returns the paths it removed.
+func (s *Store) RemoveLeftovers(ctx context.Context, l Leftovers) ([]string, error) {
+	busy := l.Busy
+	if busy == nil {
+		busy = func(string, string) bool { return false }
+	}
+	// The directories are listed before the state is read: a file listed then
+	// belongs to a build recorded before it, which the read then sees.
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("list images-dir: %w", err)
+	}
+	partials, err := os.ReadDir(s.PartialDir())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("list partial downloads: %w", err)
+	}
+	builds, err := s.Builds(ctx, BuildFilter{})
+	if err != nil {
+		return nil, err
+	}
+	known := map[string]bool{}
+	settled := map[string]bool{} // <image>/<zuul uuid> fetched or refused for good
+	for _, b := range builds {
+		known[b.ID] = true
+		if b.Zuul.UUID != "" && (b.State == Ready || b.State == Deleting) {
+			settled[b.Image+"/"+strings.ToLower(b.Zuul.UUID)] = true
+		}
+	}
+	var removed []string
+	var errs []error
+	remove := func(path string, e os.DirEntry) {
+		info, err := e.Info()
+		if err != nil || !info.ModTime().Before(l.Before) {
+			return // gone meanwhile, or still being written
+		}
+		if err := os.RemoveAll(path); err != nil {
+			errs = append(errs, fmt.Errorf("remove leftover %s: %w", path, err))
+			return
+		}
+		removed = append(removed, path)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if m := tempName.FindStringSubmatch(name); m != nil {
+			image, id := "", ""
+			if bm := buildFileName.FindStringSubmatch(m[1]); bm != nil {
+				image, id = bm[1], bm[2]
+			}
+			if !busy(image, id) {
+				remove(filepath.Join(s.dir, name), e)
+			}
+			continue
+		}
+		if m := buildFileName.FindStringSubmatch(name); m != nil && !known[m[2]] && !busy(m[1], m[2]) {
+			remove(filepath.Join(s.dir, name), e)
+		}
+	}
+	for _, e := range partials {
+		m := partialName.FindStringSubmatch(e.Name())
+		if m == nil || busy(m[1], "") {
+			continue
+		}
+		image, uuid := m[1], strings.ToLower(m[2])
+		if l.ZuulImages[image] && !settled[image+"/"+uuid] {
+			cur, err := s.Cursor(ctx, image)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if strings.ToLower(cur.ZuulUUID) != uuid {
+				continue // a download to resume
+			}
+		}
+		remove(filepath.Join(s.PartialDir(), e.Name()), e)
+	}
+	return removed, errors.Join(errs...)
+}

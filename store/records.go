@@ -1,0 +1,263 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Errors of the state, wrapped by what a Backend returns.
+var (
+	// ErrNotFound: the build or upload does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a record changed (or went) since it was read, or a record to
+	// create exists already. Nothing of the write happened; re-read and decide again.
+	ErrConflict = errors.New("changed meanwhile")
+	// ErrNotInitialized: the images-dir or its state does not exist, and the
+	// store was opened without creating them.
+	ErrNotInitialized = errors.New("not initialized")
+)
+
+// Source says where a build came from.
+type Source string
+
+// Build sources.
+const (
+	SourceDIB  Source = "dib"
+	SourceZuul Source = "zuul"
+)
+
+// State is the state of a build or an upload.
+type State string
+
+// States of builds and uploads.
+const (
+	Building  State = "building"
+	Uploading State = "uploading"
+	Ready     State = "ready"
+	Deleting  State = "deleting"
+	Failed    State = "failed"
+)
+
+// Build is an image build: files in the images-dir and their record.
+type Build struct {
+	ID        string
+	Image     string
+	Source    Source
+	State     State
+	StateTime time.Time
+	Created   time.Time
+	BuilderID string
+	PID       int    // the building process, for crash recovery
+	Reason    string // why it failed
+	Files     []File // sorted by format
+	Zuul      ZuulRef
+	// Version is the record's version as read: a write names it and fails with
+	// ErrConflict when the record changed meanwhile. 0: not stored yet.
+	Version int64
+}
+
+// ZuulRef identifies the Zuul build a build was fetched from.
+type ZuulRef struct {
+	UUID    string
+	ID      int64
+	EndTime time.Time
+	LogURL  string
+}
+
+// File is one format of a build.
+type File struct {
+	Format  string
+	SHA256  string
+	MD5     string
+	Size    int64
+	URL     string // the artifact it came from, for Zuul builds
+	Present bool   // still on disk (false once removed after upload)
+}
+
+// Name is the build's nodepool-style name, <image>-<build_id>.
+func (b Build) Name() string { return b.Image + "-" + b.ID }
+
+// File returns the build's file of a format.
+func (b Build) File(format string) (File, bool) {
+	for _, f := range b.Files {
+		if f.Format == format {
+			return f, true
+		}
+	}
+	return File{}, false
+}
+
+// Formats lists the formats the build has on disk.
+func (b Build) Formats() []string {
+	var out []string
+	for _, f := range b.Files {
+		if f.Present {
+			out = append(out, f.Format)
+		}
+	}
+	return out
+}
+
+// SetFile adds or replaces a file of the build, keeping Files sorted by format.
+func (b *Build) SetFile(f File) {
+	for i := range b.Files {
+		if b.Files[i].Format == f.Format {
+			b.Files[i] = f
+			return
+		}
+	}
+	i := 0
+	for i < len(b.Files) && b.Files[i].Format < f.Format {
+		i++
+	}
+	b.Files = append(b.Files[:i], append([]File{f}, b.Files[i:]...)...)
+}
+
+// SetState moves the build to a state; the state time changes only with the state.
+func (b *Build) SetState(st State, now time.Time) {
+	if b.State != st {
+		b.State, b.StateTime = st, now.UTC()
+	}
+}
+
+// Upload is a build's image in one provider's cloud.
+type Upload struct {
+	BuildID      string
+	Image        string // the build's image (from the build)
+	Provider     string
+	ID           string // 10-digit sequence per build and provider
+	State        State
+	StateTime    time.Time
+	ExternalID   string
+	ExternalName string
+	Format       string
+	Attempts     int
+	LastError    string
+	NextAttempt  time.Time // earliest retry after a failure
+	// Version is the record's version as read, as for Build.
+	Version int64
+}
+
+// String names an upload for messages.
+func (u Upload) String() string {
+	return fmt.Sprintf("%s-%s/%s/%s", u.Image, u.BuildID, u.Provider, u.ID)
+}
+
+// SetState moves the upload to a state; the state time changes only with the state.
+func (u *Upload) SetState(st State, now time.Time) {
+	if u.State != st {
+		u.State, u.StateTime = st, now.UTC()
+	}
+}
+
+// Cursor is how far the poller has got with one zuul-image.
+type Cursor struct {
+	Image    string
+	ZuulID   int64  // the newest Zuul build settled (ingested or refused)
+	ZuulUUID string // its uuid
+	Outcome  string // "ready" or "failed"
+	Reason   string
+	Time     time.Time
+}
+
+// BuildFilter selects builds; zero fields match everything.
+type BuildFilter struct {
+	Image  string
+	State  State
+	Source Source
+}
+
+// UploadFilter selects uploads; zero fields match everything.
+type UploadFilter struct {
+	BuildID  string
+	Image    string
+	Provider string
+	State    State
+}
+
+// Change is one part of a Write. A Write applies all its changes or none.
+type Change struct {
+	op     op
+	build  *Build
+	upload *Upload
+	cursor *Cursor
+}
+
+type op int
+
+const (
+	opPutBuild op = iota + 1
+	opDeleteBuild
+	opPutUpload
+	opDeleteUpload
+	opPutCursor
+)
+
+// PutBuild creates b (Version 0; its ID must be new) or replaces the stored
+// record, files included, if it is still at b.Version. After the write,
+// b.Version is the new version.
+func PutBuild(b *Build) Change { return Change{op: opPutBuild, build: b} }
+
+// DeleteBuild removes the build's record if it is still at b.Version. Its
+// uploads must be gone.
+func DeleteBuild(b Build) Change { return Change{op: opDeleteBuild, build: &b} }
+
+// PutUpload creates u (Version 0: it gets the next id of its build and
+// provider, which must be empty) or replaces the stored record if it is still at
+// u.Version. After the write, u.ID and u.Version are set.
+func PutUpload(u *Upload) Change { return Change{op: opPutUpload, upload: u} }
+
+// DeleteUpload removes the upload's record if it is still at u.Version.
+func DeleteUpload(u Upload) Change { return Change{op: opDeleteUpload, upload: &u} }
+
+// PutCursor records an image's poll cursor, whatever it was.
+func PutCursor(c Cursor) Change { return Change{op: opPutCursor, cursor: &c} }
+
+// Backend holds the records of builds, uploads, poll cursors and admin requests.
+// Every change of a build or an upload is compare-and-set on its version: a
+// step that read a record and wants to change it names the version it read, and
+// the write fails with ErrConflict when the record changed meanwhile.
+type Backend interface {
+	// Write applies changes atomically: all of them, or none and an error.
+	Write(ctx context.Context, changes ...Change) error
+	// Build returns one build; ErrNotFound when there is none.
+	Build(ctx context.Context, id string) (Build, error)
+	// Builds returns the builds that match f, newest first.
+	Builds(ctx context.Context, f BuildFilter) ([]Build, error)
+	// Uploads returns the uploads that match f: by build, newest build first,
+	// then by provider, newest upload first.
+	Uploads(ctx context.Context, f UploadFilter) ([]Upload, error)
+	// Cursor returns an image's poll cursor; a zero Cursor when it has none.
+	Cursor(ctx context.Context, image string) (Cursor, error)
+
+	// RequestBuild records a manual build request; requesting twice is once.
+	RequestBuild(ctx context.Context, image string) error
+	// BuildRequests returns the pending build requests by image.
+	BuildRequests(ctx context.Context) (map[string]time.Time, error)
+	// ClearBuildRequest removes an image's request if it was made at or before asOf.
+	ClearBuildRequest(ctx context.Context, image string, asOf time.Time) error
+	// SetPaused pauses or unpauses an image at run time; it is idempotent.
+	SetPaused(ctx context.Context, image string, paused bool) error
+	// Paused returns the images paused at run time, with when.
+	Paused(ctx context.Context) (map[string]time.Time, error)
+
+	// LeakMark records the first sighting of a cloud image that looked leaked
+	// and returns when that was.
+	LeakMark(ctx context.Context, provider, externalID string) (time.Time, error)
+	// ClearLeakMarks forgets a provider's marks except those in keep.
+	ClearLeakMarks(ctx context.Context, provider string, keep map[string]bool) error
+
+	Close() error
+}
+
+// ParseBuildName splits a build's name, <image>-<build_id>, into its parts.
+func ParseBuildName(name string) (image, id string, ok bool) {
+	i := strings.LastIndex(name, "-")
+	if i <= 0 || i == len(name)-1 {
+		return "", "", false
+	}
+	return name[:i], name[i+1:], true
+}

@@ -1,0 +1,642 @@
+// Package storetest is the conformance suite of store backends: every backend
+// runs it, so that the lifecycle behaves the same whichever holds the state.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// Opener opens a fresh, empty store whose backend is the one under test, with
+// the given clock. Each call is a new state; the store is closed by the suite.
+type Opener func(t *testing.T, now func() time.Time) *store.Store
+
+// Clock is a settable time source, safe for concurrent use.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a clock at a fixed start.
+func NewClock() *Clock { return &Clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Add moves the clock on.
+func (c *Clock) Add(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	return c.t
+}
+
+// Run runs every conformance test against the backend open makes.
+func Run(t *testing.T, open Opener) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, Opener)
+	}{
+		{"BuildsNewestFirstWithFiles", testBuildsNewestFirstWithFiles},
+		{"StaleBuildWriteConflicts", testStaleBuildWriteConflicts},
+		{"UploadIDsAndStates", testUploadIDsAndStates},
+		{"StaleUploadWriteConflicts", testStaleUploadWriteConflicts},
+		{"WriteIsAllOrNothing", testWriteIsAllOrNothing},
+		{"ConcurrentWritersLoseNoChange", testConcurrentWritersLoseNoChange},
+		{"CreateUploadChangesItsBuild", testCreateUploadChangesItsBuild},
+		{"Cursor", testCursor},
+		{"BuildRequestsAndPauses", testBuildRequestsAndPauses},
+		{"LeakMarks", testLeakMarks},
+		{"ReleaseBuild", testReleaseBuild},
+		{"ReleaseUpload", testReleaseUpload},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
+	}
+}
+
+func openStore(t *testing.T, open Opener, clock *Clock) *store.Store {
+	t.Helper()
+	s := open(t, clock.Now)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// build creates a build of image and moves it to state.
+func build(t *testing.T, s *store.Store, image string, state store.State) store.Build {
+	t.Helper()
+	ctx := context.Background()
+	b, err := s.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceZuul})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state != store.Building {
+		if err := s.SetBuildState(ctx, &b, state, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// upload creates an upload of b to provider and moves it to state.
+func upload(t *testing.T, s *store.Store, b *store.Build, provider string, state store.State) store.Upload {
+	t.Helper()
+	ctx := context.Background()
+	u, err := s.CreateUpload(ctx, b, provider, "qcow2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state != store.Uploading {
+		u.SetState(state, s.Now())
+		if err := s.Write(ctx, store.PutUpload(&u)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return u
+}
+
+func testBuildsNewestFirstWithFiles(t *testing.T, open Opener) {
+	ctx := context.Background()
+	clock := NewClock()
+	s := openStore(t, open, clock)
+	var ids []string
+	for i := range 3 {
+		clock.Add(time.Second)
+		b, err := s.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul,
+			Zuul: store.ZuulRef{UUID: fmt.Sprintf("u%d", i), ID: int64(i), LogURL: "https://logs/x"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.ID) != 32 || b.Version == 0 || b.State != store.Building || b.BuilderID != s.BuilderID() {
+			t.Fatalf("created build = %+v", b)
+		}
+		ids = append(ids, b.ID)
+	}
+	if _, err := s.CreateBuild(ctx, store.Build{Image: "other", Source: store.SourceDIB}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Build(ctx, ids[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.SetFile(store.File{Format: "raw", SHA256: "aa", MD5: "bb", Size: 10, Present: true, URL: "https://a/raw.zst"})
+	b.SetFile(store.File{Format: "qcow2", SHA256: "cc", Size: 5, Present: true})
+	b.PID = 4242
+	clock.Add(time.Second)
+	if err := s.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Builds(ctx, store.BuildFilter{Image: "debian"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].ID != ids[2] || got[2].ID != ids[0] {
+		t.Fatalf("builds not newest first: %+v", got)
+	}
+	ready, err := s.Builds(ctx, store.BuildFilter{Image: "debian", State: store.Ready})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ready) != 1 || ready[0].ID != ids[1] || ready[0].Version != b.Version || ready[0].PID != 4242 {
+		t.Fatalf("ready builds = %+v, want %s at version %d", ready, ids[1], b.Version)
+	}
+	r := ready[0]
+	if f := r.Formats(); len(f) != 2 || f[0] != "qcow2" || f[1] != "raw" {
+		t.Fatalf("formats = %v", f)
+	}
+	if f, _ := r.File("raw"); f != (store.File{Format: "raw", SHA256: "aa", MD5: "bb", Size: 10, Present: true, URL: "https://a/raw.zst"}) {
+		t.Fatalf("raw file = %+v", f)
+	}
+	if r.Zuul.UUID != "u1" || r.Zuul.ID != 1 || r.Zuul.LogURL != "https://logs/x" || !r.StateTime.Equal(clock.Now()) {
+		t.Fatalf("build read back = %+v", r)
+	}
+	if dib, _ := s.Builds(ctx, store.BuildFilter{Source: store.SourceDIB}); len(dib) != 1 || dib[0].Image != "other" {
+		t.Fatalf("dib builds = %+v", dib)
+	}
+	// A file removed after upload stays recorded, not present.
+	f, _ := r.File("raw")
+	f.Present = false
+	r.SetFile(f)
+	if err := s.Write(ctx, store.PutBuild(&r)); err != nil {
+		t.Fatal(err)
+	}
+	r, err = s.Build(ctx, ids[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := r.Formats(); len(f) != 1 || f[0] != "qcow2" || len(r.Files) != 2 {
+		t.Fatalf("formats after removal = %v of %+v", f, r.Files)
+	}
+	if _, err := s.Build(ctx, "0123456789abcdef0123456789abcdef"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing build: %v, want ErrNotFound", err)
+	}
+}
+
+func testStaleBuildWriteConflicts(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	b := build(t, s, "debian", store.Ready)
+	stale := b
+	if err := s.SetBuildState(ctx, &b, store.Deleting, "released"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetBuildState(ctx, &stale, store.Failed, "late"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("write of a stale build: %v, want ErrConflict", err)
+	}
+	if stale.State != store.Ready {
+		t.Fatalf("a failed write changed the caller's copy to %s", stale.State)
+	}
+	if err := s.Write(ctx, store.DeleteBuild(stale)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("delete of a stale build: %v, want ErrConflict", err)
+	}
+	got, err := s.Build(ctx, b.ID)
+	if err != nil || got.State != store.Deleting || got.Reason != "released" {
+		t.Fatalf("build after conflicts = %+v, %v", got, err)
+	}
+	// Creating a build whose id exists is a conflict too.
+	dup := store.Build{ID: b.ID, Image: "debian", Source: store.SourceDIB, State: store.Building}
+	if err := s.Write(ctx, store.PutBuild(&dup)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("create of an existing build: %v, want ErrConflict", err)
+	}
+	if err := s.Write(ctx, store.DeleteBuild(got)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetBuildState(ctx, &got, store.Ready, ""); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("write of a deleted build: %v, want ErrConflict", err)
+	}
+	if _, err := s.Build(ctx, b.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("deleted build: %v", err)
+	}
+}
+
+func testUploadIDsAndStates(t *testing.T, open Opener) {
+	ctx := context.Background()
+	clock := NewClock()
+	s := openStore(t, open, clock)
+	b := build(t, s, "debian", store.Ready)
+	u1 := upload(t, s, &b, "cloud-a", store.Uploading)
+	u2 := upload(t, s, &b, "cloud-a", store.Uploading)
+	u3 := upload(t, s, &b, "cloud-b", store.Uploading)
+	if u1.ID != "0000000001" || u2.ID != "0000000002" || u3.ID != "0000000001" {
+		t.Fatalf("upload ids = %s %s %s", u1.ID, u2.ID, u3.ID)
+	}
+	if u1.Image != "debian" || u1.Version == 0 || u1.State != store.Uploading || u1.Format != "qcow2" || u1.Attempts != 1 {
+		t.Fatalf("created upload = %+v", u1)
+	}
+	next := clock.Add(time.Minute)
+	u1.SetState(store.Ready, next)
+	u1.ExternalID, u1.ExternalName, u1.Attempts, u1.LastError, u1.NextAttempt = "ext-1", "debian-1", 2, "boom", next
+	if err := s.Write(ctx, store.PutUpload(&u1)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Uploads(ctx, store.UploadFilter{Provider: "cloud-a", State: store.Ready})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := u1
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("ready uploads = %+v, want %+v", got, want)
+	}
+	if all, _ := s.Uploads(ctx, store.UploadFilter{BuildID: b.ID}); len(all) != 3 {
+		t.Fatalf("uploads of the build = %+v", all)
+	}
+	if byImage, _ := s.Uploads(ctx, store.UploadFilter{Image: "debian", Provider: "cloud-b"}); len(byImage) != 1 || byImage[0].ID != u3.ID {
+		t.Fatalf("uploads by image and provider = %+v", byImage)
+	}
+	if err := s.Write(ctx, store.DeleteBuild(b)); err == nil {
+		t.Fatal("deleting a build that still has uploads succeeded")
+	}
+	for _, u := range []store.Upload{u1, u2, u3} {
+		if err := s.Write(ctx, store.DeleteUpload(u)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An id is never used twice, deleted or not: it names cloud images that
+	// may still be on their way out.
+	if u4 := upload(t, s, &b, "cloud-a", store.Ready); u4.ID != "0000000003" {
+		t.Fatalf("upload after deletes got id %s, want 0000000003", u4.ID)
+	} else if err := s.Write(ctx, store.DeleteUpload(u4)); err != nil {
+		t.Fatal(err)
+	}
+	b, err = s.Build(ctx, b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, store.DeleteBuild(b)); err != nil {
+		t.Fatal(err)
+	}
+	// An upload of a build that is gone cannot be made.
+	if _, err := s.CreateUpload(ctx, &b, "cloud-a", "raw"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("upload of a deleted build: %v, want ErrConflict", err)
+	}
+}
+
+func testStaleUploadWriteConflicts(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	b := build(t, s, "debian", store.Ready)
+	u := upload(t, s, &b, "cloud-a", store.Failed)
+	// A worker read the failed upload to retry it; an operator releases it meanwhile.
+	snapshot := u
+	if _, err := s.ReleaseUpload(ctx, b.ID, "cloud-a", u.ID); err != nil {
+		t.Fatal(err)
+	}
+	snapshot.SetState(store.Uploading, s.Now())
+	snapshot.Attempts++
+	if err := s.Write(ctx, store.PutUpload(&snapshot)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("retry from a stale read: %v, want ErrConflict", err)
+	}
+	if err := s.Write(ctx, store.DeleteUpload(u)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("delete from a stale read: %v, want ErrConflict", err)
+	}
+	ups, err := s.Uploads(ctx, store.UploadFilter{BuildID: b.ID})
+	if err != nil || len(ups) != 1 || ups[0].State != store.Deleting || ups[0].Attempts != u.Attempts {
+		t.Fatalf("uploads = %+v, %v; want the release to stand", ups, err)
+	}
+}
+
+func testWriteIsAllOrNothing(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	b := build(t, s, "debian", store.Building)
+	other := build(t, s, "debian", store.Ready)
+	stale := other
+	if err := s.SetBuildState(ctx, &other, store.Deleting, ""); err != nil {
+		t.Fatal(err)
+	}
+	// An ingest: the build ready and the cursor moved, in one write; the stale
+	// part makes the whole write fail.
+	ready := b
+	ready.SetState(store.Ready, s.Now())
+	cur := store.Cursor{Image: "debian", ZuulID: 7, ZuulUUID: "abc", Outcome: "ready", Time: s.Now()}
+	if err := s.Write(ctx, store.PutBuild(&ready), store.PutCursor(cur), store.PutBuild(&stale)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("write with a stale part: %v, want ErrConflict", err)
+	}
+	if ready.Version != b.Version {
+		t.Fatalf("a failed write changed the caller's version from %d to %d", b.Version, ready.Version)
+	}
+	got, err := s.Build(ctx, b.ID)
+	if err != nil || got.State != store.Building || got.Version != b.Version {
+		t.Fatalf("build after a failed write = %+v, %v", got, err)
+	}
+	if c, err := s.Cursor(ctx, "debian"); err != nil || c.ZuulID != 0 {
+		t.Fatalf("cursor after a failed write = %+v, %v", c, err)
+	}
+	if err := s.Write(ctx, store.PutBuild(&ready), store.PutCursor(cur)); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.Build(ctx, b.ID)
+	c, _ := s.Cursor(ctx, "debian")
+	if got.State != store.Ready || got.Version != ready.Version || c.ZuulID != 7 {
+		t.Fatalf("after the write: build %+v (caller has version %d), cursor %+v", got, ready.Version, c)
+	}
+}
+
+func testConcurrentWritersLoseNoChange(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	b := build(t, s, "debian", store.Ready)
+	u := upload(t, s, &b, "cloud-a", store.Failed)
+	const writers, each = 4, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for range writers {
+		wg.Go(func() {
+			for range each {
+				for {
+					ups, err := s.Uploads(ctx, store.UploadFilter{BuildID: b.ID})
+					if err != nil {
+						errs <- err
+						return
+					}
+					cur := ups[0]
+					cur.Attempts++
+					err = s.Write(ctx, store.PutUpload(&cur))
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, store.ErrConflict) {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	ups, err := s.Uploads(ctx, store.UploadFilter{BuildID: b.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ups[0].Attempts != u.Attempts+writers*each || ups[0].Version != u.Version+writers*each {
+		t.Fatalf("after %d read-modify-writes: attempts %d (from %d), version %d (from %d)", writers*each, ups[0].Attempts, u.Attempts, ups[0].Version, u.Version)
+	}
+}
+
+func testCreateUploadChangesItsBuild(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	b := build(t, s, "debian", store.Ready)
+	// A release that read the build before an upload of it began must not succeed
+	// on what it read.
+	seenByRelease := b
+	worker := b
+	if _, err := s.CreateUpload(ctx, &worker, "cloud-a", "qcow2"); err != nil {
+		t.Fatal(err)
+	}
+	seenByRelease.SetState(store.Deleting, s.Now())
+	if err := s.Write(ctx, store.PutBuild(&seenByRelease)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("release from a read older than an upload: %v, want ErrConflict", err)
+	}
+	// And an upload from a read older than a release is refused.
+	stale := worker
+	if _, err := s.ReleaseBuild(ctx, b.ID, "x"); !errors.Is(err, store.ErrInProgress) {
+		t.Fatalf("release during an upload: %v, want ErrInProgress", err)
+	}
+	ups, _ := s.Uploads(ctx, store.UploadFilter{BuildID: b.ID})
+	ups[0].SetState(store.Ready, s.Now())
+	if err := s.Write(ctx, store.PutUpload(&ups[0])); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReleaseBuild(ctx, b.ID, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateUpload(ctx, &stale, "cloud-b", "raw"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("upload from a read older than a release: %v, want ErrConflict", err)
+	}
+	if ups, _ := s.Uploads(ctx, store.UploadFilter{BuildID: b.ID, Provider: "cloud-b"}); len(ups) != 0 {
+		t.Fatalf("a refused upload left a record: %+v", ups)
+	}
+}
+
+func testCursor(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	c, err := s.Cursor(ctx, "debian")
+	if err != nil || c.ZuulID != 0 || c.Image != "debian" {
+		t.Fatalf("empty cursor = %+v, %v", c, err)
+	}
+	at := s.Now()
+	if err := s.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 7, ZuulUUID: "abc", Outcome: "failed", Reason: "checksum", Time: at})); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 9, ZuulUUID: "def", Outcome: "ready", Time: at})); err != nil {
+		t.Fatal(err)
+	}
+	c, err = s.Cursor(ctx, "debian")
+	if err != nil || c.ZuulID != 9 || c.ZuulUUID != "def" || c.Outcome != "ready" || c.Reason != "" || !c.Time.Equal(at) {
+		t.Fatalf("cursor = %+v, %v", c, err)
+	}
+	if other, _ := s.Cursor(ctx, "fedora"); other.ZuulID != 0 {
+		t.Fatalf("another image's cursor = %+v", other)
+	}
+}
+
+func testBuildRequestsAndPauses(t *testing.T, open Opener) {
+	ctx := context.Background()
+	clock := NewClock()
+	s := openStore(t, open, clock)
+	if err := s.RequestBuild(ctx, "fedora"); err != nil {
+		t.Fatal(err)
+	}
+	start := clock.Now()
+	clock.Add(time.Minute)
+	if err := s.RequestBuild(ctx, "fedora"); err != nil { // a repeat keeps the first time
+		t.Fatal(err)
+	}
+	reqs, err := s.BuildRequests(ctx)
+	if err != nil || !reqs["fedora"].Equal(start) || len(reqs) != 1 {
+		t.Fatalf("requests = %v, %v", reqs, err)
+	}
+	if err := s.ClearBuildRequest(ctx, "fedora", start.Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if reqs, _ := s.BuildRequests(ctx); len(reqs) != 1 {
+		t.Fatal("a request newer than the build was cleared")
+	}
+	if err := s.ClearBuildRequest(ctx, "fedora", start); err != nil {
+		t.Fatal(err)
+	}
+	if reqs, _ := s.BuildRequests(ctx); len(reqs) != 0 {
+		t.Fatal("request not cleared")
+	}
+	for range 2 {
+		if err := s.SetPaused(ctx, "fedora", true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, _ := s.Paused(ctx); len(p) != 1 || !p["fedora"].Equal(clock.Now()) {
+		t.Fatalf("paused = %v", p)
+	}
+	for range 2 {
+		if err := s.SetPaused(ctx, "fedora", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, _ := s.Paused(ctx); len(p) != 0 {
+		t.Fatalf("paused after unpause = %v", p)
+	}
+}
+
+func testLeakMarks(t *testing.T, open Opener) {
+	ctx := context.Background()
+	clock := NewClock()
+	s := openStore(t, open, clock)
+	first := clock.Now()
+	if got, err := s.LeakMark(ctx, "cloud-a", "img-1"); err != nil || !got.Equal(first) {
+		t.Fatalf("first mark = %v, %v", got, err)
+	}
+	clock.Add(time.Minute)
+	if got, _ := s.LeakMark(ctx, "cloud-a", "img-1"); !got.Equal(first) {
+		t.Fatalf("second sighting moved the first to %v", got)
+	}
+	s.LeakMark(ctx, "cloud-a", "img-2")
+	markedB, _ := s.LeakMark(ctx, "cloud-b", "img-1")
+	if err := s.ClearLeakMarks(ctx, "cloud-a", map[string]bool{"img-2": true}); err != nil {
+		t.Fatal(err)
+	}
+	later := clock.Add(time.Minute)
+	if got, _ := s.LeakMark(ctx, "cloud-a", "img-1"); !got.Equal(later) {
+		t.Fatalf("a cleared mark was kept: first seen %v", got)
+	}
+	if got, _ := s.LeakMark(ctx, "cloud-b", "img-1"); !got.Equal(markedB) {
+		t.Fatalf("clearing cloud-a touched cloud-b: %v", got)
+	}
+}
+
+func testReleaseBuild(t *testing.T, open Opener) {
+	ctx := context.Background()
+	cases := []struct {
+		name        string
+		build       store.State   // the build's state before the release
+		uploads     []store.State // its uploads' states, to cloud-a
+		wantErr     error
+		wantUploads store.State // every upload's state afterwards
+	}{
+		{name: "ready build and its uploads", build: store.Ready, uploads: []store.State{store.Ready, store.Failed, store.Deleting}, wantUploads: store.Deleting},
+		{name: "failed build", build: store.Failed, wantUploads: store.Deleting},
+		{name: "already deleting", build: store.Deleting, uploads: []store.State{store.Deleting}, wantUploads: store.Deleting},
+		{name: "refused while building", build: store.Building, wantErr: store.ErrInProgress},
+		{name: "refused while an upload runs", build: store.Ready, uploads: []store.State{store.Ready, store.Uploading}, wantErr: store.ErrInProgress},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := openStore(t, open, NewClock())
+			b := build(t, s, "debian", store.Ready)
+			before := map[string]store.State{}
+			for _, st := range c.uploads {
+				u := upload(t, s, &b, "cloud-a", st)
+				before[u.ID] = st
+			}
+			if c.build != store.Ready {
+				if err := s.SetBuildState(ctx, &b, c.build, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := s.ReleaseBuild(ctx, b.ID, "operator asked")
+			if !errors.Is(err, c.wantErr) {
+				t.Fatalf("ReleaseBuild error = %v, want %v", err, c.wantErr)
+			}
+			after, lerr := s.Build(ctx, b.ID)
+			if lerr != nil {
+				t.Fatal(lerr)
+			}
+			ups, lerr := s.Uploads(ctx, store.UploadFilter{BuildID: b.ID})
+			if lerr != nil {
+				t.Fatal(lerr)
+			}
+			if c.wantErr != nil {
+				if after.State != c.build {
+					t.Errorf("a refused release changed the build to %s", after.State)
+				}
+				for _, u := range ups {
+					if u.State != before[u.ID] {
+						t.Errorf("a refused release changed upload %s from %s to %s", u.ID, before[u.ID], u.State)
+					}
+				}
+				return
+			}
+			if got.State != store.Deleting || after.State != store.Deleting || got.Name() != b.Name() || got.Version != after.Version {
+				t.Errorf("release returned %s %s v%d, store holds %s v%d; want deleting", got.Name(), got.State, got.Version, after.State, after.Version)
+			}
+			for _, u := range ups {
+				if u.State != c.wantUploads {
+					t.Errorf("upload %s is %s, want %s", u.ID, u.State, c.wantUploads)
+				}
+			}
+		})
+	}
+	t.Run("unknown build", func(t *testing.T) {
+		s := openStore(t, open, NewClock())
+		if _, err := s.ReleaseBuild(ctx, "0123456789abcdef0123456789abcdef", ""); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("error = %v, want ErrNotFound", err)
+		}
+	})
+}
+
+func testReleaseUpload(t *testing.T, open Opener) {
+	ctx := context.Background()
+	cases := []struct {
+		name    string
+		state   store.State
+		wantErr error
+	}{
+		{name: "ready", state: store.Ready},
+		{name: "failed", state: store.Failed},
+		{name: "already deleting", state: store.Deleting},
+		{name: "refused while uploading", state: store.Uploading, wantErr: store.ErrInProgress},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := openStore(t, open, NewClock())
+			b := build(t, s, "debian", store.Ready)
+			target := upload(t, s, &b, "cloud-a", store.Uploading)
+			target.SetState(c.state, s.Now())
+			target.ExternalID = "ext-1"
+			if err := s.Write(ctx, store.PutUpload(&target)); err != nil {
+				t.Fatal(err)
+			}
+			// A sibling upload in the same build and provider must be left alone.
+			sibling := upload(t, s, &b, "cloud-a", store.Ready)
+			got, err := s.ReleaseUpload(ctx, b.ID, "cloud-a", target.ID)
+			if !errors.Is(err, c.wantErr) {
+				t.Fatalf("ReleaseUpload error = %v, want %v", err, c.wantErr)
+			}
+			ups, err := s.Uploads(ctx, store.UploadFilter{BuildID: b.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]store.State{target.ID: store.Deleting, sibling.ID: store.Ready}
+			if c.wantErr != nil {
+				want[target.ID] = c.state
+			} else if got.State != store.Deleting || got.Image != "debian" || got.ExternalID != "ext-1" {
+				t.Errorf("release returned %+v", got)
+			}
+			for _, u := range ups {
+				if u.State != want[u.ID] {
+					t.Errorf("upload %s is %s, want %s", u.ID, u.State, want[u.ID])
+				}
+			}
+		})
+	}
+	t.Run("unknown upload", func(t *testing.T) {
+		s := openStore(t, open, NewClock())
+		if _, err := s.ReleaseUpload(ctx, "nope", "cloud-a", "0000000001"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("error = %v, want ErrNotFound", err)
+		}
+	})
+}

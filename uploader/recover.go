@@ -1,0 +1,139 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// Recover settles uploads left uploading by work that is gone: a builder that
+// stopped, or a worker that could not record its outcome. busy reports the
+// uploads a worker of this process is on; they are left alone. An upload whose
+// cloud image is active becomes ready once it passes the checks and the
+// post-upload hook that it may not have passed before; anything else of it in
+// the cloud is deleted and the upload is tried again. It runs on every pass, so
+// an upload the cloud could not be asked about is settled once it can.
+func (u *Uploader) Recover(ctx context.Context, busy func(store.Upload) bool) error {
+	ups, err := u.opts.Store.Uploads(ctx, store.UploadFilter{State: store.Uploading})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, up := range ups {
+		if busy != nil && busy(up) {
+			continue
+		}
+		if err := u.recoverUpload(ctx, up); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
+	st := u.opts.Store
+	// Read again after the busy check: a worker that finished in between changed
+	// the record, and what was read before must not be acted on.
+	fresh, err := st.Uploads(ctx, store.UploadFilter{BuildID: up.BuildID, Provider: up.Provider})
+	if err != nil {
+		return err
+	}
+	var cur *store.Upload
+	for i := range fresh {
+		if fresh[i].ID == up.ID && fresh[i].Version == up.Version && fresh[i].State == store.Uploading {
+			cur = &fresh[i]
+		}
+	}
+	if cur == nil {
+		return nil
+	}
+	up = *cur
+	p := u.opts.Config.Provider(up.Provider)
+	cloud, ok := u.opts.Clouds[up.Provider]
+	if p == nil || !ok {
+		return nil // its cloud is not configured: it waits until it is
+	}
+	log := u.log.With("upload", up.String())
+	cctx, cancel := u.cloudCtx(ctx)
+	defer cancel()
+	var found []Image
+	if up.ExternalID != "" {
+		img, err := cloud.Get(cctx, up.ExternalID)
+		switch {
+		case err == nil:
+			found = append(found, img)
+		case !errors.Is(err, ErrNotFound):
+			return fmt.Errorf("recover upload %s: %w", up, err)
+		}
+	} else {
+		imgs, err := cloud.List(cctx, map[string]string{
+			PropBuilderID: st.BuilderID(),
+			PropBuildID:   up.BuildID,
+			PropUploadID:  up.ID,
+			PropProvider:  up.Provider,
+		})
+		if err != nil {
+			return fmt.Errorf("recover upload %s: %w", up, err)
+		}
+		found = imgs
+	}
+	reason := "interrupted: the builder stopped during this upload"
+	for i, img := range found {
+		if i == 0 && img.Status == "active" {
+			err := u.adopt(ctx, up, img)
+			if err == nil {
+				up.SetState(store.Ready, u.opts.Now())
+				up.ExternalID, up.ExternalName, up.LastError = img.ID, img.Name, ""
+				if err := u.write(ctx, "recover upload "+up.String(), store.PutUpload(&up)); err != nil {
+					return err
+				}
+				log.Info("interrupted upload had finished; it is ready", "external_id", img.ID)
+				return nil
+			}
+			reason = "interrupted, and its image failed the checks: " + err.Error()
+			log.Warn("interrupted upload's image failed the checks; deleting it", "external_id", img.ID, "error", err)
+		}
+		if err := cloud.Delete(cctx, img.ID); err != nil {
+			return fmt.Errorf("recover upload %s: delete half-made image %s: %w", up, img.ID, err)
+		}
+		log.Info("deleted half-made image", "external_id", img.ID, "status", img.Status)
+	}
+	log.Warn("upload was interrupted; it will be retried", "reason", reason)
+	up.SetState(store.Failed, u.opts.Now())
+	up.ExternalID, up.ExternalName, up.LastError, up.NextAttempt = "", "", reason, u.opts.Now()
+	return u.write(ctx, "recover upload "+up.String(), store.PutUpload(&up))
+}
+
+// adopt runs the checks an upload passes before it is ready on the image an
+// interrupted upload made: what the cloud stored is the build's file, and the
+// provider's post-upload hook passes.
+func (u *Uploader) adopt(ctx context.Context, up store.Upload, img Image) error {
+	st := u.opts.Store
+	b, err := st.Build(ctx, up.BuildID)
+	if err != nil {
+		return err
+	}
+	f, ok := b.File(up.Format)
+	if !ok {
+		return fmt.Errorf("build %s has no %s file", b.Name(), up.Format)
+	}
+	if err := checkStored(img, f); err != nil {
+		return err
+	}
+	p := u.opts.Config.Provider(up.Provider)
+	if p.PostUploadHook == "" {
+		return nil
+	}
+	if !f.Present {
+		return fmt.Errorf("the post-upload-hook cannot run: the build's %s file was removed", up.Format)
+	}
+	timeout := p.ImageUploadTimeout
+	if timeout <= 0 {
+		timeout = DefaultCloudTimeout
+	}
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return runHook(hctx, p.PostUploadHook, p.Name, img.ID, st.FilePath(b.Image, b.ID, up.Format))
+}
