@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -55,7 +56,7 @@ func (c *Cloud) Create(ctx context.Context, spec uploader.ImageSpec) (string, er
 		Properties:      spec.Properties,
 	}).Extract()
 	if err != nil {
-		return "", fmt.Errorf("create image %q in cloud %s: %w", spec.Name, c.name, glanceError(err))
+		return "", fmt.Errorf("create image %q in cloud %s: %w", spec.Name, c.name, classify(err))
 	}
 	c.log.Debug("created image", "id", img.ID, "name", spec.Name)
 	return img.ID, nil
@@ -99,7 +100,7 @@ func (c *Cloud) Upload(ctx context.Context, id string, data io.Reader, size int6
 	start := time.Now()
 	resp, err := sc.HTTPClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("upload image %s to cloud %s: %w", id, c.name, err)
+		return fmt.Errorf("upload image %s to cloud %s: %w", id, c.name, classify(err))
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -163,7 +164,7 @@ func (c *Cloud) List(ctx context.Context, match map[string]string) ([]uploader.I
 		return true, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list images in cloud %s matching %v: %w", c.name, match, glanceError(err))
+		return nil, fmt.Errorf("list images in cloud %s matching %v: %w", c.name, match, classify(err))
 	}
 	return out, nil
 }
@@ -184,17 +185,53 @@ func (c *Cloud) Delete(ctx context.Context, id string) error {
 		return nil
 	case gophercloud.ResponseCodeIs(err, http.StatusNotFound):
 		return nil
+	case alreadyDeleted(err):
+		// Another delete got there first (Glance refuses a second transition to deleted).
+		c.log.Debug("image was already deleted", "id", id)
+		return nil
 	default:
-		return fmt.Errorf("delete image %s from cloud %s: %w", id, c.name, glanceError(err))
+		return fmt.Errorf("delete image %s from cloud %s: %w", id, c.name, classify(err))
 	}
 }
 
-// getError adds uploader.ErrNotFound to a 404 from Glance.
+// alreadyDeleted tells whether Glance refused a delete because the image is deleted
+// already: two deletes that race get "400 Image status transition from deleted to
+// deleted is not allowed" (or from pending_delete, with delayed delete on).
+func alreadyDeleted(err error) bool {
+	var code gophercloud.ErrUnexpectedResponseCode
+	if !errors.As(err, &code) || code.Actual != http.StatusBadRequest {
+		return false
+	}
+	body := string(code.Body)
+	return strings.Contains(body, "transition from deleted to") || strings.Contains(body, "transition from pending_delete to")
+}
+
+// classify shortens an error from Glance (glanceError) and marks one that says the
+// cloud could not serve now, a refused connection, a timeout or an HTTP 5xx, as
+// uploader.ErrUnavailable: the same request may well succeed later.
+func classify(err error) error {
+	var code gophercloud.ErrUnexpectedResponseCode
+	var netErr net.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, uploader.ErrUnavailable):
+	case errors.As(err, &code):
+		if code.Actual >= 500 {
+			return fmt.Errorf("%w: %w", uploader.ErrUnavailable, glanceError(err))
+		}
+	case errors.As(err, &netErr):
+		return fmt.Errorf("%w: %w", uploader.ErrUnavailable, err)
+	}
+	return glanceError(err)
+}
+
+// getError adds uploader.ErrNotFound to a 404 from Glance, and classifies the rest.
 func (c *Cloud) getError(err error) error {
 	if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
 		return fmt.Errorf("%w: %w", uploader.ErrNotFound, glanceError(err))
 	}
-	return glanceError(err)
+	return classify(err)
 }
 
 // propertyFilter is a Glance list query: custom properties are filters in their own

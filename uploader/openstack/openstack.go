@@ -169,7 +169,7 @@ func (c *Cloud) imageService(ctx context.Context) (*gophercloud.ServiceClient, e
 	provider.HTTPClient = c.httpClient
 	provider.UserAgent.Prepend(userAgent)
 	if err := openstack.Authenticate(ctx, provider, *c.auth); err != nil {
-		return nil, fmt.Errorf("authenticate to cloud %s at %s: %w", c.name, c.auth.IdentityEndpoint, err)
+		return nil, fmt.Errorf("authenticate to cloud %s at %s: %w", c.name, c.auth.IdentityEndpoint, classify(err))
 	}
 	if c.override != "" {
 		c.service = c.serviceAt(provider, c.override)
