@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,11 +84,13 @@ type Builder struct {
 	log        *slog.Logger
 	store      *store.Store
 	buildSlots chan struct{}
+	cfgFile    []byte // the config file as it was when the builder started
 
 	cur    atomic.Pointer[parts]
 	queue  *queue
 	images busyImages
 	wake   chan struct{} // a build arrived: plan uploads now
+	retain chan struct{} // an upload is ready: apply retention now
 
 	// onJobError receives the failures of upload jobs (--once collects them).
 	onJobError atomic.Pointer[func(error)]
@@ -110,12 +113,15 @@ func New(ctx context.Context, opts Options) (*Builder, error) {
 		buildSlots: make(chan struct{}, opts.BuildWorkers),
 		queue:      newQueue(),
 		wake:       make(chan struct{}, 1),
+		retain:     make(chan struct{}, 1),
 	}
 	p, err := b.assemble(ctx, opts.Config)
 	if err != nil {
 		return nil, err
 	}
 	b.cur.Store(p)
+	// A change of the file from now on is a reason to reload.
+	b.cfgFile, _ = os.ReadFile(opts.Config.Path)
 	return b, nil
 }
 
@@ -150,7 +156,9 @@ func (b *Builder) Once(ctx context.Context) error {
 		}
 	}
 	fail(b.Recover(ctx))
-	fail(b.tidy(ctx))
+	// Nothing of this process runs yet and the images-dir lock keeps others out:
+	// whatever is left over now is a leftover, however young.
+	fail(b.tidy(ctx, b.store.Now()))
 
 	p := b.cur.Load()
 	var wg sync.WaitGroup
@@ -184,6 +192,9 @@ func (b *Builder) Run(ctx context.Context) error {
 	if err := b.Recover(ctx); err != nil {
 		b.log.Error("recovery incomplete; it is tried again on every pass", "error", err)
 	}
+	if err := b.tidy(ctx, b.store.Now()); err != nil {
+		b.log.Error("tidy-up incomplete", "error", err)
+	}
 	var wg sync.WaitGroup
 	sources := newSupervisor(b)
 	sources.reconcile(ctx)
@@ -192,8 +203,10 @@ func (b *Builder) Run(ctx context.Context) error {
 		b.every(ctx, b.opts.Intervals.Plan, b.wake, "plan uploads", b.plan)
 	})
 	wg.Go(func() {
-		b.every(ctx, b.opts.Intervals.Cleanup, nil, "lifecycle", func(ctx context.Context) error {
-			return errors.Join(b.Recover(ctx), b.lifecycle(ctx), b.tidy(ctx))
+		b.every(ctx, b.opts.Intervals.Cleanup, b.retain, "lifecycle", func(ctx context.Context) error {
+			// Files of work under way keep changing: only those left alone
+			// for LeftoverAge are taken for leftovers.
+			return errors.Join(b.Recover(ctx), b.lifecycle(ctx), b.tidy(ctx, b.store.Now().Add(-b.opts.Intervals.LeftoverAge)))
 		})
 	})
 	wg.Go(func() {
@@ -271,6 +284,10 @@ func (b *Builder) dispatch(ctx context.Context, untilIdle bool) {
 			switch {
 			case err == nil:
 				// Retention may now release older uploads.
+				select {
+				case b.retain <- struct{}{}:
+				default:
+				}
 			case errors.Is(err, uploader.ErrDropped):
 				b.log.Info("upload dropped", "job", j.String(), "reason", err)
 			default:
@@ -345,16 +362,17 @@ func (b *Builder) recoverBuilds(ctx context.Context, p *parts) error {
 	return errors.Join(errs...)
 }
 
-// tidy removes the builder's own leftovers: temporary files, files of builds
-// the state does not know, partial downloads nobody will resume.
-func (b *Builder) tidy(ctx context.Context) error {
+// tidy removes the builder's own leftovers last changed before a time:
+// temporary files, files of builds the state does not know, partial downloads
+// nobody will resume.
+func (b *Builder) tidy(ctx context.Context, before time.Time) error {
 	cfg := b.cur.Load().cfg
 	zuul := map[string]bool{}
 	for _, zi := range cfg.ZuulImages {
 		zuul[zi.Name] = true
 	}
 	removed, err := b.store.RemoveLeftovers(ctx, store.Leftovers{
-		Before:     b.store.Now().Add(-b.opts.Intervals.LeftoverAge),
+		Before:     before,
 		ZuulImages: zuul,
 		Busy: func(image, buildID string) bool {
 			return (image != "" && b.images.has(image)) || (buildID != "" && b.queue.onBuild(buildID))

@@ -95,8 +95,7 @@ func (s *supervisor) stop() {
 // changes. A config that does not load, or cannot be used, is reported and the
 // running one stays.
 func (b *Builder) watchConfig(ctx context.Context, sources *supervisor) {
-	path := b.cur.Load().cfg.Path
-	last, _ := os.ReadFile(path)
+	path, last := b.cur.Load().cfg.Path, b.cfgFile
 	t := time.NewTicker(b.opts.Intervals.ConfigCheck)
 	defer t.Stop()
 	for {
