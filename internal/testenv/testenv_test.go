@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -205,4 +206,42 @@ func processesMentioning(t *testing.T, s string) []int {
 		}
 	}
 	return pids
+}
+
+// TestProxyDownUpAndRate takes a proxied HTTP server down and up again on the
+// same address, and paces a transfer through it.
+func TestProxyDownUpAndRate(t *testing.T) {
+	body := bytes.Repeat([]byte("x"), 300<<10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }))
+	defer srv.Close()
+	p := NewProxy(t, strings.TrimPrefix(srv.URL, "http://"))
+	get := func() (int, error) {
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+		resp, err := c.Get(p.URL())
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		return len(data), err
+	}
+	if n, err := get(); err != nil || n != len(body) {
+		t.Fatalf("through the proxy: %d bytes, %v", n, err)
+	}
+	p.Down()
+	if _, err := get(); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("proxy down: %v, want connection refused", err)
+	}
+	if err := p.Up(); err != nil {
+		t.Fatal(err)
+	}
+	p.SetRate(1 << 20)
+	start := time.Now()
+	if n, err := get(); err != nil || n != len(body) {
+		t.Fatalf("after up: %d bytes, %v", n, err)
+	}
+	// 300 KiB at 1 MiB/s takes about 0.3 s.
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Fatalf("300 KiB at 1 MiB/s took %s", d)
+	}
 }
