@@ -15,31 +15,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
-
-// clock is a settable time source shared by the store and the builder.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // fixture is an images-dir, a log dir and a store on a fake clock, with the fake
 // disk-image-create as dib-cmd.
@@ -49,7 +31,7 @@ type fixture struct {
 	images string
 	logs   string
 	record string // where the fake DIB records its arguments and environment
-	clock  *clock
+	clock  *storetest.Clock
 	st     *store.Store
 }
 
@@ -62,7 +44,7 @@ func newFixture(t *testing.T) *fixture {
 		images: filepath.Join(dir, "images"),
 		logs:   filepath.Join(dir, "logs", "builds"), // created by the builder
 		record: filepath.Join(dir, "record"),
-		clock:  &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)},
+		clock:  storetest.NewClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)),
 	}
 	st, err := store.Open(context.Background(), store.Options{ImagesDir: f.images, Now: f.clock.Now})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
 
 // fakeCloud is an in-memory image service with failure injection.
@@ -139,40 +140,19 @@ func (c *fakeCloud) count() int {
 	return len(c.images)
 }
 
-// testClock is a settable time source shared by the store and the uploader, whose
-// uploads run in parallel.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Add moves the clock on and returns the new time.
-func (c *testClock) Add(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return c.t
-}
-
 type fixture struct {
 	t      *testing.T
 	st     *store.Store
 	cfg    *config.Config
 	clouds map[string]*fakeCloud
 	up     *Uploader
-	clock  *testClock
+	clock  *storetest.Clock
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	f := &fixture{t: t, clock: &testClock{t: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}}
+	f := &fixture{t: t, clock: storetest.NewClock()}
 	// Every store write moves the clock on a second, so records are ordered.
 	now := func() time.Time { return f.clock.Add(time.Second) }
 	st, err := store.Open(context.Background(), store.Options{ImagesDir: dir, Now: now})

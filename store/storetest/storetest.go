@@ -24,7 +24,10 @@ type Clock struct {
 }
 
 // NewClock returns a clock at a fixed start.
-func NewClock() *Clock { return &Clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+func NewClock() *Clock { return NewClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) }
+
+// NewClockAt returns a clock at t.
+func NewClockAt(t time.Time) *Clock { return &Clock{t: t} }
 
 // Now returns the clock's time.
 func (c *Clock) Now() time.Time {
