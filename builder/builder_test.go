@@ -1,0 +1,404 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/uploader"
+)
+
+// gatedCloud is an in-memory image service whose uploads can be held: while the
+// gate is closed, an upload blocks (until the gate opens or its context ends),
+// which is how a test keeps a worker busy.
+type gatedCloud struct {
+	mu      sync.Mutex
+	seq     int
+	images  map[string]uploader.Image
+	gate    chan struct{} // nil: uploads pass
+	started chan string   // receives the id of each upload that begins
+	creates int
+}
+
+func newGatedCloud() *gatedCloud {
+	return &gatedCloud{images: map[string]uploader.Image{}, started: make(chan string, 16)}
+}
+
+// hold makes uploads block until release.
+func (c *gatedCloud) hold() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gate = make(chan struct{})
+}
+
+func (c *gatedCloud) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gate != nil {
+		close(c.gate)
+		c.gate = nil
+	}
+}
+
+func (c *gatedCloud) Create(_ context.Context, spec uploader.ImageSpec) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	c.creates++
+	id := fmt.Sprintf("img-%d", c.seq)
+	c.images[id] = uploader.Image{ID: id, Name: spec.Name, Status: "queued", Properties: spec.Properties}
+	return id, nil
+}
+
+func (c *gatedCloud) Upload(ctx context.Context, id string, r io.Reader, size int64) error {
+	c.mu.Lock()
+	gate := c.gate
+	c.mu.Unlock()
+	c.started <- id
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	img, ok := c.images[id]
+	if !ok {
+		return uploader.ErrNotFound
+	}
+	img.Status = "active"
+	c.images[id] = img
+	return nil
+}
+
+func (c *gatedCloud) Get(_ context.Context, id string) (uploader.Image, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	img, ok := c.images[id]
+	if !ok {
+		return uploader.Image{}, fmt.Errorf("image %s: %w", id, uploader.ErrNotFound)
+	}
+	return img, nil
+}
+
+func (c *gatedCloud) List(_ context.Context, match map[string]string) ([]uploader.Image, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []uploader.Image
+	for _, img := range c.images {
+		ok := true
+		for k, v := range match {
+			ok = ok && img.Properties[k] == v
+		}
+		if ok {
+			out = append(out, img)
+		}
+	}
+	return out, nil
+}
+
+func (c *gatedCloud) Delete(_ context.Context, id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.images, id)
+	return nil
+}
+
+func (c *gatedCloud) count() (images, creates int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.images), c.creates
+}
+
+// rig is a builder on a temporary images-dir whose providers are gated clouds.
+type rig struct {
+	t      *testing.T
+	dir    string
+	st     *store.Store
+	clouds map[string]*gatedCloud
+	b      *Builder
+	cfg    string // the config file
+}
+
+// twoImages has two diskimages, paused so that only the test makes builds, each
+// uploaded to its own provider.
+const twoImages = `images-dir: %s
+diskimages:
+  - name: img-a
+    elements: [e]
+    pause: true
+  - name: img-b
+    elements: [e]
+    pause: true
+providers:
+  - name: pa
+    cloud: a
+    image-format: raw
+    diskimages: [{name: img-a}]
+  - name: pb
+    cloud: b
+    image-format: raw
+    diskimages: [{name: img-b}]
+`
+
+func newRig(t *testing.T, text string) *rig {
+	t.Helper()
+	dir := t.TempDir()
+	r := &rig{t: t, dir: dir, clouds: map[string]*gatedCloud{"pa": newGatedCloud(), "pb": newGatedCloud()}}
+	images := filepath.Join(dir, "images")
+	r.cfg = filepath.Join(dir, "nodepool.yaml")
+	r.write(fmt.Sprintf(text, images))
+	cfg, err := config.Load(r.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(context.Background(), store.Options{ImagesDir: images})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	r.st = st
+	r.b, err = New(context.Background(), Options{
+		Config:        cfg,
+		Store:         st,
+		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
+		UploadWorkers: 1,
+		Load:          func() (*config.Config, error) { return config.Load(r.cfg) },
+		OpenCloud: func(_ context.Context, p *config.Provider) (uploader.Cloud, error) {
+			return r.clouds[p.Name], nil
+		},
+		Intervals: Intervals{Plan: 20 * time.Millisecond, Cleanup: 20 * time.Millisecond, ConfigCheck: 20 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r *rig) write(text string) {
+	r.t.Helper()
+	if err := os.WriteFile(r.cfg, []byte(text), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// run runs the daemon's loops until the test ends.
+func (r *rig) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		r.b.Run(ctx)
+		close(done)
+	}()
+	r.t.Cleanup(func() {
+		for _, c := range r.clouds {
+			c.release()
+		}
+		cancel()
+		<-done
+	})
+}
+
+// build records a ready build of image with a raw file.
+func (r *rig) build(image string) store.Build {
+	r.t.Helper()
+	ctx := context.Background()
+	b, err := r.st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceDIB})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.WriteFile(r.st.FilePath(image, b.ID, "raw"), []byte("data of "+b.ID), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	b.SetFile(store.File{Format: "raw", Size: int64(len("data of " + b.ID)), Present: true})
+	if err := r.st.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+		r.t.Fatal(err)
+	}
+	return b
+}
+
+func (r *rig) uploads(f store.UploadFilter) []store.Upload {
+	r.t.Helper()
+	ups, err := r.st.Uploads(context.Background(), f)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return ups
+}
+
+// waitFor polls cond until it holds, or fails the test after the timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// busy starts the rig with pa's upload of a new img-a build held, the only
+// worker on it; it returns that build.
+func (r *rig) busy() store.Build {
+	r.t.Helper()
+	r.clouds["pa"].hold()
+	a := r.build("img-a")
+	r.run()
+	select {
+	case <-r.clouds["pa"].started:
+	case <-time.After(10 * time.Second):
+		r.t.Fatal("the upload to pa did not start")
+	}
+	return a
+}
+
+// TestReleasedBuildStopsItsQueuedUpload: a dib-image-delete given while the
+// build's upload waits for a worker stops the upload.
+func TestReleasedBuildStopsItsQueuedUpload(t *testing.T) {
+	r := newRig(t, twoImages)
+	r.busy()
+	bb := r.build("img-b")
+	waitFor(t, 10*time.Second, "img-b's upload to be queued behind the busy worker", func() bool { return r.b.queue.onBuild(bb.ID) })
+	if _, err := r.st.ReleaseBuild(context.Background(), bb.ID, "dib-image-delete"); err != nil {
+		t.Fatal(err)
+	}
+	r.clouds["pa"].release()
+	waitFor(t, 10*time.Second, "the released build to be deleted", func() bool {
+		_, err := r.st.Build(context.Background(), bb.ID)
+		return errors.Is(err, store.ErrNotFound)
+	})
+	if _, creates := r.clouds["pb"].count(); creates != 0 {
+		t.Fatalf("the released build was uploaded to pb (%d creates)", creates)
+	}
+	if ups := r.uploads(store.UploadFilter{Provider: "pb"}); len(ups) != 0 {
+		t.Fatalf("upload records of the released build: %+v", ups)
+	}
+}
+
+// TestImageDeleteWinsOverQueuedRetry: an image-delete given while the upload's
+// retry waits for a worker wins: the retry does not overwrite it, the cloud
+// image goes, and the newest build is uploaded again under a new id.
+func TestImageDeleteWinsOverQueuedRetry(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, twoImages)
+	bb := r.build("img-b")
+	failed, err := r.st.CreateUpload(ctx, &bb, "pb", "raw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed.SetState(store.Failed, r.st.Now())
+	failed.LastError = "injected"
+	failed.ExternalID = "" // nothing left of it in the cloud
+	if err := r.st.Write(ctx, store.PutUpload(&failed)); err != nil {
+		t.Fatal(err)
+	}
+	r.busy()
+	waitFor(t, 10*time.Second, "the retry to be queued behind the busy worker", func() bool { return r.b.queue.onBuild(bb.ID) })
+	if _, err := r.st.ReleaseUpload(ctx, bb.ID, "pb", failed.ID); err != nil {
+		t.Fatal(err)
+	}
+	r.clouds["pa"].release()
+	waitFor(t, 10*time.Second, "the deleted upload to go and a new one to be made", func() bool {
+		ups := r.uploads(store.UploadFilter{Provider: "pb"})
+		return len(ups) == 1 && ups[0].ID != failed.ID && ups[0].State == store.Ready
+	})
+	if images, creates := r.clouds["pb"].count(); images != 1 || creates != 1 {
+		t.Fatalf("pb holds %d images after %d creates, want 1 of 1", images, creates)
+	}
+}
+
+// TestBusyWorkerHoldsNothingElseBack: while an upload is held, a new build of
+// another image is uploaded with the next free worker, and deletes go on.
+func TestBusyWorkerHoldsNothingElseBack(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, twoImages)
+	r.b.opts.UploadWorkers = 2
+	old := r.build("img-b")
+	a := r.busy()
+	waitFor(t, 10*time.Second, "img-b uploaded while pa is held", func() bool {
+		return len(r.uploads(store.UploadFilter{BuildID: old.ID, State: store.Ready})) == 1
+	})
+	// An operator deletes it: carried out while pa is still held.
+	up := r.uploads(store.UploadFilter{BuildID: old.ID})[0]
+	if _, err := r.st.ReleaseUpload(ctx, old.ID, "pb", up.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the delete while pa is held", func() bool {
+		_, err := r.clouds["pb"].Get(ctx, up.ExternalID)
+		return errors.Is(err, uploader.ErrNotFound)
+	})
+	if ups := r.uploads(store.UploadFilter{BuildID: a.ID}); len(ups) != 1 || ups[0].State != store.Uploading {
+		t.Fatalf("pa's upload is not held: %+v", ups)
+	}
+}
+
+// TestReloadCancelsUploadsOfDroppedImages: a reload that drops an image from a
+// provider stops its upload under way; the other work goes on.
+func TestReloadCancelsUploadsOfDroppedImages(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, twoImages)
+	a := r.busy()
+	r.write(strings.Replace(fmt.Sprintf(twoImages, r.st.Dir()), "diskimages: [{name: img-a}]", "diskimages: []", 1))
+	waitFor(t, 10*time.Second, "the dropped image's upload to stop and go", func() bool {
+		return len(r.uploads(store.UploadFilter{BuildID: a.ID})) == 0
+	})
+	if images, _ := r.clouds["pa"].count(); images != 0 {
+		t.Fatalf("pa holds %d images of the dropped upload", images)
+	}
+	if r.b.Config().Provider("pa").Image("img-a") != nil {
+		t.Fatal("the new config was not taken")
+	}
+	b := r.build("img-b")
+	waitFor(t, 10*time.Second, "img-b uploaded after the reload", func() bool {
+		return len(r.uploads(store.UploadFilter{BuildID: b.ID, State: store.Ready})) == 1
+	})
+	if _, err := r.st.Build(ctx, a.ID); err != nil {
+		t.Fatalf("the build of an image still in the config went: %v", err)
+	}
+}
+
+// TestOnceDoesEveryStepToCompletion: --once uploads, applies retention and
+// deletes in one call, and reports a failure it met.
+func TestOnceDoesEveryStepToCompletion(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, strings.Replace(twoImages, "providers:", "builder:\n  keep-builds: 1\n  keep-uploads: 1\nproviders:", 1))
+	old := r.build("img-a")
+	if err := r.b.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ups := r.uploads(store.UploadFilter{BuildID: old.ID, State: store.Ready}); len(ups) != 1 {
+		t.Fatalf("uploads after --once: %+v", ups)
+	}
+	newer := r.build("img-a")
+	if err := r.b.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.st.Build(ctx, old.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the older build outlived keep-builds 1 after --once: %v", err)
+	}
+	if images, _ := r.clouds["pa"].count(); images != 1 || len(r.uploads(store.UploadFilter{BuildID: newer.ID, State: store.Ready})) != 1 {
+		t.Fatalf("pa holds %d images; uploads %+v", images, r.uploads(store.UploadFilter{}))
+	}
+	// A build whose file is gone fails its upload; --once says so.
+	broken := r.build("img-b")
+	os.Remove(r.st.FilePath("img-b", broken.ID, "raw"))
+	if err := r.b.Once(ctx); err == nil || !strings.Contains(err.Error(), "open image file") {
+		t.Fatalf("--once with a failing upload: %v", err)
+	}
+}
