@@ -37,13 +37,7 @@ diskimages:
     elements: [debian-minimal]
     pause: true
 zuul-images:
-  - name: debian
-    api-url: {{ZUUL}}
-    tenant: example
-    project: org/images
-    job: build-debian
-    poll-interval: 1
-providers:
+{{DEBIAN}}providers:
   - name: cloud-q
     cloud: {{CLOUD}}
     image-format: qcow2
@@ -66,7 +60,7 @@ func writeAdminConfig(t *testing.T, dir, zuulURL, cloud string) string {
 		"{{DIB}}", fakeDIBCmd(t),
 		"{{ZUUL}}", zuulURL,
 		"{{CLOUD}}", cloud,
-	).Replace(adminConfig)
+	).Replace(strings.ReplaceAll(adminConfig, "{{DEBIAN}}", debianZuulImage))
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

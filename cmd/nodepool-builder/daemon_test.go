@@ -26,12 +26,17 @@ func TestMain(m *testing.M) {
 }
 
 // syncBuffer is a bytes.Buffer safe for a child's output and the test's reads.
+// onWrite, when set, sees every write first.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	onWrite func([]byte)
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
+	if s.onWrite != nil {
+		s.onWrite(p)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
@@ -106,7 +111,7 @@ func TestDaemonUploadsAsBuildsArriveAndStopsOnSIGTERM(t *testing.T) {
 	}
 }
 
-// daemon is the real main running as a daemon in a child process.
+// daemon is the real main running in a child process.
 type daemon struct {
 	cmd    *exec.Cmd
 	logs   *syncBuffer   // its stdout and stderr
@@ -114,13 +119,41 @@ type daemon struct {
 	err    error         // how it exited; set before exited is closed
 }
 
-// startDaemon runs the real main as a daemon in a child process. At cleanup, a
-// daemon still running is stopped with SIGTERM, or killed after 30 s.
-func startDaemon(t *testing.T, cfgPath string) *daemon {
+// startDaemon runs the real main as a daemon in a child process and waits until
+// it has opened its store. At cleanup, a daemon still running is stopped with
+// SIGTERM, or killed after 30 s.
+func startDaemon(t *testing.T, cfgPath string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{cmd: exec.Command(os.Args[0], "-c", cfgPath), logs: &syncBuffer{}, exited: make(chan struct{})}
+	d := startMain(t, "", append([]string{"-c", cfgPath}, args...)...)
+	// The listings read the state the daemon creates: wait until it has.
+	waitFor(t, 30*time.Second, "the daemon to open its store", func() bool {
+		select {
+		case <-d.exited:
+			t.Fatalf("the daemon exited at start: %v\n%s", d.err, d.logs.String())
+		default:
+		}
+		return strings.Contains(d.logs.String(), `msg="builder ready"`)
+	}, d.logs.String)
+	return d
+}
+
+// startMain runs the real main with args in a child process. When killOn is
+// set, the child is killed with SIGKILL the moment it logs a line holding it.
+func startMain(t *testing.T, killOn string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{cmd: exec.Command(os.Args[0], args...), logs: &syncBuffer{}, exited: make(chan struct{})}
 	d.cmd.Env = append(os.Environ(), "NODEPOOL_BUILDER_TEST_MAIN=1")
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
+	if killOn != "" {
+		var tail []byte // a line may come in two writes
+		d.logs.onWrite = func(p []byte) {
+			seen := append(tail, p...)
+			if bytes.Contains(seen, []byte(killOn)) {
+				d.cmd.Process.Signal(syscall.SIGKILL)
+			}
+			tail = append([]byte(nil), seen[max(0, len(seen)-len(killOn)):]...)
+		}
+	}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -136,17 +169,24 @@ func startDaemon(t *testing.T, cfgPath string) *daemon {
 			d.cmd.Process.Kill()
 			<-d.exited
 		}
-	})
-	// The listings read the state the daemon creates: wait until it has.
-	waitFor(t, 30*time.Second, "the daemon to open its store", func() bool {
-		select {
-		case <-d.exited:
-			t.Fatalf("the daemon exited at start: %v\n%s", d.err, d.logs.String())
-		default:
+		// Under -race the child is instrumented too: what it found fails the test.
+		if logs := d.logs.String(); strings.Contains(logs, "WARNING: DATA RACE") {
+			t.Errorf("the race detector reported in a child process:\n%s", logs)
 		}
-		return strings.Contains(d.logs.String(), `msg="builder ready"`)
-	}, d.logs.String)
+	})
 	return d
+}
+
+// kill ends the child with SIGKILL and waits for it.
+func (d *daemon) kill() {
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.exited
+}
+
+// waitLog waits until the child has logged a line holding s.
+func (d *daemon) waitLog(t *testing.T, timeout time.Duration, s string) {
+	t.Helper()
+	waitFor(t, timeout, "the log to say "+s, func() bool { return strings.Contains(d.logs.String(), s) }, d.logs.String)
 }
 
 func TestDaemonReloadsConfig(t *testing.T) {

@@ -31,9 +31,20 @@ func fakeDIBCmd(t *testing.T) string {
 	return strconv.Quote("bash '" + script + "'")
 }
 
+// debianZuulImage is the zuul-images entry of the stand-in Zuul's debian job,
+// polled every second; {{ZUUL}} is the stand-in's URL.
+const debianZuulImage = `  - name: debian
+    api-url: {{ZUUL}}
+    tenant: example
+    project: org/images
+    job: build-debian
+    poll-interval: 1
+`
+
 // writeYAML replaces the env's config with text, after filling in {{IMAGES}},
-// {{LOGS}} (the build-log-dir), {{DIB}} (the fake disk-image-create), {{CLOUD}}
-// and {{DIR}} (the env's directory).
+// {{LOGS}} (the build-log-dir), {{DIB}} (the fake disk-image-create), {{CLOUD}},
+// {{DIR}} (the env's directory), {{ZUUL}} (the stand-in Zuul) and {{DEBIAN}}
+// (debianZuulImage).
 func (e *env) writeYAML(text string) {
 	e.t.Helper()
 	r := strings.NewReplacer(
@@ -42,7 +53,9 @@ func (e *env) writeYAML(text string) {
 		"{{DIB}}", fakeDIBCmd(e.t),
 		"{{CLOUD}}", e.glance.Cloud,
 		"{{DIR}}", e.dir,
+		"{{ZUUL}}", e.zuul.URL(),
 	)
+	text = strings.ReplaceAll(text, "{{DEBIAN}}", debianZuulImage)
 	if err := os.WriteFile(e.cfgPath, []byte(r.Replace(text)), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
@@ -244,12 +257,7 @@ diskimages:
     dib-cmd: {{DIB}}
     elements: [debian-minimal]
 zuul-images:
-  - name: debian
-    api-url: {{ZUUL}}
-    tenant: example
-    project: org/images
-    job: build-debian
-providers:
+{{DEBIAN}}providers:
   - name: cloud-q
     cloud: {{CLOUD}}
     image-format: qcow2
@@ -285,7 +293,7 @@ func (e *env) hookCalls() [][]string {
 
 func TestOnceZuulAndDIBImagesWithPostUploadHook(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
-	e.writeYAML(strings.ReplaceAll(zuulAndDIB, "{{ZUUL}}", e.zuul.URL()))
+	e.writeYAML(zuulAndDIB)
 	hook := filepath.Join(e.dir, "hook")
 	if err := os.WriteFile(hook, []byte(strings.ReplaceAll(hookScript, "{{DIR}}", e.dir)), 0o755); err != nil {
 		t.Fatal(err)
