@@ -19,16 +19,17 @@ deps-test:
 vet:
 	$(GO) vet ./...
 
-# test runs every test, integration tests against the real parts included.
-# Under CI=true a missing part fails the run instead of skipping.
-test: deps-test vet race
-	$(GO) test -count=1 -timeout 40m ./...
+# test runs every test under the race detector, integration tests against the
+# real parts included (the daemons the end-to-end tests start are instrumented
+# too). Under CI=true a missing part fails the run instead of skipping.
+test: deps-test vet
+	$(GO) test -race -count=1 -timeout 40m ./...
 
-# race runs the packages with concurrent code under the race detector; -short
-# and -skip leave out their slow integration tests (the real DIB build, a
-# 256 MiB download), which the full run covers.
+# race is a quick run of the packages with concurrent code under the race
+# detector; -short and -skip leave out their slow integration tests (the real
+# DIB build, a 256 MiB download), which test covers.
 race:
-	$(GO) test -race -short -skip 'TestReal' -count=1 ./store/ ./uploader/ ./poller/ ./dib/ ./artifacts/ ./zuulapi/...
+	$(GO) test -race -short -skip 'TestReal' -count=1 ./store/... ./builder/ ./uploader/... ./poller/ ./dib/ ./artifacts/ ./zuulapi/...
 
 # bench shows that memory stays flat whatever the image size.
 bench:
