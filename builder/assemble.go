@@ -105,7 +105,8 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 			Config:    cfg,
 			Clouds:    clouds,
 			Logger:    b.log,
-			RetryBase: b.opts.RetryBase,
+			RetryBase:    b.opts.RetryBase,
+			CleanupGrace: b.opts.CleanupGrace,
 		}),
 	}, nil
 }

@@ -75,6 +75,9 @@ type Options struct {
 	OpenCloud OpenCloud
 	// RetryBase is the uploader's first wait before retrying a failed upload.
 	RetryBase time.Duration
+	// CleanupGrace bounds the delete of a half-made image when an upload is
+	// interrupted, at shutdown too; default uploader.DefaultCleanupGrace.
+	CleanupGrace time.Duration
 	Intervals Intervals
 }
 

@@ -28,6 +28,9 @@ type gatedCloud struct {
 	gate    chan struct{} // nil: uploads pass
 	started chan string   // receives the id of each upload that begins
 	creates int
+	// hangDeletes makes deletes wait for their context to end, as a cloud that
+	// stopped answering does.
+	hangDeletes bool
 }
 
 func newGatedCloud() *gatedCloud {
@@ -112,7 +115,14 @@ func (c *gatedCloud) List(_ context.Context, match map[string]string) ([]uploade
 	return out, nil
 }
 
-func (c *gatedCloud) Delete(_ context.Context, id string) error {
+func (c *gatedCloud) Delete(ctx context.Context, id string) error {
+	c.mu.Lock()
+	hang := c.hangDeletes
+	c.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.images, id)
@@ -182,7 +192,8 @@ func newRig(t *testing.T, text string) *rig {
 		OpenCloud: func(_ context.Context, p *config.Provider) (uploader.Cloud, error) {
 			return r.clouds[p.Name], nil
 		},
-		Intervals: Intervals{Plan: 20 * time.Millisecond, Cleanup: 20 * time.Millisecond, ConfigCheck: 20 * time.Millisecond},
+		Intervals:    Intervals{Plan: 20 * time.Millisecond, Cleanup: 20 * time.Millisecond, ConfigCheck: 20 * time.Millisecond},
+		CleanupGrace: 500 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -197,21 +208,26 @@ func (r *rig) write(text string) {
 	}
 }
 
-// run runs the daemon's loops until the test ends.
-func (r *rig) run() {
+// run runs the daemon's loops until the test ends or it calls the returned stop,
+// which waits for Run to return.
+func (r *rig) run() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		r.b.Run(ctx)
 		close(done)
 	}()
+	stop = func() {
+		cancel()
+		<-done
+	}
 	r.t.Cleanup(func() {
 		for _, c := range r.clouds {
 			c.release()
 		}
-		cancel()
-		<-done
+		stop()
 	})
+	return stop
 }
 
 // build records a ready build of image with a raw file.
@@ -254,18 +270,18 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 }
 
 // busy starts the rig with pa's upload of a new img-a build held, the only
-// worker on it; it returns that build.
-func (r *rig) busy() store.Build {
+// worker on it; it returns that build and what stops the rig.
+func (r *rig) busy() (store.Build, func()) {
 	r.t.Helper()
 	r.clouds["pa"].hold()
 	a := r.build("img-a")
-	r.run()
+	stop := r.run()
 	select {
 	case <-r.clouds["pa"].started:
 	case <-time.After(10 * time.Second):
 		r.t.Fatal("the upload to pa did not start")
 	}
-	return a
+	return a, stop
 }
 
 // TestReleasedBuildStopsItsQueuedUpload: a dib-image-delete given while the
@@ -330,7 +346,7 @@ func TestBusyWorkerHoldsNothingElseBack(t *testing.T) {
 	r := newRig(t, twoImages)
 	r.b.opts.UploadWorkers = 2
 	old := r.build("img-b")
-	a := r.busy()
+	a, _ := r.busy()
 	waitFor(t, 10*time.Second, "img-b uploaded while pa is held", func() bool {
 		return len(r.uploads(store.UploadFilter{BuildID: old.ID, State: store.Ready})) == 1
 	})
@@ -353,7 +369,7 @@ func TestBusyWorkerHoldsNothingElseBack(t *testing.T) {
 func TestReloadCancelsUploadsOfDroppedImages(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, twoImages)
-	a := r.busy()
+	a, _ := r.busy()
 	r.write(strings.Replace(fmt.Sprintf(twoImages, r.st.Dir()), "diskimages: [{name: img-a}]", "diskimages: []", 1))
 	waitFor(t, 10*time.Second, "the dropped image's upload to stop and go", func() bool {
 		return len(r.uploads(store.UploadFilter{BuildID: a.ID})) == 0
@@ -400,5 +416,49 @@ func TestOnceDoesEveryStepToCompletion(t *testing.T) {
 	os.Remove(r.st.FilePath("img-b", broken.ID, "raw"))
 	if err := r.b.Once(ctx); err == nil || !strings.Contains(err.Error(), "open image file") {
 		t.Fatalf("--once with a failing upload: %v", err)
+	}
+}
+
+// TestStopInterruptsUploadsWithinTheGrace: stopping the daemon interrupts an
+// upload under way; its half-made image is deleted, or, when the cloud does not
+// answer, the stop still ends within the clean-up grace and recovery deletes it
+// on the next start. Neither counts as an attempt.
+func TestStopInterruptsUploadsWithinTheGrace(t *testing.T) {
+	ctx := context.Background()
+	for _, hang := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cloud hangs %v", hang), func(t *testing.T) {
+			r := newRig(t, twoImages)
+			a, stop := r.busy()
+			r.clouds["pa"].hangDeletes = hang
+			began := time.Now()
+			stop()
+			if took := time.Since(began); took > 5*time.Second {
+				t.Fatalf("the stop took %s; the clean-up grace is 500ms", took)
+			}
+			ups := r.uploads(store.UploadFilter{BuildID: a.ID})
+			if len(ups) != 1 || ups[0].Attempts != 0 {
+				t.Fatalf("uploads after the stop: %+v; want one whose interrupted attempt does not count", ups)
+			}
+			images, _ := r.clouds["pa"].count()
+			switch {
+			case !hang && (images != 0 || ups[0].State != store.Failed):
+				t.Fatalf("after the stop: %d images in pa, upload %s; want none and failed", images, ups[0].State)
+			case hang && (images != 1 || ups[0].State != store.Uploading || ups[0].ExternalID == ""):
+				// Left for recovery, which knows where its image is.
+				t.Fatalf("after a stop whose delete hung: %d images in pa, upload %+v; want the image, and the upload uploading with it", images, ups[0])
+			}
+			if hang {
+				// The next start settles it.
+				r.clouds["pa"].hangDeletes = false
+				r.clouds["pa"].release()
+				if err := r.b.Once(ctx); err != nil {
+					t.Fatal(err)
+				}
+				ups := r.uploads(store.UploadFilter{BuildID: a.ID})
+				if images, _ := r.clouds["pa"].count(); images != 1 || len(ups) != 1 || ups[0].State != store.Ready {
+					t.Fatalf("after the next run: %d images, uploads %+v", images, ups)
+				}
+			}
+		})
 	}
 }

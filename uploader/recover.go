@@ -80,6 +80,10 @@ func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
 		found = imgs
 	}
 	reason := "interrupted: the builder stopped during this upload"
+	if up.LastError != "" {
+		// A worker that failed and could not delete its image left it for us.
+		reason = up.LastError
+	}
 	for i, img := range found {
 		if i == 0 && img.Status == "active" {
 			err := u.adopt(ctx, up, img)

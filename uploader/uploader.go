@@ -206,8 +206,8 @@ func (u *Uploader) Upload(ctx context.Context, j Job) (store.Upload, error) {
 		return store.Upload{}, err
 	}
 	log := u.log.With("image", b.Image, "build", b.ID, "provider", p.Name, "upload", rec.ID)
-	if rec.Attempts > 1 {
-		log.Info("retrying upload", "attempt", rec.Attempts, "last_error", rec.LastError)
+	if j.Retry != nil {
+		log.Info("retrying upload", "attempt", rec.Attempts, "last_error", j.Retry.LastError)
 	}
 	file, _ := b.File(j.Format)
 	a := &attempt{u: u, cloud: cloud, provider: p, build: b, file: file, rec: &rec, log: log}
@@ -266,7 +266,7 @@ func (u *Uploader) claim(ctx context.Context, j Job) (store.Upload, store.Build,
 			rec.SetState(store.Uploading, u.opts.Now())
 			// The attempt counts from its start, so one a crash interrupted counts too.
 			rec.Attempts++
-			rec.ExternalID, rec.ExternalName, rec.Format = "", "", j.Format
+			rec.ExternalID, rec.ExternalName, rec.Format, rec.LastError = "", "", j.Format, ""
 			touched := b
 			err = st.Write(ctx, store.PutBuild(&touched), store.PutUpload(&rec))
 			b = touched
@@ -285,15 +285,20 @@ func (u *Uploader) claim(ctx context.Context, j Job) (store.Upload, store.Build,
 // failed settles a failed attempt: whatever it made in the cloud goes, and the
 // record says why and when to try again. A cloud that could not be reached, or
 // an attempt the builder interrupted, does not count towards upload-attempts.
+// When the half-made image cannot be deleted within CleanupGrace, the upload
+// stays uploading with its image recorded, for recovery to settle on a later
+// pass.
 func (u *Uploader) failed(ctx context.Context, a *attempt, err error) error {
 	rec, log := a.rec, a.log
 	interrupted := ctx.Err() != nil
 	// The clean-up must happen even when ctx ended, but not hold a stop for long.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), u.opts.CleanupGrace)
 	defer cancel()
+	leftover := false
 	if rec.ExternalID != "" {
 		if derr := a.cloud.Delete(cctx, rec.ExternalID); derr != nil {
-			log.Warn("could not delete half-made image; recovery or the leak sweep will", "external_id", rec.ExternalID, "error", derr)
+			leftover = true
+			log.Warn("could not delete half-made image; recovery deletes it on a later pass", "external_id", rec.ExternalID, "error", derr)
 		} else {
 			log.Info("deleted half-made image", "external_id", rec.ExternalID)
 		}
@@ -315,9 +320,16 @@ func (u *Uploader) failed(ctx context.Context, a *attempt, err error) error {
 		next = "next try after " + rec.NextAttempt.Format(time.RFC3339)
 	}
 	log.Warn("upload failed", "attempt", rec.Attempts, "error", err, "next", next)
-	rec.SetState(store.Failed, now)
-	rec.LastError, rec.ExternalID = err.Error(), ""
-	if uerr := u.opts.Store.Write(cctx, store.PutUpload(rec)); uerr != nil {
+	rec.LastError = err.Error()
+	if !leftover {
+		rec.SetState(store.Failed, now)
+		rec.ExternalID = ""
+	}
+	// The record is local and quick to write: it gets its own bound, not what
+	// the cloud left of the grace.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCleanupGrace)
+	defer wcancel()
+	if uerr := u.opts.Store.Write(wctx, store.PutUpload(rec)); uerr != nil {
 		return errors.Join(fmt.Errorf("upload %s-%s to %s: %w", a.build.Image, a.build.ID, a.provider.Name, err), uerr)
 	}
 	return fmt.Errorf("upload %s-%s to %s failed (attempt %d of %d; %s): %w",

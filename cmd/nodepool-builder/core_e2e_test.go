@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -122,6 +123,18 @@ func TestDaemonUploadsOnceGlanceIsBack(t *testing.T) {
 	b, ok := e.zuulBuildOf(zb.UUID)
 	if !ok || b.State != "ready" {
 		t.Fatalf("the Zuul build was not fetched while Glance was down: %+v", e.buildsJSON())
+	}
+	// image-list says why the upload failed.
+	waitFor(t, 30*time.Second, "image-list to show the failed upload's reason", func() bool {
+		for _, u := range e.uploadsJSON() {
+			if u.State == "failed" && strings.Contains(u.Reason, "connection refused") {
+				return true
+			}
+		}
+		return false
+	}, d.logs.String)
+	if out := e.must(0, []string{"image-list"}).stdout; !slices.Contains(tableHeader(out), "Reason") || !strings.Contains(out, "connection refused") {
+		t.Errorf("image-list table shows no reason:\n%s", out)
 	}
 	if err := glance.Up(); err != nil {
 		t.Fatal(err)

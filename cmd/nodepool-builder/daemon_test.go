@@ -65,8 +65,12 @@ func TestDaemonUploadsAsBuildsArriveAndStopsOnSIGTERM(t *testing.T) {
 	e.writeConfig("    poll-interval: 1\n")
 	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
 
-	d := startDaemon(t, e.cfgPath)
+	pidFile := filepath.Join(e.dir, "run", "nodepool-builder.pid")
+	d := startDaemon(t, e.cfgPath, "-p", pidFile)
 	logs := d.logs
+	if pid, err := os.ReadFile(pidFile); err != nil || strings.TrimSpace(string(pid)) != fmt.Sprint(d.cmd.Process.Pid) {
+		t.Errorf("pid file holds %q (%v), want %d", pid, err, d.cmd.Process.Pid)
+	}
 
 	ready := func(n int) func() bool {
 		return func() bool {
@@ -108,6 +112,9 @@ func TestDaemonUploadsAsBuildsArriveAndStopsOnSIGTERM(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "msg=stopped") {
 		t.Errorf("daemon did not log a clean stop:\n%s", logs.String())
+	}
+	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
+		t.Errorf("the pid file outlived the daemon: %v", err)
 	}
 }
 

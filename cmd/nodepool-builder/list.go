@@ -67,12 +67,16 @@ func uploadReason(u store.Upload) string {
 // reasonWidth bounds the Reason column of a table; --json has the whole text.
 const reasonWidth = 80
 
+// shorten fits s in n characters, keeping its start (what was being done) and
+// its end (the cause, in a chain of wrapped errors).
 func shorten(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-3]) + "..."
+	r := []rune(s)
+	if len(r) <= n {
+		return s
 	}
-	return s
+	head := n / 3
+	return string(r[:head]) + "..." + string(r[len(r)-(n-head-3):])
 }
 
 func imageList(c *cli.Context) error {
