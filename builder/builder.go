@@ -78,7 +78,7 @@ type Options struct {
 	// CleanupGrace bounds the delete of a half-made image when an upload is
 	// interrupted, at shutdown too; default uploader.DefaultCleanupGrace.
 	CleanupGrace time.Duration
-	Intervals Intervals
+	Intervals    Intervals
 }
 
 // Builder runs the sources and the upload lifecycle of one images-dir.
