@@ -10,13 +10,17 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cavaliergopher/grab/v3"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 )
 
 const (
@@ -29,11 +33,20 @@ const (
 	// multiple of it (plus the zstd window), whatever the image size.
 	copyBufferSize = 256 << 10
 	userAgent      = "nodepool-builder"
+	maxRedirects   = 10
 )
 
+// DefaultMaxSize bounds an uncompressed image when Fetcher.MaxSize is 0.
+const DefaultMaxSize = 128 << 30
+
 // ErrChecksum is wrapped by the error Fetch returns when the downloaded image does not
-// match the expected sha256 or md5.
+// match the expected sha256 or md5, or is shorter than its declared size.
 var ErrChecksum = errors.New("checksum mismatch")
+
+// ErrTooLarge is wrapped by the error Fetch returns when the uncompressed image is, or
+// announces itself, larger than its declared size or the Fetcher's MaxSize. Nothing of
+// the download is kept.
+var ErrTooLarge = errors.New("image too large")
 
 // ErrNoSpace is wrapped by the error Fetch returns when the partial directory lacks the
 // free space the download needs.
@@ -52,7 +65,9 @@ type Fetcher struct {
 	// Request.Dest so that finished files can be renamed into place.
 	PartialDir string
 	// HTTPClient makes the requests; nil means a plain http.Client. A client Timeout would
-	// cut long downloads short; StallTimeout is the guard against hung transfers.
+	// cut long downloads short; StallTimeout is the guard against hung transfers. Fetch
+	// uses a copy that follows redirects only on http and https, never from https to http,
+	// and at most 10 of them; the client's own CheckRedirect, if any, is asked after that.
 	HTTPClient *http.Client
 	// Logger receives progress and retry messages; nil means slog.Default().
 	Logger *slog.Logger
@@ -63,9 +78,14 @@ type Fetcher struct {
 	// Backoff is the wait before the second attempt, doubled for each further one;
 	// 0 means 1s.
 	Backoff time.Duration
+	// MaxSize bounds the uncompressed size of every image; 0 means DefaultMaxSize.
+	MaxSize int64
 
 	// progressEvery is the interval of progress messages; 0 means progressInterval.
 	progressEvery time.Duration
+	// freeSpace reports the bytes still free in a directory's filesystem; nil means
+	// freeSpace. Tests fill a pretend disk with it.
+	freeSpace func(dir string) (int64, error)
 }
 
 // Request names one artifact download.
@@ -81,6 +101,9 @@ type Request struct {
 	// SHA256 and MD5 are the expected lower-case hex digests of the uncompressed file;
 	// either may be empty.
 	SHA256, MD5 string
+	// Size is the length of the uncompressed file as the artifact declares it, or 0 when
+	// unknown. When set, the image must be exactly this long.
+	Size int64
 }
 
 // Result describes a finished download.
@@ -94,44 +117,106 @@ type Result struct {
 }
 
 // Fetch downloads req.URL, decompresses it when needed, verifies it and renames it to
-// req.Dest. Hashes and decompression happen while the data streams in. An interrupted
-// download is resumed with HTTP Range, also by a later Fetch with the same Key. A failed
-// or cancelled Fetch keeps the partial download for that, except after a checksum
-// mismatch (ErrChecksum, whose Result still carries the digests found) or a corrupt
-// compressed stream.
+// req.Dest. Hashes and decompression happen while the data streams in, and the
+// decompressed file is written sparse. An interrupted download is resumed with HTTP
+// Range, also by a later Fetch with the same Key. A failed or cancelled Fetch keeps the
+// partial download for that, except after a checksum mismatch (ErrChecksum, whose Result
+// still carries the digests found), a corrupt compressed stream, an image too large
+// (ErrTooLarge) or a refused redirect (ErrUnsafe). Running short of space (ErrNoSpace)
+// ends the Fetch at once; the caller decides when to try again. URLs in the error and in
+// log messages are redacted (no userinfo, no query string).
 func (f *Fetcher) Fetch(ctx context.Context, req Request) (Result, error) {
+	res, err := f.fetch(ctx, req)
+	// The messages below use redacted URLs already; this catches those that net/http
+	// puts in its own errors, such as a redirect target's.
+	return res, redact.Error(err)
+}
+
+func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
+	safeURL := redact.URL(req.URL)
 	if err := checkRequest(req); err != nil {
-		return Result{}, fmt.Errorf("download %s: %w", req.URL, err)
+		return Result{}, fmt.Errorf("download %s: %w", safeURL, err)
 	}
 	if f.PartialDir == "" {
-		return Result{}, fmt.Errorf("download %s: no partial directory configured", req.URL)
+		return Result{}, fmt.Errorf("download %s: no partial directory configured", safeURL)
+	}
+	maxSize := f.MaxSize
+	if maxSize <= 0 {
+		maxSize = DefaultMaxSize
+	}
+	if req.Size > maxSize {
+		return Result{}, fmt.Errorf("download %s from %s: %w: declared size %d bytes is above the maximum of %d",
+			req.Key, safeURL, ErrTooLarge, req.Size, maxSize)
 	}
 	if err := os.MkdirAll(f.PartialDir, 0o755); err != nil {
-		return Result{}, fmt.Errorf("download %s: create partial directory: %w", req.URL, err)
+		return Result{}, fmt.Errorf("download %s: create partial directory: %w", safeURL, err)
 	}
 	logger := f.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	client := f.HTTPClient
-	if client == nil {
-		client = &http.Client{}
-	}
 	d := &download{
 		f:       f,
 		req:     req,
-		client:  client,
+		url:     safeURL,
+		client:  f.client(),
 		log:     logger.With("key", req.Key),
 		dlPath:  filepath.Join(f.PartialDir, req.Key+".download"),
 		outPath: filepath.Join(f.PartialDir, req.Key),
 		comp:    Compression(req.URL),
+		limit:   maxSize,
+		bound:   fmt.Sprintf("the maximum of %d bytes", maxSize),
+	}
+	if req.Size > 0 {
+		d.limit, d.bound = req.Size, fmt.Sprintf("the declared size of %d bytes", req.Size)
 	}
 	return d.run(ctx)
+}
+
+// client returns a copy of the Fetcher's HTTP client, leaving the caller's untouched,
+// whose redirects obey checkRedirect.
+func (f *Fetcher) client() *http.Client {
+	c := &http.Client{}
+	if f.HTTPClient != nil {
+		*c = *f.HTTPClient
+	}
+	next := c.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if err := checkRedirect(req, via); err != nil {
+			return err
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		return nil
+	}
+	return c
+}
+
+// checkRedirect refuses a redirect that leaves http and https, that goes back to http
+// once on https (where a man in the middle could then serve the image), or that comes
+// after maxRedirects others.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	target := redact.URL(req.URL.String())
+	switch {
+	case req.URL.Scheme != "http" && req.URL.Scheme != "https":
+		return fmt.Errorf("%w: refused redirect to %s: only http and https are followed", ErrUnsafe, target)
+	case req.URL.Scheme == "http" && slices.ContainsFunc(via, func(r *http.Request) bool { return r.URL.Scheme == "https" }):
+		return fmt.Errorf("%w: refused redirect from https to %s", ErrUnsafe, target)
+	case len(via) > maxRedirects:
+		return fmt.Errorf("%w: refused redirect to %s: stopped after %d redirects", ErrUnsafe, target, maxRedirects)
+	}
+	return nil
 }
 
 func checkRequest(req Request) error {
 	u, err := url.Parse(req.URL)
 	if err != nil {
+		// url.Error repeats the URL whole, secrets and all.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
 		return fmt.Errorf("parse URL: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
@@ -143,6 +228,9 @@ func checkRequest(req Request) error {
 	if req.Dest == "" {
 		return errors.New("no destination path")
 	}
+	if req.Size < 0 {
+		return fmt.Errorf("negative declared size %d", req.Size)
+	}
 	if req.Key == "" || req.Key == "." || req.Key == ".." || filepath.Base(req.Key) != req.Key {
 		return fmt.Errorf("key %q is not a plain file name", req.Key)
 	}
@@ -153,11 +241,14 @@ func checkRequest(req Request) error {
 type download struct {
 	f       *Fetcher
 	req     Request
+	url     string // req.URL redacted, for messages
 	client  *http.Client
 	log     *slog.Logger
 	dlPath  string // the bytes as served, possibly compressed; grab resumes it
 	outPath string // the decompressed data, rebuilt on every attempt
 	comp    string
+	limit   int64  // the most bytes the uncompressed image may have
+	bound   string // what limit is, for messages
 }
 
 // action is what to do after a failed attempt.
@@ -187,38 +278,41 @@ func (d *download) run(ctx context.Context) (Result, error) {
 		}
 		d.removeOutput()
 		if ctx.Err() != nil {
-			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.req.Key, d.req.URL, ctx.Err())
+			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.req.Key, d.url, ctx.Err())
+		}
+		if errors.Is(err, syscall.ENOSPC) && !errors.Is(err, ErrNoSpace) {
+			err = fmt.Errorf("%w in %s: %w", ErrNoSpace, d.f.PartialDir, err)
 		}
 		act := classify(err)
 		if act == restartNow && !restarted {
 			// Only once: without a partial file no Range is sent, so this cannot recur.
 			restarted = true
-			d.log.Info("server does not resume downloads; starting over", "url", d.req.URL)
+			d.log.Info("server does not resume downloads; starting over", "url", d.url)
 			d.removePartial()
 			attempt--
 			continue
 		}
 		if act == giveUp {
-			if errors.As(err, new(*decodeError)) {
-				d.removePartial() // corrupt as served: nothing worth resuming
+			if errors.As(err, new(*decodeError)) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrUnsafe) {
+				d.removePartial() // corrupt, too large or unsafe as served: nothing worth resuming
 			}
-			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.req.Key, d.req.URL, err)
+			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.req.Key, d.url, err)
 		}
 		if act != retry {
 			d.removePartial()
 		}
 		if attempt >= attempts {
 			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: gave up after %d attempts: %w",
-				d.req.Key, d.req.URL, attempts, err)
+				d.req.Key, d.url, attempts, err)
 		}
 		wait := d.backoff(attempt)
-		d.log.Warn("download attempt failed; retrying", "url", d.req.URL, "attempt", attempt,
-			"attempts", attempts, "retry_in", wait, "error", err)
+		d.log.Warn("download attempt failed; retrying", "url", d.url, "attempt", attempt,
+			"attempts", attempts, "retry_in", wait, "error", redact.Error(err))
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.req.Key, d.req.URL, ctx.Err())
+			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.req.Key, d.url, ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -239,7 +333,7 @@ func classify(err error) action {
 	var status grab.StatusCodeError
 	var decode *decodeError
 	switch {
-	case errors.Is(err, ErrNoSpace):
+	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrTooLarge), errors.Is(err, ErrUnsafe):
 		return giveUp
 	case errors.Is(err, errRangeIgnored):
 		return restartNow
@@ -321,7 +415,11 @@ func (d *download) attempt(ctx context.Context) (sums, int64, error) {
 			return sums{}, net, fmt.Errorf("stat partial download: %w", err)
 		}
 		d.log.Info("partial download is complete; verifying", "bytes", fi.Size())
-		s, perr = d.pipe(ctx, fi.Size(), nil, func() {})
+		rm := d.room(fi.Size(), 0)
+		if err := rm.check(); err != nil {
+			return sums{}, net, err
+		}
+		s, perr = d.pipe(ctx, fi.Size(), nil, func() {}, rm)
 	}
 	if perr != nil {
 		return sums{}, net, perr
@@ -339,6 +437,12 @@ func (d *download) attempt(ctx context.Context) (sums, int64, error) {
 // finish verifies the digests and commits the data file to Dest.
 func (d *download) finish(s sums) (Result, error) {
 	res := Result{SHA256: s.sha256, MD5: s.md5, Size: s.size}
+	if d.req.Size > 0 && s.size != d.req.Size {
+		d.removePartial()
+		d.removeOutput()
+		return res, fmt.Errorf("download %s from %s: %w: size expected %d, got %d",
+			d.req.Key, d.url, ErrChecksum, d.req.Size, s.size)
+	}
 	for _, c := range []struct{ name, want, got string }{
 		{"sha256", d.req.SHA256, s.sha256},
 		{"md5", d.req.MD5, s.md5},
@@ -347,7 +451,7 @@ func (d *download) finish(s sums) (Result, error) {
 			d.removePartial()
 			d.removeOutput()
 			return res, fmt.Errorf("download %s from %s: %w: %s expected %s, got %s",
-				d.req.Key, d.req.URL, ErrChecksum, c.name, want, c.got)
+				d.req.Key, d.url, ErrChecksum, c.name, want, c.got)
 		}
 	}
 	data := d.outPath
@@ -424,6 +528,11 @@ func (a *attempt) pipeline() *pipeline {
 // Do implements grab.HTTPClient.
 func (a *attempt) Do(req *http.Request) (*http.Response, error) {
 	resp, err := a.d.client.Do(req)
+	var uerr *url.Error
+	if errors.Is(err, ErrUnsafe) && errors.As(err, &uerr) {
+		// Our refusal names the redirect target, redacted; url.Error would repeat it whole.
+		return nil, uerr.Err
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -446,9 +555,14 @@ func (a *attempt) Do(req *http.Request) (*http.Response, error) {
 			resp.Body.Close()
 			return nil, fmt.Errorf("%w: asked for bytes from %d, got Content-Range %q", errBadContentRange, offset, cr)
 		}
-		a.d.log.Info("resuming download", "url", a.d.req.URL, "offset", offset)
+		a.d.log.Info("resuming download", "url", a.d.url, "offset", offset)
 	}
-	if err := a.d.checkSpace(offset, resp.ContentLength); err != nil {
+	if a.d.comp == "" && resp.ContentLength >= 0 && offset+resp.ContentLength > a.d.limit {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w: the server announces %d bytes, above %s", ErrTooLarge, offset+resp.ContentLength, a.d.bound)
+	}
+	rm := a.d.room(offset, resp.ContentLength)
+	if err := rm.check(); err != nil {
 		resp.Body.Close()
 		return nil, err
 	}
@@ -461,7 +575,7 @@ func (a *attempt) Do(req *http.Request) (*http.Response, error) {
 	p := &pipeline{done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		p.sums, p.err = a.d.pipe(a.ctx, offset, pr, a.touch)
+		p.sums, p.err = a.d.pipe(a.ctx, offset, pr, a.touch, rm)
 	}()
 	a.mu.Lock()
 	a.p = p
@@ -494,34 +608,13 @@ func (a *attempt) monitor(stop <-chan struct{}, cancel context.CancelFunc) {
 			}
 			if elapsed := now.Sub(lastLog); elapsed >= every {
 				n := a.netBytes.Load()
-				a.d.log.Info("download progress", "url", a.d.req.URL,
+				a.d.log.Info("download progress", "url", a.d.url,
 					"done", a.offset.Load()+n, "total", a.total.Load(),
 					"bytes_per_second", int64(float64(n-lastBytes)/elapsed.Seconds()))
 				lastLog, lastBytes = now, n
 			}
 		}
 	}
-}
-
-// checkSpace refuses a transfer that cannot fit: the remaining bytes of the download,
-// plus, for a compressed one, room for the decompressed file, whose size is unknown but
-// hardly less than the compressed size.
-func (d *download) checkSpace(offset, contentLength int64) error {
-	if contentLength < 0 {
-		return nil // chunked response: nothing known to check against
-	}
-	need := contentLength
-	if d.comp != "" {
-		need += offset + contentLength
-	}
-	free, err := freeSpace(d.f.PartialDir)
-	if err != nil {
-		return fmt.Errorf("check free space in %s: %w", d.f.PartialDir, err)
-	}
-	if free < need {
-		return fmt.Errorf("%w in %s: need %d bytes, %d free", ErrNoSpace, d.f.PartialDir, need, free)
-	}
-	return nil
 }
 
 // teeBody hands every byte grab reads from the network to the pipeline before grab writes

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -784,4 +786,453 @@ func BenchmarkFetch(b *testing.B) {
 			b.Fatalf("fetched %d bytes, want %d", res.Size, size)
 		}
 	}
+}
+
+func TestFetchRedirects(t *testing.T) {
+	image := testImage(64 << 10)
+	serve := func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(image))
+	}
+	var mu sync.Mutex
+	hits := map[string]int{}
+	count := func(name string) {
+		mu.Lock()
+		hits[name]++
+		mu.Unlock()
+	}
+	// plain and tls redirect /to-<name>/... to the named server; anything else is the file.
+	var plainURL, tlsURL string
+	route := func(name string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			count(name)
+			switch {
+			case r.URL.Path == "/loop":
+				http.Redirect(w, r, "/loop", http.StatusFound)
+			case r.URL.Path == "/to-ftp":
+				http.Redirect(w, r, "ftp://files.example.com/img.raw?sig=topsecret", http.StatusFound)
+			case strings.HasPrefix(r.URL.Path, "/to-http/"):
+				http.Redirect(w, r, plainURL+"/"+strings.TrimPrefix(r.URL.Path, "/to-http/")+"?sig=topsecret", http.StatusFound)
+			case strings.HasPrefix(r.URL.Path, "/to-https/"):
+				http.Redirect(w, r, tlsURL+"/"+strings.TrimPrefix(r.URL.Path, "/to-https/"), http.StatusFound)
+			default:
+				serve(w, r)
+			}
+		}
+	}
+	plain := httptest.NewServer(route("http"))
+	defer plain.Close()
+	tlsSrv := httptest.NewTLSServer(route("https"))
+	defer tlsSrv.Close()
+	plainURL, tlsURL = plain.URL, tlsSrv.URL
+
+	tests := []struct {
+		name     string
+		url      string
+		wantErr  string // empty: the download succeeds
+		wantHits map[string]int
+	}{
+		{name: "http to https", url: plainURL + "/to-https/img.raw", wantHits: map[string]int{"http": 1, "https": 1}},
+		{name: "https to https", url: tlsURL + "/to-https/img.raw", wantHits: map[string]int{"https": 2}},
+		{name: "https to http", url: tlsURL + "/to-http/img.raw",
+			wantErr: "refused redirect from https to " + plainURL + "/img.raw?REDACTED", wantHits: map[string]int{"https": 1}},
+		{name: "http to https to http", url: plainURL + "/to-https/to-http/img.raw",
+			wantErr: "refused redirect from https to " + plainURL + "/img.raw?REDACTED", wantHits: map[string]int{"http": 1, "https": 1}},
+		{name: "to ftp", url: plainURL + "/to-ftp",
+			wantErr: "refused redirect to ftp://files.example.com/img.raw?REDACTED: only http and https", wantHits: map[string]int{"http": 1}},
+		{name: "loop", url: plainURL + "/loop", wantErr: "stopped after 10 redirects", wantHits: map[string]int{"http": 11}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mu.Lock()
+			clear(hits)
+			mu.Unlock()
+			client := tlsSrv.Client() // trusts the test certificate; serves http too
+			f := testFetcher(t)
+			f.HTTPClient = client
+			dest := filepath.Join(t.TempDir(), "img.raw")
+			res, err := f.Fetch(context.Background(), Request{URL: tt.url, Dest: dest, Key: "img.raw"})
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Fetch: %v", err)
+				}
+				checkFetched(t, f, res, dest, image)
+			} else {
+				if !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Fetch error = %v, want ErrUnsafe saying %q", err, tt.wantErr)
+				}
+				if strings.Contains(err.Error(), "topsecret") {
+					t.Errorf("error %q shows the redirect's query", err)
+				}
+				checkNoPartials(t, f)
+			}
+			mu.Lock()
+			got := maps.Clone(hits)
+			mu.Unlock()
+			if !maps.Equal(got, tt.wantHits) {
+				t.Errorf("servers saw %v requests, want %v (a refused redirect is not retried)", got, tt.wantHits)
+			}
+			if client.CheckRedirect != nil {
+				t.Errorf("Fetch changed the caller's HTTP client")
+			}
+		})
+	}
+}
+
+// zstdFrames compresses data into one zstd frame that announces its content size, or into
+// a stream that does not.
+func zstdFrames(t testing.TB, data []byte, announceSize bool) []byte {
+	t.Helper()
+	var out []byte
+	if announceSize {
+		enc, err := zstd.NewWriter(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = enc.EncodeAll(data, nil)
+	} else {
+		out = compress(t, "zst", data)
+	}
+	var h zstd.Header
+	if err := h.Decode(out); err != nil || h.HasFCS != announceSize {
+		t.Fatalf("zstd header: %+v, %v; want content size announced: %v", h, err, announceSize)
+	}
+	return out
+}
+
+func TestFetchSizeBound(t *testing.T) {
+	const mib = 1 << 20
+	image := testImage(2 * mib)
+	small := testImage(mib / 2)
+	chunked := func(body []byte) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			for p := body; len(p) > 0; p = p[min(len(p), 64<<10):] {
+				w.Write(p[:min(len(p), 64<<10)]) // no Content-Length: chunked
+				w.(http.Flusher).Flush()
+			}
+		}
+	}
+	served := func(body []byte) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
+		}
+	}
+	tests := []struct {
+		name     string
+		path     string
+		handler  http.HandlerFunc
+		size     int64 // Request.Size
+		maxSize  int64 // Fetcher.MaxSize
+		wantErr  error // nil: the download succeeds
+		wantText string
+		wantGets int
+	}{
+		{name: "exactly the declared size", path: "/img.raw", handler: served(image), size: 2 * mib},
+		{name: "zst of exactly the declared size", path: "/img.raw.zst", handler: served(zstdFrames(t, image, true)), size: 2 * mib},
+		{name: "Content-Length above the declared size", path: "/img.raw", handler: served(image), size: mib,
+			wantErr: ErrTooLarge, wantText: "the server announces 2097152 bytes, above the declared size of 1048576 bytes", wantGets: 1},
+		{name: "Content-Length above MaxSize", path: "/img.raw", handler: served(image), maxSize: mib,
+			wantErr: ErrTooLarge, wantText: "above the maximum of 1048576 bytes", wantGets: 1},
+		{name: "no Content-Length, more than MaxSize", path: "/img.raw", handler: chunked(image), maxSize: mib,
+			wantErr: ErrTooLarge, wantText: "the server sent more than the maximum of 1048576 bytes", wantGets: 1},
+		{name: "zst announcing more than MaxSize", path: "/img.raw.zst", handler: served(zstdFrames(t, image, true)), maxSize: mib,
+			wantErr: ErrTooLarge, wantText: "the zstd frame announces 2097152 bytes, above the maximum", wantGets: 1},
+		{name: "zst announcing nothing, more than the declared size", path: "/img.raw.zst", handler: chunked(zstdFrames(t, image, false)), size: mib,
+			wantErr: ErrTooLarge, wantText: "decompressed to more than the declared size of 1048576 bytes", wantGets: 1},
+		{name: "zst whose first frame announces little", path: "/img.raw.zst",
+			handler: served(append(zstdFrames(t, small, true), zstdFrames(t, image, true)...)), maxSize: mib,
+			wantErr: ErrTooLarge, wantText: "decompressed to more than the maximum", wantGets: 1},
+		{name: "gz beyond MaxSize", path: "/img.raw.gz", handler: served(compress(t, "gz", image)), maxSize: mib,
+			wantErr: ErrTooLarge, wantText: "decompressed to more than the maximum", wantGets: 1},
+		{name: "declared size above MaxSize", path: "/img.raw", handler: served(image), size: 2 * mib, maxSize: mib,
+			wantErr: ErrTooLarge, wantText: "declared size 2097152 bytes is above the maximum of 1048576"},
+		{name: "shorter than declared", path: "/img.raw", handler: served(image), size: 3 * mib,
+			wantErr: ErrChecksum, wantText: "size expected 3145728, got 2097152", wantGets: 1},
+		{name: "zst shorter than declared", path: "/img.raw.zst", handler: served(zstdFrames(t, image, false)), size: 3 * mib,
+			wantErr: ErrChecksum, wantText: "size expected 3145728, got 2097152", wantGets: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			gets := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					mu.Lock()
+					gets++
+					mu.Unlock()
+				}
+				tt.handler(w, r)
+			}))
+			defer srv.Close()
+			f := testFetcher(t)
+			f.MaxSize = tt.maxSize
+			dest := filepath.Join(t.TempDir(), "img.raw")
+			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + tt.path, Dest: dest, Key: "img.raw", Size: tt.size})
+			if tt.wantErr == nil {
+				if err != nil {
+					t.Fatalf("Fetch: %v", err)
+				}
+				checkFetched(t, f, res, dest, image)
+				return
+			}
+			if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.wantText) {
+				t.Fatalf("Fetch error = %v, want %v saying %q", err, tt.wantErr, tt.wantText)
+			}
+			checkNoPartials(t, f)
+			if _, err := os.Stat(dest); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("dest exists after a refused download (stat: %v)", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if gets != tt.wantGets {
+				t.Errorf("server saw %d GETs, want %d (a refusal is final)", gets, tt.wantGets)
+			}
+		})
+	}
+}
+
+func TestFetchWritesSparse(t *testing.T) {
+	const size = 64 << 20
+	image := make([]byte, size)
+	copy(image, testImage(1<<20))
+	copy(image[40<<20+123:], testImage(100<<10))
+	image[50<<20] = 1
+	// The last 13 MiB are zeros: only the final truncate gives the file its length.
+	for _, announce := range []bool{true, false} {
+		t.Run(fmt.Sprintf("content size announced %v", announce), func(t *testing.T) {
+			fs := &fileServer{content: zstdFrames(t, image, announce)}
+			srv := newFileServer(t, fs)
+			f := testFetcher(t)
+			dest := filepath.Join(filepath.Dir(f.PartialDir), "img.raw")
+			if err := os.MkdirAll(f.PartialDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			requireHoles(t, f.PartialDir)
+			sha, _ := digests(image)
+			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw.zst", Dest: dest, Key: "img.raw", SHA256: sha, Size: size})
+			if err != nil {
+				t.Fatalf("Fetch: %v", err)
+			}
+			checkFetched(t, f, res, dest, image)
+			a := allocated(t, dest)
+			t.Logf("%d KiB allocated for a %d MiB image", a>>10, size>>20)
+			if a > 4<<20 {
+				t.Errorf("%d bytes allocated for a %d-byte image with about 1.2 MiB of data: not sparse", a, size)
+			}
+		})
+	}
+}
+
+// fullDisk is a pretend filesystem for Fetcher.freeSpace.
+type fullDisk struct {
+	mu    sync.Mutex
+	free  []int64 // answers in turn; the last one repeats
+	calls int
+}
+
+func (d *fullDisk) freeSpace(string) (int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls++
+	return d.free[min(d.calls, len(d.free))-1], nil
+}
+
+func TestFetchFreeSpace(t *testing.T) {
+	const mib = 1 << 20
+	zeros := make([]byte, 20*mib)
+	// A zstd frame announcing 400 MiB: the header alone says how much room it needs.
+	bigHeader, err := (&zstd.Header{HasFCS: true, FrameContentSize: 400 * mib, WindowSize: mib}).AppendTo(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		path     string
+		handler  http.Handler
+		size     int64
+		free     []int64
+		wantText string
+		maxSent  int64 // the download must stop before the server sent more
+	}{
+		{name: "declared size above free space", path: "/img.raw", size: 20 * mib, free: []int64{10 * mib},
+			handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(zeros))
+			}),
+			wantText: "need 20971520 bytes, 10485760 free"},
+		{name: "zstd content size above free space", path: "/img.raw.zst", free: []int64{300 * mib},
+			handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Write(append(bigHeader, make([]byte, 1000)...))
+			}),
+			wantText: "314572800 free"},
+		{name: "unknown size below the floor", path: "/img.raw", free: []int64{200 * mib},
+			handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Write([]byte("chunked")) // flushed without a Content-Length
+				w.(http.Flusher).Flush()
+			}),
+			wantText: "need 268435456 bytes"},
+		{name: "disk fills while writing", path: "/img.raw", free: []int64{1 << 30, mib},
+			handler: streamHandler(200*mib, nil), wantText: "1048576 free", maxSent: 100 * mib},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			gets := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					mu.Lock()
+					gets++
+					mu.Unlock()
+				}
+				tt.handler.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			f := testFetcher(t)
+			disk := &fullDisk{free: tt.free}
+			f.freeSpace = disk.freeSpace
+			dest := filepath.Join(t.TempDir(), "img.raw")
+			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + tt.path, Dest: dest, Key: "img.raw", Size: tt.size})
+			if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), tt.wantText) {
+				t.Fatalf("Fetch error = %v, want ErrNoSpace saying %q", err, tt.wantText)
+			}
+			if !strings.Contains(err.Error(), f.PartialDir) {
+				t.Errorf("error %q does not name the directory", err)
+			}
+			if tt.maxSent > 0 && res.Downloaded > tt.maxSent {
+				t.Errorf("downloaded %d bytes after the disk filled", res.Downloaded)
+			}
+			if _, err := os.Stat(dest); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("dest exists (stat: %v)", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if gets != 1 {
+				t.Errorf("server saw %d GETs; a lack of space must not be retried", gets)
+			}
+		})
+	}
+}
+
+// TestFetchDiskFull writes the download into /dev/full, whose every write fails with
+// ENOSPC, as a full filesystem would.
+func TestFetchDiskFull(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skipf("no /dev/full: %v", err)
+	}
+	image := testImage(256 << 10)
+	for _, comp := range []string{"", "zst"} {
+		t.Run("comp="+comp, func(t *testing.T) {
+			fs := &fileServer{content: compress(t, comp, image)}
+			srv := newFileServer(t, fs)
+			f := testFetcher(t)
+			if err := os.MkdirAll(f.PartialDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("/dev/full", filepath.Join(f.PartialDir, "img.raw.download")); err != nil {
+				t.Fatal(err)
+			}
+			_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw" + suffix(comp), Dest: filepath.Join(t.TempDir(), "img.raw"), Key: "img.raw"})
+			if !errors.Is(err, ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("Fetch error = %v, want ErrNoSpace wrapping ENOSPC", err)
+			}
+			gets := 0
+			for _, r := range fs.requests() {
+				if r.method == http.MethodGet {
+					gets++
+				}
+			}
+			if gets != 1 {
+				t.Errorf("server saw %d GETs; a full disk must not be retried", gets)
+			}
+		})
+	}
+}
+
+// TestFetchRedactsSecrets fails and succeeds downloads of signed URLs and checks that
+// neither the errors nor the log show the signature.
+func TestFetchRedactsSecrets(t *testing.T) {
+	const secret = "topsecret"
+	image := testImage(512 << 10)
+	sha, _ := digests(image)
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closedURL := closed.URL
+	closed.Close()
+	tests := []struct {
+		name    string
+		fs      *fileServer // nil: connection refused
+		path    string
+		sha     string
+		wantErr bool
+		logsURL bool // the log mentions the URL
+	}{
+		{name: "404", fs: &fileServer{content: image, failFirst: 100, failStatus: 404}, path: "/img.raw", wantErr: true},
+		{name: "503 until giving up", fs: &fileServer{content: image, failFirst: 100, failStatus: 503}, path: "/img.raw", wantErr: true, logsURL: true},
+		{name: "connection refused", path: "/img.raw", wantErr: true, logsURL: true},
+		{name: "checksum mismatch", fs: &fileServer{content: image}, path: "/img.raw", sha: strings.Repeat("0", 64), wantErr: true},
+		{name: "success after a drop", fs: &fileServer{content: compress(t, "zst", image), dropAfter: 100 << 10}, path: "/img.raw.zst", sha: sha, logsURL: true},
+		{name: "success through a redirect", fs: &fileServer{content: image}, path: "/r/img.raw", sha: sha},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := closedURL
+			if tt.fs != nil {
+				base = newFileServer(t, tt.fs).URL
+			}
+			for _, withUser := range []bool{false, true} {
+				u := base + tt.path + "?X-Amz-Signature=" + secret + "&X-Amz-Expires=300"
+				if withUser {
+					u = strings.Replace(u, "http://", "http://user:"+secret+"@", 1)
+				}
+				var logs lockedBuffer
+				f := testFetcher(t)
+				f.Attempts = 2
+				f.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+				f.progressEvery = time.Millisecond
+				_, err := f.Fetch(context.Background(), Request{URL: u, Dest: filepath.Join(t.TempDir(), "img.raw"), Key: "img.raw", SHA256: tt.sha})
+				if (err != nil) != tt.wantErr {
+					t.Fatalf("Fetch error = %v, want an error: %v", err, tt.wantErr)
+				}
+				if err != nil && strings.Contains(err.Error(), secret) {
+					t.Errorf("error shows the secret: %v", err)
+				}
+				if err != nil && !strings.Contains(err.Error(), "?REDACTED") {
+					t.Errorf("error does not name the URL, redacted: %v", err)
+				}
+				if strings.Contains(logs.String(), secret) {
+					t.Errorf("log shows the secret:\n%s", logs.String())
+				}
+				if tt.logsURL && !strings.Contains(logs.String(), "?REDACTED") {
+					t.Errorf("log names no URL, redacted:\n%s", logs.String())
+				}
+			}
+		})
+	}
+}
+
+// TestFetchZstdWindowBounded serves a few bytes of zstd whose single-segment frame
+// announces 500 MiB: an unbounded decoder would allocate that as its window at once.
+func TestFetchZstdWindowBounded(t *testing.T) {
+	h := zstd.Header{SingleSegment: true, HasFCS: true, FrameContentSize: 500 << 20}
+	stream, err := h.AppendTo(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10 // one raw, last block of n bytes
+	stream = append(stream, n<<3|1, 0, 0)
+	stream = append(stream, make([]byte, n)...)
+	fs := &fileServer{content: stream}
+	srv := newFileServer(t, fs)
+	f := testFetcher(t)
+	f.freeSpace = func(string) (int64, error) { return 1 << 40, nil }
+
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := ms.TotalAlloc
+	_, err = f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw.zst", Dest: filepath.Join(t.TempDir(), "img.raw"), Key: "img.raw"})
+	runtime.ReadMemStats(&ms)
+	if !errors.As(err, new(*decodeError)) {
+		t.Fatalf("Fetch error = %v, want a decompression error", err)
+	}
+	if alloc := ms.TotalAlloc - before; alloc > 64<<20 {
+		t.Errorf("Fetch allocated %d MiB for a %d-byte stream", alloc>>20, len(stream))
+	}
+	checkNoPartials(t, f)
 }

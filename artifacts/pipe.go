@@ -1,6 +1,7 @@
 package artifacts
 
 import (
+	"bytes"
 	"context"
 	"crypto/md5"
 	"crypto/sha256"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 
 	"github.com/klauspost/compress/gzip"
@@ -37,11 +39,22 @@ type decodeError struct {
 func (e *decodeError) Error() string { return "decompress: " + e.err.Error() }
 func (e *decodeError) Unwrap() error { return e.err }
 
+// sparseBlock is the unit of the holes in a decompressed image: an aligned block of this
+// many zero bytes is skipped rather than written. A multiple of every common filesystem
+// block size, so each skipped block is a real hole.
+const sparseBlock = 64 << 10
+
+// zstdMaxWindow bounds the history the zstd decoder keeps, and so its memory: the window
+// zstd's own command line decompresses by default, which covers every stream made
+// without --long=28 or more. A crafted frame could otherwise ask for gigabytes.
+const zstdMaxWindow = 128 << 20
+
 // pipe hashes and, for compressed downloads, decompresses the stream made of the first
 // prefix bytes of the partial download on disk followed by net (nil for none). Each run
 // writes the decompressed output from the start, so a resumed download re-reads only its
-// local prefix, never the network.
-func (d *download) pipe(ctx context.Context, prefix int64, net *io.PipeReader, touch func()) (s sums, err error) {
+// local prefix, never the network. It stops with ErrTooLarge once the image grows beyond
+// d.limit and with ErrNoSpace when rm finds the filesystem too full.
+func (d *download) pipe(ctx context.Context, prefix int64, net *io.PipeReader, touch func(), rm *room) (s sums, err error) {
 	if net != nil {
 		// Whatever happens here, a writer blocked on the pipe must be released.
 		defer func() {
@@ -64,18 +77,22 @@ func (d *download) pipe(ctx context.Context, prefix int64, net *io.PipeReader, t
 	if net != nil {
 		parts = append(parts, net)
 	}
-	src := &countReader{r: io.MultiReader(parts...), touch: touch}
+	src := &countReader{r: io.MultiReader(parts...), touch: touch, room: rm}
 
 	h256, h5 := sha256.New(), md5.New()
 	hashes := io.MultiWriter(h256, h5)
 	buf := make([]byte, copyBufferSize)
 	if d.comp == "" {
-		s.size, err = io.CopyBuffer(hashes, src, buf)
+		// The file as served is the image: one byte beyond the limit is enough to refuse.
+		s.size, err = io.CopyBuffer(hashes, io.LimitReader(src, overLimit(d.limit)), buf)
 		if err != nil {
 			return s, err
 		}
+		if s.size > d.limit {
+			return s, fmt.Errorf("%w: the server sent more than %s", ErrTooLarge, d.bound)
+		}
 	} else {
-		s.size, err = d.decompress(hashes, src, buf, prefix > 0)
+		s.size, err = d.decompress(hashes, src, buf, prefix > 0, rm)
 		if err != nil {
 			return s, err
 		}
@@ -86,15 +103,25 @@ func (d *download) pipe(ctx context.Context, prefix int64, net *io.PipeReader, t
 	return s, nil
 }
 
-// decompress writes the decompressed src to the output file and to hashes, and syncs the
-// file. Errors of the stream itself come back as *decodeError.
-func (d *download) decompress(hashes io.Writer, src *countReader, buf []byte, resumed bool) (int64, error) {
+// overLimit returns limit+1, the bytes to read to tell whether there are more than limit.
+func overLimit(limit int64) int64 {
+	if limit == math.MaxInt64 {
+		return limit
+	}
+	return limit + 1
+}
+
+// decompress writes the decompressed src, sparse, to the output file and to hashes, and
+// syncs the file. Errors of the stream itself come back as *decodeError.
+func (d *download) decompress(hashes io.Writer, src *countReader, buf []byte, resumed bool, rm *room) (int64, error) {
 	out, err := os.OpenFile(d.outPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return 0, fmt.Errorf("create decompressed output: %w", err)
 	}
 	defer out.Close()
-	ow := &errWriter{w: out}
+	sparse := newSparseWriter(out)
+	// rm sees each chunk once the file has taken it, to re-check the free space now and then.
+	ow := &errWriter{w: io.MultiWriter(sparse, rm)}
 	// failed tells a corrupt stream from a broken input or a failed write.
 	failed := func(err error) error {
 		switch {
@@ -109,8 +136,28 @@ func (d *download) decompress(hashes io.Writer, src *countReader, buf []byte, re
 	var r io.Reader
 	switch d.comp {
 	case "zst":
-		// One decoder goroutine: memory stays at about the stream's window size.
-		zr, err := zstd.NewReader(src, zstd.WithDecoderConcurrency(1))
+		// The frame header may announce the decompressed size: refuse an image too large
+		// before writing any of it, and check the space against the real size. A short
+		// read is for the decoder to judge; a failed one is in src.err.
+		head := make([]byte, zstd.HeaderMaxSize)
+		m, _ := io.ReadFull(src, head)
+		if src.err != nil {
+			return 0, src.err
+		}
+		head = head[:m]
+		var h zstd.Header
+		if err := h.Decode(head); err == nil && h.HasFCS {
+			if h.FrameContentSize > uint64(d.limit) {
+				return 0, fmt.Errorf("%w: the zstd frame announces %d bytes, above %s", ErrTooLarge, h.FrameContentSize, d.bound)
+			}
+			if err := rm.learnImageSize(int64(h.FrameContentSize)); err != nil {
+				return 0, err
+			}
+		} // else the decoder reports what is wrong with the stream, if anything
+		// One decoder goroutine: memory stays at about the stream's window size, which is
+		// bounded (for a single-segment frame, the window is the announced content size).
+		zr, err := zstd.NewReader(io.MultiReader(bytes.NewReader(head), src),
+			zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(zstdMaxWindow))
 		if err != nil {
 			return 0, failed(err)
 		}
@@ -126,9 +173,12 @@ func (d *download) decompress(hashes io.Writer, src *countReader, buf []byte, re
 	default:
 		return 0, fmt.Errorf("unknown compression %q", d.comp)
 	}
-	n, err := io.CopyBuffer(io.MultiWriter(ow, hashes), r, buf)
+	n, err := io.CopyBuffer(io.MultiWriter(ow, hashes), io.LimitReader(r, overLimit(d.limit)), buf)
 	if err != nil {
 		return n, failed(err)
+	}
+	if n > d.limit {
+		return n, fmt.Errorf("%w: decompressed to more than %s", ErrTooLarge, d.bound)
 	}
 	// The decoders stop at the end of the stream; anything after it is not ours to drop.
 	var one [1]byte
@@ -137,6 +187,9 @@ func (d *download) decompress(hashes io.Writer, src *countReader, buf []byte, re
 	}
 	if src.err != nil {
 		return n, src.err
+	}
+	if err := sparse.finish(); err != nil {
+		return n, fmt.Errorf("write decompressed output: %w", err)
 	}
 	if err := out.Sync(); err != nil {
 		return n, fmt.Errorf("fsync decompressed output: %w", err)
@@ -162,12 +215,13 @@ func (e *errWriter) Write(p []byte) (int, error) {
 }
 
 // countReader counts the bytes read, remembers the first read error other than EOF and
-// reports activity to the stall watch.
+// reports activity to the stall watch and progress to the space check.
 type countReader struct {
 	r     io.Reader
 	n     int64
 	err   error
 	touch func()
+	room  *room
 }
 
 func (c *countReader) Read(p []byte) (int, error) {
@@ -175,11 +229,76 @@ func (c *countReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	if n > 0 {
 		c.touch()
+		if serr := c.room.progress(int64(n), 0); serr != nil && (err == nil || err == io.EOF) {
+			err = serr
+		}
 	}
 	if err != nil && err != io.EOF && c.err == nil {
 		c.err = err
 	}
 	return n, err
+}
+
+// sparseWriter writes a file front to back but leaves a hole for every aligned block of
+// zeros: most of a disk image is unused space, which then takes no room on disk.
+type sparseWriter struct {
+	f     *os.File
+	block []byte // the block being filled, up to sparseBlock bytes
+	zeros []byte
+	size  int64 // bytes taken so far, written or skipped
+}
+
+func newSparseWriter(f *os.File) *sparseWriter {
+	return &sparseWriter{f: f, block: make([]byte, 0, sparseBlock), zeros: make([]byte, sparseBlock)}
+}
+
+func (w *sparseWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		if len(w.block) == 0 && len(p) >= sparseBlock {
+			// Whole blocks go straight from p, without a copy.
+			if err := w.put(p[:sparseBlock]); err != nil {
+				return n, err
+			}
+			p, n = p[sparseBlock:], n+sparseBlock
+			continue
+		}
+		m := copy(w.block[len(w.block):sparseBlock], p)
+		w.block = w.block[:len(w.block)+m]
+		p, n = p[m:], n+m
+		if len(w.block) == sparseBlock {
+			if err := w.put(w.block); err != nil {
+				return n, err
+			}
+			w.block = w.block[:0]
+		}
+	}
+	return n, nil
+}
+
+// put writes b at the end of the file, or skips over it when it is all zeros.
+func (w *sparseWriter) put(b []byte) error {
+	if bytes.Equal(b, w.zeros[:len(b)]) {
+		if _, err := w.f.Seek(int64(len(b)), io.SeekCurrent); err != nil {
+			return err
+		}
+	} else if _, err := w.f.Write(b); err != nil {
+		return err
+	}
+	w.size += int64(len(b))
+	return nil
+}
+
+// finish writes the last, partial block and sets the file's length, which a hole at the
+// end leaves short.
+func (w *sparseWriter) finish() error {
+	if len(w.block) > 0 {
+		if err := w.put(w.block); err != nil {
+			return err
+		}
+		w.block = w.block[:0]
+	}
+	return w.f.Truncate(w.size)
 }
 
 // prefixReader reads exactly n bytes of the partial download, checking ctx between reads

@@ -1,0 +1,161 @@
+package artifacts
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// ErrUnsafe is wrapped by the errors for an artifact that must not be used at all: an image
+// that is not the format it claims or that references other files (which would make
+// qemu-img or the cloud read host files), or a download redirected off http and https.
+var ErrUnsafe = errors.New("unsafe artifact")
+
+const (
+	// The limits keep a crafted image from making qemu-img eat the host: its probe should
+	// take well under a second and a few MiB.
+	inspectTimeout  = 60 * time.Second
+	inspectMemory   = 1 << 30 // bytes of address space
+	inspectCPU      = 30      // seconds
+	maxInspectBytes = 4 << 20 // of qemu-img's output; a sane answer is a few KiB
+)
+
+// Inspect checks with `qemu-img info` (qemuImg is the program; empty means "qemu-img" on
+// PATH) that the file at path is the format it claims and references no other file: no
+// backing file, no external data file, no vmdk extent beyond the file itself. A claimed
+// format that qemu does not know, such as tar or squashfs, must probe as raw. The error
+// for a file that fails the check wraps ErrUnsafe and names what was found; a failure to
+// run qemu-img is an ordinary error.
+func Inspect(ctx context.Context, qemuImg, path, format string) error {
+	if qemuImg == "" {
+		qemuImg = "qemu-img"
+	}
+	claimed := canonicalFormat(format)
+	if claimed == "" {
+		return fmt.Errorf("inspect %s: no format claimed", path)
+	}
+	// Absolute, the name can be neither an option nor a "protocol:" qemu would resolve.
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", path, err)
+	}
+	info, err := runQemuInfo(ctx, qemuImg, abs)
+	if err != nil {
+		return fmt.Errorf("inspect %s (%s): %w", path, claimed, err)
+	}
+	if problems := info.problems(claimed, abs); len(problems) > 0 {
+		return fmt.Errorf("inspect %s: %w: %s", path, ErrUnsafe, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// imageInfo is the part of `qemu-img info --output=json` that tells whether an image
+// reaches outside its own file.
+type imageInfo struct {
+	Format              string  `json:"format"`
+	BackingFilename     *string `json:"backing-filename"`
+	FullBackingFilename *string `json:"full-backing-filename"`
+	FormatSpecific      struct {
+		Data struct {
+			DataFile *string `json:"data-file"`
+			Extents  []struct {
+				Filename string `json:"filename"`
+			} `json:"extents"`
+		} `json:"data"`
+	} `json:"format-specific"`
+}
+
+// problems lists why the image at path, claimed to be in format (canonical), is unsafe.
+func (info *imageInfo) problems(format, path string) []string {
+	var out []string
+	if want := probedAs(format); info.Format != want {
+		out = append(out, fmt.Sprintf("claims %s but qemu-img reads %s", format, info.Format))
+	}
+	switch {
+	case info.BackingFilename != nil:
+		out = append(out, fmt.Sprintf("backing file %q", *info.BackingFilename))
+	case info.FullBackingFilename != nil:
+		out = append(out, fmt.Sprintf("backing file %q", *info.FullBackingFilename))
+	}
+	if f := info.FormatSpecific.Data.DataFile; f != nil {
+		out = append(out, fmt.Sprintf("external data file %q", *f))
+	}
+	if extents := info.FormatSpecific.Data.Extents; len(extents) > 1 {
+		out = append(out, fmt.Sprintf("%d extents (first %q)", len(extents), extents[0].Filename))
+	} else if len(extents) == 1 && filepath.Clean(extents[0].Filename) != path {
+		out = append(out, fmt.Sprintf("extent in another file %q", extents[0].Filename))
+	}
+	return out
+}
+
+// probedAs returns the format qemu-img's probe reports for a genuine file of format (one
+// of our canonical names). Formats qemu does not know must look like raw data to it:
+// anything else is an image format qemu would interpret, possibly reading other files.
+func probedAs(format string) string {
+	switch format {
+	case "qcow2", "raw", "vhdx", "vmdk", "vdi", "qed", "vpc":
+		return format
+	case "vhd":
+		return "vpc"
+	}
+	return "raw" // iso, tar, squashfs, docker, tgz, ...
+}
+
+// runQemuInfo runs `qemu-img info` on path without -f, so that qemu probes the format
+// rather than trusting the claim, under a time limit and, when util-linux's prlimit is
+// installed, memory and CPU limits. info does not open backing files, so a hostile one
+// is reported rather than read (it does open a vmdk's extents, read-only, to list them).
+func runQemuInfo(ctx context.Context, qemuImg, path string) (*imageInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	defer cancel()
+	argv := []string{qemuImg, "info", "--output=json", path}
+	if prlimit, err := exec.LookPath("prlimit"); err == nil {
+		argv = append([]string{prlimit, fmt.Sprintf("--as=%d", inspectMemory), fmt.Sprintf("--cpu=%d", inspectCPU), "--"}, argv...)
+	}
+	stdout := &cappedBuffer{limit: maxInspectBytes}
+	stderr := &cappedBuffer{limit: 4 << 10}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// A child that keeps the pipes open must not hold us past the deadline.
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			err = errors.Join(err, ctx.Err())
+		}
+		return nil, fmt.Errorf("qemu-img info: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	if stdout.overflow {
+		return nil, fmt.Errorf("qemu-img info: more than %d bytes of output", maxInspectBytes)
+	}
+	var info imageInfo
+	if err := json.Unmarshal(stdout.Bytes(), &info); err != nil {
+		return nil, fmt.Errorf("qemu-img info: parse output: %w", err)
+	}
+	if info.Format == "" {
+		return nil, errors.New("qemu-img info: output names no format")
+	}
+	return &info, nil
+}
+
+// cappedBuffer keeps the first limit bytes written to it and drops the rest, so that a
+// program's output cannot take our memory, while the program still runs to its end.
+type cappedBuffer struct {
+	bytes.Buffer
+	limit    int
+	overflow bool
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	if room := c.limit - c.Len(); len(p) > room {
+		c.overflow = true
+		c.Buffer.Write(p[:max(room, 0)])
+		return len(p), nil
+	}
+	return c.Buffer.Write(p)
+}

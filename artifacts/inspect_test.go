@@ -1,0 +1,169 @@
+package artifacts
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+)
+
+// qemuImgCreate runs `qemu-img create` with args in dir.
+func qemuImgCreate(t *testing.T, qemuImg, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(qemuImg, append([]string{"create"}, args...)...)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img create %v: %v: %s", args, err, out)
+	}
+}
+
+func TestInspect(t *testing.T) {
+	qemuImg := testenv.RequireBinary(t, "qemu-img")
+	dir := t.TempDir()
+	create := func(args ...string) { qemuImgCreate(t, qemuImg, dir, args...) }
+	create("-f", "qcow2", "plain.qcow2", "1M")
+	create("-f", "raw", "plain.raw", "1M")
+	create("-f", "vpc", "plain.vhd", "1M")
+	create("-f", "vmdk", "plain.vmdk", "1M")
+	// -u: the backing file does not exist here, and qemu-img info must not need it.
+	create("-f", "qcow2", "-u", "-b", "/etc/nodepool/clouds.yaml", "-F", "raw", "backed.qcow2", "1M")
+	create("-f", "qcow2", "-o", "data_file="+filepath.Join(dir, "host.data")+",data_file_raw=on", "datafile.qcow2", "1M")
+	create("-f", "vmdk", "-o", "subformat=twoGbMaxExtentSparse", "split.vmdk", "3G")
+	create("-f", "vmdk", "-o", "subformat=monolithicFlat", "flat.vmdk", "1M")
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("just some text\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		file, format string
+		unsafe       []string // what the error must name; nil: safe
+	}{
+		{file: "plain.qcow2", format: "qcow2"},
+		{file: "plain.qcow2", format: "qcow"},
+		{file: "plain.raw", format: "raw"},
+		{file: "plain.raw", format: "iso"},
+		{file: "plain.vhd", format: "vhd"},
+		{file: "plain.vmdk", format: "vmdk"},
+		{file: "notes.txt", format: "squashfs"},
+		{file: "notes.txt", format: "raw"},
+		{file: "backed.qcow2", format: "qcow2", unsafe: []string{`backing file "/etc/nodepool/clouds.yaml"`}},
+		{file: "datafile.qcow2", format: "qcow2", unsafe: []string{`external data file "` + filepath.Join(dir, "host.data") + `"`}},
+		{file: "plain.qcow2", format: "raw", unsafe: []string{"claims raw but qemu-img reads qcow2"}},
+		{file: "plain.qcow2", format: "vhd", unsafe: []string{"claims vhd but qemu-img reads qcow2"}},
+		{file: "plain.qcow2", format: "tar", unsafe: []string{"claims tar but qemu-img reads qcow2"}},
+		{file: "backed.qcow2", format: "raw", unsafe: []string{"claims raw but qemu-img reads qcow2", "backing file"}},
+		{file: "split.vmdk", format: "vmdk", unsafe: []string{"2 extents", "split-s001.vmdk"}},
+		{file: "flat.vmdk", format: "vmdk", unsafe: []string{`extent in another file "` + filepath.Join(dir, "flat-flat.vmdk") + `"`}},
+		{file: "plain.vmdk", format: "raw", unsafe: []string{"claims raw but qemu-img reads vmdk"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file+" as "+tt.format, func(t *testing.T) {
+			path := filepath.Join(dir, tt.file)
+			err := Inspect(context.Background(), qemuImg, path, tt.format)
+			if tt.unsafe == nil {
+				if err != nil {
+					t.Fatalf("Inspect: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrUnsafe) {
+				t.Fatalf("Inspect error = %v, want ErrUnsafe", err)
+			}
+			for _, want := range append(tt.unsafe, path) {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestInspectRelativePath checks that a relative name reaches qemu-img as a file, not as
+// an option or a "protocol:" qemu would resolve.
+func TestInspectRelativePath(t *testing.T) {
+	qemuImg := testenv.RequireBinary(t, "qemu-img")
+	dir := t.TempDir()
+	qemuImgCreate(t, qemuImg, dir, "-f", "qcow2", "./-x:y.qcow2", "1M")
+	t.Chdir(dir)
+	if err := Inspect(context.Background(), qemuImg, "-x:y.qcow2", "qcow2"); err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+}
+
+// fakeQemuImg writes a shell script standing in for qemu-img.
+func fakeQemuImg(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "qemu-img")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestInspectFailures(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "img.raw")
+	if err := os.WriteFile(img, make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		qemuImg string
+		path    string
+		timeout time.Duration
+		want    string
+	}{
+		{name: "no such program", qemuImg: filepath.Join(t.TempDir(), "missing"), path: img, want: "qemu-img info"},
+		{name: "fails", qemuImg: fakeQemuImg(t, "echo 'cannot read image' >&2; exit 1"), path: img, want: "cannot read image"},
+		{name: "bad json", qemuImg: fakeQemuImg(t, "echo not json"), path: img, want: "parse output"},
+		{name: "no format", qemuImg: fakeQemuImg(t, "echo '{}'"), path: img, want: "names no format"},
+		{name: "hangs", qemuImg: fakeQemuImg(t, "exec sleep 30"), path: img, timeout: 200 * time.Millisecond, want: "deadline exceeded"},
+		{name: "no format claimed", qemuImg: "qemu-img", path: img, want: "no format claimed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			if tt.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.timeout)
+				defer cancel()
+			}
+			format := "raw"
+			if tt.name == "no format claimed" {
+				format = ""
+			}
+			start := time.Now()
+			err := Inspect(ctx, tt.qemuImg, tt.path, format)
+			if err == nil || errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Inspect error = %v, want an ordinary error saying %q", err, tt.want)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("Inspect took %s", d)
+			}
+		})
+	}
+}
+
+func TestInspectMissingFile(t *testing.T) {
+	qemuImg := testenv.RequireBinary(t, "qemu-img")
+	err := Inspect(context.Background(), qemuImg, filepath.Join(t.TempDir(), "nothing.qcow2"), "qcow2")
+	if err == nil || errors.Is(err, ErrUnsafe) {
+		t.Fatalf("Inspect of a missing file = %v, want an ordinary error", err)
+	}
+}
+
+// TestInspectLimits checks that qemu-img runs under prlimit's memory and CPU limits.
+func TestInspectLimits(t *testing.T) {
+	testenv.RequireBinary(t, "prlimit")
+	// The stand-in reports its limits as the format it "reads".
+	qemuImg := fakeQemuImg(t, `printf '{"format": "as=%s,cpu=%s"}' "$(ulimit -v)" "$(ulimit -t)"`)
+	err := Inspect(context.Background(), qemuImg, "/dev/null", "raw")
+	if want := "qemu-img reads as=1048576,cpu=30"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Inspect error = %v, want one saying %q", err, want)
+	}
+}
