@@ -18,6 +18,9 @@ var (
 	// ErrNotInitialized: the images-dir or its state does not exist, and the
 	// store was opened without creating them.
 	ErrNotInitialized = errors.New("not initialized")
+	// ErrOtherBuilder: the state belongs to another builder id than the
+	// images-dir's builder_id.txt.
+	ErrOtherBuilder = errors.New("state of another builder")
 )
 
 // Source says where a build came from.
@@ -53,7 +56,10 @@ type Build struct {
 	PID       int    // the building process, for crash recovery
 	Reason    string // why it failed
 	Files     []File // sorted by format
-	Zuul      ZuulRef
+	// Refused holds, by format, why a file of this build was refused for good (a
+	// checksum that does not match, an unsafe image): it is not fetched again.
+	Refused map[string]string
+	Zuul    ZuulRef
 	// Version is the record's version as read: a write names it and fails with
 	// ErrConflict when the record changed meanwhile. 0: not stored yet.
 	Version int64
@@ -114,6 +120,14 @@ func (b *Build) SetFile(f File) {
 		i++
 	}
 	b.Files = append(b.Files[:i], append([]File{f}, b.Files[i:]...)...)
+}
+
+// Refuse records that a format of the build was refused for good, and why.
+func (b *Build) Refuse(format, reason string) {
+	if b.Refused == nil {
+		b.Refused = map[string]string{}
+	}
+	b.Refused[format] = reason
 }
 
 // SetState moves the build to a state; the state time changes only with the state.
@@ -221,6 +235,10 @@ func PutCursor(c Cursor) Change { return Change{op: opPutCursor, cursor: &c} }
 // step that read a record and wants to change it names the version it read, and
 // the write fails with ErrConflict when the record changed meanwhile.
 type Backend interface {
+	// BindBuilder ties the state to a builder id: the first call records it, a
+	// later one with another id fails with ErrOtherBuilder and changes nothing.
+	// It returns the id the state holds.
+	BindBuilder(ctx context.Context, id string) (string, error)
 	// Write applies changes atomically: all of them, or none and an error.
 	Write(ctx context.Context, changes ...Change) error
 	// Build returns one build; ErrNotFound when there is none.

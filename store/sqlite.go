@@ -147,6 +147,19 @@ CREATE TABLE upload_sequences (
 INSERT INTO upload_sequences (build_id, provider, last)
 	SELECT build_id, provider, MAX(CAST(id AS INTEGER)) FROM uploads GROUP BY build_id, provider;
 `,
+	// 4: formats refused for good, per build; the builder id the state belongs to.
+	`
+CREATE TABLE build_refusals (
+	build_id TEXT NOT NULL REFERENCES builds (id) ON DELETE CASCADE,
+	format   TEXT NOT NULL,
+	reason   TEXT NOT NULL,
+	PRIMARY KEY (build_id, format)
+);
+CREATE TABLE meta (
+	key   TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+);
+`,
 }
 
 func (s *SQLite) migrate(ctx context.Context) error {
@@ -204,6 +217,26 @@ func (s *SQLite) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// BindBuilder records the builder id the state belongs to, or checks it.
+func (s *SQLite) BindBuilder(ctx context.Context, id string) (string, error) {
+	var held string
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'builder_id'`).Scan(&held)
+		if errors.Is(err, sql.ErrNoRows) {
+			held = id
+			_, err = tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('builder_id', ?)`, id)
+		}
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("record builder id: %w", err)
+	}
+	if held != id {
+		return held, fmt.Errorf("%w: it holds builder id %s, not %s", ErrOtherBuilder, held, id)
+	}
+	return held, nil
 }
 
 // Write applies changes in one transaction.
@@ -285,6 +318,17 @@ func putBuild(ctx context.Context, tx *sql.Tx, b *Build) (func(), error) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO build_files (build_id, format, sha256, md5, size, url, present)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`, b.ID, f.Format, f.SHA256, f.MD5, f.Size, f.URL, f.Present); err != nil {
 			return nil, fmt.Errorf("write %s file of build %s: %w", f.Format, b.Name(), err)
+		}
+	}
+	if b.Version != 0 {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM build_refusals WHERE build_id = ?`, b.ID); err != nil {
+			return nil, fmt.Errorf("write build %s: %w", b.Name(), err)
+		}
+	}
+	for format, reason := range b.Refused {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO build_refusals (build_id, format, reason) VALUES (?, ?, ?)`,
+			b.ID, format, reason); err != nil {
+			return nil, fmt.Errorf("write refusal of %s of build %s: %w", format, b.Name(), err)
 		}
 	}
 	next := b.Version + 1
@@ -489,6 +533,27 @@ func loadFiles(ctx context.Context, tx *sql.Tx, builds []Build, index map[string
 	}
 	for i := range builds {
 		sort.Slice(builds[i].Files, func(a, b int) bool { return builds[i].Files[a].Format < builds[i].Files[b].Format })
+	}
+	for start := 0; start < len(ids); start += 500 {
+		chunk := ids[start:min(start+500, len(ids))]
+		rows, err := tx.QueryContext(ctx, `SELECT build_id, format, reason FROM build_refusals WHERE build_id IN (?`+
+			strings.Repeat(",?", len(chunk)-1)+`)`, chunk...)
+		if err != nil {
+			return fmt.Errorf("list refused formats: %w", err)
+		}
+		for rows.Next() {
+			var id, format, reason string
+			if err := rows.Scan(&id, &format, &reason); err != nil {
+				rows.Close()
+				return fmt.Errorf("list refused formats: %w", err)
+			}
+			builds[index[id]].Refuse(format, reason)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return fmt.Errorf("list refused formats: %w", err)
+		}
 	}
 	return nil
 }

@@ -141,3 +141,56 @@ func TestOpenWithoutCreate(t *testing.T) {
 		t.Fatal("a read-only store wrote")
 	}
 }
+
+// TestBuilderIDOfTheState: the state records its builder id; a state of another
+// builder stops the builder with both ids named, and a lost builder_id.txt is
+// written back from the state.
+func TestBuilderIDOfTheState(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	open := func(dir string) (*store.Store, error) {
+		return store.Open(ctx, store.Options{ImagesDir: dir})
+	}
+	a, err := open(filepath.Join(root, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idA := a.BuilderID()
+	a.Close()
+	b, err := open(filepath.Join(root, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idB := b.BuilderID()
+	b.Close()
+
+	// b's state database put into a's images-dir.
+	data, err := os.ReadFile(filepath.Join(root, "b", "builder.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "a", "builder.db"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = open(filepath.Join(root, "a"))
+	if !errors.Is(err, store.ErrOtherBuilder) || !strings.Contains(err.Error(), idA) || !strings.Contains(err.Error(), idB) {
+		t.Fatalf("open with another builder's state: %v; want ErrOtherBuilder naming %s and %s", err, idA, idB)
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, "a", "builder_id.txt")); strings.TrimSpace(string(got)) != idA {
+		t.Fatalf("a refused open changed builder_id.txt to %q", got)
+	}
+
+	// b's builder_id.txt lost: the state's id comes back.
+	if err := os.Remove(filepath.Join(root, "b", "builder_id.txt")); err != nil {
+		t.Fatal(err)
+	}
+	b, err = open(filepath.Join(root, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	got, _ := os.ReadFile(filepath.Join(root, "b", "builder_id.txt"))
+	if b.BuilderID() != idB || strings.TrimSpace(string(got)) != idB {
+		t.Fatalf("after losing builder_id.txt: store id %s, file %q; want %s", b.BuilderID(), got, idB)
+	}
+}

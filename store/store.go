@@ -64,11 +64,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	} else if fi, err := os.Stat(opts.ImagesDir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("images-dir %s does not exist or is not a directory: %w", opts.ImagesDir, ErrNotInitialized)
 	}
-	id, err := builderID(opts.ImagesDir, opts.Access == Create)
+	id, err := readBuilderID(opts.ImagesDir)
 	if err != nil {
 		return nil, err
 	}
 	backend := opts.Backend
+	where := "the state"
 	if backend == nil {
 		dbPath := opts.DBPath
 		if dbPath == "" {
@@ -77,8 +78,43 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		if backend, err = OpenSQLite(ctx, dbPath, opts.Access, opts.Now); err != nil {
 			return nil, err
 		}
+		where = "state database " + dbPath
+	}
+	if opts.Access == Create {
+		if id, err = bindBuilder(ctx, backend, opts.ImagesDir, id, where); err != nil {
+			backend.Close()
+			return nil, err
+		}
 	}
 	return &Store{Backend: backend, dir: opts.ImagesDir, builderID: id, now: opts.Now}, nil
+}
+
+// bindBuilder ties the state to the images-dir's builder id. A builder_id.txt
+// that is missing is written: with a new id for new state, with the state's id
+// when only the file was lost. Ids that disagree stop the builder: cloud images
+// are tagged with the id, so going on would take one builder's images for
+// another's, and the leak sweep would delete them.
+func bindBuilder(ctx context.Context, backend Backend, dir, id, where string) (string, error) {
+	path := filepath.Join(dir, "builder_id.txt")
+	if id != "" {
+		held, err := backend.BindBuilder(ctx, id)
+		if errors.Is(err, ErrOtherBuilder) {
+			return "", fmt.Errorf("%s belongs to builder %s, but %s says %s: %w. One of them was replaced (a restore "+
+				"from another host?). Cloud images are tagged with the builder id, so running with both would take one "+
+				"builder's images for another's. Put this builder's own state back, or, if %s is the file that changed, "+
+				"write %s into it", where, held, path, id, ErrOtherBuilder, path, held)
+		}
+		return id, err
+	}
+	held, err := backend.BindBuilder(ctx, newUUID4())
+	if err != nil && !errors.Is(err, ErrOtherBuilder) {
+		return "", err
+	}
+	// Either a new id the state now holds, or the state's own: the file was lost.
+	if err := writeFileAtomic(path, []byte(held)); err != nil {
+		return "", fmt.Errorf("write builder id: %w", err)
+	}
+	return held, nil
 }
 
 // BuilderID is this images-dir's builder id (builder_id.txt, as nodepool writes
@@ -91,24 +127,13 @@ func (s *Store) Dir() string { return s.dir }
 // Now is the store's clock.
 func (s *Store) Now() time.Time { return s.now() }
 
-// builderID reads builder_id.txt, writing a new id when it is missing and create is set.
-func builderID(dir string, create bool) (string, error) {
-	path := filepath.Join(dir, "builder_id.txt")
-	data, err := os.ReadFile(path)
-	if err == nil && strings.TrimSpace(string(data)) != "" {
-		return strings.TrimSpace(string(data)), nil
-	}
+// readBuilderID reads builder_id.txt; "" when it is missing or empty.
+func readBuilderID(dir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "builder_id.txt"))
 	if err != nil && !os.IsNotExist(err) {
 		return "", fmt.Errorf("read builder id: %w", err)
 	}
-	if !create {
-		return "", nil
-	}
-	id := newUUID4()
-	if err := writeFileAtomic(path, []byte(id)); err != nil {
-		return "", fmt.Errorf("write builder id: %w", err)
-	}
-	return id, nil
+	return strings.TrimSpace(string(data)), nil
 }
 
 // newUUID4 returns a random (version 4) UUID in its dashed form.

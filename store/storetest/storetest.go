@@ -62,6 +62,8 @@ func Run(t *testing.T, open Opener) {
 		{"LeakMarks", testLeakMarks},
 		{"ReleaseBuild", testReleaseBuild},
 		{"ReleaseUpload", testReleaseUpload},
+		{"RefusedFormats", testRefusedFormats},
+		{"BindBuilder", testBindBuilder},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
@@ -642,4 +644,43 @@ func testReleaseUpload(t *testing.T, open Opener) {
 			t.Fatalf("error = %v, want ErrNotFound", err)
 		}
 	})
+}
+
+func testRefusedFormats(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	b := build(t, s, "debian", store.Ready)
+	b.Refuse("raw", "sha256 does not match")
+	if err := s.Write(ctx, store.PutBuild(&b)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Build(ctx, b.ID)
+	if err != nil || got.Refused["raw"] != "sha256 does not match" || len(got.Refused) != 1 {
+		t.Fatalf("refusals read back = %v, %v", got.Refused, err)
+	}
+	got.Refuse("vhd", "backing file")
+	delete(got.Refused, "raw")
+	if err := s.Write(ctx, store.PutBuild(&got)); err != nil {
+		t.Fatal(err)
+	}
+	listed, _ := s.Builds(ctx, store.BuildFilter{Image: "debian"})
+	if len(listed) != 1 || len(listed[0].Refused) != 1 || listed[0].Refused["vhd"] != "backing file" {
+		t.Fatalf("refusals listed = %+v", listed)
+	}
+}
+
+func testBindBuilder(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	// The store was opened with its builder id: the state holds it.
+	if held, err := s.BindBuilder(ctx, s.BuilderID()); err != nil || held != s.BuilderID() {
+		t.Fatalf("bind to the store's own id = %q, %v", held, err)
+	}
+	held, err := s.BindBuilder(ctx, "another-builder")
+	if !errors.Is(err, store.ErrOtherBuilder) || held != s.BuilderID() {
+		t.Fatalf("bind to another id = %q, %v; want ErrOtherBuilder and %s", held, err, s.BuilderID())
+	}
+	if held, err := s.BindBuilder(ctx, s.BuilderID()); err != nil || held != s.BuilderID() {
+		t.Fatalf("a refused bind changed the state: %q, %v", held, err)
+	}
 }
