@@ -15,6 +15,9 @@ const (
 	DefaultKeepUploads    = 2
 	DefaultUploadAttempts = 5
 	DefaultGearmanPort    = 4730
+	// DefaultMaxImageSize bounds an image file, decompressed: an artifact that
+	// would be larger is refused.
+	DefaultMaxImageSize int64 = 128 << 30
 )
 
 func defaultBuilder() Builder {
@@ -25,12 +28,13 @@ func defaultBuilder() Builder {
 		KeepUploads:    DefaultKeepUploads,
 		UploadAttempts: DefaultUploadAttempts,
 		LeakSweep:      true,
+		MaxImageSize:   DefaultMaxImageSize,
 	}
 }
 
 var builderKeys = []string{
 	"poll-interval", "upload-workers", "keep-builds", "keep-uploads",
-	"upload-attempts", "state-db", "gearman-servers", "leak-sweep",
+	"upload-attempts", "state-db", "gearman-servers", "leak-sweep", "max-image-size",
 }
 
 var gearmanKeys = []string{"host", "port"}
@@ -60,6 +64,9 @@ func (p *parser) builder(n *yaml.Node, path string) Builder {
 	}
 	if v, ok := m.boolean("leak-sweep"); ok {
 		b.LeakSweep = v
+	}
+	if v, ok := m.byteSize("max-image-size"); ok {
+		b.MaxImageSize = v
 	}
 	items, _ := m.list("gearman-servers", "gearman servers", "[{host: gearman.example.com, port: 4730}]")
 	for i, item := range items {

@@ -64,6 +64,9 @@ type ZuulImage struct {
 	Artifacts       []ArtifactMapping
 	Pause           bool
 	Metadata        map[string]string
+	// AllowUnmergedChanges lets builds of changes (a ref with a change number,
+	// as in check) be fetched; only builds of merged refs are, by default.
+	AllowUnmergedChanges bool
 }
 
 // ArtifactMapping says which Zuul artifact holds a format.
@@ -102,7 +105,8 @@ type Builder struct {
 	UploadAttempts int           // default 5
 	StateDB        string        // default <images-dir>/builder.db
 	GearmanServers []GearmanServer
-	LeakSweep      bool // default true
+	LeakSweep      bool  // default true
+	MaxImageSize   int64 // bytes; default DefaultMaxImageSize
 }
 
 // GearmanServer is a gearman job server address.

@@ -303,6 +303,35 @@ func (m *mapping) number(key, rule string) (float64, bool) {
 	return v, true
 }
 
+// byteSize reads a size in bytes: a whole number, or one with a binary unit
+// (K, M, G, T, optionally followed by iB or B: 64G, 64GiB and 64 GiB are the same).
+func (m *mapping) byteSize(key string) (int64, bool) {
+	n, ok := m.get(key)
+	if !ok {
+		return 0, false
+	}
+	const rule = "a size in bytes, like 68719476736, or with a unit, like 64G"
+	bad := func() (int64, bool) {
+		m.p.errorf(n, m.sub(key), "must be %s, not %s", rule, describe(n))
+		return 0, false
+	}
+	if n.Kind != yaml.ScalarNode {
+		return bad()
+	}
+	text := strings.ToUpper(strings.ReplaceAll(strings.TrimSpace(n.Value), " ", ""))
+	text = strings.TrimSuffix(strings.TrimSuffix(text, "B"), "I")
+	shift := 0
+	if i := strings.IndexAny(text, "KMGT"); i >= 0 && i == len(text)-1 {
+		shift = 10 * (1 + strings.IndexByte("KMGT", text[i]))
+		text = text[:i]
+	}
+	v, err := strconv.ParseInt(text, 10, 64)
+	if err != nil || v <= 0 || v > math.MaxInt64>>shift {
+		return bad()
+	}
+	return v << shift, true
+}
+
 // seconds reads a duration written as a number of seconds; zero is allowed
 // only with allowZero.
 func (m *mapping) seconds(key string, allowZero bool) (time.Duration, bool) {

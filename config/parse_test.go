@@ -149,6 +149,8 @@ func TestParseErrors(t *testing.T) {
 		{"builder keep-builds zero", head + "builder:\n  keep-builds: 0\n", 3, "builder.keep-builds", "must be a number of ready builds to keep per image, 1 or more, not 0"},
 		{"builder keep-uploads zero", head + "builder:\n  keep-uploads: 0\n", 3, "builder.keep-uploads", "1 or more, not 0"},
 		{"builder upload-workers text", head + "builder:\n  upload-workers: many\n", 3, "builder.upload-workers", "must be a number of concurrent uploads"},
+		{"builder max-image-size unit", head + "builder:\n  max-image-size: 64X\n", 3, "builder.max-image-size", "like 64G"},
+		{"builder max-image-size zero", head + "builder:\n  max-image-size: 0\n", 3, "builder.max-image-size", "a size in bytes"},
 		{"builder upload-attempts negative", head + "builder:\n  upload-attempts: -1\n", 3, "builder.upload-attempts", "a number of tries per upload"},
 		{"builder poll-interval zero", head + "builder:\n  poll-interval: 0\n", 3, "builder.poll-interval", "must be a positive number of seconds"},
 		{"builder leak-sweep text", head + "builder:\n  leak-sweep: sometimes\n", 3, "builder.leak-sweep", "expected true or false"},
@@ -181,6 +183,17 @@ func TestParseErrors(t *testing.T) {
 			}
 			wantError(t, err, tt.line, tt.path, tt.msg)
 		})
+	}
+}
+
+func TestParseByteSizes(t *testing.T) {
+	for text, want := range map[string]int64{
+		"1073741824": 1 << 30, "64G": 64 << 30, "64 GiB": 64 << 30, "512M": 512 << 20, "2T": 2 << 40, "100KB": 100 << 10,
+	} {
+		cfg := mustParse(t, "images-dir: /opt/images\nbuilder:\n  max-image-size: "+text+"\n")
+		if cfg.Builder.MaxImageSize != want {
+			t.Errorf("max-image-size: %s = %d, want %d", text, cfg.Builder.MaxImageSize, want)
+		}
 	}
 }
 
@@ -265,6 +278,7 @@ providers:
 			UploadAttempts: 5,
 			StateDB:        "/opt/images/builder.db",
 			LeakSweep:      true,
+			MaxImageSize:   DefaultMaxImageSize,
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {

@@ -8,7 +8,7 @@ import (
 var zuulImageKeys = []string{
 	"name", "api-url", "tenant", "project", "branch", "pipelines", "job",
 	"poll-interval", "auth-token-file", "ca-cert", "require-checksum",
-	"formats", "artifacts", "pause", "metadata",
+	"formats", "artifacts", "pause", "metadata", "allow-unmerged-changes",
 }
 
 var artifactKeys = []string{"format", "type", "name"}
@@ -70,6 +70,7 @@ func (p *parser) zuulImage(m *mapping, pollInterval time.Duration) (ZuulImage, b
 	z.AuthTokenFile, _ = m.str("auth-token-file")
 	z.CACert, _ = m.str("ca-cert")
 	z.RequireChecksum, _ = m.boolean("require-checksum")
+	z.AllowUnmergedChanges, _ = m.boolean("allow-unmerged-changes")
 	z.Formats, _ = m.formats("formats")
 	z.Pause, _ = m.boolean("pause")
 	z.Metadata, _ = m.strMap("metadata", "os_distro: debian")
