@@ -69,7 +69,8 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 		if err != nil {
 			return nil, fmt.Errorf("%w: zuul-image %s: %w", ErrConfig, zi.Name, err)
 		}
-		fetchers[zi.Name] = &artifacts.Fetcher{PartialDir: b.store.PartialDir(), HTTPClient: hc, Logger: b.log}
+		fetchers[zi.Name] = &artifacts.Fetcher{PartialDir: b.store.PartialDir(), HTTPClient: hc, Logger: b.log,
+			MaxSize: cfg.Builder.MaxImageSize}
 		client, err := zuulapi.New(zuulapi.Options{
 			APIURL:     zi.APIURL,
 			Tenant:     zi.Tenant,
@@ -91,6 +92,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 				Fetchers: fetchers,
 				Clients:  clients,
 				Logger:   b.log,
+				Backoff:  b.spaceBackoff,
 			}),
 			store.SourceDIB: dib.New(dib.Options{
 				Store:         b.store,

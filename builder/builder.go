@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/poller"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 )
@@ -87,7 +88,9 @@ type Builder struct {
 	log        *slog.Logger
 	store      *store.Store
 	buildSlots chan struct{}
-	cfgFile    []byte // the config file as it was when the builder started
+	// spaceBackoff outlives reloads: a full images-dir is not forgotten by one.
+	spaceBackoff *poller.Backoff
+	cfgFile      []byte // the config file as it was when the builder started
 
 	cur    atomic.Pointer[parts]
 	queue  *queue
@@ -110,13 +113,14 @@ func New(ctx context.Context, opts Options) (*Builder, error) {
 		opts.BuildWorkers = 1
 	}
 	b := &Builder{
-		opts:       opts,
-		log:        opts.Logger,
-		store:      opts.Store,
-		buildSlots: make(chan struct{}, opts.BuildWorkers),
-		queue:      newQueue(),
-		wake:       make(chan struct{}, 1),
-		retain:     make(chan struct{}, 1),
+		opts:         opts,
+		log:          opts.Logger,
+		store:        opts.Store,
+		buildSlots:   make(chan struct{}, opts.BuildWorkers),
+		spaceBackoff: poller.NewBackoff(),
+		queue:        newQueue(),
+		wake:         make(chan struct{}, 1),
+		retain:       make(chan struct{}, 1),
 	}
 	p, err := b.assemble(ctx, opts.Config)
 	if err != nil {

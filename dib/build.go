@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
@@ -162,7 +163,7 @@ func (b *Builder) run(ctx context.Context, img *config.DiskImage, rec *store.Bui
 func (b *Builder) finish(ctx context.Context, rec *store.Build, formats []string, logFile string) error {
 	next := *rec
 	for _, format := range formats {
-		f, err := b.collect(next, format)
+		f, err := b.collect(ctx, next, format)
 		if err != nil {
 			return fmt.Errorf("%w; log: %s", err, logFile)
 		}
@@ -177,7 +178,7 @@ func (b *Builder) finish(ctx context.Context, rec *store.Build, formats []string
 
 // collect finds the file DIB wrote for one format, moves it to the store's name
 // for it when DIB names it differently, and reads its size and checksums.
-func (b *Builder) collect(rec store.Build, format string) (store.File, error) {
+func (b *Builder) collect(ctx context.Context, rec store.Build, format string) (store.File, error) {
 	st := b.opts.Store
 	path := st.FilePath(rec.Image, rec.ID, format)
 	if suffix := fileSuffix(format); suffix != format {
@@ -191,6 +192,10 @@ func (b *Builder) collect(rec store.Build, format string) (store.File, error) {
 	}
 	if !info.Mode().IsRegular() {
 		return store.File{}, fmt.Errorf("DIB exited 0 but %s is not a regular file", path)
+	}
+	// As for a fetched image: the format claimed, and no file outside it referenced.
+	if err := artifacts.Inspect(ctx, b.opts.QemuImg, path, format); err != nil {
+		return store.File{}, fmt.Errorf("DIB's %s output: %w", format, err)
 	}
 	sha, err := store.ReadSidecar(path + ".sha256")
 	if err != nil {

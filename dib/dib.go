@@ -47,6 +47,8 @@ type Options struct {
 	Slots chan struct{}
 	// CheckInterval is how often an image is checked for being due; default 10s.
 	CheckInterval time.Duration
+	// QemuImg checks what DIB made; empty means "qemu-img" from PATH.
+	QemuImg string
 }
 
 // Builder builds the diskimages of a config, one at a time. Its methods are

@@ -5,15 +5,19 @@ package poller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 )
@@ -32,9 +36,14 @@ type Options struct {
 	Fetchers map[string]*artifacts.Fetcher
 	Clients  map[string]Builds
 	Logger   *slog.Logger
-	// QemuImg is the qemu-img binary used to convert a published format into a
-	// needed one; empty means "qemu-img" from PATH.
+	// QemuImg is the qemu-img binary that checks every fetched image and converts
+	// a published format into a needed one; empty means "qemu-img" from PATH.
 	QemuImg string
+	// Backoff holds the images whose fetch waits after running out of disk
+	// space; it outlives a Poller, so that a reload does not forget it. Nil:
+	// one of the Poller's own.
+	Backoff *Backoff
+	Now     func() time.Time // default time.Now
 }
 
 // Poller ingests Zuul-built images into the store.
@@ -50,6 +59,12 @@ func New(opts Options) *Poller {
 	}
 	if opts.QemuImg == "" {
 		opts.QemuImg = "qemu-img"
+	}
+	if opts.Backoff == nil {
+		opts.Backoff = NewBackoff()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	return &Poller{opts: opts, log: opts.Logger}
 }
@@ -114,11 +129,15 @@ func (p *Poller) Poll(ctx context.Context, image string) (Outcome, error) {
 		out.Skipped = "no provider lists it and it has no formats"
 		return out, nil
 	}
+	if until := p.opts.Backoff.until(image); p.opts.Now().Before(until) {
+		out.Skipped = "images-dir had too little free space; next try after " + until.Format(time.RFC3339)
+		return out, nil
+	}
 	client, ok := p.opts.Clients[image]
 	if !ok {
 		return out, fmt.Errorf("poll %s: no Zuul client", image)
 	}
-	zbs, err := client.Builds(ctx, zuulapi.Query{
+	q := zuulapi.Query{
 		Project:   zi.Project,
 		Branch:    zi.Branch,
 		JobName:   zi.Job,
@@ -126,7 +145,13 @@ func (p *Poller) Poll(ctx context.Context, image string) (Outcome, error) {
 		Result:    "SUCCESS",
 		Complete:  true,
 		Limit:     1,
-	})
+	}
+	if !zi.AllowUnmergedChanges {
+		// Builds of changes are passed over: look a little further back for the
+		// newest build of merged code.
+		q.Limit = mergedWindow
+	}
+	zbs, err := client.Builds(ctx, q)
 	if err != nil {
 		return out, fmt.Errorf("poll %s: ask Zuul for builds of %s: %w", image, zi.Job, err)
 	}
@@ -134,20 +159,54 @@ func (p *Poller) Poll(ctx context.Context, image string) (Outcome, error) {
 		out.Skipped = "Zuul has no successful build of job " + zi.Job
 		return out, nil
 	}
-	zb := zbs[0]
+	zb, ok := p.newestAllowed(zi, zbs)
+	if !ok {
+		out.Skipped = fmt.Sprintf("Zuul's newest %d successful builds of job %s are all of unmerged changes; "+
+			"set pipelines to those that run on merged code (periodic, post), or allow-unmerged-changes", len(zbs), zi.Job)
+		return out, nil
+	}
 	cur, err := p.opts.Store.Cursor(ctx, image)
 	if err != nil {
 		return out, err
 	}
 	if zb.ID <= cur.ZuulID {
-		return p.complete(ctx, out, zi, zb, needed)
+		out, err = p.complete(ctx, out, zi, zb, needed)
+	} else {
+		var b store.Build
+		if b, err = p.ingest(ctx, zi, zb, needed); err == nil {
+			out.Ingested = &b
+		}
 	}
-	b, err := p.ingest(ctx, zi, zb, needed)
-	if err != nil {
-		return out, err
+	if errors.Is(err, artifacts.ErrNoSpace) {
+		wait := p.opts.Backoff.fail(image, p.opts.Now())
+		err = fmt.Errorf("%w; fetching %s waits %s before it tries again: free space in the images-dir", err, image, wait)
+	} else if err == nil {
+		p.opts.Backoff.clear(image)
 	}
-	out.Ingested = &b
-	return out, nil
+	return out, err
+}
+
+// mergedWindow is how many of Zuul's newest successful builds a poll looks at
+// for one of merged code.
+const mergedWindow = 20
+
+// newestAllowed returns the newest build the zuul-image may fetch: any, with
+// allow-unmerged-changes; else the newest that did not run on a change, which
+// anyone may propose and nobody has reviewed.
+func (p *Poller) newestAllowed(zi *config.ZuulImage, zbs []zuulapi.Build) (zuulapi.Build, bool) {
+	for _, zb := range zbs {
+		if zi.AllowUnmergedChanges || !unmerged(zb) {
+			return zb, true
+		}
+		p.log.Debug("passing over a Zuul build of an unmerged change", "image", zi.Name, "zuul_build", zb.UUID,
+			"pipeline", zb.Pipeline, "change", zb.Ref.Change)
+	}
+	return zuulapi.Build{}, false
+}
+
+// unmerged tells whether a build ran on a change rather than on a branch or tag.
+func unmerged(zb zuulapi.Build) bool {
+	return zb.Ref.Change != "" && zb.Ref.Change != "0"
 }
 
 // ingest fetches a new Zuul build's needed formats into a new store build. The
@@ -160,7 +219,7 @@ func (p *Poller) ingest(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bu
 	b, err := st.CreateBuild(ctx, store.Build{
 		Image:  zi.Name,
 		Source: store.SourceZuul,
-		Zuul:   store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: zb.LogURL},
+		Zuul:   store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: redact.URL(zb.LogURL)},
 	})
 	if err != nil {
 		return b, err
@@ -209,7 +268,9 @@ func (p *Poller) prunePartials(image string) {
 	}
 }
 
-// complete fetches formats that became needed after the newest build was ingested.
+// complete fetches formats that became needed after the newest build was
+// ingested. A format refused for good (a checksum, an unsafe image) is recorded
+// on the build and not fetched again.
 func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage, zb zuulapi.Build, needed []string) (Outcome, error) {
 	builds, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: zi.Name, State: store.Ready})
 	if err != nil {
@@ -220,22 +281,53 @@ func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage
 		return out, nil
 	}
 	b := builds[0]
-	var missing []string
+	var missing, refused []string
 	for _, f := range needed {
+		if reason, ok := b.Refused[f]; ok {
+			refused = append(refused, f+" ("+reason+")")
+			continue
+		}
 		if file, ok := b.File(f); !ok || !file.Present {
 			missing = append(missing, f)
 		}
 	}
 	if len(missing) == 0 {
 		out.Skipped = "no new Zuul build"
+		if len(refused) > 0 {
+			out.Skipped += "; refused in the newest: " + strings.Join(refused, "; ")
+		}
 		return out, nil
 	}
 	p.log.Info("fetching formats newly needed", "image", zi.Name, "build", b.ID, "formats", missing)
-	if err := p.fetch(ctx, zi, zb, &b, missing); err != nil {
+	err = p.fetch(ctx, zi, zb, &b, missing)
+	var rf *refusedFormat
+	if errors.As(err, &rf) {
+		// Recorded, so that the next poll does not fetch it again.
+		next := b
+		next.Refuse(rf.format, rf.err.Error())
+		if werr := p.opts.Store.Write(context.WithoutCancel(ctx), store.PutBuild(&next)); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+	if err != nil {
 		return out, fmt.Errorf("fetch %v of Zuul build %s of %s: %w", missing, zb.UUID, zi.Name, err)
 	}
 	out.Ingested = &b
 	return out, nil
+}
+
+// refusedFormat is a format of a Zuul build refused for good; err wraps ErrRefused.
+type refusedFormat struct {
+	format string
+	err    error
+}
+
+func (r *refusedFormat) Error() string { return r.err.Error() }
+func (r *refusedFormat) Unwrap() error { return r.err }
+
+// refuse marks a format's failure as a refusal for good.
+func refuse(format string, err error) error {
+	return &refusedFormat{format: format, err: fmt.Errorf("%w: %w", ErrRefused, err)}
 }
 
 // fetch downloads each needed format once, verified and in place, and records it.
@@ -266,7 +358,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		c := matched[format]
 		sha, md5 := artifacts.Checksums(c)
 		if sha == "" && zi.RequireChecksum {
-			return fmt.Errorf("%w: artifact %q (%s) has no sha256 in its metadata and require-checksum is set", ErrRefused, c.Name, format)
+			return refuse(format, fmt.Errorf("artifact %q (%s) has no sha256 in its metadata and require-checksum is set", c.Name, format))
 		}
 		dest := p.opts.Store.FilePath(b.Image, b.ID, format)
 		res, err := fetcher.Fetch(ctx, artifacts.Request{
@@ -275,14 +367,26 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 			Key:    store.PartialKey(b.Image, zb.UUID, format),
 			SHA256: sha,
 			MD5:    md5,
+			Size:   declaredSize(c),
 		})
-		if errors.Is(err, artifacts.ErrChecksum) {
-			return fmt.Errorf("%w: artifact %q (%s): %w", ErrRefused, c.Name, format, err)
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, artifacts.ErrTooLarge):
+			limit := fetcher.MaxSize
+			if limit <= 0 {
+				limit = artifacts.DefaultMaxSize
+			}
+			return refuse(format, fmt.Errorf("artifact %q (%s): %w (builder.max-image-size is %d bytes)", c.Name, format, err, limit))
+		case errors.Is(err, artifacts.ErrChecksum), errors.Is(err, artifacts.ErrUnsafe):
+			return refuse(format, fmt.Errorf("artifact %q (%s): %w", c.Name, format, err))
+		case err != nil:
 			return fmt.Errorf("download artifact %q (%s): %w", c.Name, format, err)
 		}
-		if err := p.record(ctx, b, format, res.SHA256, res.MD5, res.Size, c.URL); err != nil {
+		// The bytes are the job's, not ours: before anything converts or
+		// uploads them, they must be the format they claim, and whole.
+		if err := p.inspect(ctx, dest, format); err != nil {
+			return err
+		}
+		if err := p.record(ctx, b, format, res.SHA256, res.MD5, res.Size, redact.URL(c.URL)); err != nil {
 			return err
 		}
 	}
@@ -341,11 +445,46 @@ func (p *Poller) convertFormat(ctx context.Context, b *store.Build, src, dst str
 	if err := artifacts.Convert(ctx, p.opts.QemuImg, in, src, out, dst); err != nil {
 		return err
 	}
+	if err := p.inspect(ctx, out, dst); err != nil {
+		return err
+	}
 	sha, md, size, err := store.HashFile(out)
 	if err != nil {
 		return err
 	}
 	return p.record(ctx, b, dst, sha, md, size, "")
+}
+
+// inspect checks a fetched or converted file with qemu-img; an unsafe one is
+// removed and its format refused for good.
+func (p *Poller) inspect(ctx context.Context, path, format string) error {
+	err := artifacts.Inspect(ctx, p.opts.QemuImg, path, format)
+	if err == nil {
+		return nil
+	}
+	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	if errors.Is(err, artifacts.ErrUnsafe) {
+		return refuse(format, err)
+	}
+	return fmt.Errorf("check %s image %s: %w", format, path, err)
+}
+
+// declaredSize is the uncompressed size an artifact's metadata declares, in
+// bytes; 0 when it declares none.
+func declaredSize(c artifacts.Candidate) int64 {
+	switch v := c.Metadata["size"].(type) {
+	case float64:
+		if v > 0 && v == float64(int64(v)) {
+			return int64(v)
+		}
+	case json.Number:
+		if n, err := v.Int64(); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 0
 }
 
 // record writes a verified file's sidecars and adds it to the build's record.

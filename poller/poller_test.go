@@ -19,11 +19,12 @@ import (
 )
 
 type fixture struct {
-	t    *testing.T
-	st   *store.Store
-	cfg  *config.Config
-	zuul *zuultest.Server
-	p    *Poller
+	t       *testing.T
+	qemuImg string
+	st      *store.Store
+	cfg     *config.Config
+	zuul    *zuultest.Server
+	p       *Poller
 }
 
 func newFixture(t *testing.T, providerFormats ...string) *fixture {
@@ -47,7 +48,7 @@ func newFixture(t *testing.T, providerFormats ...string) *fixture {
 			Name: "p" + string(rune('a'+i)), ImageFormat: f, DiskImages: []config.ProviderImage{{Name: "debian"}},
 		})
 	}
-	f := &fixture{t: t, st: st, cfg: cfg, zuul: zuul}
+	f := &fixture{t: t, st: st, cfg: cfg, zuul: zuul, qemuImg: testenv.RequireBinary(t, "qemu-img")}
 	f.newPoller()
 	return f
 }
@@ -80,17 +81,42 @@ func (f *fixture) publish(arts ...zuultest.ArtifactSpec) zuultest.Build {
 	return b
 }
 
-func standard(tag string) []zuultest.ArtifactSpec {
+// image returns a small real image in format whose disk holds tag: the poller
+// checks with qemu-img that what it fetches is what it claims.
+func (f *fixture) image(format, tag string) []byte {
+	f.t.Helper()
+	raw := []byte(strings.Repeat(format+" data "+tag, 1000))
+	if format == "raw" {
+		return raw
+	}
+	dir := f.t.TempDir()
+	in, out := filepath.Join(dir, "in.raw"), filepath.Join(dir, "out")
+	os.WriteFile(in, raw, 0o644)
+	qemuFormat := map[string]string{"vhd": "vpc"}[format]
+	if qemuFormat == "" {
+		qemuFormat = format
+	}
+	if msg, err := exec.Command(f.qemuImg, "convert", "-f", "raw", "-O", qemuFormat, in, out).CombinedOutput(); err != nil {
+		f.t.Fatalf("make a %s image: %v: %s", format, err, msg)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return data
+}
+
+func (f *fixture) standard(tag string) []zuultest.ArtifactSpec {
 	return []zuultest.ArtifactSpec{
-		{Name: "qcow2", Data: []byte("qcow2 data " + tag), Metadata: meta("qcow2")},
-		{Name: "raw", Data: []byte(strings.Repeat("raw data "+tag, 1000)), Compress: "zst", Metadata: meta("raw")},
-		{Name: "vhd", Data: []byte("vhd data " + tag), Metadata: meta("vhd")},
+		{Name: "qcow2", Data: f.image("qcow2", tag), Metadata: meta("qcow2")},
+		{Name: "raw", Data: f.image("raw", tag), Compress: "zst", Metadata: meta("raw")},
+		{Name: "vhd", Data: f.image("vhd", tag), Metadata: meta("vhd")},
 	}
 }
 
 func TestPollFetchesOnlyNeededFormats(t *testing.T) {
 	f := newFixture(t, "qcow2", "raw")
-	zb := f.publish(standard("1")...)
+	zb := f.publish(f.standard("1")...)
 	out, err := f.p.Poll(context.Background(), "debian")
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +147,7 @@ func TestPollFetchesOnlyNeededFormats(t *testing.T) {
 		t.Fatalf("second poll = %+v, %v", out, err)
 	}
 	// A newer build is ingested.
-	f.publish(standard("2")...)
+	f.publish(f.standard("2")...)
 	out, err = f.p.Poll(context.Background(), "debian")
 	if err != nil || out.Ingested == nil {
 		t.Fatalf("poll of a newer build = %+v, %v", out, err)
@@ -130,7 +156,7 @@ func TestPollFetchesOnlyNeededFormats(t *testing.T) {
 
 func TestPollRefusesMissingFormatOnce(t *testing.T) {
 	f := newFixture(t, "raw")
-	zb := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: []byte("x"), Metadata: meta("qcow2")})
+	zb := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: f.image("qcow2", "x"), Metadata: meta("qcow2")})
 	f.p.opts.QemuImg = "no-such-qemu-img" // conversion must not rescue it here
 	f.cfg.Providers[0].ImageFormat = "tar"
 	_, err := f.p.Poll(context.Background(), "debian")
@@ -156,7 +182,7 @@ func TestPollRefusesMissingFormatOnce(t *testing.T) {
 
 func TestPollTransientFailureRetriesNextPoll(t *testing.T) {
 	f := newFixture(t, "qcow2")
-	zb := f.publish(standard("1")...)
+	zb := f.publish(f.standard("1")...)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := f.p.Poll(ctx, "debian"); err == nil {
@@ -172,7 +198,7 @@ func TestPollChecksumMismatchRefused(t *testing.T) {
 	f := newFixture(t, "qcow2")
 	m := meta("qcow2")
 	m["sha256"] = strings.Repeat("a", 64)
-	zb := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: []byte("data"), Metadata: m})
+	zb := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: f.image("qcow2", "data"), Metadata: m})
 	_, err := f.p.Poll(context.Background(), "debian")
 	if !errors.Is(err, ErrRefused) || !errors.Is(err, artifacts.ErrChecksum) {
 		t.Fatalf("poll error = %v", err)
@@ -193,7 +219,7 @@ func TestPollRequireChecksum(t *testing.T) {
 	f.cfg.ZuulImages[0].RequireChecksum = true
 	m := meta("qcow2")
 	m["sha256"] = "" // published without a checksum
-	f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: []byte("data"), Metadata: m})
+	f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: f.image("qcow2", "data"), Metadata: m})
 	_, err := f.p.Poll(context.Background(), "debian")
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "require-checksum") {
 		t.Fatalf("poll error = %v", err)
@@ -202,7 +228,7 @@ func TestPollRequireChecksum(t *testing.T) {
 
 func TestPollFetchesFormatNeededLater(t *testing.T) {
 	f := newFixture(t, "qcow2")
-	zb := f.publish(standard("1")...)
+	zb := f.publish(f.standard("1")...)
 	out, err := f.p.Poll(context.Background(), "debian")
 	if err != nil {
 		t.Fatal(err)
@@ -218,6 +244,71 @@ func TestPollFetchesFormatNeededLater(t *testing.T) {
 	}
 	if f.zuul.BytesServed(zb.Artifacts[0].Path) != zb.Artifacts[0].ServedSize {
 		t.Fatal("qcow2 downloaded twice")
+	}
+}
+
+// TestPollRefusalOfALaterFormatIsKept: a format needed after the build was
+// ingested whose file is refused is recorded on the build and not fetched again.
+func TestPollRefusalOfALaterFormatIsKept(t *testing.T) {
+	f := newFixture(t, "qcow2")
+	arts := f.standard("1")
+	arts[1].Metadata["sha256"] = strings.Repeat("b", 64) // the raw does not match
+	zb := f.publish(arts...)
+	if _, err := f.p.Poll(context.Background(), "debian"); err != nil {
+		t.Fatal(err)
+	}
+	f.cfg.Providers = append(f.cfg.Providers, config.Provider{Name: "new", ImageFormat: "raw", DiskImages: []config.ProviderImage{{Name: "debian"}}})
+	_, err := f.p.Poll(context.Background(), "debian")
+	if !errors.Is(err, ErrRefused) || !errors.Is(err, artifacts.ErrChecksum) {
+		t.Fatalf("poll of a raw that does not match: %v", err)
+	}
+	raw := zb.Artifacts[1].Path
+	requests := len(f.zuul.ArtifactRequests(raw))
+	for range 2 {
+		out, err := f.p.Poll(context.Background(), "debian")
+		if err != nil || !strings.Contains(out.Skipped, "refused") {
+			t.Fatalf("poll after the refusal = %+v, %v", out, err)
+		}
+	}
+	if n := len(f.zuul.ArtifactRequests(raw)); n != requests {
+		t.Fatalf("the refused raw was requested again: %d requests, then %d", requests, n)
+	}
+	builds, _ := f.st.Builds(context.Background(), store.BuildFilter{Image: "debian", State: store.Ready})
+	if len(builds) != 1 || !strings.Contains(builds[0].Refused["raw"], "checksum") {
+		t.Fatalf("the refusal is not recorded on the build: %+v", builds)
+	}
+}
+
+// TestPollPassesOverUnmergedChanges: the newest build of a change is passed over
+// for the newest build of merged code, unless the zuul-image allows changes.
+func TestPollPassesOverUnmergedChanges(t *testing.T) {
+	f := newFixture(t, "qcow2")
+	merged, err := f.zuul.AddBuild(zuultest.BuildSpec{Job: "build-debian", Project: "org/images", Pipeline: "post", Artifacts: f.standard("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	change, err := f.zuul.AddBuild(zuultest.BuildSpec{Job: "build-debian", Project: "org/images", Pipeline: "check", Change: 99,
+		Patchset: "2", Artifacts: f.standard("2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.p.Poll(context.Background(), "debian")
+	if err != nil || out.Ingested == nil || out.Ingested.Zuul.UUID != merged.UUID {
+		t.Fatalf("poll = %+v, %v; want the merged build %s", out, err, merged.UUID)
+	}
+	f.cfg.ZuulImages[0].AllowUnmergedChanges = true
+	out, err = f.p.Poll(context.Background(), "debian")
+	if err != nil || out.Ingested == nil || out.Ingested.Zuul.UUID != change.UUID {
+		t.Fatalf("poll with allow-unmerged-changes = %+v, %v; want the change's build %s", out, err, change.UUID)
+	}
+	// Only changes: nothing to fetch, and the reason says what to do.
+	g := newFixture(t, "qcow2")
+	if _, err := g.zuul.AddBuild(zuultest.BuildSpec{Job: "build-debian", Project: "org/images", Pipeline: "check", Change: 7, Artifacts: g.standard("3")}); err != nil {
+		t.Fatal(err)
+	}
+	out, err = g.p.Poll(context.Background(), "debian")
+	if err != nil || out.Ingested != nil || !strings.Contains(out.Skipped, "allow-unmerged-changes") {
+		t.Fatalf("poll of changes only = %+v, %v", out, err)
 	}
 }
 
@@ -247,7 +338,7 @@ func TestPollConvertsUnpublishedFormat(t *testing.T) {
 
 func TestPollPausedAndUnneeded(t *testing.T) {
 	f := newFixture(t) // no provider lists the image
-	f.publish(standard("1")...)
+	f.publish(f.standard("1")...)
 	out, err := f.p.Poll(context.Background(), "debian")
 	if err != nil || out.Ingested != nil || out.Skipped == "" {
 		t.Fatalf("poll of an image nobody needs = %+v, %v", out, err)

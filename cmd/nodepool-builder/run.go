@@ -46,6 +46,9 @@ func runBuilder(c *cli.Context) error {
 	}
 	ctx := c.Context
 	st, err := store.Open(ctx, store.Options{ImagesDir: cfg.ImagesDir, DBPath: cfg.Builder.StateDB})
+	if errors.Is(err, store.ErrOtherBuilder) {
+		return withCode(exitUsage, err)
+	}
 	if err != nil {
 		return withCode(exitFailed, err)
 	}
