@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 )
 
 // ErrNotFound is returned (wrapped) by a Cloud when an image does not exist.
@@ -22,6 +23,7 @@ type Image struct {
 	DiskFormat string
 	Size       int64
 	Checksum   string // Glance's md5 of the stored data, when it reports one
+	Created    time.Time
 	Properties map[string]string
 }
 

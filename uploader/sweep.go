@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
@@ -83,8 +84,18 @@ func (u *Uploader) Sweep(ctx context.Context) error {
 	for _, p := range u.opts.Config.Providers {
 		byProvider[p.Name] = map[string]bool{}
 	}
+	last, err := u.lastImages(ctx, leaks)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
 	for _, l := range leaks {
 		byProvider[l.Provider][l.Image.ID] = true
+		if last[l.Provider+"\x00"+l.Image.ID] {
+			u.log.Warn("keeping a cloud image unknown to the store: it is the newest active image of its image in "+
+				"this provider, and the store holds no ready upload there (was the state lost?); it goes once one is ready",
+				"provider", l.Provider, "external_id", l.Image.ID, "name", l.Image.Name, "image", l.Image.Properties[PropImage])
+			continue
+		}
 		first, err := u.opts.Store.LeakMark(ctx, l.Provider, l.Image.ID)
 		if err != nil {
 			errs = append(errs, err)
@@ -111,4 +122,37 @@ func (u *Uploader) Sweep(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// lastImages picks, among leaked images, those the sweep must keep: for each
+// (image, provider) for which the store holds no ready upload, the newest active
+// leaked image. With the state lost, every image the builder made looks leaked;
+// this keeps a provider from losing the last image it can boot. Images made
+// before they carried nodepool_image_name count as one image per provider.
+func (u *Uploader) lastImages(ctx context.Context, leaks []Leak) (map[string]bool, error) {
+	ready, err := u.opts.Store.Uploads(ctx, store.UploadFilter{State: store.Ready})
+	if err != nil {
+		return nil, err
+	}
+	served := map[string]bool{}
+	for _, up := range ready {
+		served[up.Provider+"\x00"+up.Image] = true
+	}
+	newest := map[string]Image{}
+	for _, l := range leaks {
+		k := l.Provider + "\x00" + l.Image.Properties[PropImage]
+		if served[k] || l.Image.Status != "active" {
+			continue
+		}
+		if cur, ok := newest[k]; !ok || l.Image.Created.After(cur.Created) ||
+			(l.Image.Created.Equal(cur.Created) && l.Image.ID > cur.ID) {
+			newest[k] = l.Image
+		}
+	}
+	keep := map[string]bool{}
+	for k, img := range newest {
+		provider, _, _ := strings.Cut(k, "\x00")
+		keep[provider+"\x00"+img.ID] = true
+	}
+	return keep, nil
 }

@@ -55,7 +55,8 @@ func (c *fakeCloud) Create(_ context.Context, spec ImageSpec) (string, error) {
 	for k, v := range spec.Properties {
 		props[k] = v
 	}
-	c.images[id] = &Image{ID: id, Name: spec.Name, Status: "queued", DiskFormat: spec.DiskFormat, Properties: props}
+	c.images[id] = &Image{ID: id, Name: spec.Name, Status: "queued", DiskFormat: spec.DiskFormat, Properties: props,
+		Created: time.Date(2026, 1, 1, 0, 0, c.seq, 0, time.UTC)}
 	return id, nil
 }
 
@@ -552,6 +553,53 @@ func TestLeakSweepNeedsTwoSightings(t *testing.T) {
 	}
 	if _, err := cloud.Get(ctx, shared); err != nil {
 		t.Fatal("sweep of provider a deleted an image of provider b on the same cloud")
+	}
+}
+
+// TestSweepKeepsTheLastImage: with the state lost, every image the builder made
+// looks leaked; the sweep keeps the newest active one of each image in each
+// provider until the store holds a ready upload there.
+func TestSweepKeepsTheLastImage(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.cfg.Providers = f.cfg.Providers[:1]
+	cloud := f.clouds["a"]
+	made := func(name string, active bool) string {
+		id, _ := cloud.Create(ctx, ImageSpec{Name: name, Properties: map[string]string{
+			PropBuilderID: f.st.BuilderID(), PropProvider: "a", PropImage: "debian"}})
+		if active {
+			cloud.Upload(ctx, id, strings.NewReader("x"), 1)
+		}
+		return id
+	}
+	older, newer, half := made("debian-1", true), made("debian-2", true), made("debian-3", false)
+	for range 2 {
+		if err := f.up.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Add(time.Minute)
+	}
+	for id, want := range map[string]bool{older: false, newer: true, half: false} {
+		if _, err := cloud.Get(ctx, id); (err == nil) != want {
+			t.Errorf("image %s kept %v, want %v", id, err == nil, want)
+		}
+	}
+	// Once the store has a ready upload of debian there, the last leak goes too.
+	f.addBuild("debian", "qcow2")
+	if err := f.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := f.up.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Add(time.Minute)
+	}
+	if _, err := cloud.Get(ctx, newer); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the kept image outlived a ready upload of its image: %v", err)
+	}
+	if n := cloud.count(); n != 1 {
+		t.Fatalf("cloud a holds %d images, want the one ready upload", n)
 	}
 }
 

@@ -247,7 +247,7 @@ func TestGlance(t *testing.T) {
 func testKeystoneAuth(t *testing.T, g *testenv.Glance) {
 	ctx := t.Context()
 	proxy := newTokenProxy(t, g.Endpoint)
-	ks := newFakeKeystone(t, proxy.URL)
+	ks := testenv.NewKeystone(t, proxy.URL)
 
 	tests := []struct {
 		name     string
@@ -278,11 +278,11 @@ clouds:
       auth_url: %[1]s/v3
       application_credential_id: app-id
       application_credential_secret: app-secret
-`, ks.server.URL, proxy.URL))
+`, ks.URL, proxy.URL))
 
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ks.reset()
+			ks.Reset()
 			proxy.reset()
 			c, err := Open(ctx, Options{Cloud: tt.cloud, CloudsFile: clouds, Region: tt.region})
 			if err != nil {
@@ -298,10 +298,10 @@ clouds:
 			if err != nil {
 				t.Fatal(err)
 			}
-			first := ks.lastToken()
+			first := ks.LastToken()
 			for _, want := range tt.wantAuth {
-				if !strings.Contains(ks.lastBody(), want) {
-					t.Errorf("Keystone got %s; want it to contain %s", ks.lastBody(), want)
+				if !strings.Contains(ks.LastBody(), want) {
+					t.Errorf("Keystone got %s; want it to contain %s", ks.LastBody(), want)
 				}
 			}
 
@@ -319,8 +319,8 @@ clouds:
 			if img.Status != "active" || img.Size != int64(len(data)) {
 				t.Errorf("image = %+v, want active with %d bytes", img, len(data))
 			}
-			if ks.logins() != 2 {
-				t.Errorf("Keystone saw %d logins, want 2 (one renewal)", ks.logins())
+			if ks.Logins() != 2 {
+				t.Errorf("Keystone saw %d logins, want 2 (one renewal)", ks.Logins())
 			}
 			if err := c.Delete(ctx, id); err != nil {
 				t.Fatal(err)
@@ -330,78 +330,6 @@ clouds:
 			}
 		})
 	}
-}
-
-// fakeKeystone answers POST /v3/auth/tokens with a fresh token and a catalog that has
-// one image endpoint in RegionOne.
-type fakeKeystone struct {
-	server *httptest.Server
-	mu     sync.Mutex
-	n      int
-	bodies []string
-	tokens []string
-}
-
-func newFakeKeystone(t *testing.T, imageURL string) *fakeKeystone {
-	ks := &fakeKeystone{}
-	ks.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != "/v3/auth/tokens" {
-			http.NotFound(w, r)
-			return
-		}
-		body, _ := io.ReadAll(r.Body)
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, body); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		ks.mu.Lock()
-		ks.n++
-		token := fmt.Sprintf("token-%d", ks.n)
-		ks.bodies = append(ks.bodies, compact.String())
-		ks.tokens = append(ks.tokens, token)
-		ks.mu.Unlock()
-		w.Header().Set("X-Subject-Token", token)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"token": {"expires_at": "2099-01-01T00:00:00.000000Z", "issued_at": "2024-01-01T00:00:00.000000Z",
-			"methods": ["password"], "user": {"id": "u1", "name": "nodepool", "domain": {"id": "default", "name": "Default"}},
-			"project": {"id": "p1", "name": "ci", "domain": {"id": "default", "name": "Default"}},
-			"catalog": [{"type": "image", "name": "glance", "id": "s1", "endpoints": [
-				{"id": "e1", "interface": "public", "region": "RegionOne", "region_id": "RegionOne", "url": %q}]}]}}`, imageURL)
-	}))
-	t.Cleanup(ks.server.Close)
-	return ks
-}
-
-func (ks *fakeKeystone) reset() {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	ks.bodies, ks.tokens = nil, nil
-}
-
-func (ks *fakeKeystone) logins() int {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	return len(ks.tokens)
-}
-
-func (ks *fakeKeystone) lastToken() string {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	if len(ks.tokens) == 0 {
-		return ""
-	}
-	return ks.tokens[len(ks.tokens)-1]
-}
-
-func (ks *fakeKeystone) lastBody() string {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	if len(ks.bodies) == 0 {
-		return ""
-	}
-	return ks.bodies[len(ks.bodies)-1]
 }
 
 // tokenProxy forwards to Glance only requests that carry a token that has not expired,

@@ -284,6 +284,7 @@ func toImage(img *images.Image) uploader.Image {
 		DiskFormat: img.DiskFormat,
 		Size:       img.SizeBytes,
 		Checksum:   img.Checksum,
+		Created:    img.CreatedAt,
 		Properties: props,
 	}
 }

@@ -99,6 +99,10 @@ func newCloud(opts Options, entry cloudEntry) (*Cloud, error) {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.log = c.log.With("cloud", c.name)
+	if entry.Verify != nil && !*entry.Verify {
+		c.log.Warn("clouds.yaml sets verify: false: TLS certificates of this cloud are not checked, so anyone on the way " +
+			"can read its credentials and change the images; give it a cacert instead")
+	}
 
 	if entry.ImageEndpointOverride != "" {
 		root, err := imageRoot(entry.ImageEndpointOverride)

@@ -39,6 +39,10 @@ type ArtifactSpec struct {
 	Compress string
 	// Relative publishes the URL relative to the build's log URL.
 	Relative bool
+	// Publish, when set, rewrites the absolute URL the API publishes: to add
+	// a signed link's query (which the server ignores), or to point at a
+	// redirector in front of the server. The file is still served at Path.
+	Publish func(url string) string
 }
 
 // Artifact is an artifact as the Server publishes it.
@@ -106,6 +110,9 @@ func (s *Server) prepareArtifact(logURL, dir string, as ArtifactSpec, modTime ti
 	}
 	f := &file{name: name, modTime: modTime}
 	art := Artifact{Name: as.Name, Path: dir + name, URL: logURL + escapePath(name)}
+	if as.Publish != nil {
+		art.URL = as.Publish(art.URL)
+	}
 	art.published = art.URL
 	if as.Relative {
 		art.published = escapePath(name)
