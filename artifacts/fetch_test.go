@@ -952,17 +952,7 @@ func TestFetchSizeBound(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var mu sync.Mutex
-			gets := 0
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodGet {
-					mu.Lock()
-					gets++
-					mu.Unlock()
-				}
-				tt.handler(w, r)
-			}))
-			defer srv.Close()
+			srv, gets := countGETs(t, tt.handler)
 			f := testFetcher(t)
 			f.MaxSize = tt.maxSize
 			dest := filepath.Join(t.TempDir(), "img.raw")
@@ -981,10 +971,8 @@ func TestFetchSizeBound(t *testing.T) {
 			if _, err := os.Stat(dest); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("dest exists after a refused download (stat: %v)", err)
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if gets != tt.wantGets {
-				t.Errorf("server saw %d GETs, want %d (a refusal is final)", gets, tt.wantGets)
+			if n := gets(); n != tt.wantGets {
+				t.Errorf("server saw %d GETs, want %d (a refusal is final)", n, tt.wantGets)
 			}
 		})
 	}
@@ -1074,17 +1062,7 @@ func TestFetchFreeSpace(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var mu sync.Mutex
-			gets := 0
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodGet {
-					mu.Lock()
-					gets++
-					mu.Unlock()
-				}
-				tt.handler.ServeHTTP(w, r)
-			}))
-			defer srv.Close()
+			srv, gets := countGETs(t, tt.handler.ServeHTTP)
 			f := testFetcher(t)
 			disk := &fullDisk{free: tt.free}
 			f.freeSpace = disk.freeSpace
@@ -1102,10 +1080,8 @@ func TestFetchFreeSpace(t *testing.T) {
 			if _, err := os.Stat(dest); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("dest exists (stat: %v)", err)
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if gets != 1 {
-				t.Errorf("server saw %d GETs; a lack of space must not be retried", gets)
+			if n := gets(); n != 1 {
+				t.Errorf("server saw %d GETs; a lack of space must not be retried", n)
 			}
 		})
 	}
@@ -1235,4 +1211,25 @@ func TestFetchZstdWindowBounded(t *testing.T) {
 		t.Errorf("Fetch allocated %d MiB for a %d-byte stream", alloc>>20, len(stream))
 	}
 	checkNoPartials(t, f)
+}
+
+// countGETs serves h and counts the GET requests it answered.
+func countGETs(t *testing.T, h http.HandlerFunc) (*httptest.Server, func() int) {
+	t.Helper()
+	var mu sync.Mutex
+	gets := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			mu.Lock()
+			gets++
+			mu.Unlock()
+		}
+		h(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return gets
+	}
 }
