@@ -9,7 +9,8 @@ build:
 	$(GO) build -o $(BIN) ./cmd/nodepool-builder
 
 # deps installs the real parts the demo runs (Glance, qemu-img, zstd) when they
-# are missing; deps-test adds diskimage-builder for the real DIB build test.
+# are missing; deps-test adds diskimage-builder for the real DIB build test,
+# ZooKeeper (with java) and kazoo, an independent client the tests check against.
 deps:
 	sh scripts/deps.sh demo
 

@@ -2,7 +2,9 @@
 # Installs the real parts that the demo and the tests run, from Debian's packages:
 # a standalone Glance, qemu-img and zstd; with "test", also diskimage-builder (it
 # brings debootstrap; a debian-minimal build also runs sudo and mkfs.ext4 on the
-# host). Does nothing when they are present.
+# host), ZooKeeper (the tests run its jars with java, not the service) and kazoo
+# for /usr/bin/python3 (an independent ZooKeeper client for the tests). Does
+# nothing when they are present.
 #   usage: deps.sh [demo|test]
 set -eu
 
@@ -17,6 +19,11 @@ if [ "${1:-demo}" = test ]; then
 	need sudo sudo
 	# mkfs.ext4 lives in sbin, which a non-root PATH may lack.
 	[ -x /sbin/mkfs.ext4 ] || [ -x /usr/sbin/mkfs.ext4 ] || missing="$missing e2fsprogs"
+	# internal/testenv runs the jar with java itself; the service stays off (below).
+	[ -r /usr/share/java/zookeeper.jar ] || missing="$missing zookeeperd"
+	need java default-jre-headless
+	# Debian's kazoo is importable only by Debian's python, not a pyenv or venv one.
+	/usr/bin/python3 -c 'import kazoo.client' >/dev/null 2>&1 || missing="$missing python3-kazoo"
 fi
 
 [ -z "$missing" ] && exit 0
@@ -31,7 +38,16 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 # shellcheck disable=SC2086
 apt-get install -y -q $pkgs
-# Debian starts glance-api as a system service on install; the tests run their own.
-if command -v systemctl >/dev/null 2>&1; then
-	systemctl disable --now glance-api >/dev/null 2>&1 || true
-fi
+# Debian starts glance-api and ZooKeeper (on port 2181) as system services on
+# install; the tests run their own. Where systemd is not running (a container),
+# systemctl cannot stop them, so the init script does.
+for svc in glance-api zookeeper; do
+	if command -v systemctl >/dev/null 2>&1 &&
+		systemctl disable --now "$svc" >/dev/null 2>&1; then
+		continue
+	fi
+	if [ -x "/etc/init.d/$svc" ]; then
+		"/etc/init.d/$svc" stop >/dev/null 2>&1 || true
+		update-rc.d "$svc" disable >/dev/null 2>&1 || true
+	fi
+done

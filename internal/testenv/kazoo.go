@@ -1,0 +1,124 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// kazooPython is the interpreter that can import Debian's python3-kazoo; a python3 found
+// first on PATH (pyenv, a venv) usually cannot.
+const kazooPython = "/usr/bin/python3"
+
+// kazooPreamble connects a KazooClient named zk before the test's script runs, from the
+// TESTENV_ZK_* variables RunKazoo sets, and closes it when the script ends. kazoo retries
+// a failed connection until start times out and only logs why, so its warnings go to
+// stderr: that is where a refused certificate shows.
+const kazooPreamble = `import atexit, logging, os, sys
+from kazoo.client import KazooClient
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+_e = os.environ
+_tls = _e.get("TESTENV_ZK_TLS") == "1"
+zk = KazooClient(
+    hosts=_e["TESTENV_ZK_HOSTS"],
+    timeout=float(_e["TESTENV_ZK_TIMEOUT"]),
+    use_ssl=_tls,
+    verify_certs=True,
+    ca=_e.get("TESTENV_ZK_CA") or None,
+    certfile=_e.get("TESTENV_ZK_CERT") or None,
+    keyfile=_e.get("TESTENV_ZK_KEY") or None,
+)
+zk.start(timeout=float(_e["TESTENV_ZK_TIMEOUT"]))
+atexit.register(lambda: (zk.stop(), zk.close()))
+`
+
+// KazooConn says how a kazoo script connects to ZooKeeper.
+type KazooConn struct {
+	// Hosts is kazoo's host list: "host:port[,host:port...][/chroot]".
+	Hosts string
+	// TLS connects with TLS, verifying the server against CA and presenting Cert/Key.
+	TLS           bool
+	CA, Cert, Key string
+	// Timeout bounds connecting (kazoo's start) and is the session timeout; 0 means 10 s.
+	Timeout time.Duration
+}
+
+// KazooConn is how to reach this server as the test client, with the test CA and client
+// certificate under TLS.
+func (z *ZooKeeper) KazooConn() KazooConn {
+	c := KazooConn{Hosts: z.Addr, TLS: z.TLS}
+	if z.TLS {
+		c.CA, c.Cert, c.Key = z.CA, z.ClientCert, z.ClientKey
+	}
+	return c
+}
+
+// Kazoo runs script with Python's kazoo, an independent ZooKeeper client, connected to
+// this server as the variable zk; args are sys.argv[1:]. It returns what the script
+// printed, and fails the test, showing stderr, when the script fails.
+func (z *ZooKeeper) Kazoo(t testing.TB, script string, args ...string) string {
+	t.Helper()
+	RequireKazoo(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := RunKazoo(ctx, z.KazooConn(), script, args...)
+	if err != nil {
+		t.Fatalf("kazoo script against %s: %v", z.Addr, err)
+	}
+	return out
+}
+
+// RunKazoo runs script as Kazoo does, connected as c says, and returns its stdout; the
+// error carries stderr. It does not check that kazoo is installed: see RequireKazoo.
+func RunKazoo(ctx context.Context, c KazooConn, script string, args ...string) (string, error) {
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	tlsFlag := "0"
+	if c.TLS {
+		tlsFlag = "1"
+	}
+	cmd := exec.CommandContext(ctx, kazooPython, append([]string{"-c", kazooPreamble + script}, args...)...)
+	cmd.Env = append(os.Environ(),
+		"TESTENV_ZK_HOSTS="+c.Hosts,
+		"TESTENV_ZK_TIMEOUT="+strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64),
+		"TESTENV_ZK_TLS="+tlsFlag,
+		"TESTENV_ZK_CA="+c.CA,
+		"TESTENV_ZK_CERT="+c.Cert,
+		"TESTENV_ZK_KEY="+c.Key,
+		// Unbuffered, so what a killed script printed is not lost.
+		"PYTHONUNBUFFERED=1",
+	)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("kazoo script (hosts %s, tls %v): %w\nstderr:\n%s", c.Hosts, c.TLS, err, strings.TrimRight(stderr.String(), "\n"))
+	}
+	return stdout.String(), nil
+}
+
+// kazooImportable tells, once per test binary, whether kazooPython can import kazoo.
+var kazooImportable = sync.OnceValue(func() bool {
+	return exec.Command(kazooPython, "-c", "import kazoo.client").Run() == nil
+})
+
+// RequireKazoo skips the test, or fails it when CI=true, unless /usr/bin/python3 can
+// import kazoo.
+func RequireKazoo(t testing.TB) {
+	t.Helper()
+	if !kazooImportable() {
+		requirePart(t, "python3-kazoo (kazoo for "+kazooPython+")")
+	}
+}

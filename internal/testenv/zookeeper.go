@@ -1,0 +1,553 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ZooKeeperOptions says what kind of ZooKeeper a test wants.
+type ZooKeeperOptions struct {
+	// TLS makes the server listen only on a TLS port that requires a client certificate
+	// signed by the test CA, as nodepool's clusters do.
+	TLS bool
+}
+
+// ZooKeeper is a standalone ZooKeeper 3.8 server on loopback, with its data, config,
+// certificates and log in one directory.
+type ZooKeeper struct {
+	// Addr is host:port of the client port, or of the secure client port under TLS.
+	Addr string
+	// Port is the port of Addr; it stays the same across Stop and Start.
+	Port int
+	// Dir holds zoo.cfg, the data directory, the certificates and the log.
+	Dir string
+	// LogFile is everything the server wrote, across restarts.
+	LogFile string
+	// TLS tells whether the server listens only on a TLS port.
+	TLS bool
+
+	// Under TLS: PEM files of the CA the server trusts and presents a certificate from,
+	// and a client certificate and key it accepts.
+	CA, ClientCert, ClientKey string
+	// Under TLS: an unrelated CA with its own client certificate and key, which the server
+	// must refuse and whose CA does not vouch for the server.
+	WrongCA, WrongClientCert, WrongClientKey string
+
+	conf string
+	logw io.Writer
+
+	mu   sync.Mutex
+	proc *zkProcess // nil while stopped
+}
+
+// zkProcess is one run of the server's JVM.
+type zkProcess struct {
+	pgid   int
+	exited chan struct{}
+	logf   *os.File
+}
+
+// zkMain runs a standalone server from one config file; QuorumPeerMain, which Debian's
+// service uses, would also start quorum machinery a test does not need.
+const zkMain = "org.apache.zookeeper.server.ZooKeeperServerMain"
+
+const (
+	// zkReadyTimeout bounds the wait for a started server to answer; a JVM starts it in
+	// a second or two, so the bound only keeps a wedged server from hanging the run.
+	zkReadyTimeout = 30 * time.Second
+	// zkTermGrace is how long the JVM gets to shut down after SIGTERM before SIGKILL.
+	zkTermGrace = 5 * time.Second
+)
+
+// zkJars is the server's class path from Debian's packages. zookeeper.jar's manifest
+// names most of what it needs (jute, netty's buffer, handler and transport, slf4j-api),
+// but not netty-codec and netty-resolver, without which netty's TLS handler fails to load
+// (NoClassDefFoundError: io/netty/handler/codec/ByteToMessageDecoder), nor an slf4j
+// binding: slf4j-simple sends the server's log to stderr, hence to the log file.
+var zkJars = []string{
+	"/usr/share/java/zookeeper.jar",
+	"/usr/share/java/netty-codec.jar",
+	"/usr/share/java/netty-resolver.jar",
+	"/usr/share/java/slf4j-simple.jar",
+}
+
+// RequireZooKeeper returns the path of java once java and ZooKeeper's jars are installed.
+// Otherwise the test is skipped, or fails when CI=true.
+func RequireZooKeeper(t testing.TB) string {
+	t.Helper()
+	java := RequireBinary(t, "java")
+	if java == "" {
+		return ""
+	}
+	for _, jar := range zkJars {
+		if _, err := os.Stat(jar); err != nil {
+			requirePart(t, "ZooKeeper ("+jar+")")
+			return ""
+		}
+	}
+	return java
+}
+
+// requirePart skips the test, or fails it under CI=true, for a real part that is missing.
+func requirePart(t testing.TB, what string) {
+	t.Helper()
+	const hint = "%s not installed; run `make deps-test` (CI requires every real part)"
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(hint, what)
+	} else {
+		t.Skipf(hint, what)
+	}
+}
+
+// NewZooKeeper starts a ZooKeeper for the test and stops it when the test ends. It
+// skips (or fails under CI) when java or ZooKeeper is not installed.
+func NewZooKeeper(t testing.TB, opts ZooKeeperOptions) *ZooKeeper {
+	t.Helper()
+	if RequireZooKeeper(t) == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	z, err := StartZooKeeper(ctx, t.TempDir(), opts, nil)
+	if err != nil {
+		t.Fatal(err) // it says what it was starting and ends with the server's log
+	}
+	t.Cleanup(func() {
+		if err := z.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return z
+}
+
+// StartZooKeeper writes a zoo.cfg (and under TLS the certificates) into dir, starts the
+// server on a free loopback port in its own process group, and waits until it serves.
+// The server's output goes to dir/zookeeper.log and, when logw is not nil, to logw too.
+// ctx bounds the start only; the caller ends the server with Stop.
+func StartZooKeeper(ctx context.Context, dir string, opts ZooKeeperOptions, logw io.Writer) (*ZooKeeper, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("start zookeeper in %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		return nil, fmt.Errorf("start zookeeper: %w", err)
+	}
+	z := &ZooKeeper{
+		Dir:     dir,
+		LogFile: filepath.Join(dir, "zookeeper.log"),
+		TLS:     opts.TLS,
+		conf:    filepath.Join(dir, "zoo.cfg"),
+		logw:    logw,
+	}
+	if opts.TLS {
+		if err := z.writeCerts(); err != nil {
+			return nil, fmt.Errorf("start zookeeper: %w", err)
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, fmt.Errorf("start zookeeper: %w", err)
+		}
+		z.Port = port
+		z.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if err := os.WriteFile(z.conf, []byte(z.config()), 0o644); err != nil {
+			return nil, fmt.Errorf("start zookeeper: write config: %w", err)
+		}
+		err = z.Start(ctx)
+		if err == nil {
+			return z, nil
+		}
+		// Another process may take the port between freePort and the JVM binding it.
+		if attempt == 1 && errors.Is(err, errPortTaken) {
+			continue
+		}
+		return nil, err
+	}
+}
+
+// config is a zoo.cfg for a standalone server that keeps everything under z.Dir.
+func (z *ZooKeeper) config() string {
+	// tickTime 1000 allows sessions of 2 to 20 s, short enough for tests of expiry.
+	// Keys ZooKeeper does not know as fields (4lw.commands.whitelist, serverCnxnFactory,
+	// ssl.*) become zookeeper.* system properties, which is where the server reads them.
+	var b strings.Builder
+	fmt.Fprintf(&b, `tickTime=1000
+dataDir=%s
+maxClientCnxns=60
+admin.enableServer=false
+4lw.commands.whitelist=*
+autopurge.purgeInterval=0
+`, filepath.Join(z.Dir, "data"))
+	if !z.TLS {
+		fmt.Fprintf(&b, "clientPortAddress=127.0.0.1\nclientPort=%d\n", z.Port)
+		return b.String()
+	}
+	// No clientPort at all: the only way in is TLS with a certificate from the test CA.
+	// The Netty factory is the one that speaks TLS; PEM stores spare a keytool run.
+	fmt.Fprintf(&b, `secureClientPortAddress=127.0.0.1
+secureClientPort=%d
+serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory
+ssl.keyStore.location=%s
+ssl.keyStore.type=PEM
+ssl.trustStore.location=%s
+ssl.trustStore.type=PEM
+ssl.clientAuth=need
+`, z.Port, filepath.Join(z.Dir, "tls", "server.pem"), z.CA)
+	return b.String()
+}
+
+// Start starts the server (again, after Stop or Kill) on its port and data directory,
+// so what it stored survives, and waits until it serves. It fails when it is running.
+func (z *ZooKeeper) Start(ctx context.Context) error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.proc != nil {
+		return fmt.Errorf("start zookeeper on %s: already running", z.Addr)
+	}
+	p, err := z.run()
+	if err != nil {
+		return err
+	}
+	if err := z.waitReady(ctx, p.exited); err != nil {
+		if stopErr := p.stop(); stopErr != nil {
+			err = errors.Join(err, stopErr)
+		}
+		if log, rerr := os.ReadFile(z.LogFile); rerr == nil && bytes.Contains(log, []byte("Address already in use")) {
+			err = fmt.Errorf("%w: %w", errPortTaken, err)
+		}
+		return fmt.Errorf("start zookeeper on %s: %w\nzookeeper log (%s), last lines:\n%s", z.Addr, err, z.LogFile, logTail(z.LogFile))
+	}
+	z.proc = p
+	return nil
+}
+
+// run starts the JVM in its own process group.
+func (z *ZooKeeper) run() (*zkProcess, error) {
+	// Append: the log of a restarted server follows the log of the first run.
+	logf, err := os.OpenFile(z.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("start zookeeper: open log: %w", err)
+	}
+	var out io.Writer = logf
+	if z.logw != nil {
+		out = io.MultiWriter(logf, z.logw)
+	}
+	// A small heap and the client compiler start the JVM fastest; -UsePerfData keeps it
+	// out of /tmp/hsperfdata_*.
+	cmd := exec.Command("java",
+		"-Xms16m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
+		"-Djava.awt.headless=true",
+		"-Dorg.slf4j.simpleLogger.showDateTime=true",
+		"-cp", strings.Join(zkJars, ":"),
+		zkMain, z.conf)
+	cmd.Dir = z.Dir
+	cmd.Stdout, cmd.Stderr = out, out
+	// Its own group, so stopping it reaches every process it might start.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start zookeeper: run java: %w", err)
+	}
+	p := &zkProcess{pgid: cmd.Process.Pid, exited: make(chan struct{}), logf: logf}
+	go func() {
+		// The exit status of a server we stop ourselves says nothing useful.
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// waitReady polls `srvr` until the server says it serves, the JVM exits, or time runs out.
+func (z *ZooKeeper) waitReady(ctx context.Context, exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, zkReadyTimeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		// "Zookeeper version:" only comes from a server that serves requests; another
+		// program on the port, or a server still loading its data, does not send it.
+		out, err := z.FourLetterWord(ctx, "srvr")
+		if err == nil && strings.Contains(out, "Zookeeper version:") {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("srvr answered %q", out)
+		}
+		last = err
+		select {
+		case <-exited:
+			return fmt.Errorf("zookeeper exited before it served (last check: %v)", last)
+		case <-ctx.Done():
+			return fmt.Errorf("zookeeper did not serve at %s: %w (last check: %v)", z.Addr, ctx.Err(), last)
+		case <-tick.C:
+		}
+	}
+}
+
+// FourLetterWord sends one of ZooKeeper's four-letter commands (ruok, srvr, stat, mntr...)
+// and returns the answer. Under TLS it connects with the test client certificate.
+func (z *ZooKeeper) FourLetterWord(ctx context.Context, word string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var conn net.Conn
+	var err error
+	if z.TLS {
+		var cfg *tls.Config
+		if cfg, err = z.ClientTLSConfig(); err != nil {
+			return "", fmt.Errorf("%s to %s: %w", word, z.Addr, err)
+		}
+		d := tls.Dialer{Config: cfg}
+		conn, err = d.DialContext(ctx, "tcp", z.Addr)
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", z.Addr)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s to %s: %w", word, z.Addr, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	if _, err := io.WriteString(conn, word); err != nil {
+		return "", fmt.Errorf("%s to %s: %w", word, z.Addr, err)
+	}
+	// The server closes the connection after its answer.
+	out, err := io.ReadAll(io.LimitReader(conn, 1<<20))
+	if err != nil && len(out) == 0 {
+		return "", fmt.Errorf("%s to %s: %w", word, z.Addr, err)
+	}
+	return string(out), nil
+}
+
+// ClientTLSConfig is a TLS config that trusts the test CA and presents the test client
+// certificate; it is an error when the server does not use TLS.
+func (z *ZooKeeper) ClientTLSConfig() (*tls.Config, error) {
+	if !z.TLS {
+		return nil, errors.New("zookeeper does not use TLS")
+	}
+	cert, err := tls.LoadX509KeyPair(z.ClientCert, z.ClientKey)
+	if err != nil {
+		return nil, fmt.Errorf("load client certificate: %w", err)
+	}
+	caPEM, err := os.ReadFile(z.CA)
+	if err != nil {
+		return nil, fmt.Errorf("read CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("no certificate in %s", z.CA)
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      pool,
+		ServerName:   "127.0.0.1",
+		MinVersion:   tls.VersionTLS12,
+	}, nil
+}
+
+// Stop ends the server: SIGTERM, then SIGKILL after a grace time. The data stays for
+// Start. Stopping a stopped server does nothing.
+func (z *ZooKeeper) Stop() error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.proc == nil {
+		return nil
+	}
+	err := z.proc.stop()
+	z.proc = nil
+	if err != nil {
+		return fmt.Errorf("stop zookeeper on %s: %w", z.Addr, err)
+	}
+	return nil
+}
+
+// Kill ends the server at once with SIGKILL, as a crash would; Start brings it back.
+func (z *ZooKeeper) Kill() error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.proc == nil {
+		return nil
+	}
+	_ = syscall.Kill(-z.proc.pgid, syscall.SIGKILL)
+	err := z.proc.stop()
+	z.proc = nil
+	if err != nil {
+		return fmt.Errorf("kill zookeeper on %s: %w", z.Addr, err)
+	}
+	return nil
+}
+
+// stop ends every process of the group and closes the log.
+func (p *zkProcess) stop() error {
+	_ = syscall.Kill(-p.pgid, syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(zkTermGrace):
+		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+		<-p.exited
+	}
+	deadline := time.Now().Add(zkTermGrace)
+	for groupAlive(p.pgid) {
+		if time.Now().After(deadline) {
+			p.logf.Close()
+			return fmt.Errorf("processes of group %d survive SIGKILL", p.pgid)
+		}
+		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+		time.Sleep(50 * time.Millisecond)
+	}
+	return p.logf.Close()
+}
+
+// writeCerts makes a throwaway CA with a server certificate (for 127.0.0.1 and
+// localhost) and a client certificate, plus an unrelated CA with a client certificate of
+// its own, and writes them as PEM under z.Dir/tls.
+func (z *ZooKeeper) writeCerts() error {
+	dir := filepath.Join(z.Dir, "tls")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("write certificates: %w", err)
+	}
+	ca, err := newCA("testenv zookeeper CA")
+	if err != nil {
+		return err
+	}
+	server, err := ca.issue("127.0.0.1", true)
+	if err != nil {
+		return err
+	}
+	client, err := ca.issue("testenv zookeeper client", false)
+	if err != nil {
+		return err
+	}
+	wrong, err := newCA("testenv unrelated CA")
+	if err != nil {
+		return err
+	}
+	wrongClient, err := wrong.issue("testenv zookeeper client", false)
+	if err != nil {
+		return err
+	}
+	z.CA = filepath.Join(dir, "ca.pem")
+	z.ClientCert = filepath.Join(dir, "client.pem")
+	z.ClientKey = filepath.Join(dir, "client-key.pem")
+	z.WrongCA = filepath.Join(dir, "wrong-ca.pem")
+	z.WrongClientCert = filepath.Join(dir, "wrong-client.pem")
+	z.WrongClientKey = filepath.Join(dir, "wrong-client-key.pem")
+	files := []struct {
+		path string
+		data []byte
+	}{
+		{z.CA, ca.certPEM},
+		// ZooKeeper's PEM key store wants the key and the certificate in one file.
+		{filepath.Join(dir, "server.pem"), append(append([]byte{}, server.keyPEM...), server.certPEM...)},
+		{z.ClientCert, client.certPEM},
+		{z.ClientKey, client.keyPEM},
+		{z.WrongCA, wrong.certPEM},
+		{z.WrongClientCert, wrongClient.certPEM},
+		{z.WrongClientKey, wrongClient.keyPEM},
+	}
+	for _, f := range files {
+		if err := os.WriteFile(f.path, f.data, 0o600); err != nil {
+			return fmt.Errorf("write certificates: %w", err)
+		}
+	}
+	return nil
+}
+
+// keyPair is a certificate and its private key, both PEM.
+type keyPair struct {
+	cert    *x509.Certificate
+	key     *ecdsa.PrivateKey
+	certPEM []byte
+	keyPEM  []byte
+}
+
+// newCA makes a self-signed CA valid for a day, which outlives any test run.
+func newCA(name string) (*keyPair, error) {
+	tmpl := &x509.Certificate{
+		Subject:               pkix.Name{CommonName: name},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	return newKeyPair(tmpl, nil)
+}
+
+// issue makes a certificate signed by ca: for a server, one valid for 127.0.0.1 and
+// localhost; for a client, one a server accepts for client authentication.
+func (ca *keyPair) issue(name string, server bool) (*keyPair, error) {
+	tmpl := &x509.Certificate{
+		Subject:  pkix.Name{CommonName: name},
+		KeyUsage: x509.KeyUsageDigitalSignature,
+	}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.DNSNames = []string{"localhost"}
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	} else {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	return newKeyPair(tmpl, ca)
+}
+
+// newKeyPair signs tmpl with a fresh ECDSA P-256 key, by parent or by itself when parent
+// is nil. The key is PKCS#8 ("PRIVATE KEY"), the form ZooKeeper's PEM reader parses.
+func newKeyPair(tmpl *x509.Certificate, parent *keyPair) (*keyPair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("certificate %s: generate key: %w", tmpl.Subject.CommonName, err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, fmt.Errorf("certificate %s: serial: %w", tmpl.Subject.CommonName, err)
+	}
+	tmpl.SerialNumber = serial
+	// Back-dated a little, so a clock that is slightly off does not reject it.
+	tmpl.NotBefore = time.Now().Add(-time.Hour)
+	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
+	signer, signerKey := tmpl, key
+	if parent != nil {
+		signer, signerKey = parent.cert, parent.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
+	if err != nil {
+		return nil, fmt.Errorf("certificate %s: sign: %w", tmpl.Subject.CommonName, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("certificate %s: %w", tmpl.Subject.CommonName, err)
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("certificate %s: marshal key: %w", tmpl.Subject.CommonName, err)
+	}
+	return &keyPair{
+		cert:    cert,
+		key:     key,
+		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		keyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}),
+	}, nil
+}
