@@ -319,11 +319,7 @@ func (b *Builder) lifecycle(ctx context.Context) error {
 // their files removed). It runs at start and on every pass.
 func (b *Builder) Recover(ctx context.Context) error {
 	p := b.cur.Load()
-	errs := []error{b.recoverBuilds(ctx, p)}
-	errs = append(errs, p.uploader.Recover(ctx, func(up store.Upload) bool {
-		return b.queue.isRunning(up.BuildID, up.Provider)
-	}))
-	return errors.Join(errs...)
+	return errors.Join(b.recoverBuilds(ctx, p), p.uploader.Recover(ctx))
 }
 
 func (b *Builder) recoverBuilds(ctx context.Context, p *parts) error {
@@ -336,37 +332,53 @@ func (b *Builder) recoverBuilds(ctx context.Context, p *parts) error {
 		if bd.BuilderID != b.store.BuilderID() || b.images.has(bd.Image) {
 			continue
 		}
-		// Read again after the busy check: a step that finished in between
-		// changed the record.
-		cur, err := b.store.Build(ctx, bd.ID)
-		if errors.Is(err, store.ErrNotFound) {
+		// The image's build lock: a step of this builder holds it while it
+		// builds or fetches.
+		held, err := b.store.TryLock(ctx, store.LockKey{Image: bd.Image})
+		if errors.Is(err, store.ErrHeld) {
 			continue
 		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if cur.State != store.Building || cur.Version != bd.Version {
-			continue
-		}
-		if src, ok := p.sources[cur.Source]; ok {
-			if err := src.Abandon(ctx, cur); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-		}
-		b.log.Warn("build was interrupted; removing its files", "build", cur.Name())
-		if err := b.store.SetBuildState(ctx, &cur, store.Failed, "interrupted: the builder stopped during this build"); err != nil {
-			if !errors.Is(err, store.ErrConflict) {
-				errs = append(errs, err)
-			}
-			continue
-		}
-		if err := b.store.RemoveBuildFiles(cur.Image, cur.ID); err != nil {
+		err = b.recoverBuild(ctx, p, bd)
+		held.Release()
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// recoverBuild settles one build left building, under its image's lock: its
+// process is stopped, it is marked failed, and its files go.
+func (b *Builder) recoverBuild(ctx context.Context, p *parts, bd store.Build) error {
+	// Read again under the lock: a step that finished before it was taken
+	// changed the record.
+	cur, err := b.store.Build(ctx, bd.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if cur.State != store.Building || cur.Version != bd.Version {
+		return nil
+	}
+	if src, ok := p.sources[cur.Source]; ok {
+		if err := src.Abandon(ctx, cur); err != nil {
+			return err
+		}
+	}
+	b.log.Warn("build was interrupted; removing its files", "build", cur.Name())
+	if err := b.store.SetBuildState(ctx, &cur, store.Failed, "interrupted: the builder stopped during this build"); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil
+		}
+		return err
+	}
+	return b.store.RemoveBuildFiles(cur.Image, cur.ID)
 }
 
 // tidy removes the builder's own leftovers last changed before a time:

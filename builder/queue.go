@@ -9,8 +9,7 @@ import (
 
 // queue holds upload jobs by key (a build to a provider): a key is queued or
 // running at most once, so a plan made while its job waits or runs adds nothing.
-// Jobs start in the order they were queued, at most limit() at once. The running
-// set is also what tells recovery that an upload has a worker.
+// Jobs start in the order they were queued, at most limit() at once.
 type queue struct {
 	mu      sync.Mutex
 	pending []uploader.Job
@@ -88,13 +87,6 @@ func (q *queue) done(j uploader.Job) {
 		delete(q.running, j.Key())
 	}
 	q.signal()
-}
-
-// isRunning tells whether a worker is on the upload of a build to a provider.
-func (q *queue) isRunning(buildID, provider string) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.running[buildID+"/"+provider] != nil
 }
 
 // onBuild tells whether a job of the build is queued or running.

@@ -34,7 +34,8 @@ func (b *Builder) Build(ctx context.Context, image string) (store.Build, error) 
 
 	formats := buildFormats(cfg, image)
 	// The builder's own pid until DIB has one: the record must name a live process.
-	rec, err := st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceDIB, PID: os.Getpid()})
+	rec, err := st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceDIB, PID: os.Getpid(),
+		Username: img.Username, PythonPath: img.PythonPath, ShellType: img.ShellType})
 	if err != nil {
 		return store.Build{}, fmt.Errorf("build %s: %w", image, err)
 	}

@@ -106,10 +106,24 @@ func (b *Builder) Step(ctx context.Context, image string) (*store.Build, error) 
 		case <-ctx.Done():
 			return nil, fmt.Errorf("build %s: waiting for a build worker: %w", image, ctx.Err())
 		}
-		// The wait may have been long: the image may no longer be due.
-		if reason, err = b.Due(ctx, image); err != nil || reason == "" {
-			return nil, err
-		}
+	}
+	// The image's build lock, as nodepool's builders take it: another holder
+	// builds it, and this builder leaves it alone.
+	held, err := b.opts.Store.TryLock(ctx, store.LockKey{Image: image})
+	if errors.Is(err, store.ErrHeld) {
+		b.log.Debug("another builder is building the image", "image", image)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("build %s: %w", image, err)
+	}
+	defer held.Release()
+	ctx, cancel := store.UnderLock(ctx, held)
+	defer cancel()
+	// The wait for a slot may have been long, and the lock's last holder may
+	// have just built it: the image may no longer be due.
+	if reason, err = b.Due(ctx, image); err != nil || reason == "" {
+		return nil, err
 	}
 	b.log.Info("image build due", "image", image, "reason", reason)
 	built, err := b.Build(ctx, image)

@@ -169,6 +169,25 @@ func (p *Poller) Poll(ctx context.Context, image string) (Outcome, error) {
 	if err != nil {
 		return out, err
 	}
+	if zb.ID <= cur.ZuulID && !p.lacks(ctx, zi, zb, needed) {
+		return p.complete(ctx, out, zi, zb, needed) // nothing to fetch: it says why
+	}
+	// The image's build lock: one builder fetches a Zuul build, the others
+	// find it settled when they get the lock.
+	held, err := p.opts.Store.TryLock(ctx, store.LockKey{Image: image})
+	if errors.Is(err, store.ErrHeld) {
+		out.Skipped = "another builder is fetching it"
+		return out, nil
+	}
+	if err != nil {
+		return out, fmt.Errorf("poll %s: %w", image, err)
+	}
+	defer held.Release()
+	ctx, cancel := store.UnderLock(ctx, held)
+	defer cancel()
+	if cur, err = p.opts.Store.Cursor(ctx, image); err != nil {
+		return out, err
+	}
 	if zb.ID <= cur.ZuulID {
 		out, err = p.complete(ctx, out, zi, zb, needed)
 	} else {
@@ -276,7 +295,8 @@ func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage
 	if err != nil {
 		return out, err
 	}
-	if len(builds) == 0 || builds[0].Zuul.UUID != zb.UUID {
+	if len(builds) == 0 || builds[0].Zuul.UUID != zb.UUID || builds[0].BuilderID != p.opts.Store.BuilderID() {
+		// Nothing to add to, or the build's files are on another builder's host.
 		out.Skipped = "no new Zuul build"
 		return out, nil
 	}
@@ -314,6 +334,24 @@ func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage
 	}
 	out.Ingested = &b
 	return out, nil
+}
+
+// lacks tells whether this builder's build of the newest Zuul build lacks a
+// needed format it has not refused, as complete would fetch it.
+func (p *Poller) lacks(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, needed []string) bool {
+	builds, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: zi.Name, State: store.Ready})
+	if err != nil || len(builds) == 0 || builds[0].Zuul.UUID != zb.UUID || builds[0].BuilderID != p.opts.Store.BuilderID() {
+		return err != nil // an error: complete says what it is
+	}
+	for _, f := range needed {
+		if _, refused := builds[0].Refused[f]; refused {
+			continue
+		}
+		if file, ok := builds[0].File(f); !ok || !file.Present {
+			return true
+		}
+	}
+	return false
 }
 
 // refusedFormat is a format of a Zuul build refused for good; err wraps ErrRefused.

@@ -21,6 +21,8 @@ var (
 	// ErrOtherBuilder: the state belongs to another builder id than the
 	// images-dir's builder_id.txt.
 	ErrOtherBuilder = errors.New("state of another builder")
+	// ErrHeld: a lock is held by another holder.
+	ErrHeld = errors.New("lock held by another")
 )
 
 // Source says where a build came from.
@@ -53,6 +55,7 @@ type Build struct {
 	StateTime time.Time
 	Created   time.Time
 	BuilderID string
+	Hostname  string // of the builder that made it (nodepool's "builder")
 	PID       int    // the building process, for crash recovery
 	Reason    string // why it failed
 	Files     []File // sorted by format
@@ -60,6 +63,9 @@ type Build struct {
 	// checksum that does not match, an unsafe image): it is not fetched again.
 	Refused map[string]string
 	Zuul    ZuulRef
+	// Username, PythonPath and ShellType are the diskimage's, as nodepool
+	// records them for the launcher; empty means nodepool's default.
+	Username, PythonPath, ShellType string
 	// Version is the record's version as read: a write names it and fails with
 	// ErrConflict when the record changed meanwhile. 0: not stored yet.
 	Version int64
@@ -151,6 +157,9 @@ type Upload struct {
 	Attempts     int
 	LastError    string
 	NextAttempt  time.Time // earliest retry after a failure
+	// Username, PythonPath and ShellType are the build's, as nodepool records
+	// them on an upload for the launcher.
+	Username, PythonPath, ShellType string
 	// Version is the record's version as read, as for Build.
 	Version int64
 }
@@ -210,6 +219,19 @@ const (
 	opPutCursor
 )
 
+// Build is the build a change writes or deletes; nil for other changes. With
+// Upload, Cursor and Deletes, it is what a Backend reads of a change.
+func (c Change) Build() *Build { return c.build }
+
+// Upload is the upload a change writes or deletes; nil for other changes.
+func (c Change) Upload() *Upload { return c.upload }
+
+// Cursor is the cursor a change writes; nil for other changes.
+func (c Change) Cursor() *Cursor { return c.cursor }
+
+// Deletes tells whether the change deletes its build or upload.
+func (c Change) Deletes() bool { return c.op == opDeleteBuild || c.op == opDeleteUpload }
+
 // PutBuild creates b (Version 0; its ID must be new) or replaces the stored
 // record, files included, if it is still at b.Version. After the write,
 // b.Version is the new version.
@@ -237,7 +259,8 @@ func PutCursor(c Cursor) Change { return Change{op: opPutCursor, cursor: &c} }
 type Backend interface {
 	// BindBuilder ties the state to a builder id: the first call records it, a
 	// later one with another id fails with ErrOtherBuilder and changes nothing.
-	// It returns the id the state holds.
+	// It returns the id the state holds. A state builders share (ZooKeeper)
+	// binds to none and returns id.
 	BindBuilder(ctx context.Context, id string) (string, error)
 	// Write applies changes atomically: all of them, or none and an error.
 	Write(ctx context.Context, changes ...Change) error
@@ -268,7 +291,39 @@ type Backend interface {
 	// ClearLeakMarks forgets a provider's marks except those in keep.
 	ClearLeakMarks(ctx context.Context, provider string, keep map[string]bool) error
 
+	// TryLock takes a lock without waiting; ErrHeld when another holder has
+	// it, ErrNotFound when the build or upload the key names does not exist.
+	// Builders that share the state take the same locks.
+	TryLock(ctx context.Context, key LockKey) (Held, error)
+
 	Close() error
+}
+
+// LockKey names a lock, as nodepool's builders take them: Image alone locks
+// building (or fetching) the image; with BuildID, the build (for deleting it);
+// with Provider too, uploading the build there; with UploadID too, that upload
+// (for deleting it).
+type LockKey struct {
+	Image, BuildID, Provider, UploadID string
+}
+
+func (k LockKey) String() string {
+	s := k.Image
+	for _, p := range []string{k.BuildID, k.Provider, k.UploadID} {
+		if p != "" {
+			s += "/" + p
+		}
+	}
+	return s
+}
+
+// Held is a lock taken.
+type Held interface {
+	// Release gives the lock up; it is safe to call more than once.
+	Release()
+	// Lost is closed when the lock went without Release (a ZooKeeper session
+	// that expired): work done under it must stop before it writes again.
+	Lost() <-chan struct{}
 }
 
 // ParseBuildName splits a build's name, <image>-<build_id>, into its parts.

@@ -18,8 +18,9 @@ import (
 // commands read and write while the builder runs. Versions are a column that
 // every write of a record increments.
 type SQLite struct {
-	db  *sql.DB
-	now func() time.Time
+	db    *sql.DB
+	now   func() time.Time
+	locks localLocks
 }
 
 // OpenSQLite opens the state database at path. With create it makes the file
@@ -63,6 +64,31 @@ func OpenSQLite(ctx context.Context, path string, access Access, now func() time
 
 // Close closes the database.
 func (s *SQLite) Close() error { return s.db.Close() }
+
+// TryLock takes a lock of this process: with SQLite one builder process works
+// on the state (the images-dir lock sees to that), so its locks need not be
+// shared. They are never lost.
+func (s *SQLite) TryLock(ctx context.Context, key LockKey) (Held, error) {
+	var q string
+	var args []any
+	switch {
+	case key.UploadID != "":
+		q, args = `SELECT 1 FROM uploads WHERE build_id = ? AND provider = ? AND id = ?`, []any{key.BuildID, key.Provider, key.UploadID}
+	case key.BuildID != "":
+		q, args = `SELECT 1 FROM builds WHERE id = ?`, []any{key.BuildID}
+	}
+	if q != "" {
+		var one int
+		err := s.db.QueryRowContext(ctx, q, args...).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("lock %s: %w", key, ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lock %s: %w", key, err)
+		}
+	}
+	return s.locks.try(key)
+}
 
 var migrations = []string{
 	// 1: the first schema.
@@ -159,6 +185,16 @@ CREATE TABLE meta (
 	key   TEXT PRIMARY KEY,
 	value TEXT NOT NULL
 );
+`,
+	// 5: what nodepool records of a build and its uploads for the launcher.
+	`
+ALTER TABLE builds ADD COLUMN hostname TEXT NOT NULL DEFAULT '';
+ALTER TABLE builds ADD COLUMN username TEXT NOT NULL DEFAULT '';
+ALTER TABLE builds ADD COLUMN python_path TEXT NOT NULL DEFAULT '';
+ALTER TABLE builds ADD COLUMN shell_type TEXT NOT NULL DEFAULT '';
+ALTER TABLE uploads ADD COLUMN username TEXT NOT NULL DEFAULT '';
+ALTER TABLE uploads ADD COLUMN python_path TEXT NOT NULL DEFAULT '';
+ALTER TABLE uploads ADD COLUMN shell_type TEXT NOT NULL DEFAULT '';
 `,
 }
 
@@ -285,7 +321,8 @@ func putBuild(ctx context.Context, tx *sql.Tx, b *Build) (func(), error) {
 		return nil, errors.New("write build: id and image are required")
 	}
 	args := []any{b.Image, string(b.Source), string(b.State), unixNano(b.StateTime), unixNano(b.Created), b.BuilderID,
-		b.PID, b.Reason, b.Zuul.UUID, b.Zuul.ID, unixNano(b.Zuul.EndTime), b.Zuul.LogURL}
+		b.PID, b.Reason, b.Zuul.UUID, b.Zuul.ID, unixNano(b.Zuul.EndTime), b.Zuul.LogURL,
+		b.Hostname, b.Username, b.PythonPath, b.ShellType}
 	if b.Version == 0 {
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM builds WHERE id = ?`, b.ID).Scan(&n); err != nil {
@@ -295,14 +332,15 @@ func putBuild(ctx context.Context, tx *sql.Tx, b *Build) (func(), error) {
 			return nil, fmt.Errorf("create build %s: %w: it exists already", b.Name(), ErrConflict)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO builds
-			(image, source, state, state_time, created, builder_id, pid, reason, zuul_uuid, zuul_id, zuul_end_time, zuul_log_url, id, version)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`, append(args, b.ID)...); err != nil {
+			(image, source, state, state_time, created, builder_id, pid, reason, zuul_uuid, zuul_id, zuul_end_time, zuul_log_url,
+			hostname, username, python_path, shell_type, id, version)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`, append(args, b.ID)...); err != nil {
 			return nil, fmt.Errorf("create build %s: %w", b.Name(), err)
 		}
 	} else {
 		res, err := tx.ExecContext(ctx, `UPDATE builds SET image = ?, source = ?, state = ?, state_time = ?, created = ?,
 			builder_id = ?, pid = ?, reason = ?, zuul_uuid = ?, zuul_id = ?, zuul_end_time = ?, zuul_log_url = ?,
-			version = version + 1
+			hostname = ?, username = ?, python_path = ?, shell_type = ?, version = version + 1
 			WHERE id = ? AND version = ?`, append(args, b.ID, b.Version)...)
 		if err != nil {
 			return nil, fmt.Errorf("write build %s: %w", b.Name(), err)
@@ -358,7 +396,7 @@ func putUpload(ctx context.Context, tx *sql.Tx, u *Upload) (func(), error) {
 		return nil, errors.New("write upload: build id and provider are required")
 	}
 	args := []any{string(u.State), unixNano(u.StateTime), u.ExternalID, u.ExternalName, u.Format, u.Attempts,
-		u.LastError, unixNano(u.NextAttempt)}
+		u.LastError, unixNano(u.NextAttempt), u.Username, u.PythonPath, u.ShellType}
 	if u.Version == 0 {
 		if u.ID != "" {
 			return nil, fmt.Errorf("create upload %s: the store assigns upload ids", u)
@@ -379,14 +417,15 @@ func putUpload(ctx context.Context, tx *sql.Tx, u *Upload) (func(), error) {
 		}
 		id := fmt.Sprintf("%010d", n)
 		if _, err := tx.ExecContext(ctx, `INSERT INTO uploads (state, state_time, external_id, external_name, format,
-			attempts, last_error, next_attempt, build_id, provider, id, version)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`, append(args, u.BuildID, u.Provider, id)...); err != nil {
+			attempts, last_error, next_attempt, username, python_path, shell_type, build_id, provider, id, version)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`, append(args, u.BuildID, u.Provider, id)...); err != nil {
 			return nil, fmt.Errorf("create upload of build %s to %s: %w", u.BuildID, u.Provider, err)
 		}
 		return func() { u.ID, u.Image, u.Version = id, image, 1 }, nil
 	}
 	res, err := tx.ExecContext(ctx, `UPDATE uploads SET state = ?, state_time = ?, external_id = ?, external_name = ?,
-		format = ?, attempts = ?, last_error = ?, next_attempt = ?, version = version + 1
+		format = ?, attempts = ?, last_error = ?, next_attempt = ?, username = ?, python_path = ?, shell_type = ?,
+		version = version + 1
 		WHERE build_id = ? AND provider = ? AND id = ? AND version = ?`, append(args, u.BuildID, u.Provider, u.ID, u.Version)...)
 	if err != nil {
 		return nil, fmt.Errorf("write upload %s: %w", u, err)
@@ -423,7 +462,7 @@ func putCursor(ctx context.Context, tx *sql.Tx, c *Cursor) error {
 }
 
 const buildColumns = `id, image, source, state, state_time, created, builder_id, pid, reason,
-	zuul_uuid, zuul_id, zuul_end_time, zuul_log_url, version`
+	zuul_uuid, zuul_id, zuul_end_time, zuul_log_url, version, hostname, username, python_path, shell_type`
 
 // Builds returns the builds that match f, newest first.
 func (s *SQLite) Builds(ctx context.Context, f BuildFilter) ([]Build, error) {
@@ -477,7 +516,8 @@ func (s *SQLite) queryBuilds(ctx context.Context, q string, args ...any) ([]Buil
 		var src, st string
 		var stateTime, created, zuulEnd int64
 		if err := rows.Scan(&b.ID, &b.Image, &src, &st, &stateTime, &created, &b.BuilderID, &b.PID, &b.Reason,
-			&b.Zuul.UUID, &b.Zuul.ID, &zuulEnd, &b.Zuul.LogURL, &b.Version); err != nil {
+			&b.Zuul.UUID, &b.Zuul.ID, &zuulEnd, &b.Zuul.LogURL, &b.Version, &b.Hostname, &b.Username, &b.PythonPath,
+			&b.ShellType); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("list builds: %w", err)
 		}
@@ -575,7 +615,7 @@ func (s *SQLite) Uploads(ctx context.Context, f UploadFilter) ([]Upload, error) 
 		where, args = append(where, "u.state = ?"), append(args, string(f.State))
 	}
 	q := `SELECT u.build_id, b.image, u.provider, u.id, u.state, u.state_time, u.external_id, u.external_name,
-		u.format, u.attempts, u.last_error, u.next_attempt, u.version
+		u.format, u.attempts, u.last_error, u.next_attempt, u.version, u.username, u.python_path, u.shell_type
 		FROM uploads u JOIN builds b ON b.id = u.build_id`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
@@ -592,7 +632,7 @@ func (s *SQLite) Uploads(ctx context.Context, f UploadFilter) ([]Upload, error) 
 		var st string
 		var stateTime, next int64
 		if err := rows.Scan(&u.BuildID, &u.Image, &u.Provider, &u.ID, &st, &stateTime, &u.ExternalID, &u.ExternalName,
-			&u.Format, &u.Attempts, &u.LastError, &next, &u.Version); err != nil {
+			&u.Format, &u.Attempts, &u.LastError, &next, &u.Version, &u.Username, &u.PythonPath, &u.ShellType); err != nil {
 			return nil, fmt.Errorf("list uploads: %w", err)
 		}
 		u.State, u.StateTime, u.NextAttempt = State(st), fromUnixNano(stateTime), fromUnixNano(next)

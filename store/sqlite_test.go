@@ -21,7 +21,7 @@ func TestSQLiteConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		return s
-	})
+	}, storetest.Options{})
 }
 
 // TestSQLiteMigratesOlderSchemas opens a database made by the first schema, with

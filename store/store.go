@@ -35,6 +35,7 @@ type Store struct {
 	Backend
 	dir       string
 	builderID string
+	hostname  string
 	now       func() time.Time
 }
 
@@ -47,6 +48,8 @@ type Options struct {
 	// Backend holds the state instead of SQLite at DBPath when set; the store
 	// closes it.
 	Backend Backend
+	// Hostname is recorded on the builds this builder makes; default the host's.
+	Hostname string
 }
 
 // Open opens the images-dir and its state.
@@ -86,7 +89,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	return &Store{Backend: backend, dir: opts.ImagesDir, builderID: id, now: opts.Now}, nil
+	if opts.Hostname == "" {
+		opts.Hostname, _ = os.Hostname()
+	}
+	return &Store{Backend: backend, dir: opts.ImagesDir, builderID: id, hostname: opts.Hostname, now: opts.Now}, nil
 }
 
 // bindBuilder ties the state to the images-dir's builder id. A builder_id.txt
@@ -124,6 +130,9 @@ func (s *Store) BuilderID() string { return s.builderID }
 // Dir is the images-dir.
 func (s *Store) Dir() string { return s.dir }
 
+// Hostname is the host this builder records on the builds it makes.
+func (s *Store) Hostname() string { return s.hostname }
+
 // Now is the store's clock.
 func (s *Store) Now() time.Time { return s.now() }
 
@@ -156,7 +165,7 @@ func (s *Store) CreateBuild(ctx context.Context, b Build) (Build, error) {
 		b.ID = NewBuildID()
 	}
 	now := s.now().UTC()
-	b.State, b.StateTime, b.Created, b.BuilderID, b.Version = Building, now, now, s.builderID, 0
+	b.State, b.StateTime, b.Created, b.BuilderID, b.Hostname, b.Version = Building, now, now, s.builderID, s.hostname, 0
 	if err := s.Write(ctx, PutBuild(&b)); err != nil {
 		return Build{}, fmt.Errorf("record build %s: %w", b.Name(), err)
 	}
@@ -182,7 +191,7 @@ func (s *Store) SetBuildState(ctx context.Context, b *Build, st State, reason st
 func (s *Store) CreateUpload(ctx context.Context, b *Build, provider, format string) (Upload, error) {
 	touched := *b
 	u := Upload{BuildID: b.ID, Image: b.Image, Provider: provider, State: Uploading, StateTime: s.now().UTC(),
-		Format: format, Attempts: 1}
+		Format: format, Attempts: 1, Username: b.Username, PythonPath: b.PythonPath, ShellType: b.ShellType}
 	if err := s.Write(ctx, PutBuild(&touched), PutUpload(&u)); err != nil {
 		return Upload{}, fmt.Errorf("record upload of %s to %s: %w", b.Name(), provider, err)
 	}

@@ -180,6 +180,9 @@ func (u *Uploader) DropUploaded(ctx context.Context) error {
 			return err
 		}
 		for _, b := range builds {
+			if b.BuilderID != st.BuilderID() {
+				continue // its files are another host's to drop
+			}
 			var drop []store.File
 			for _, f := range b.Files {
 				if f.Present && !slices.Contains(di.KeepFormats, f.Format) {
@@ -241,68 +244,100 @@ func (u *Uploader) Delete(ctx context.Context) error {
 		return err
 	}
 	for _, up := range ups {
-		if up.ExternalID != "" {
-			cloud, ok := u.opts.Clouds[up.Provider]
-			if !ok {
-				errs = append(errs, fmt.Errorf("delete upload %s: provider %s is not in the config; its image %s stays", up, up.Provider, up.ExternalID))
-				continue
-			}
-			cctx, cancel := u.cloudCtx(ctx)
-			err := cloud.Delete(cctx, up.ExternalID)
-			cancel()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("delete upload %s (image %s) in %s: %w", up, up.ExternalID, up.Provider, err))
-				continue
-			}
-			u.log.Info("deleted cloud image", "upload", up.String(), "external_id", up.ExternalID)
+		// The upload's own lock, as nodepool takes it to delete one: another
+		// builder deleting it now leaves it to that builder.
+		held, err := st.TryLock(ctx, store.LockKey{Image: up.Image, BuildID: up.BuildID, Provider: up.Provider, UploadID: up.ID})
+		if errors.Is(err, store.ErrHeld) || errors.Is(err, store.ErrNotFound) {
+			continue
 		}
-		if err := u.write(ctx, "delete upload record "+up.String(), store.DeleteUpload(up)); err != nil {
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := u.deleteUpload(ctx, up); err != nil {
 			errs = append(errs, err)
 		}
+		held.Release()
 	}
 	builds, err := st.Builds(ctx, store.BuildFilter{State: store.Deleting})
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
 	for _, b := range builds {
-		if err := st.RemoveBuildFiles(b.Image, b.ID); err != nil {
-			errs = append(errs, err)
+		held, err := st.TryLock(ctx, store.LockKey{Image: b.Image, BuildID: b.ID})
+		if errors.Is(err, store.ErrHeld) || errors.Is(err, store.ErrNotFound) {
 			continue
 		}
-		left, err := st.Uploads(ctx, store.UploadFilter{BuildID: b.ID})
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		pending := false
-		for _, up := range left {
-			switch up.State {
-			case store.Failed:
-				if err := u.write(ctx, "delete upload record "+up.String(), store.DeleteUpload(up)); err != nil {
-					errs = append(errs, err)
-				}
-				continue
-			case store.Ready:
-				// Finished after its build was released (an upload already under
-				// way then): it goes with its build.
-				up.SetState(store.Deleting, u.opts.Now())
-				if err := u.write(ctx, "release upload "+up.String(), store.PutUpload(&up)); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			pending = true
-		}
-		if pending {
-			continue
-		}
-		if err := st.Write(ctx, store.DeleteBuild(b)); err != nil {
-			if errors.Is(err, store.ErrConflict) {
-				continue // an upload record appeared or went meanwhile: the next pass
-			}
+		if err := u.deleteBuild(ctx, b); err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		u.log.Info("deleted build", "build", b.Name())
+		held.Release()
 	}
 	return errors.Join(errs...)
+}
+
+// deleteUpload deletes a deleting upload's cloud image, then its record.
+func (u *Uploader) deleteUpload(ctx context.Context, up store.Upload) error {
+	if up.ExternalID != "" {
+		cloud, ok := u.opts.Clouds[up.Provider]
+		if !ok {
+			return fmt.Errorf("delete upload %s: provider %s is not in the config; its image %s stays", up, up.Provider, up.ExternalID)
+		}
+		cctx, cancel := u.cloudCtx(ctx)
+		err := cloud.Delete(cctx, up.ExternalID)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("delete upload %s (image %s) in %s: %w", up, up.ExternalID, up.Provider, err)
+		}
+		u.log.Info("deleted cloud image", "upload", up.String(), "external_id", up.ExternalID)
+	}
+	return u.write(ctx, "delete upload record "+up.String(), store.DeleteUpload(up))
+}
+
+// deleteBuild removes a deleting build's files from this host, takes its
+// finished uploads with it, and deletes its record once none is left. Each
+// builder removes its own files; any builder deletes the record.
+func (u *Uploader) deleteBuild(ctx context.Context, b store.Build) error {
+	st := u.opts.Store
+	if err := st.RemoveBuildFiles(b.Image, b.ID); err != nil {
+		return err
+	}
+	left, err := st.Uploads(ctx, store.UploadFilter{BuildID: b.ID})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	pending := false
+	for _, up := range left {
+		switch up.State {
+		case store.Failed:
+			if err := u.write(ctx, "delete upload record "+up.String(), store.DeleteUpload(up)); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		case store.Ready:
+			// Finished after its build was released (an upload already under
+			// way then): it goes with its build.
+			up.SetState(store.Deleting, u.opts.Now())
+			if err := u.write(ctx, "release upload "+up.String(), store.PutUpload(&up)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		pending = true
+	}
+	if pending || len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if err := st.Write(ctx, store.DeleteBuild(b)); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil // an upload record appeared or went meanwhile: the next pass
+		}
+		return err
+	}
+	u.log.Info("deleted build", "build", b.Name())
+	return nil
 }

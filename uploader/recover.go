@@ -9,33 +9,41 @@ import (
 )
 
 // Recover settles uploads left uploading by work that is gone: a builder that
-// stopped, or a worker that could not record its outcome. busy reports the
-// uploads a worker of this process is on; they are left alone. An upload whose
-// cloud image is active becomes ready once it passes the checks and the
+// stopped, or a worker that could not record its outcome. An upload whose lock
+// another worker holds, of this builder or another, is left alone. An upload
+// whose cloud image is active becomes ready once it passes the checks and the
 // post-upload hook that it may not have passed before; anything else of it in
 // the cloud is deleted and the upload is tried again. It runs on every pass, so
 // an upload the cloud could not be asked about is settled once it can.
-func (u *Uploader) Recover(ctx context.Context, busy func(store.Upload) bool) error {
+func (u *Uploader) Recover(ctx context.Context) error {
 	ups, err := u.opts.Store.Uploads(ctx, store.UploadFilter{State: store.Uploading})
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, up := range ups {
-		if busy != nil && busy(up) {
+		held, err := u.opts.Store.TryLock(ctx, store.LockKey{Image: up.Image, BuildID: up.BuildID, Provider: up.Provider})
+		if errors.Is(err, store.ErrHeld) || errors.Is(err, store.ErrNotFound) {
 			continue
 		}
-		if err := u.recoverUpload(ctx, up); err != nil {
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		lctx, cancel := store.UnderLock(ctx, held)
+		if err := u.recoverUpload(lctx, up); err != nil {
 			errs = append(errs, err)
 		}
+		cancel()
+		held.Release()
 	}
 	return errors.Join(errs...)
 }
 
 func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
 	st := u.opts.Store
-	// Read again after the busy check: a worker that finished in between changed
-	// the record, and what was read before must not be acted on.
+	// Read again under the lock: a worker that finished before it was taken
+	// changed the record, and what was read before must not be acted on.
 	fresh, err := st.Uploads(ctx, store.UploadFilter{BuildID: up.BuildID, Provider: up.Provider})
 	if err != nil {
 		return err

@@ -137,6 +137,9 @@ func (u *Uploader) Plan(ctx context.Context) ([]Job, error) {
 			if newest == nil {
 				continue
 			}
+			if newest.BuilderID != st.BuilderID() {
+				continue // its files are on the host of the builder that made it
+			}
 			j := Job{Build: *newest, Provider: p.Name, Format: format}
 			if !u.needed(byBuild[j.Key()], now, &j) {
 				continue
@@ -201,6 +204,19 @@ func (u *Uploader) Upload(ctx context.Context, j Job) (store.Upload, error) {
 	if !ok {
 		return store.Upload{}, fmt.Errorf("upload %s: no cloud is open for this provider", j)
 	}
+	// The lock nodepool's builders take to upload a build to a provider: its
+	// holder, here or on another host, is the one uploader, and recovery leaves
+	// what it holds alone.
+	held, err := u.opts.Store.TryLock(ctx, store.LockKey{Image: j.Build.Image, BuildID: j.Build.ID, Provider: j.Provider})
+	if errors.Is(err, store.ErrHeld) || errors.Is(err, store.ErrNotFound) {
+		return store.Upload{}, fmt.Errorf("upload %s: %w: %w", j, ErrDropped, err)
+	}
+	if err != nil {
+		return store.Upload{}, fmt.Errorf("upload %s: %w", j, err)
+	}
+	defer held.Release()
+	ctx, cancel := store.UnderLock(ctx, held)
+	defer cancel()
 	rec, b, err := u.claim(ctx, j)
 	if err != nil {
 		return store.Upload{}, err

@@ -621,7 +621,7 @@ func TestRecoverInterruptedUploads(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := f.up.Recover(ctx, nil); err != nil {
+	if err := f.up.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	got := f.uploads(store.UploadFilter{Provider: "a"})
@@ -665,7 +665,7 @@ func TestRecoverRunsTheHookItMissed(t *testing.T) {
 			up.ExternalID = id
 			f.st.Write(ctx, store.PutUpload(&up))
 
-			err := f.up.Recover(ctx, nil)
+			err := f.up.Recover(ctx)
 			got := f.uploads(store.UploadFilter{Provider: "a"})[0]
 			args, _ := os.ReadFile(out)
 			if want := "a " + id + " " + f.st.FilePath("debian", b.ID, "qcow2"); strings.TrimSpace(string(args)) != want {
@@ -695,16 +695,21 @@ func TestRecoverOnEveryPass(t *testing.T) {
 	b := f.addBuild("debian", "qcow2", "raw")
 	stuck, _ := f.st.CreateUpload(ctx, &b, "a", "qcow2")
 	working, _ := f.st.CreateUpload(ctx, &b, "b", "raw")
-	busy := func(u store.Upload) bool { return u.Provider == "b" }
+	// A worker is on the upload to b: it holds its lock.
+	held, err := f.st.TryLock(ctx, store.LockKey{Image: "debian", BuildID: b.ID, Provider: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
 	f.clouds["a"].unreachable = true
-	if err := f.up.Recover(ctx, busy); err == nil || !errors.Is(err, ErrUnavailable) {
+	if err := f.up.Recover(ctx); err == nil || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("recovery against an unreachable cloud: %v", err)
 	}
 	if got := f.uploads(store.UploadFilter{Provider: "a"})[0]; got.State != store.Uploading || got.Version != stuck.Version {
 		t.Fatalf("upload changed while its cloud was unreachable: %+v", got)
 	}
 	f.clouds["a"].unreachable = false
-	if err := f.up.Recover(ctx, busy); err != nil {
+	if err := f.up.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.uploads(store.UploadFilter{Provider: "a"})[0]; got.State != store.Failed {

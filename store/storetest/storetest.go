@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,8 +14,9 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
-// Opener opens a fresh, empty store whose backend is the one under test, with
-// the given clock. Each call is a new state; the store is closed by the suite.
+// Opener opens a store whose backend is the one under test, with the given
+// clock, on a fresh, empty state of the test's own (for a shared backend, the
+// same state on every call in one test; see Options). The suite closes it.
 type Opener func(t *testing.T, now func() time.Time) *store.Store
 
 // Clock is a settable time source, safe for concurrent use.
@@ -44,8 +46,16 @@ func (c *Clock) Add(d time.Duration) time.Time {
 	return c.t
 }
 
+// Options say what kind of state a backend keeps.
+type Options struct {
+	// Shared: builders share the state (ZooKeeper). open, called twice in one
+	// test, returns two stores of different builders on the same state; the
+	// state binds to no builder id.
+	Shared bool
+}
+
 // Run runs every conformance test against the backend open makes.
-func Run(t *testing.T, open Opener) {
+func Run(t *testing.T, open Opener, opts Options) {
 	tests := []struct {
 		name string
 		fn   func(*testing.T, Opener)
@@ -63,7 +73,23 @@ func Run(t *testing.T, open Opener) {
 		{"ReleaseBuild", testReleaseBuild},
 		{"ReleaseUpload", testReleaseUpload},
 		{"RefusedFormats", testRefusedFormats},
-		{"BindBuilder", testBindBuilder},
+		{"Locks", testLocks},
+		{"NodepoolFields", testNodepoolFields},
+	}
+	if opts.Shared {
+		tests = append(tests, []struct {
+			name string
+			fn   func(*testing.T, Opener)
+		}{
+			{"SharedBindsNoBuilder", testSharedBindsNoBuilder},
+			{"SharedRecords", testSharedRecords},
+			{"SharedLocks", testSharedLocks},
+		}...)
+	} else {
+		tests = append(tests, struct {
+			name string
+			fn   func(*testing.T, Opener)
+		}{"BindBuilder", testBindBuilder})
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
@@ -232,8 +258,16 @@ func testUploadIDsAndStates(t *testing.T, open Opener) {
 	u1 := upload(t, s, &b, "cloud-a", store.Uploading)
 	u2 := upload(t, s, &b, "cloud-a", store.Uploading)
 	u3 := upload(t, s, &b, "cloud-b", store.Uploading)
-	if u1.ID != "0000000001" || u2.ID != "0000000002" || u3.ID != "0000000001" {
-		t.Fatalf("upload ids = %s %s %s", u1.ID, u2.ID, u3.ID)
+	// Ids are ten digits (a ZooKeeper sequence in nodepool's schema) and grow
+	// within a build and provider; where they start, and their steps, are the
+	// backend's.
+	for _, u := range []store.Upload{u1, u2, u3} {
+		if len(u.ID) != 10 || strings.Trim(u.ID, "0123456789") != "" {
+			t.Fatalf("upload id %q is not ten digits", u.ID)
+		}
+	}
+	if u2.ID <= u1.ID {
+		t.Fatalf("upload ids %s then %s do not grow", u1.ID, u2.ID)
 	}
 	if u1.Image != "debian" || u1.Version == 0 || u1.State != store.Uploading || u1.Format != "qcow2" || u1.Attempts != 1 {
 		t.Fatalf("created upload = %+v", u1)
@@ -268,8 +302,8 @@ func testUploadIDsAndStates(t *testing.T, open Opener) {
 	}
 	// An id is never used twice, deleted or not: it names cloud images that
 	// may still be on their way out.
-	if u4 := upload(t, s, &b, "cloud-a", store.Ready); u4.ID != "0000000003" {
-		t.Fatalf("upload after deletes got id %s, want 0000000003", u4.ID)
+	if u4 := upload(t, s, &b, "cloud-a", store.Ready); u4.ID <= u2.ID {
+		t.Fatalf("upload after deletes got id %s, not above %s", u4.ID, u2.ID)
 	} else if err := s.Write(ctx, store.DeleteUpload(u4)); err != nil {
 		t.Fatal(err)
 	}
@@ -682,5 +716,197 @@ func testBindBuilder(t *testing.T, open Opener) {
 	}
 	if held, err := s.BindBuilder(ctx, s.BuilderID()); err != nil || held != s.BuilderID() {
 		t.Fatalf("a refused bind changed the state: %q, %v", held, err)
+	}
+}
+
+func testLocks(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	b := build(t, s, "debian", store.Ready)
+	u := upload(t, s, &b, "cloud-a", store.Uploading)
+	keys := []store.LockKey{
+		{Image: "debian"},
+		{Image: "debian", BuildID: b.ID},
+		{Image: "debian", BuildID: b.ID, Provider: "cloud-a"},
+		{Image: "debian", BuildID: b.ID, Provider: "cloud-a", UploadID: u.ID},
+	}
+	var held []store.Held
+	for _, k := range keys {
+		h, err := s.TryLock(ctx, k)
+		if err != nil {
+			t.Fatalf("lock %s: %v", k, err)
+		}
+		held = append(held, h)
+		if _, err := s.TryLock(ctx, k); !errors.Is(err, store.ErrHeld) {
+			t.Fatalf("second lock of %s: %v, want ErrHeld", k, err)
+		}
+	}
+	// Different keys do not exclude each other, and a released lock can be taken again.
+	other, err := s.TryLock(ctx, store.LockKey{Image: "fedora"})
+	if err != nil {
+		t.Fatalf("lock of another image: %v", err)
+	}
+	other.Release()
+	for i, h := range held {
+		h.Release()
+		h.Release() // twice is fine
+		again, err := s.TryLock(ctx, keys[i])
+		if err != nil {
+			t.Fatalf("lock %s after release: %v", keys[i], err)
+		}
+		again.Release()
+	}
+	// The lock of a build or upload that does not exist is not taken, nor is
+	// the record made by taking it.
+	missing := []store.LockKey{
+		{Image: "debian", BuildID: "0123456789abcdef0123456789abcdef"},
+		{Image: "debian", BuildID: "0123456789abcdef0123456789abcdef", Provider: "cloud-a"},
+		{Image: "debian", BuildID: b.ID, Provider: "cloud-a", UploadID: "9999999999"},
+	}
+	for _, k := range missing {
+		if h, err := s.TryLock(ctx, k); !errors.Is(err, store.ErrNotFound) {
+			if h != nil {
+				h.Release()
+			}
+			t.Fatalf("lock of missing %s: %v, want ErrNotFound", k, err)
+		}
+	}
+	if _, err := s.Build(ctx, "0123456789abcdef0123456789abcdef"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a lock brought a build record: %v", err)
+	}
+	if ups, _ := s.Uploads(ctx, store.UploadFilter{BuildID: b.ID}); len(ups) != 1 {
+		t.Fatalf("a lock brought an upload record: %+v", ups)
+	}
+}
+
+func testSharedBindsNoBuilder(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	for _, id := range []string{s.BuilderID(), "another-builder"} {
+		if held, err := s.BindBuilder(ctx, id); err != nil || held != id {
+			t.Fatalf("bind to %s = %q, %v; a shared state binds to none", id, held, err)
+		}
+	}
+}
+
+// eventually waits, with a deadline, for what another store wrote to reach s.
+func eventually(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not seen within 30s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func testSharedRecords(t *testing.T, open Opener) {
+	ctx := context.Background()
+	clock := NewClock()
+	a, b := openStore(t, open, clock), openStore(t, open, clock)
+	if a.BuilderID() == b.BuilderID() {
+		t.Fatalf("two stores share builder id %s", a.BuilderID())
+	}
+	bd := build(t, a, "debian", store.Ready)
+	// A build read by id is read fresh: no waiting.
+	got, err := b.Build(ctx, bd.ID)
+	if err != nil || got.BuilderID != a.BuilderID() || got.State != store.Ready || got.Version != bd.Version {
+		t.Fatalf("build of a, read by b = %+v, %v", got, err)
+	}
+	eventually(t, "a's build in b's listing", func() bool {
+		bs, err := b.Builds(ctx, store.BuildFilter{Image: "debian"})
+		return err == nil && len(bs) == 1 && bs[0].Version == bd.Version
+	})
+	u := upload(t, b, &got, "cloud-a", store.Uploading)
+	eventually(t, "b's upload in a's listing", func() bool {
+		ups, err := a.Uploads(ctx, store.UploadFilter{BuildID: bd.ID})
+		return err == nil && len(ups) == 1 && ups[0].ID == u.ID && ups[0].Version == u.Version
+	})
+	// A change from a stale read conflicts, whichever store made the record.
+	stale := bd
+	bd, _ = a.Build(ctx, bd.ID) // creating the upload changed the build
+	u.SetState(store.Ready, clock.Now())
+	if err := b.Write(ctx, store.PutUpload(&u)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetBuildState(ctx, &stale, store.Deleting, ""); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale build write: %v, want ErrConflict", err)
+	}
+	if err := a.SetBuildState(ctx, &bd, store.Deleting, ""); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a's change in b's listing", func() bool {
+		bs, err := b.Builds(ctx, store.BuildFilter{State: store.Deleting})
+		return err == nil && len(bs) == 1 && bs[0].ID == bd.ID
+	})
+	if err := b.RequestBuild(ctx, "fedora"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b's build request at a", func() bool {
+		reqs, err := a.BuildRequests(ctx)
+		return err == nil && !reqs["fedora"].IsZero()
+	})
+	if err := a.SetPaused(ctx, "fedora", true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a's pause at b", func() bool {
+		p, err := b.Paused(ctx)
+		return err == nil && !p["fedora"].IsZero()
+	})
+}
+
+func testSharedLocks(t *testing.T, open Opener) {
+	ctx := context.Background()
+	a, b := openStore(t, open, NewClock()), openStore(t, open, NewClock())
+	bd := build(t, a, "debian", store.Ready)
+	for _, k := range []store.LockKey{{Image: "debian"}, {Image: "debian", BuildID: bd.ID}} {
+		h, err := a.TryLock(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.TryLock(ctx, k); !errors.Is(err, store.ErrHeld) {
+			t.Fatalf("lock %s held by a, taken by b: %v, want ErrHeld", k, err)
+		}
+		h.Release()
+		hb, err := b.TryLock(ctx, k)
+		if err != nil {
+			t.Fatalf("lock %s released by a, taken by b: %v", k, err)
+		}
+		hb.Release()
+	}
+	// A store that closes drops its locks with it.
+	if _, err := a.TryLock(ctx, store.LockKey{Image: "fedora"}); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	hb, err := b.TryLock(ctx, store.LockKey{Image: "fedora"})
+	if err != nil {
+		t.Fatalf("lock of a closed store, taken by b: %v", err)
+	}
+	hb.Release()
+}
+
+func testNodepoolFields(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	b, err := s.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceDIB, Username: "ubuntu", PythonPath: "/usr/bin/python3", ShellType: "sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Build(ctx, b.ID)
+	if err != nil || got.Hostname != s.Hostname() || got.Username != "ubuntu" || got.PythonPath != "/usr/bin/python3" || got.ShellType != "sh" {
+		t.Fatalf("build read back = %+v, %v", got, err)
+	}
+	u, err := s.CreateUpload(ctx, &got, "cloud-a", "qcow2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ups, err := s.Uploads(ctx, store.UploadFilter{BuildID: b.ID})
+	if err != nil || len(ups) != 1 || ups[0].Username != "ubuntu" || ups[0].PythonPath != "/usr/bin/python3" || ups[0].ShellType != "sh" {
+		t.Fatalf("upload read back = %+v, %v (created %+v)", ups, err, u)
 	}
 }

@@ -1,0 +1,64 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// localLocks are the locks of one process.
+type localLocks struct {
+	mu   sync.Mutex
+	held map[LockKey]bool
+}
+
+func (l *localLocks) try(key LockKey) (Held, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held[key] {
+		return nil, fmt.Errorf("lock %s: %w", key, ErrHeld)
+	}
+	if l.held == nil {
+		l.held = map[LockKey]bool{}
+	}
+	l.held[key] = true
+	return &localHeld{l: l, key: key}, nil
+}
+
+// localHeld is a lock of this process, released once.
+type localHeld struct {
+	l    *localLocks
+	key  LockKey
+	once sync.Once
+}
+
+func (h *localHeld) Release() {
+	h.once.Do(func() {
+		h.l.mu.Lock()
+		defer h.l.mu.Unlock()
+		delete(h.l.held, h.key)
+	})
+}
+
+// Lost is never closed: a lock of this process goes with the process.
+func (h *localHeld) Lost() <-chan struct{} { return nil }
+
+// UnderLock returns a context that ends when ctx does or when the lock is lost,
+// for work that must stop before it writes again without the lock.
+func UnderLock(ctx context.Context, h Held) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	if lost := h.Lost(); lost != nil {
+		go func() {
+			select {
+			case <-lost:
+				cancel(ErrLockLost)
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// ErrLockLost is the cause of a context UnderLock ended because its lock went.
+var ErrLockLost = errors.New("lock lost with the ZooKeeper session")
