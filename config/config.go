@@ -14,6 +14,8 @@ type Config struct {
 	BuildLogRetention int    // default 7; -1 keeps all
 	ElementsDir       string
 	Webapp            *Webapp // nil when absent
+	// ZooKeeper is where the state lives when set; nil keeps it in SQLite.
+	ZooKeeper *ZooKeeper
 
 	DiskImages []DiskImage // abstract images are dropped after inheritance is applied
 	ZuulImages []ZuulImage

@@ -141,6 +141,11 @@ func TestLoadZuulImagesExample(t *testing.T) {
 		BuildLogDir:       "/var/log/nodepool/builds",
 		BuildLogRetention: 14,
 		Webapp:            &Webapp{ListenAddress: "127.0.0.1", Port: 8006},
+		ZooKeeper: &ZooKeeper{
+			Servers: []ZooKeeperServer{{Host: "zk.example.com", Port: 2281, Chroot: "/nodepool"}},
+			TLS:     &ZooKeeperTLS{Cert: "/etc/nodepool/zk-client.pem", Key: "/etc/nodepool/zk-client.key", CA: "/etc/nodepool/zk-ca.pem"},
+			Timeout: 30 * time.Second,
+		},
 		ZuulImages: []ZuulImage{
 			{
 				Name:                 "debian-bookworm",

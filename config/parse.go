@@ -258,6 +258,7 @@ func sectionAt(lines []string, line int) string {
 var topKeys = []string{
 	"images-dir", "build-log-dir", "build-log-retention", "elements-dir",
 	"webapp", "diskimages", "zuul-images", "providers", "builder",
+	"zookeeper-servers", "zookeeper-tls", "zookeeper-timeout",
 }
 
 // config reads the top-level mapping.
@@ -292,6 +293,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 	if n, ok := m.get("builder"); ok {
 		cfg.Builder = p.builder(n, m.sub("builder"))
 	}
+	cfg.ZooKeeper = p.zookeeper(m)
 
 	names := imageNames{}
 	cfg.DiskImages = p.diskImages(m, names)
