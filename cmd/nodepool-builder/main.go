@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
@@ -224,7 +225,14 @@ func openStore(c *cli.Context, cfg *config.Config, access store.Access) (*store.
 	if cfg.ImagesDir == "" {
 		return nil, withCode(exitUsage, fmt.Errorf("%s: images-dir is not set", cfg.Path))
 	}
-	st, err := store.Open(c.Context, store.Options{ImagesDir: cfg.ImagesDir, DBPath: cfg.Builder.StateDB, Access: access})
+	log, err := newLogger(c)
+	if err != nil {
+		return nil, err
+	}
+	st, err := builder.OpenState(c.Context, cfg, builder.StateOptions{Access: access, Logger: log})
+	if errors.Is(err, builder.ErrConfig) {
+		return nil, withCode(exitUsage, err)
+	}
 	if errors.Is(err, store.ErrNotInitialized) {
 		return nil, withCode(exitUsage, fmt.Errorf("%w; check images-dir (and builder.state-db) in %s, or start the builder "+
 			"(nodepool-builder -c %s, or --once) to create its state", err, cfg.Path, cfg.Path))

@@ -45,8 +45,8 @@ func runBuilder(c *cli.Context) error {
 		defer removePIDFile(pf)
 	}
 	ctx := c.Context
-	st, err := store.Open(ctx, store.Options{ImagesDir: cfg.ImagesDir, DBPath: cfg.Builder.StateDB})
-	if errors.Is(err, store.ErrOtherBuilder) {
+	st, err := builder.OpenState(ctx, cfg, builder.StateOptions{Access: store.Create, Logger: log, Register: true, Version: version()})
+	if errors.Is(err, store.ErrOtherBuilder) || errors.Is(err, builder.ErrConfig) {
 		return withCode(exitUsage, err)
 	}
 	if err != nil {

@@ -1,0 +1,524 @@
+package zookeeper
+
+import (
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// cache mirrors the image records under /nodepool/images: builds, uploads, our
+// extra nodes, pause flags and build requests. One-shot watches, set again on
+// every read, keep it fresh, so a pass over every image reads no znode; writes
+// of this process go into it as they succeed, so a step sees its own changes at
+// once. A node is read again whenever ZooKeeper reports a change of it.
+type cache struct {
+	b *Backend
+
+	mu     sync.RWMutex
+	nodes  map[string]*node // by path
+	loaded bool
+	// gone remembers nodes this process deleted, by path and creation zxid, so
+	// that a read made before the delete does not bring them back.
+	gone map[string]int64
+
+	qmu     sync.Mutex
+	queue   []string
+	queued  map[string]bool
+	wake    chan struct{}
+	stopped chan struct{}
+	reload  bool // a session expired: every watch is gone
+	once    sync.Once
+}
+
+// node is one cached znode.
+type node struct {
+	data     []byte
+	stat     zk.Stat
+	children []string // for nodes whose children are followed
+	// watched: a read of this process set watches on the node. A node it
+	// wrote has none until it is read, which put queues.
+	watched bool
+}
+
+// kinds of the nodes the cache follows, by their place in the tree.
+type kind int
+
+const (
+	kindOther       kind = iota
+	kindRoot             // /nodepool/images
+	kindImage            // .../<image>
+	kindFlag             // .../<image>/pause, request-build
+	kindBuilds           // .../<image>/builds
+	kindBuild            // .../builds/<id>
+	kindBuildExtra       // .../builds/<id>/nodepool-builder
+	kindProviders        // .../builds/<id>/providers
+	kindProvider         // .../providers/<provider>
+	kindUploads          // .../providers/<provider>/images
+	kindUpload           // .../images/<upload id>
+	kindUploadExtra      // .../images/<upload id>/nodepool-builder
+)
+
+// classify tells what a path under /nodepool/images is.
+func classify(p string) kind {
+	if p == imageRoot {
+		return kindRoot
+	}
+	rest, ok := strings.CutPrefix(p, imageRoot+"/")
+	if !ok {
+		return kindOther
+	}
+	parts := strings.Split(rest, "/")
+	last := parts[len(parts)-1]
+	if last == lockNode || strings.Contains(last, "__lock__") {
+		return kindOther
+	}
+	switch len(parts) {
+	case 1:
+		return kindImage
+	case 2:
+		switch parts[1] {
+		case "builds":
+			return kindBuilds
+		case "pause", "request-build":
+			return kindFlag
+		}
+	case 3:
+		if parts[1] == "builds" {
+			return kindBuild
+		}
+	case 4:
+		switch {
+		case parts[1] != "builds":
+		case parts[3] == extraNode:
+			return kindBuildExtra
+		case parts[3] == "providers":
+			return kindProviders
+		}
+	case 5:
+		if parts[1] == "builds" && parts[3] == "providers" {
+			return kindProvider
+		}
+	case 6:
+		if parts[1] == "builds" && parts[3] == "providers" && parts[5] == "images" {
+			return kindUploads
+		}
+	case 7:
+		if parts[1] == "builds" && parts[3] == "providers" && parts[5] == "images" {
+			return kindUpload
+		}
+	case 8:
+		if parts[1] == "builds" && parts[3] == "providers" && parts[5] == "images" && parts[7] == extraNode {
+			return kindUploadExtra
+		}
+	}
+	return kindOther
+}
+
+// followed tells whether the cache keeps a child of a node of kind k.
+func followed(k kind, child string) bool {
+	switch k {
+	case kindRoot:
+		return true
+	case kindImage:
+		return child == "builds" || child == "pause" || child == "request-build"
+	case kindBuilds, kindProviders, kindUploads:
+		return child != lockNode
+	case kindBuild:
+		return child == "providers" || child == extraNode
+	case kindProvider:
+		return child == "images"
+	case kindUpload:
+		return child == extraNode
+	}
+	return false
+}
+
+func newCache(b *Backend) *cache {
+	return &cache{b: b, nodes: map[string]*node{}, gone: map[string]int64{}, queued: map[string]bool{},
+		wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+}
+
+// load reads the whole tree with watches, in parallel, then starts following
+// changes.
+func (c *cache) load() error {
+	c.mu.Lock()
+	c.nodes = map[string]*node{}
+	c.loaded = false
+	c.mu.Unlock()
+	c.qmu.Lock()
+	c.reload = false
+	c.qmu.Unlock()
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, 64)
+	var walk func(p string)
+	walk = func(p string) {
+		defer wg.Done()
+		sem <- struct{}{}
+		kids, err := c.refresh(p)
+		<-sem
+		if err != nil {
+			mu.Lock()
+			if firstErr == nil {
+				firstErr = err
+			}
+			mu.Unlock()
+			return
+		}
+		for _, k := range kids {
+			wg.Add(1)
+			go walk(k)
+		}
+	}
+	wg.Add(1)
+	walk(imageRoot)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	c.mu.Lock()
+	c.loaded = true
+	c.mu.Unlock()
+	c.once.Do(func() { go c.run() })
+	return nil
+}
+
+func (c *cache) stop() {
+	select {
+	case <-c.stopped:
+	default:
+		close(c.stopped)
+	}
+}
+
+// needsReload tells, after a new session, whether the watches went with the
+// old one.
+func (c *cache) needsReload() bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	return c.reload
+}
+
+// changed queues a path ZooKeeper reported a change of; for a session lost,
+// the cache must be loaded again.
+func (c *cache) changed(p string, t zk.EventType) {
+	if t == zk.EventNotWatching {
+		c.qmu.Lock()
+		c.reload = true
+		c.qmu.Unlock()
+		return
+	}
+	c.enqueue(p)
+}
+
+func (c *cache) enqueue(p string) {
+	c.qmu.Lock()
+	if !c.queued[p] {
+		c.queued[p] = true
+		c.queue = append(c.queue, p)
+	}
+	c.qmu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run reads again what changed, one path at a time.
+func (c *cache) run() {
+	for {
+		c.qmu.Lock()
+		var p string
+		if len(c.queue) > 0 {
+			p = c.queue[0]
+			c.queue = c.queue[1:]
+			delete(c.queued, p)
+		}
+		c.qmu.Unlock()
+		if p == "" {
+			select {
+			case <-c.stopped:
+				return
+			case <-c.wake:
+			}
+			continue
+		}
+		kids, err := c.refresh(p)
+		if err != nil {
+			if errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrConnectionClosed) {
+				return
+			}
+			c.b.log.Debug("cache: read again later", "path", p, "error", err)
+			continue
+		}
+		for _, k := range kids {
+			c.enqueue(k)
+		}
+	}
+}
+
+// refresh reads a node, and its children when it has followed ones, setting
+// watches on both, and returns the followed children the cache has not seen.
+func (c *cache) refresh(p string) ([]string, error) {
+	k := classify(p)
+	if k == kindOther {
+		return nil, nil
+	}
+	var data []byte
+	var stat *zk.Stat
+	var err error
+	switch k {
+	case kindBuild, kindBuildExtra, kindUpload, kindUploadExtra, kindFlag:
+		data, stat, err = c.b.getW(p)
+	default:
+		var ok bool
+		ok, stat, err = c.b.existsW(p)
+		if err == nil && !ok {
+			err = zk.ErrNoNode
+		}
+	}
+	if errors.Is(err, zk.ErrNoNode) {
+		c.remove(p)
+		// Watch for it to come (again), unless its parent is gone too.
+		if k == kindRoot {
+			_, _, err = c.b.existsW(p)
+		}
+		return nil, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	var kids []string
+	hasKids := k != kindBuildExtra && k != kindUploadExtra && k != kindFlag
+	if hasKids {
+		all, _, err := c.b.childrenW(p)
+		if errors.Is(err, zk.ErrNoNode) {
+			c.remove(p)
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, ch := range all {
+			if followed(k, ch) {
+				kids = append(kids, ch)
+			}
+		}
+		sort.Strings(kids)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if czxid, ok := c.gone[p]; ok && czxid == stat.Czxid {
+		return nil, nil // a read from before this process deleted it
+	}
+	old := c.nodes[p]
+	if old != nil && old.stat.Mzxid > stat.Mzxid && old.stat.Czxid == stat.Czxid {
+		// A write of this process is newer than this read; the watch that
+		// this read set reports what comes after.
+		data, stat = old.data, &old.stat
+	}
+	n := &node{data: data, stat: *stat, children: kids, watched: true}
+	c.nodes[p] = n
+	var fresh []string
+	seen := map[string]bool{}
+	for _, ch := range kids {
+		cp := p + "/" + ch
+		seen[cp] = true
+		if cn, ok := c.nodes[cp]; !ok || !cn.watched {
+			fresh = append(fresh, cp)
+		}
+	}
+	if old != nil {
+		for _, ch := range old.children {
+			if cp := p + "/" + ch; !seen[cp] {
+				c.removeLocked(cp)
+			}
+		}
+	}
+	return fresh, nil
+}
+
+func (c *cache) remove(p string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.removeLocked(p)
+}
+
+// removeLocked drops a node and everything below it.
+func (c *cache) removeLocked(p string) {
+	for q := range c.nodes {
+		if q == p || strings.HasPrefix(q, p+"/") {
+			delete(c.nodes, q)
+		}
+	}
+}
+
+// put records what this process wrote. A node it had not read yet is queued
+// to be read, which sets the watches that tell of others' changes to it.
+func (c *cache) put(p string, data []byte, stat zk.Stat) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.nodes[p]
+	n := &node{data: data, stat: stat}
+	if old != nil {
+		n.children, n.watched = old.children, old.watched
+		if stat.Czxid == 0 {
+			n.stat.Czxid, n.stat.Ctime = old.stat.Czxid, old.stat.Ctime
+		}
+	}
+	c.nodes[p] = n
+	delete(c.gone, p)
+	c.addChild(p)
+	if !n.watched {
+		c.enqueue(p)
+	}
+}
+
+// addChild makes sure the parents of a written node list it.
+func (c *cache) addChild(p string) {
+	parent := p[:strings.LastIndex(p, "/")]
+	name := p[len(parent)+1:]
+	pn := c.nodes[parent]
+	if pn == nil {
+		if classify(parent) == kindOther || parent == imageRoot {
+			return
+		}
+		pn = &node{}
+		c.nodes[parent] = pn
+		c.addChild(parent)
+		c.enqueue(parent)
+	}
+	for _, ch := range pn.children {
+		if ch == name {
+			return
+		}
+	}
+	pn.children = append(pn.children, name)
+	sort.Strings(pn.children)
+}
+
+// drop records a node this process deleted.
+func (c *cache) drop(p string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.nodes[p]; n != nil && n.stat.Czxid != 0 {
+		c.gone[p] = n.stat.Czxid
+	}
+	c.removeLocked(p)
+	parent := p[:strings.LastIndex(p, "/")]
+	if pn := c.nodes[parent]; pn != nil {
+		name := p[len(parent)+1:]
+		kept := pn.children[:0]
+		for _, ch := range pn.children {
+			if ch != name {
+				kept = append(kept, ch)
+			}
+		}
+		pn.children = kept
+	}
+}
+
+// get returns a cached node.
+func (c *cache) get(p string) (*node, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n, ok := c.nodes[p]
+	return n, ok
+}
+
+// builds decodes every cached build.
+func (c *cache) builds() ([]store.Build, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []store.Build
+	for p, n := range c.nodes {
+		if classify(p) != kindBuild || n.data == nil {
+			continue
+		}
+		image, id := buildKey(p)
+		var extra []byte
+		if x := c.nodes[p+"/"+extraNode]; x != nil {
+			extra = x.data
+		}
+		b, err := decodeBuild(image, id, n.data, &n.stat, extra)
+		if err != nil {
+			c.b.log.Warn("skipping a build record that does not parse", "path", p, "error", err)
+			continue
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// uploads decodes every cached upload.
+func (c *cache) uploads() ([]store.Upload, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []store.Upload
+	for p, n := range c.nodes {
+		if classify(p) != kindUpload || n.data == nil {
+			continue
+		}
+		image, build, provider, id := uploadKey(p)
+		var extra []byte
+		if x := c.nodes[p+"/"+extraNode]; x != nil {
+			extra = x.data
+		}
+		u, err := decodeUpload(image, build, provider, id, n.data, &n.stat, extra)
+		if err != nil {
+			c.b.log.Warn("skipping an upload record that does not parse", "path", p, "error", err)
+			continue
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// flags returns, by image, when a flag node (pause or request-build) was made,
+// for every image that has one.
+func (c *cache) flags(name string) map[string]time.Time {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := map[string]time.Time{}
+	for p, n := range c.nodes {
+		if classify(p) != kindFlag || !strings.HasSuffix(p, "/"+name) {
+			continue
+		}
+		image := strings.TrimSuffix(strings.TrimPrefix(p, imageRoot+"/"), "/"+name)
+		out[image] = flagTime(n.data, n.stat)
+	}
+	return out
+}
+
+// imageOf finds the image of a cached build.
+func (c *cache) imageOf(id string) (string, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for p := range c.nodes {
+		if classify(p) == kindBuild && strings.HasSuffix(p, "/"+id) {
+			image, _ := buildKey(p)
+			return image, true
+		}
+	}
+	return "", false
+}
+
+// buildKey splits a build path into image and id.
+func buildKey(p string) (image, id string) {
+	parts := strings.Split(strings.TrimPrefix(p, imageRoot+"/"), "/")
+	return parts[0], parts[2]
+}
+
+// uploadKey splits an upload path into image, build, provider and id.
+func uploadKey(p string) (image, build, provider, id string) {
+	parts := strings.Split(strings.TrimPrefix(p, imageRoot+"/"), "/")
+	return parts[0], parts[2], parts[4], parts[6]
+}

@@ -1,0 +1,284 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// BindBuilder returns id: builders that share a cluster each have their own id,
+// which every build records; there is no single one to bind the state to.
+func (b *Backend) BindBuilder(_ context.Context, id string) (string, error) { return id, nil }
+
+// Build reads one build afresh from ZooKeeper (not from the cache): callers
+// read a build to change it.
+func (b *Backend) Build(_ context.Context, id string) (store.Build, error) {
+	image, ok := b.cache.imageOf(id)
+	if !ok {
+		// Made by another builder a moment ago, perhaps: look in every image.
+		if image, ok = b.findBuild(id); !ok {
+			return store.Build{}, fmt.Errorf("build %s: %w", id, store.ErrNotFound)
+		}
+	}
+	p := buildPath(image, id)
+	data, stat, err := b.get(p)
+	if errors.Is(err, zk.ErrNoNode) {
+		return store.Build{}, fmt.Errorf("build %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Build{}, fmt.Errorf("read build %s: %w", id, err)
+	}
+	extra, xstat, err := b.get(p + "/" + extraNode)
+	if errors.Is(err, zk.ErrNoNode) {
+		extra = nil
+	} else if err != nil {
+		return store.Build{}, fmt.Errorf("read build %s: %w", id, err)
+	} else {
+		b.cache.put(p+"/"+extraNode, extra, *xstat)
+	}
+	b.cache.put(p, data, *stat)
+	return decodeBuild(image, id, data, stat, extra)
+}
+
+// findBuild looks for a build in ZooKeeper itself.
+func (b *Backend) findBuild(id string) (string, bool) {
+	images, _, err := b.children(imageRoot)
+	if err != nil {
+		return "", false
+	}
+	for _, image := range images {
+		if ok, _, err := b.exists(buildPath(image, id)); err == nil && ok {
+			return image, true
+		}
+	}
+	return "", false
+}
+
+// flag creates a flag node (pause, request-build) and records it in the cache.
+// nodepool makes these nodes empty and takes their ctime, the server's clock, as
+// when they were made; ours hold our clock's time in milliseconds, so that
+// comparing them with the times of our builds does not depend on clock skew.
+func (b *Backend) flag(p string) error {
+	if err := b.ensure(path.Dir(p)); err != nil {
+		return err
+	}
+	ms := strconv.FormatInt(b.now().UnixMilli(), 10)
+	if _, err := b.create(p, []byte(ms), 0); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return err
+	}
+	data, stat, err := b.get(p)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil // cleared meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	b.cache.put(p, data, *stat)
+	return nil
+}
+
+// flagTime is when a flag node was made: the time it holds, or its ctime for
+// one nodepool made.
+func flagTime(data []byte, stat zk.Stat) time.Time {
+	if ms, err := strconv.ParseInt(string(data), 10, 64); err == nil {
+		return time.UnixMilli(ms).UTC()
+	}
+	return time.UnixMilli(stat.Ctime).UTC()
+}
+
+// Builds returns the cached builds that match f, newest first.
+func (b *Backend) Builds(_ context.Context, f store.BuildFilter) ([]store.Build, error) {
+	all, err := b.cache.builds()
+	if err != nil {
+		return nil, err
+	}
+	var out []store.Build
+	for _, bd := range all {
+		if (f.Image == "" || bd.Image == f.Image) && (f.State == "" || bd.State == f.State) &&
+			(f.Source == "" || bd.Source == f.Source) {
+			out = append(out, bd)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.After(out[j].Created)
+		}
+		return out[i].ID > out[j].ID
+	})
+	return out, nil
+}
+
+// Uploads returns the cached uploads that match f: newest build first, then by
+// provider, newest upload first.
+func (b *Backend) Uploads(ctx context.Context, f store.UploadFilter) ([]store.Upload, error) {
+	all, err := b.cache.uploads()
+	if err != nil {
+		return nil, err
+	}
+	builds, err := b.Builds(ctx, store.BuildFilter{})
+	if err != nil {
+		return nil, err
+	}
+	rank := map[string]int{}
+	for i, bd := range builds {
+		rank[bd.ID] = i
+	}
+	var out []store.Upload
+	for _, u := range all {
+		if _, ok := rank[u.BuildID]; !ok {
+			continue // its build record is gone or not read yet
+		}
+		if (f.BuildID == "" || u.BuildID == f.BuildID) && (f.Image == "" || u.Image == f.Image) &&
+			(f.Provider == "" || u.Provider == f.Provider) && (f.State == "" || u.State == f.State) {
+			out = append(out, u)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, c := out[i], out[j]
+		if rank[a.BuildID] != rank[c.BuildID] {
+			return rank[a.BuildID] < rank[c.BuildID]
+		}
+		if a.Provider != c.Provider {
+			return a.Provider < c.Provider
+		}
+		return a.ID > c.ID
+	})
+	return out, nil
+}
+
+// cursorJSON is a poll cursor in our own root.
+type cursorJSON struct {
+	ZuulID   int64   `json:"zuul_id"`
+	ZuulUUID string  `json:"zuul_uuid"`
+	Outcome  string  `json:"outcome"`
+	Reason   string  `json:"reason,omitempty"`
+	Time     float64 `json:"time"`
+}
+
+func encodeCursor(c store.Cursor) ([]byte, error) {
+	return json.Marshal(cursorJSON{c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, seconds(c.Time)})
+}
+
+// Cursor reads an image's poll cursor.
+func (b *Backend) Cursor(_ context.Context, image string) (store.Cursor, error) {
+	c := store.Cursor{Image: image}
+	data, _, err := b.get(cursorPath(image))
+	if errors.Is(err, zk.ErrNoNode) {
+		return c, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("read poll cursor of %s: %w", image, err)
+	}
+	var j cursorJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return c, fmt.Errorf("read poll cursor of %s: %w", image, err)
+	}
+	c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, c.Time = j.ZuulID, j.ZuulUUID, j.Outcome, j.Reason, fromSeconds(j.Time)
+	return c, nil
+}
+
+// RequestBuild creates nodepool's request-build node of the image.
+func (b *Backend) RequestBuild(_ context.Context, image string) error {
+	if err := b.flag(requestPath(image)); err != nil {
+		return fmt.Errorf("record build request for %s: %w", image, err)
+	}
+	return nil
+}
+
+// BuildRequests returns the images with a request-build node, with when it was
+// made.
+func (b *Backend) BuildRequests(context.Context) (map[string]time.Time, error) {
+	return b.cache.flags("request-build"), nil
+}
+
+// ClearBuildRequest deletes an image's request-build node made at or before asOf.
+func (b *Backend) ClearBuildRequest(_ context.Context, image string, asOf time.Time) error {
+	data, stat, err := b.get(requestPath(image))
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("clear build request for %s: %w", image, err)
+	}
+	if flagTime(data, *stat).After(asOf) {
+		return nil
+	}
+	if err := b.delete(requestPath(image), stat.Version); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return fmt.Errorf("clear build request for %s: %w", image, err)
+	}
+	b.cache.drop(requestPath(image))
+	return nil
+}
+
+// SetPaused creates or deletes nodepool's pause node of the image.
+func (b *Backend) SetPaused(_ context.Context, image string, paused bool) error {
+	var err error
+	if paused {
+		err = b.flag(pausePath(image))
+	} else if err = b.delete(pausePath(image), -1); errors.Is(err, zk.ErrNoNode) {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("set pause of %s: %w", image, err)
+	}
+	if !paused {
+		b.cache.drop(pausePath(image))
+	}
+	return nil
+}
+
+// Paused returns the images with a pause node, with when it was made.
+func (b *Backend) Paused(context.Context) (map[string]time.Time, error) {
+	return b.cache.flags("pause"), nil
+}
+
+// LeakMark records the first sighting of a leaked image under our root.
+func (b *Backend) LeakMark(_ context.Context, provider, externalID string) (time.Time, error) {
+	p := leakPath(provider, externalID)
+	if err := b.ensure(ourRoot + "/leaks/" + provider); err != nil {
+		return time.Time{}, err
+	}
+	now := b.now()
+	_, err := b.create(p, []byte(strconv.FormatInt(now.UnixNano(), 10)), 0)
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return time.Time{}, fmt.Errorf("record leaked image %s in %s: %w", externalID, provider, err)
+	}
+	data, _, err := b.get(p)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read leaked image %s in %s: %w", externalID, provider, err)
+	}
+	n, err := strconv.ParseInt(string(data), 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read leaked image %s in %s: %w", externalID, provider, err)
+	}
+	return time.Unix(0, n).UTC(), nil
+}
+
+// ClearLeakMarks forgets a provider's marks except keep.
+func (b *Backend) ClearLeakMarks(_ context.Context, provider string, keep map[string]bool) error {
+	kids, _, err := b.children(ourRoot + "/leaks/" + provider)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list leak marks of %s: %w", provider, err)
+	}
+	for _, id := range kids {
+		if keep[id] {
+			continue
+		}
+		if err := b.delete(leakPath(provider, id), -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return fmt.Errorf("clear leak mark %s in %s: %w", id, provider, err)
+		}
+	}
+	return nil
+}

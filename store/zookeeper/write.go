@@ -1,0 +1,302 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// step is one change of a Write as ZooKeeper operations, with what to do once
+// the whole multi succeeded.
+type step struct {
+	ops  []any
+	done func(res []zk.MultiResponse) // res holds this step's responses
+}
+
+// Write applies the changes in one multi: every record's znode is written
+// against the version it was read at, so the write fails, whole, with
+// store.ErrConflict when any changed meanwhile. An upload made by the write gets
+// its sequence id from ZooKeeper; its extra node follows in a second request.
+func (b *Backend) Write(ctx context.Context, changes ...store.Change) error {
+	var steps []step
+	var after []func() error
+	for _, ch := range changes {
+		st, later, err := b.plan(ch)
+		if err != nil {
+			return err
+		}
+		steps = append(steps, st)
+		if later != nil {
+			after = append(after, later)
+		}
+	}
+	var ops []any
+	for _, s := range steps {
+		ops = append(ops, s.ops...)
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	res, err := b.multi(ops...)
+	if err != nil {
+		return b.writeError(err, res)
+	}
+	i := 0
+	for _, s := range steps {
+		s.done(res[i : i+len(s.ops)])
+		i += len(s.ops)
+	}
+	var errs []error
+	for _, f := range after {
+		errs = append(errs, f())
+	}
+	return errors.Join(errs...)
+}
+
+// writeError turns a failed multi into an error; a version that moved, a node
+// gone or one that is there already is a conflict.
+func (b *Backend) writeError(err error, res []zk.MultiResponse) error {
+	conflicts := []error{zk.ErrBadVersion, zk.ErrNoNode, zk.ErrNodeExists, zk.ErrNotEmpty}
+	for _, c := range conflicts {
+		if errors.Is(err, c) {
+			return fmt.Errorf("write to ZooKeeper: %w: %w", store.ErrConflict, err)
+		}
+	}
+	for _, r := range res {
+		for _, c := range conflicts {
+			if errors.Is(r.Error, c) {
+				return fmt.Errorf("write to ZooKeeper: %w: %w", store.ErrConflict, r.Error)
+			}
+		}
+	}
+	return fmt.Errorf("write to ZooKeeper: %w", err)
+}
+
+// plan turns one change into operations.
+func (b *Backend) plan(ch store.Change) (step, func() error, error) {
+	switch {
+	case ch.Build() != nil && ch.Deletes():
+		return b.planDeleteBuild(*ch.Build())
+	case ch.Build() != nil:
+		return b.planPutBuild(ch.Build())
+	case ch.Upload() != nil && ch.Deletes():
+		return b.planDeleteUpload(*ch.Upload())
+	case ch.Upload() != nil:
+		return b.planPutUpload(ch.Upload())
+	case ch.Cursor() != nil:
+		return b.planCursor(*ch.Cursor())
+	}
+	return step{}, nil, errors.New("write to ZooKeeper: unknown change")
+}
+
+func (b *Backend) planPutBuild(bd *store.Build) (step, func() error, error) {
+	if bd.ID == "" || bd.Image == "" || strings.Contains(bd.ID, "/") || strings.Contains(bd.Image, "/") {
+		return step{}, nil, fmt.Errorf("write build %q of %q: not a valid id and image", bd.ID, bd.Image)
+	}
+	data, extra, err := encodeBuild(*bd)
+	if err != nil {
+		return step{}, nil, err
+	}
+	p := buildPath(bd.Image, bd.ID)
+	xp := p + "/" + extraNode
+	if bd.Version == 0 {
+		if err := b.ensure(buildsPath(bd.Image)); err != nil {
+			return step{}, nil, err
+		}
+		return step{
+			ops: []any{
+				&zk.CreateRequest{Path: p, Data: data, Acl: zk.WorldACL(zk.PermAll)},
+				&zk.CreateRequest{Path: xp, Data: extra, Acl: zk.WorldACL(zk.PermAll)},
+			},
+			done: func([]zk.MultiResponse) {
+				bd.Version = 1
+				b.cache.put(p, data, zk.Stat{Ctime: b.now().UnixMilli()})
+				b.cache.put(xp, extra, zk.Stat{})
+			},
+		}, nil, nil
+	}
+	ops := []any{&zk.SetDataRequest{Path: p, Data: data, Version: int32(bd.Version - 1)}}
+	if _, ok := b.cache.get(xp); ok {
+		ops = append(ops, &zk.SetDataRequest{Path: xp, Data: extra, Version: -1})
+	} else {
+		// A build a Python builder made, now written by us.
+		ops = append(ops, &zk.CreateRequest{Path: xp, Data: extra, Acl: zk.WorldACL(zk.PermAll)})
+	}
+	return step{
+		ops: ops,
+		done: func(res []zk.MultiResponse) {
+			if s := res[0].Stat; s != nil {
+				bd.Version = int64(s.Version) + 1
+				b.cache.put(p, data, *s)
+			} else {
+				bd.Version++
+			}
+			st := zk.Stat{}
+			if s := res[1].Stat; s != nil {
+				st = *s
+			}
+			b.cache.put(xp, extra, st)
+		},
+	}, nil, nil
+}
+
+// planDeleteBuild removes a build's znode with what lies below it (our extra
+// node, empty provider nodes, lock nodes), against its version; uploads below
+// it make the delete fail, as nodepool's deleteBuild refuses then too.
+func (b *Backend) planDeleteBuild(bd store.Build) (step, func() error, error) {
+	p := buildPath(bd.Image, bd.ID)
+	below, err := b.subtree(p)
+	if err != nil {
+		return step{}, nil, err
+	}
+	for _, q := range below {
+		if classify(q) == kindUpload {
+			return step{}, nil, fmt.Errorf("delete build %s: %w: it still has uploads", bd.Name(), store.ErrConflict)
+		}
+	}
+	ops := []any{&zk.CheckVersionRequest{Path: p, Version: int32(bd.Version - 1)}}
+	for _, q := range below {
+		ops = append(ops, &zk.DeleteRequest{Path: q, Version: -1})
+	}
+	ops = append(ops, &zk.DeleteRequest{Path: p, Version: int32(bd.Version - 1)})
+	return step{ops: ops, done: func([]zk.MultiResponse) { b.cache.drop(p) }}, nil, nil
+}
+
+func (b *Backend) planPutUpload(u *store.Upload) (step, func() error, error) {
+	if u.BuildID == "" || u.Provider == "" || u.Image == "" {
+		return step{}, nil, fmt.Errorf("write upload %s: build, provider and image are required", u)
+	}
+	data, extra, err := encodeUpload(*u)
+	if err != nil {
+		return step{}, nil, err
+	}
+	if u.Version == 0 {
+		if u.ID != "" {
+			return step{}, nil, fmt.Errorf("create upload %s: the store assigns upload ids", u)
+		}
+		dir := uploadsPath(u.Image, u.BuildID, u.Provider)
+		// The build must be there: its providers path is made below it only.
+		if ok, _, err := b.exists(buildPath(u.Image, u.BuildID)); err != nil {
+			return step{}, nil, err
+		} else if !ok {
+			return step{}, nil, fmt.Errorf("create upload of build %s to %s: %w: the build is gone", u.BuildID, u.Provider, store.ErrConflict)
+		}
+		if err := b.ensure(dir); err != nil {
+			return step{}, nil, err
+		}
+		var created string
+		later := func() error {
+			// The extra node of a sequence node can only follow it: its name is
+			// known once the multi made it. A record without one reads as no
+			// attempts and no error, which is what a new upload has.
+			if created == "" {
+				return nil
+			}
+			xp := created + "/" + extraNode
+			if _, err := b.create(xp, extra, 0); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				return fmt.Errorf("record the attempts of upload %s: %w", u, err)
+			}
+			b.cache.put(xp, extra, zk.Stat{})
+			return nil
+		}
+		return step{
+			ops: []any{&zk.CreateRequest{Path: dir + "/", Data: data, Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagSequence}},
+			done: func(res []zk.MultiResponse) {
+				created = res[0].String
+				u.ID, u.Version = path.Base(created), 1
+				b.cache.put(created, data, zk.Stat{Ctime: b.now().UnixMilli()})
+			},
+		}, later, nil
+	}
+	p := uploadPath(u.Image, u.BuildID, u.Provider, u.ID)
+	xp := p + "/" + extraNode
+	ops := []any{&zk.SetDataRequest{Path: p, Data: data, Version: int32(u.Version - 1)}}
+	if _, ok := b.cache.get(xp); ok {
+		ops = append(ops, &zk.SetDataRequest{Path: xp, Data: extra, Version: -1})
+	} else {
+		ops = append(ops, &zk.CreateRequest{Path: xp, Data: extra, Acl: zk.WorldACL(zk.PermAll)})
+	}
+	return step{
+		ops: ops,
+		done: func(res []zk.MultiResponse) {
+			if s := res[0].Stat; s != nil {
+				u.Version = int64(s.Version) + 1
+				b.cache.put(p, data, *s)
+			} else {
+				u.Version++
+			}
+			st := zk.Stat{}
+			if s := res[1].Stat; s != nil {
+				st = *s
+			}
+			b.cache.put(xp, extra, st)
+		},
+	}, nil, nil
+}
+
+func (b *Backend) planDeleteUpload(u store.Upload) (step, func() error, error) {
+	p := uploadPath(u.Image, u.BuildID, u.Provider, u.ID)
+	below, err := b.subtree(p)
+	if err != nil {
+		return step{}, nil, err
+	}
+	ops := []any{&zk.CheckVersionRequest{Path: p, Version: int32(u.Version - 1)}}
+	for _, q := range below {
+		ops = append(ops, &zk.DeleteRequest{Path: q, Version: -1})
+	}
+	ops = append(ops, &zk.DeleteRequest{Path: p, Version: int32(u.Version - 1)})
+	return step{ops: ops, done: func([]zk.MultiResponse) { b.cache.drop(p) }}, nil, nil
+}
+
+func (b *Backend) planCursor(c store.Cursor) (step, func() error, error) {
+	data, err := encodeCursor(c)
+	if err != nil {
+		return step{}, nil, err
+	}
+	p := cursorPath(c.Image)
+	ok, _, err := b.exists(p)
+	if err != nil {
+		return step{}, nil, err
+	}
+	if ok {
+		return step{ops: []any{&zk.SetDataRequest{Path: p, Data: data, Version: -1}}, done: func([]zk.MultiResponse) {}}, nil, nil
+	}
+	return step{ops: []any{&zk.CreateRequest{Path: p, Data: data, Acl: zk.WorldACL(zk.PermAll)}}, done: func([]zk.MultiResponse) {}}, nil, nil
+}
+
+// subtree lists the znodes below p, deepest first, so they can be deleted in
+// that order.
+func (b *Backend) subtree(p string) ([]string, error) {
+	var out []string
+	var walk func(q string) error
+	walk = func(q string) error {
+		kids, _, err := b.children(q)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for _, k := range kids {
+			cq := q + "/" + k
+			if err := walk(cq); err != nil {
+				return err
+			}
+			out = append(out, cq)
+		}
+		return nil
+	}
+	if err := walk(p); err != nil {
+		return nil, fmt.Errorf("list %s: %w", p, err)
+	}
+	// Deepest first: a child comes before its parent.
+	sort.SliceStable(out, func(i, j int) bool { return strings.Count(out[i], "/") > strings.Count(out[j], "/") })
+	return out, nil
+}

@@ -1,0 +1,402 @@
+// Package zookeeper keeps the builder's state in ZooKeeper in nodepool's own
+// schema, so that nodepool-launcher boots our uploads and several builders, ours
+// and Python ones, share the work under kazoo-compatible locks.
+package zookeeper
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// Options say which cluster to use and how.
+type Options struct {
+	// Servers are host:port addresses of the cluster.
+	Servers []string
+	// Chroot is a path every znode lives under ("" or like /nodepool-test).
+	Chroot string
+	// TLS, when set, makes every connection TLS with this config (a client
+	// certificate and the cluster's CA, as nodepool's zookeeper-tls).
+	TLS *tls.Config
+	// Timeout is the session timeout; default 10s, as nodepool's.
+	Timeout time.Duration
+	// Hostname, when set, registers this process as a builder component under
+	// /nodepool/components/builder, as nodepool's builders do.
+	Hostname string
+	// Version is registered with it.
+	Version string
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+// Backend is a store.Backend in ZooKeeper.
+type Backend struct {
+	opts Options
+	log  *slog.Logger
+	conn *zk.Conn
+	now  func() time.Time
+
+	cache *cache
+	locks *lockSet
+
+	// requests counts the requests sent to ZooKeeper, for benchmarks.
+	requests atomic.Int64
+
+	mu         sync.Mutex
+	registered string // the component znode, once registered
+	closed     bool
+	adrift     *time.Timer // runs while disconnected; at the session timeout, locks count as lost
+}
+
+var _ store.Backend = (*Backend)(nil)
+
+// Paths of nodepool's schema and of ours.
+const (
+	imageRoot     = "/nodepool/images"
+	componentRoot = "/nodepool/components/builder"
+	// ourRoot holds what nodepool has no node for: poll cursors, leak marks.
+	ourRoot = "/nodepool-builder"
+	// extraNode is the child of a build or upload znode that holds our fields
+	// nodepool has none for. Python nodepool ignores it (its cache parses paths
+	// by depth) and deletes it with its parent.
+	extraNode = "nodepool-builder"
+	lockNode  = "lock"
+)
+
+// ErrUnreachable is wrapped by Open's error when no server of the cluster
+// answered within the session timeout.
+var ErrUnreachable = errors.New("ZooKeeper cannot be reached")
+
+// Open connects to the cluster, loads the image records into a cache that
+// watches keep fresh, and registers this builder as a nodepool component.
+func Open(ctx context.Context, opts Options) (*Backend, error) {
+	if len(opts.Servers) == 0 {
+		return nil, errors.New("open ZooKeeper: no servers")
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	b := &Backend{opts: opts, log: opts.Logger.With("zookeeper", strings.Join(opts.Servers, ",")), now: opts.Now}
+	b.cache = newCache(b)
+	b.locks = newLockSet(b)
+	connected := make(chan struct{}, 1)
+	logOpt := zk.WithLogger(zkLogger{b.log})
+	eventOpt := zk.WithEventCallback(func(ev zk.Event) {
+		if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
+			select {
+			case connected <- struct{}{}:
+			default:
+			}
+		}
+		b.event(ev)
+	})
+	var conn *zk.Conn
+	var err error
+	if opts.TLS != nil {
+		dialer := &tls.Dialer{Config: opts.TLS, NetDialer: &net.Dialer{}}
+		dialOpt := zk.WithDialer(func(network, address string, timeout time.Duration) (net.Conn, error) {
+			dctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			return dialer.DialContext(dctx, network, address)
+		})
+		conn, _, err = zk.Connect(opts.Servers, opts.Timeout, logOpt, eventOpt, dialOpt)
+	} else {
+		conn, _, err = zk.Connect(opts.Servers, opts.Timeout, logOpt, eventOpt)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect to ZooKeeper at %s: %w", strings.Join(opts.Servers, ", "), err)
+	}
+	b.conn = conn
+	t := time.NewTimer(opts.Timeout)
+	defer t.Stop()
+	select {
+	case <-connected:
+	case <-t.C:
+		conn.Close()
+		return nil, fmt.Errorf("%w: no session with %s within %s; check zookeeper-servers and zookeeper-tls, and that the cluster runs",
+			ErrUnreachable, strings.Join(opts.Servers, ", "), opts.Timeout)
+	case <-ctx.Done():
+		conn.Close()
+		return nil, ctx.Err()
+	}
+	for _, p := range []string{imageRoot, componentRoot, ourRoot + "/cursors", ourRoot + "/leaks"} {
+		if err := b.ensure(p); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("prepare ZooKeeper: %w", err)
+		}
+	}
+	if err := b.cache.load(); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("read the image records from ZooKeeper: %w", err)
+	}
+	if opts.Hostname != "" {
+		if err := b.register(); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// Close unregisters the builder and ends the session, which drops every lock.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	if b.adrift != nil {
+		b.adrift.Stop()
+	}
+	b.mu.Unlock()
+	b.cache.stop()
+	b.conn.Close()
+	return nil
+}
+
+// Requests is how many requests this backend sent to ZooKeeper.
+func (b *Backend) Requests() int64 { return b.requests.Load() }
+
+// event handles what the connection reports: watch events go to the cache; a
+// session that expired takes every lock and ephemeral node with it.
+func (b *Backend) event(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		if ev.Path != "" {
+			b.cache.changed(b.unroot(ev.Path), ev.Type)
+		}
+		return
+	}
+	switch ev.State {
+	case zk.StateExpired:
+		b.log.Warn("ZooKeeper session expired: every lock held is lost; work under them stops")
+		b.locks.lost()
+	case zk.StateHasSession:
+		b.mu.Lock()
+		if b.adrift != nil {
+			b.adrift.Stop()
+			b.adrift = nil
+			b.log.Info("ZooKeeper connection back")
+		}
+		b.mu.Unlock()
+		// A new session after an expiry: the cache and the registration are
+		// rebuilt, since every watch and ephemeral node of the old one is gone.
+		if b.cache.needsReload() {
+			go b.resync()
+		}
+	case zk.StateDisconnected:
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.closed || b.adrift != nil {
+			return
+		}
+		b.log.Warn("ZooKeeper connection lost; reconnecting")
+		// The server expires the session a session timeout after it last heard
+		// from us, and another builder may then take our locks, before we can
+		// learn of the expiry: past that time they count as lost already.
+		b.adrift = time.AfterFunc(b.opts.Timeout, func() {
+			b.log.Warn("no ZooKeeper connection for the session timeout: every lock held counts as lost; work under them stops")
+			b.locks.lost()
+		})
+	}
+}
+
+// resync reloads the cache and registers again after a new session.
+func (b *Backend) resync() {
+	b.mu.Lock()
+	closed := b.closed
+	b.registered = ""
+	b.mu.Unlock()
+	if closed {
+		return
+	}
+	if err := b.cache.load(); err != nil {
+		b.log.Error("reload the image records after a new ZooKeeper session", "error", err)
+	}
+	if b.opts.Hostname == "" {
+		return
+	}
+	if err := b.register(); err != nil {
+		b.log.Error("register again after a new ZooKeeper session", "error", err)
+	}
+}
+
+// root puts a path under the chroot.
+func (b *Backend) root(p string) string {
+	if b.opts.Chroot == "" {
+		return p
+	}
+	return b.opts.Chroot + p
+}
+
+// unroot takes the chroot off a path the server reported.
+func (b *Backend) unroot(p string) string {
+	if b.opts.Chroot == "" {
+		return p
+	}
+	return strings.TrimPrefix(p, b.opts.Chroot)
+}
+
+// The requests below count themselves and take chrooted-less paths.
+
+func (b *Backend) get(p string) ([]byte, *zk.Stat, error) {
+	b.requests.Add(1)
+	return b.conn.Get(b.root(p))
+}
+
+func (b *Backend) getW(p string) ([]byte, *zk.Stat, error) {
+	b.requests.Add(1)
+	data, stat, _, err := b.conn.GetW(b.root(p))
+	return data, stat, err
+}
+
+func (b *Backend) children(p string) ([]string, *zk.Stat, error) {
+	b.requests.Add(1)
+	return b.conn.Children(b.root(p))
+}
+
+func (b *Backend) childrenW(p string) ([]string, *zk.Stat, error) {
+	b.requests.Add(1)
+	c, stat, _, err := b.conn.ChildrenW(b.root(p))
+	return c, stat, err
+}
+
+func (b *Backend) existsW(p string) (bool, *zk.Stat, error) {
+	b.requests.Add(1)
+	ok, stat, _, err := b.conn.ExistsW(b.root(p))
+	return ok, stat, err
+}
+
+func (b *Backend) exists(p string) (bool, *zk.Stat, error) {
+	b.requests.Add(1)
+	return b.conn.Exists(b.root(p))
+}
+
+func (b *Backend) create(p string, data []byte, flags int32) (string, error) {
+	b.requests.Add(1)
+	created, err := b.conn.Create(b.root(p), data, flags, zk.WorldACL(zk.PermAll))
+	return b.unroot(created), err
+}
+
+func (b *Backend) set(p string, data []byte, version int32) (*zk.Stat, error) {
+	b.requests.Add(1)
+	return b.conn.Set(b.root(p), data, version)
+}
+
+func (b *Backend) delete(p string, version int32) error {
+	b.requests.Add(1)
+	return b.conn.Delete(b.root(p), version)
+}
+
+func (b *Backend) multi(ops ...any) ([]zk.MultiResponse, error) {
+	b.requests.Add(1)
+	for _, op := range ops {
+		switch o := op.(type) {
+		case *zk.CreateRequest:
+			o.Path = b.root(o.Path)
+		case *zk.SetDataRequest:
+			o.Path = b.root(o.Path)
+		case *zk.DeleteRequest:
+			o.Path = b.root(o.Path)
+		case *zk.CheckVersionRequest:
+			o.Path = b.root(o.Path)
+		}
+	}
+	res, err := b.conn.Multi(ops...)
+	for i := range res {
+		res[i].String = b.unroot(res[i].String)
+	}
+	return res, err
+}
+
+// ensure creates a path and its parents when missing, as kazoo's ensure_path.
+func (b *Backend) ensure(p string) error {
+	if b.opts.Chroot != "" {
+		if err := b.ensureAbs(b.opts.Chroot); err != nil {
+			return err
+		}
+	}
+	return b.ensureAbs(b.root(p))
+}
+
+func (b *Backend) ensureAbs(abs string) error {
+	ok, _, err := b.conn.Exists(abs)
+	b.requests.Add(1)
+	if err != nil || ok {
+		return err
+	}
+	if parent := path.Dir(abs); parent != "/" {
+		if err := b.ensureAbs(parent); err != nil {
+			return err
+		}
+	}
+	b.requests.Add(1)
+	_, err = b.conn.Create(abs, nil, 0, zk.WorldACL(zk.PermAll))
+	if errors.Is(err, zk.ErrNodeExists) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create %s: %w", abs, err)
+	}
+	return nil
+}
+
+// componentContent is what nodepool's component registry reads of a builder.
+type componentContent struct {
+	Hostname string `json:"hostname"`
+	Kind     string `json:"kind"`
+	ModelAPI int    `json:"model_api"`
+	State    string `json:"state"`
+	Version  string `json:"version"`
+}
+
+// registeredModelAPI is above any model API nodepool has used: nodepool's
+// components run at the lowest one registered, and the records we write are
+// the same in every model, so our registration must never lower it.
+const registeredModelAPI = 1000
+
+// register creates this builder's ephemeral component znode, as nodepool's
+// builders do: /nodepool/components/builder/<hostname><sequence>.
+func (b *Backend) register() error {
+	data, err := json.Marshal(componentContent{Hostname: b.opts.Hostname, Kind: "builder", ModelAPI: registeredModelAPI,
+		State: "running", Version: b.opts.Version})
+	if err != nil {
+		return err
+	}
+	p, err := b.create(componentRoot+"/"+b.opts.Hostname, data, zk.FlagEphemeral|zk.FlagSequence)
+	if err != nil {
+		return fmt.Errorf("register the builder under %s: %w", componentRoot, err)
+	}
+	b.mu.Lock()
+	b.registered = p
+	b.mu.Unlock()
+	b.log.Info("registered in ZooKeeper", "component", p)
+	return nil
+}
+
+// zkLogger sends the client's messages to slog at debug level: it reports
+// every reconnect, which the session events already tell.
+type zkLogger struct{ log *slog.Logger }
+
+func (l zkLogger) Printf(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...))
+}
