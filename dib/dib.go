@@ -111,7 +111,7 @@ func (b *Builder) Step(ctx context.Context, image string) (*store.Build, error) 
 	// builds it, and this builder leaves it alone.
 	held, err := b.opts.Store.TryLock(ctx, store.LockKey{Image: image})
 	if errors.Is(err, store.ErrHeld) {
-		b.log.Debug("another builder is building the image", "image", image)
+		b.log.Info("another builder holds the image's build lock; it builds the image", "image", image)
 		return nil, nil
 	}
 	if err != nil {

@@ -176,7 +176,8 @@ func (p *Poller) Poll(ctx context.Context, image string) (Outcome, error) {
 	// find it settled when they get the lock.
 	held, err := p.opts.Store.TryLock(ctx, store.LockKey{Image: image})
 	if errors.Is(err, store.ErrHeld) {
-		out.Skipped = "another builder is fetching it"
+		out.Skipped = "another builder holds the image's build lock"
+		p.log.Info("another builder holds the image's build lock; it fetches the build", "image", image, "zuul_build", zb.UUID)
 		return out, nil
 	}
 	if err != nil {

@@ -1,9 +1,11 @@
 package testenv
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -79,6 +81,20 @@ func (z *ZooKeeper) Kazoo(t testing.TB, script string, args ...string) string {
 // RunKazoo runs script as Kazoo does, connected as c says, and returns its stdout; the
 // error carries stderr. It does not check that kazoo is installed: see RequireKazoo.
 func RunKazoo(ctx context.Context, c KazooConn, script string, args ...string) (string, error) {
+	cmd := kazooCommand(ctx, c, script, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("kazoo script (hosts %s, tls %v): %w\nstderr:\n%s", c.Hosts, c.TLS, err, strings.TrimRight(stderr.String(), "\n"))
+	}
+	return stdout.String(), nil
+}
+
+// kazooCommand is the command that runs script connected as c says, in its
+// own process group.
+func kazooCommand(ctx context.Context, c KazooConn, script string, args ...string) *exec.Cmd {
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -98,15 +114,8 @@ func RunKazoo(ctx context.Context, c KazooConn, script string, args ...string) (
 		// Unbuffered, so what a killed script printed is not lost.
 		"PYTHONUNBUFFERED=1",
 	)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kazoo script (hosts %s, tls %v): %w\nstderr:\n%s", c.Hosts, c.TLS, err, strings.TrimRight(stderr.String(), "\n"))
-	}
-	return stdout.String(), nil
+	return cmd
 }
 
 // kazooImportable tells, once per test binary, whether kazooPython can import kazoo.
@@ -120,5 +129,81 @@ func RequireKazoo(t testing.TB) {
 	t.Helper()
 	if !kazooImportable() {
 		requirePart(t, "python3-kazoo (kazoo for "+kazooPython+")")
+	}
+}
+
+// KazooScript is a kazoo script that runs alongside the test, such as a Python
+// builder holding a lock: it reads lines the test sends and prints lines the
+// test waits for.
+type KazooScript struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string
+	stderr bytes.Buffer
+	exited chan struct{}
+	err    error
+}
+
+// StartKazoo starts script as Kazoo does, without waiting for it to end. The
+// script ends when the test does, if not before.
+func StartKazoo(t testing.TB, c KazooConn, script string, args ...string) *KazooScript {
+	t.Helper()
+	RequireKazoo(t)
+	k := &KazooScript{t: t, lines: make(chan string, 100), exited: make(chan struct{})}
+	k.cmd = kazooCommand(context.Background(), c, script, args...)
+	k.cmd.Stderr = &k.stderr
+	var err error
+	if k.stdin, err = k.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := k.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.cmd.Start(); err != nil {
+		t.Fatalf("start kazoo script: %v", err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			k.lines <- sc.Text()
+		}
+		k.err = k.cmd.Wait()
+		close(k.exited)
+	}()
+	t.Cleanup(func() {
+		k.stdin.Close()
+		select {
+		case <-k.exited:
+		case <-time.After(10 * time.Second):
+			syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+			<-k.exited
+		}
+	})
+	return k
+}
+
+// Expect waits until the script prints want as a line, and fails the test when
+// it prints something else, exits, or takes longer than timeout.
+func (k *KazooScript) Expect(want string, timeout time.Duration) {
+	k.t.Helper()
+	select {
+	case line := <-k.lines:
+		if line != want {
+			k.t.Fatalf("kazoo script printed %q, want %q", line, want)
+		}
+	case <-k.exited:
+		k.t.Fatalf("kazoo script exited (%v) before it printed %q\nstderr:\n%s", k.err, want, k.stderr.String())
+	case <-time.After(timeout):
+		k.t.Fatalf("kazoo script did not print %q within %s", want, timeout)
+	}
+}
+
+// Send writes a line to the script's stdin.
+func (k *KazooScript) Send(line string) {
+	k.t.Helper()
+	if _, err := io.WriteString(k.stdin, line+"\n"); err != nil {
+		k.t.Fatalf("write to kazoo script: %v", err)
 	}
 }
