@@ -54,6 +54,8 @@ type Backend struct {
 
 	// requests counts the requests sent to ZooKeeper, for benchmarks.
 	requests atomic.Int64
+	// lastFailure is why the last connection attempt failed.
+	lastFailure atomic.Value
 
 	mu         sync.Mutex
 	registered string // the component znode, once registered
@@ -99,7 +101,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 	b.cache = newCache(b)
 	b.locks = newLockSet(b)
 	connected := make(chan struct{}, 1)
-	logOpt := zk.WithLogger(zkLogger{b.log})
+	logOpt := zk.WithLogger(zkLogger{b})
 	eventOpt := zk.WithEventCallback(func(ev zk.Event) {
 		if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
 			select {
@@ -109,19 +111,26 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		}
 		b.event(ev)
 	})
-	var conn *zk.Conn
-	var err error
-	if opts.TLS != nil {
-		dialer := &tls.Dialer{Config: opts.TLS, NetDialer: &net.Dialer{}}
-		dialOpt := zk.WithDialer(func(network, address string, timeout time.Duration) (net.Conn, error) {
-			dctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			return dialer.DialContext(dctx, network, address)
-		})
-		conn, _, err = zk.Connect(opts.Servers, opts.Timeout, logOpt, eventOpt, dialOpt)
-	} else {
-		conn, _, err = zk.Connect(opts.Servers, opts.Timeout, logOpt, eventOpt)
+	// The client retries a failed connection until the session timeout and
+	// says why only in its log: the last reason is kept for the error.
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, address)
 	}
+	if opts.TLS != nil {
+		dialer := &tls.Dialer{Config: opts.TLS}
+		dial = dialer.DialContext
+	}
+	dialOpt := zk.WithDialer(func(network, address string, timeout time.Duration) (net.Conn, error) {
+		dctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		c, err := dial(dctx, network, address)
+		if err != nil {
+			b.lastFailure.Store(err.Error())
+		}
+		return c, err
+	})
+	conn, _, err := zk.Connect(opts.Servers, opts.Timeout, logOpt, eventOpt, dialOpt)
 	if err != nil {
 		return nil, fmt.Errorf("connect to ZooKeeper at %s: %w", strings.Join(opts.Servers, ", "), err)
 	}
@@ -132,8 +141,12 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 	case <-connected:
 	case <-t.C:
 		conn.Close()
-		return nil, fmt.Errorf("%w: no session with %s within %s; check zookeeper-servers and zookeeper-tls, and that the cluster runs",
-			ErrUnreachable, strings.Join(opts.Servers, ", "), opts.Timeout)
+		why := ""
+		if last, _ := b.lastFailure.Load().(string); last != "" {
+			why = " (last: " + last + ")"
+		}
+		return nil, fmt.Errorf("%w: no session with %s within %s%s; check zookeeper-servers and zookeeper-tls, and that the cluster runs",
+			ErrUnreachable, strings.Join(opts.Servers, ", "), opts.Timeout, why)
 	case <-ctx.Done():
 		conn.Close()
 		return nil, ctx.Err()
@@ -394,9 +407,14 @@ func (b *Backend) register() error {
 }
 
 // zkLogger sends the client's messages to slog at debug level: it reports
-// every reconnect, which the session events already tell.
-type zkLogger struct{ log *slog.Logger }
+// every reconnect, which the session events already tell. A failure it
+// reports is kept for the error of a connection that never came.
+type zkLogger struct{ b *Backend }
 
 func (l zkLogger) Printf(format string, args ...any) {
-	l.log.Debug(fmt.Sprintf(format, args...))
+	msg := fmt.Sprintf(format, args...)
+	if strings.Contains(strings.ToLower(msg), "fail") {
+		l.b.lastFailure.Store(msg)
+	}
+	l.b.log.Debug(msg)
 }
