@@ -328,3 +328,85 @@ for image in ("debian", "dib-image"):
 		t.Fatalf("uploads after the lock was free: cloud-q %+v, cloud-r %+v", e.images("cloud-q"), e.images("cloud-r"))
 	}
 }
+
+// TestZooKeeperTLS runs --once against a ZooKeeper that serves only TLS and
+// requires a client certificate, as nodepool's clusters do; a wrong CA, a
+// client certificate the server does not trust, a missing key or no TLS at
+// all is a clear error.
+func TestZooKeeperTLS(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	z := newZooKeeper(t, testenv.ZooKeeperOptions{TLS: true})
+	base, err := os.ReadFile(e.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
+	host, port, _ := strings.Cut(z.Addr, ":")
+	servers := fmt.Sprintf("zookeeper-servers:\n  - host: %s\n    port: %s\n    chroot: %s\nzookeeper-timeout: 2\n", host, port, zkChroot)
+	tlsKeys := func(cert, key, ca string) string {
+		return fmt.Sprintf("zookeeper-tls:\n  cert: %s\n  key: %s\n  ca: %s\n", cert, key, ca)
+	}
+	refusals := []struct {
+		name string
+		keys string
+		code int
+		says []string
+	}{
+		{"wrong CA", tlsKeys(z.ClientCert, z.ClientKey, z.WrongCA), exitFailed,
+			[]string{"ZooKeeper cannot be reached", z.Addr, "certificate signed by unknown authority"}},
+		{"untrusted client certificate", tlsKeys(z.WrongClientCert, z.WrongClientKey, z.CA), exitFailed,
+			[]string{"ZooKeeper cannot be reached", z.Addr, "zookeeper-tls", "bad certificate"}},
+		{"missing key", tlsKeys(z.ClientCert, filepath.Join(e.dir, "absent.key"), z.CA), exitUsage,
+			[]string{"zookeeper-tls", "absent.key", "no such file"}},
+		{"no TLS", "", exitFailed, []string{"ZooKeeper cannot be reached", z.Addr, "zookeeper-tls"}},
+	}
+	for _, c := range refusals {
+		if err := os.WriteFile(e.cfgPath, append(append([]byte{}, base...), servers+c.keys...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := e.run("--once")
+		if r.code != c.code {
+			t.Errorf("%s: --once exited %d, want %d\n%s", c.name, r.code, c.code, r.stderr)
+			continue
+		}
+		for _, s := range c.says {
+			if !strings.Contains(r.stderr, s) {
+				t.Errorf("%s: --once does not say %q:\n%s", c.name, s, r.stderr)
+			}
+		}
+	}
+	if imgs, _ := e.cloud.List(context.Background(), nil); len(imgs) != 0 {
+		t.Fatalf("uploaded without a state: %+v", imgs)
+	}
+
+	if err := os.WriteFile(e.cfgPath, append(append([]byte{}, base...), zkKeys(z, zkChroot)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.once(0)
+	v := launcher(t, z)
+	checkSchema(t, v)
+	for _, p := range []string{"cloud-q", "cloud-r"} {
+		imgs := e.images(p)
+		if len(imgs) != 1 || v.Launch["debian/"+p].ExternalID != imgs[0].ID {
+			t.Errorf("%s: Glance holds %+v; the launcher would boot %+v", p, imgs, v.Launch["debian/"+p])
+		}
+	}
+}
+
+// TestZooKeeperUnreachable: --once against a cluster that does not answer exits
+// 1 and names the servers.
+func TestZooKeeperUnreachable(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	port := testenv.FreePort(t)
+	e.appendConfig(fmt.Sprintf("zookeeper-servers:\n  - host: 127.0.0.1\n    port: %d\nzookeeper-timeout: 2\n", port))
+	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
+	r := e.once(exitFailed)
+	for _, s := range []string{"ZooKeeper cannot be reached", fmt.Sprintf("127.0.0.1:%d", port), "connection refused"} {
+		if !strings.Contains(r.stderr, s) {
+			t.Errorf("--once does not say %q:\n%s", s, r.stderr)
+		}
+	}
+	if imgs, _ := e.cloud.List(context.Background(), nil); len(imgs) != 0 {
+		t.Fatalf("uploaded without a state: %+v", imgs)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -284,4 +285,15 @@ func logTail(path string) string {
 		}
 	}
 	return strings.TrimRight(string(data), "\n")
+}
+
+// FreePort is a loopback port nothing listens on right now, for a test that
+// needs a server that does not answer.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
 }

@@ -61,6 +61,7 @@ type Backend struct {
 	registered string // the component znode, once registered
 	closed     bool
 	adrift     *time.Timer // runs while disconnected; at the session timeout, locks count as lost
+	hadSession bool        // a session was had: a lost connection is then news
 }
 
 var _ store.Backend = (*Backend)(nil)
@@ -205,6 +206,7 @@ func (b *Backend) event(ev zk.Event) {
 		b.locks.lost()
 	case zk.StateHasSession:
 		b.mu.Lock()
+		b.hadSession = true
 		if b.adrift != nil {
 			b.adrift.Stop()
 			b.adrift = nil
@@ -219,8 +221,8 @@ func (b *Backend) event(ev zk.Event) {
 	case zk.StateDisconnected:
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		if b.closed || b.adrift != nil {
-			return
+		if b.closed || !b.hadSession || b.adrift != nil {
+			return // a first connection failing is Open's to report
 		}
 		b.log.Warn("ZooKeeper connection lost; reconnecting")
 		// The server expires the session a session timeout after it last heard
