@@ -76,11 +76,12 @@ func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
 			return fmt.Errorf("recover upload %s: %w", up, err)
 		}
 	} else {
+		// Not by builder id: the upload may be another builder's, which
+		// tagged its image with its own id.
 		imgs, err := cloud.List(cctx, map[string]string{
-			PropBuilderID: st.BuilderID(),
-			PropBuildID:   up.BuildID,
-			PropUploadID:  up.ID,
-			PropProvider:  up.Provider,
+			PropBuildID:  up.BuildID,
+			PropUploadID: up.ID,
+			PropProvider: up.Provider,
 		})
 		if err != nil {
 			return fmt.Errorf("recover upload %s: %w", up, err)

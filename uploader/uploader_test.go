@@ -642,6 +642,33 @@ func TestRecoverInterruptedUploads(t *testing.T) {
 	}
 }
 
+// TestRecoverFindsAnotherBuildersImage: an interrupted upload whose image id
+// was never recorded is found by build, upload and provider, also when the
+// builder that made it (another host sharing the state) tagged it as its own.
+func TestRecoverFindsAnotherBuildersImage(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	b := f.addBuild("debian", "qcow2")
+	up, err := f.st.CreateUpload(ctx, &b, "a", "qcow2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := f.up.Properties(&f.cfg.Providers[0], b, store.File{}, up)
+	props[PropBuilderID] = "another-builder"
+	if _, err := f.clouds["a"].Create(ctx, ImageSpec{Name: "half", Properties: props}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.up.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.clouds["a"].count(); n != 0 {
+		t.Fatalf("the half-made image of another builder's upload was left: %d images", n)
+	}
+	if got := f.uploads(store.UploadFilter{Provider: "a"}); got[0].State != store.Failed {
+		t.Fatalf("interrupted upload = %+v, want failed", got)
+	}
+}
+
 // TestRecoverRunsTheHookItMissed: an image that went active before a crash is
 // ready only once the post-upload hook that never ran passes on it; one that
 // fails the hook is deleted and uploaded again.
