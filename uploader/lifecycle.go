@@ -298,13 +298,17 @@ func (u *Uploader) deleteUpload(ctx context.Context, up store.Upload) error {
 	return u.write(ctx, "delete upload record "+up.String(), store.DeleteUpload(up))
 }
 
-// deleteBuild removes a deleting build's files from this host, takes its
-// finished uploads with it, and deletes its record once none is left. Each
-// builder removes its own files; any builder deletes the record.
+// deleteBuild takes a deleting build's finished uploads with it (any builder
+// does), and on the builder that holds its files, removes them and then the
+// record once no upload is left: as nodepool's builders do, so that no host
+// keeps the files of a build the state no longer holds.
 func (u *Uploader) deleteBuild(ctx context.Context, b store.Build) error {
 	st := u.opts.Store
-	if err := st.RemoveBuildFiles(b.Image, b.ID); err != nil {
-		return err
+	own := b.BuilderID == st.BuilderID()
+	if own {
+		if err := st.RemoveBuildFiles(b.Image, b.ID); err != nil {
+			return err
+		}
 	}
 	left, err := st.Uploads(ctx, store.UploadFilter{BuildID: b.ID})
 	if err != nil {
@@ -329,7 +333,7 @@ func (u *Uploader) deleteBuild(ctx context.Context, b store.Build) error {
 		}
 		pending = true
 	}
-	if pending || len(errs) > 0 {
+	if pending || len(errs) > 0 || !own {
 		return errors.Join(errs...)
 	}
 	if err := st.Write(ctx, store.DeleteBuild(b)); err != nil {

@@ -939,3 +939,39 @@ func TestDeletingBuildTakesLateUploadsWithIt(t *testing.T) {
 		t.Fatal("uploads of the deleted build left in the clouds")
 	}
 }
+
+// TestAnotherBuildersDeletingBuild: with a shared state, the uploads of another
+// builder's deleting build are deleted here, but its record stays for that
+// builder, which removes its files first.
+func TestAnotherBuildersDeletingBuild(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	b := f.addBuild("debian", "qcow2", "raw")
+	if err := f.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = f.st.Build(ctx, b.ID)
+	b.BuilderID = "another-builder"
+	b.SetState(store.Deleting, f.st.Now())
+	if err := f.st.Write(ctx, store.PutBuild(&b)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := f.up.Delete(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.clouds["a"].count()+f.clouds["b"].count() != 0 {
+		t.Fatal("uploads of the deleting build left in the clouds")
+	}
+	if ups := f.uploads(store.UploadFilter{BuildID: b.ID}); len(ups) != 0 {
+		t.Fatalf("upload records left: %+v", ups)
+	}
+	got, err := f.st.Build(ctx, b.ID)
+	if err != nil || got.State != store.Deleting {
+		t.Fatalf("another builder's build = %+v, %v; want its record left deleting", got, err)
+	}
+	if _, err := os.Stat(f.st.FilePath("debian", b.ID, "qcow2")); err != nil {
+		t.Fatalf("files in this images-dir of a build recorded as another's were removed: %v", err)
+	}
+}
