@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -409,4 +410,319 @@ func TestZooKeeperUnreachable(t *testing.T) {
 	if imgs, _ := e.cloud.List(context.Background(), nil); len(imgs) != 0 {
 		t.Fatalf("uploaded without a state: %+v", imgs)
 	}
+}
+
+// host is one of several builders sharing a ZooKeeper: its own config and
+// images-dir.
+type host struct {
+	name, cfgPath, imagesDir string
+	d                        *daemon
+}
+
+// hosts writes the env's config (text, as writeYAML takes it, plus zkKeys) for
+// n builders, each with an images-dir and build-log-dir of its own.
+func (e *env) hosts(z *testenv.ZooKeeper, text string, n int) []*host {
+	e.t.Helper()
+	e.writeYAML(text + zkKeys(z, zkChroot))
+	base, err := os.ReadFile(e.cfgPath)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []*host
+	for i := range n {
+		name := string(rune('a' + i))
+		h := &host{name: name, cfgPath: filepath.Join(e.dir, "host-"+name+".yaml"), imagesDir: filepath.Join(e.dir, "host-"+name, "images")}
+		cfg := strings.NewReplacer(e.imagesDir(), h.imagesDir, e.buildLogDir(), filepath.Join(e.dir, "host-"+name, "logs")).Replace(string(base))
+		if err := os.WriteFile(h.cfgPath, []byte(cfg), 0o644); err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+func (h *host) start(t *testing.T) { h.d = startDaemon(t, h.cfgPath) }
+
+// stop ends the host's daemon with SIGTERM and waits for it.
+func (h *host) stop(t *testing.T) {
+	t.Helper()
+	h.d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-h.d.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("host %s did not stop within 60s of SIGTERM\n%s", h.name, h.d.logs.String())
+	}
+}
+
+func (h *host) builderID(t *testing.T) string {
+	t.Helper()
+	id, err := os.ReadFile(filepath.Join(h.imagesDir, "builder_id.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(id))
+}
+
+// holds tells whether the host's images-dir has a file of the build.
+func (h *host) holds(b buildJSON) bool {
+	files, _ := filepath.Glob(filepath.Join(h.imagesDir, b.ID+".*"))
+	return len(files) > 0
+}
+
+// allLogs is what every host's daemons logged.
+func allLogs(hs []*host, earlier ...string) string {
+	logs := strings.Join(earlier, "\n")
+	for _, h := range hs {
+		if h.d != nil {
+			logs += "\n--- host " + h.name + ":\n" + h.d.logs.String()
+		}
+	}
+	return logs
+}
+
+const zkTwoHosts = `images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: dib-image
+    dib-cmd: {{DIB}}
+    elements: [debian-minimal]
+    env-vars:
+      FAKE_DIB_SLEEP: "1"
+zuul-images:
+{{DEBIAN}}providers:
+  - name: cloud-q
+    cloud: {{CLOUD}}
+    image-format: qcow2
+    diskimages:
+      - name: debian
+      - name: dib-image
+  - name: cloud-r
+    cloud: {{CLOUD}}
+    image-format: raw
+    diskimages:
+      - name: debian
+builder:
+  keep-builds: 2
+  keep-uploads: 2
+  upload-attempts: 100
+`
+
+// TestZooKeeperTwoHosts runs two builder daemons ("hosts", each with its own
+// images-dir) on one ZooKeeper and one Glance: each build is made once, each
+// upload once by the host that has the build's files, each rotated-out image
+// deleted once. A host killed in the middle of an upload leaves nothing the
+// other does not settle: its half-made image is deleted, new builds are the
+// other's; back, it converges with the rest.
+func TestZooKeeperTwoHosts(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	z := newZooKeeper(t, testenv.ZooKeeperOptions{})
+	hs := e.hosts(z, zkTwoHosts, 2)
+	a, b := hs[0], hs[1]
+	e.cfgPath = a.cfgPath // the listings read the shared state through host a's config
+	a.start(t)
+	b.start(t)
+	var earlier []string // logs of daemons that ended
+
+	// uploaded waits until the Zuul build is ready and uploaded to both
+	// providers, and returns its record.
+	uploaded := func(zb zuultest.Build, what string) buildJSON {
+		t.Helper()
+		waitFor(t, 90*time.Second, what, e.zuulUploaded(zb, "cloud-q", "cloud-r"), func() string { return allLogs(hs, earlier...) })
+		bj, _ := e.zuulBuildOf(zb.UUID)
+		return bj
+	}
+	// once checks that a build is in one images-dir, and its images in Glance
+	// once per provider, tagged by that host.
+	once := func(bj buildJSON, providers ...string) *host {
+		t.Helper()
+		var holder *host
+		for _, h := range hs {
+			if h.holds(bj) {
+				if holder != nil {
+					t.Fatalf("build %s is on hosts %s and %s", bj.ID, holder.name, h.name)
+				}
+				holder = h
+			}
+		}
+		if holder == nil {
+			t.Fatalf("build %s is on no host", bj.ID)
+		}
+		for _, p := range providers {
+			var mine []uploader.Image
+			for _, img := range e.images(p) {
+				if img.Properties[uploader.PropBuildID] == bj.BuildID {
+					mine = append(mine, img)
+				}
+			}
+			if len(mine) != 1 || mine[0].Properties[uploader.PropBuilderID] != holder.builderID(t) {
+				t.Fatalf("%s holds %+v of build %s, want one image uploaded by host %s", p, mine, bj.ID, holder.name)
+			}
+		}
+		return holder
+	}
+
+	z1 := e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
+	b1 := uploaded(z1, "the first Zuul build's uploads")
+	waitFor(t, 90*time.Second, "dib-image's build and upload", func() bool {
+		builds := e.buildsOf("dib-image")
+		if len(builds) == 0 || builds[0].State != "ready" {
+			return false
+		}
+		_, ok := e.readyUpload(builds[0].BuildID, "cloud-q")
+		return ok
+	}, func() string { return allLogs(hs) })
+	if n := len(e.buildsOf("debian")); n != 1 {
+		t.Fatalf("debian has %d builds after one Zuul build: %+v", n, e.buildsOf("debian"))
+	}
+	dib := e.buildsOf("dib-image")
+	if len(dib) != 1 {
+		t.Fatalf("dib-image was built %d times: %+v", len(dib), dib)
+	}
+	once(b1, "cloud-q", "cloud-r")
+	once(dib[0], "cloud-q")
+
+	// Two more builds rotate the first out: each of its images is deleted
+	// once, whichever host does it.
+	z2 := e.addBuild(e.makeImage(2), zuultest.BuildSpec{})
+	b2 := uploaded(z2, "the second Zuul build's uploads")
+	once(b2, "cloud-q", "cloud-r")
+	z3 := e.addBuild(e.makeImage(3), zuultest.BuildSpec{})
+	b3 := uploaded(z3, "the third Zuul build's uploads")
+	once(b3, "cloud-q", "cloud-r")
+	waitFor(t, 90*time.Second, "the first build to be deleted", func() bool {
+		for _, bj := range e.buildsOf("debian") {
+			if bj.BuildID == b1.BuildID {
+				return false
+			}
+		}
+		for _, h := range hs {
+			if h.holds(b1) {
+				return false
+			}
+		}
+		return true
+	}, func() string { return allLogs(hs) })
+	for _, p := range []string{"cloud-q", "cloud-r"} {
+		for _, img := range e.images(p) {
+			if img.Properties[uploader.PropBuildID] == b1.BuildID {
+				t.Fatalf("%s still holds %s of the deleted build", p, img.ID)
+			}
+		}
+	}
+	deletes := map[string]int{}
+	for _, line := range strings.Split(allLogs(hs), "\n") {
+		if strings.Contains(line, `msg="deleted cloud image"`) {
+			if m := regexp.MustCompile(`external_id=(\S+)`).FindStringSubmatch(line); m != nil {
+				deletes[m[1]]++
+			}
+		}
+	}
+	if len(deletes) != 2 {
+		t.Errorf("cloud images deleted: %v, want the first build's two", deletes)
+	}
+	for id, n := range deletes {
+		if n != 1 {
+			t.Errorf("cloud image %s was deleted %d times", id, n)
+		}
+	}
+
+	// Host a alone fetches the next build and is killed as its upload starts.
+	a.stop(t)
+	b.stop(t)
+	earlier = append(earlier, allLogs(hs))
+	a.d = startMain(t, `msg="upload started"`, "-c", a.cfgPath)
+	b.d = nil
+	z4 := e.addBuild(e.makeImage(4), zuultest.BuildSpec{})
+	select {
+	case <-a.d.exited:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("host a did not start an upload of the fourth build\n%s", a.d.logs.String())
+	}
+	if !strings.Contains(a.d.logs.String(), `msg="upload started"`) {
+		t.Fatalf("host a exited before an upload started:\n%s", a.d.logs.String())
+	}
+	earlier = append(earlier, "--- host a, killed:\n"+a.d.logs.String())
+	a.d = nil
+	b4, ok := e.zuulBuildOf(z4.UUID)
+	if !ok || !a.holds(b4) {
+		t.Fatalf("the fourth build is not host a's: %+v", e.buildsJSON())
+	}
+
+	// Host b settles the killed upload once host a's session is gone, and
+	// takes the new work.
+	b.start(t)
+	waitFor(t, 90*time.Second, "host b to settle host a's interrupted upload", func() bool {
+		for _, u := range e.uploadsJSON() {
+			if u.State == "uploading" {
+				return false
+			}
+		}
+		imgs, _ := e.cloud.List(context.Background(), map[string]string{uploader.PropBuildID: b4.BuildID})
+		for _, img := range imgs {
+			if img.Status != "active" {
+				return false
+			}
+		}
+		return true
+	}, func() string { return allLogs(hs, earlier...) })
+	if logs := b.d.logs.String(); !strings.Contains(logs, `msg="upload was interrupted`) && !strings.Contains(logs, `msg="interrupted upload had finished`) {
+		t.Fatalf("host b did not recover host a's upload:\n%s", allLogs(hs, earlier...))
+	}
+	z5 := e.addBuild(e.makeImage(5), zuultest.BuildSpec{})
+	b5 := uploaded(z5, "host b to fetch and upload the fifth build")
+	if once(b5, "cloud-q", "cloud-r") != b {
+		t.Fatalf("the fifth build was not host b's")
+	}
+
+	// Host a comes back: together they converge.
+	a.start(t)
+	waitFor(t, 90*time.Second, "both hosts to converge", func() bool {
+		return e.twoHostInvariants(hs, b5) == ""
+	}, func() string { return e.twoHostInvariants(hs, b5) + "\n" + allLogs(hs, earlier...) })
+	a.stop(t)
+	b.stop(t)
+}
+
+// twoHostInvariants says what is wrong once the hosts settled, or "": every
+// upload ready, every Glance image tagged by a host recorded, none twice,
+// every host's files of a build the state holds.
+func (e *env) twoHostInvariants(hs []*host, newest buildJSON) string {
+	for _, p := range []string{"cloud-q", "cloud-r"} {
+		if _, ok := e.readyUpload(newest.BuildID, p); !ok {
+			return "the newest build has no ready upload to " + p
+		}
+	}
+	live := map[string]bool{}
+	for _, u := range e.uploadsJSON() {
+		if u.State != "ready" {
+			return fmt.Sprintf("upload %s/%s/%s is %s", u.BuildID, u.Provider, u.UploadID, u.State)
+		}
+		if live[u.ExternalID] {
+			return "two uploads name image " + u.ExternalID
+		}
+		live[u.ExternalID] = true
+	}
+	imgs, err := e.cloud.List(context.Background(), nil)
+	if err != nil {
+		return err.Error()
+	}
+	for _, img := range imgs {
+		if !live[img.ID] {
+			return fmt.Sprintf("Glance image %s (%s, %s) is no upload's", img.ID, img.Name, img.Status)
+		}
+	}
+	known := map[string]bool{}
+	for _, bj := range e.buildsJSON() {
+		known[bj.BuildID] = true
+	}
+	for _, h := range hs {
+		ents, _ := os.ReadDir(h.imagesDir)
+		for _, ent := range ents {
+			id, _, _ := strings.Cut(ent.Name(), ".")
+			if buildIDPattern.MatchString(id) && !known[id] {
+				return fmt.Sprintf("host %s keeps %s of a build the state no longer holds", h.name, ent.Name())
+			}
+		}
+	}
+	return ""
 }

@@ -141,7 +141,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 	select {
 	case <-connected:
 	case <-t.C:
-		conn.Close()
+		b.abort()
 		why := ""
 		if last, _ := b.lastFailure.Load().(string); last != "" {
 			why = " (last: " + last + ")"
@@ -149,26 +149,35 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("%w: no session with %s within %s%s; check zookeeper-servers and zookeeper-tls, and that the cluster runs",
 			ErrUnreachable, strings.Join(opts.Servers, ", "), opts.Timeout, why)
 	case <-ctx.Done():
-		conn.Close()
+		b.abort()
 		return nil, ctx.Err()
 	}
 	for _, p := range []string{imageRoot, componentRoot, ourRoot + "/cursors", ourRoot + "/leaks"} {
 		if err := b.ensure(p); err != nil {
-			conn.Close()
+			b.abort()
 			return nil, fmt.Errorf("prepare ZooKeeper: %w", err)
 		}
 	}
 	if err := b.cache.load(); err != nil {
-		conn.Close()
+		b.abort()
 		return nil, fmt.Errorf("read the image records from ZooKeeper: %w", err)
 	}
 	if opts.Hostname != "" {
 		if err := b.register(); err != nil {
-			conn.Close()
+			b.abort()
 			return nil, err
 		}
 	}
 	return b, nil
+}
+
+// abort ends the connection of an Open that failed.
+func (b *Backend) abort() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cache.stop()
+	b.conn.Close()
 }
 
 // Close unregisters the builder and ends the session, which drops every lock.
