@@ -677,17 +677,17 @@ func TestZooKeeperTwoHosts(t *testing.T) {
 	// Host a comes back: together they converge.
 	a.start(t)
 	waitFor(t, 90*time.Second, "both hosts to converge", func() bool {
-		return e.twoHostInvariants(hs, b5) == ""
-	}, func() string { return e.twoHostInvariants(hs, b5) + "\n" + allLogs(hs, earlier...) })
+		return e.settled(hs, b5, "cloud-q", "cloud-r") == ""
+	}, func() string { return e.settled(hs, b5, "cloud-q", "cloud-r") + "\n" + allLogs(hs, earlier...) })
 	a.stop(t)
 	b.stop(t)
 }
 
-// twoHostInvariants says what is wrong once the hosts settled, or "": every
-// upload ready, every Glance image tagged by a host recorded, none twice,
-// every host's files of a build the state holds.
-func (e *env) twoHostInvariants(hs []*host, newest buildJSON) string {
-	for _, p := range []string{"cloud-q", "cloud-r"} {
+// settled says what is wrong once the hosts settled, or "": the newest build
+// ready in every provider, every upload ready, every Glance image an upload's
+// and none twice, every host's files of a build the state holds.
+func (e *env) settled(hs []*host, newest buildJSON, providers ...string) string {
+	for _, p := range providers {
 		if _, ok := e.readyUpload(newest.BuildID, p); !ok {
 			return "the newest build has no ready upload to " + p
 		}
@@ -725,4 +725,100 @@ func (e *env) twoHostInvariants(hs []*host, newest buildJSON) string {
 		}
 	}
 	return ""
+}
+
+// TestZooKeeperRestartDuringUploads restarts ZooKeeper while an upload runs,
+// once at once and once after longer than the session timeout (the builder
+// then counts its locks as lost and stops the work under them): each time the
+// builder converges, with no image uploaded twice and none leaked.
+func TestZooKeeperRestartDuringUploads(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	z := newZooKeeper(t, testenv.ZooKeeperOptions{})
+	proxies := e.proxiedClouds("slow")
+	e.writeYAML(`images-dir: {{IMAGES}}
+zuul-images:
+{{DEBIAN}}providers:
+  - name: cloud-a
+    cloud: slow
+    image-format: raw
+    diskimages:
+      - name: debian
+  - name: cloud-b
+    cloud: {{CLOUD}}
+    image-format: raw
+    diskimages:
+      - name: debian
+builder:
+  upload-attempts: 100
+` + zkKeys(z, zkChroot))
+	h := &host{name: "a", cfgPath: e.cfgPath, imagesDir: e.imagesDir()}
+	raw := func(img image) []zuultest.ArtifactSpec {
+		return []zuultest.ArtifactSpec{{Name: "debian raw", Path: img.raw, Compress: "zst", Metadata: zuulImageMeta("raw")}}
+	}
+	const size = 8 << 20 // two minutes through the slow proxy: it is in flight until sped up
+	proxies["slow"].SetRate(64 << 10)
+	h.start(t)
+	logs := func() string { return h.d.logs.String() + "\n--- zookeeper:\n" + testenvLogTail(z) }
+
+	restarts := []struct {
+		name string
+		down func()
+	}{
+		{"at once", func() {
+			if err := z.Stop(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"after the session timeout", func() {
+			if err := z.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			h.d.waitLog(t, 30*time.Second, "every lock held counts as lost")
+		}},
+	}
+	for i, r := range restarts {
+		img := e.makeImageSized(int64(i+1), size)
+		zb := e.addBuild(img, zuultest.BuildSpec{Artifacts: raw(img)})
+		var buildID string
+		waitFor(t, 60*time.Second, "an upload of the build to the slow cloud", func() bool {
+			bj, ok := e.zuulBuildOf(zb.UUID)
+			buildID = bj.BuildID
+			started := regexp.MustCompile(`msg="upload started" image=debian build=` + buildID + ` provider=cloud-a`)
+			return ok && started.MatchString(h.d.logs.String())
+		}, logs)
+		if strings.Contains(h.d.logs.String(), `msg="upload ready" image=debian build=`+buildID+` provider=cloud-a`) {
+			t.Fatalf("the upload to the slow cloud ended before ZooKeeper went down %s", r.name)
+		}
+		r.down()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := z.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		proxies["slow"].SetRate(0)
+		waitFor(t, 120*time.Second, "the builder to converge after a restart "+r.name, func() bool {
+			if !e.zuulUploaded(zb, "cloud-a", "cloud-b")() {
+				return false
+			}
+			bj, _ := e.zuulBuildOf(zb.UUID)
+			return e.settled([]*host{h}, bj, "cloud-a", "cloud-b") == ""
+		}, func() string {
+			bj, _ := e.zuulBuildOf(zb.UUID)
+			return e.settled([]*host{h}, bj, "cloud-a", "cloud-b") + "\n" + logs()
+		})
+		proxies["slow"].SetRate(64 << 10)
+	}
+	h.stop(t)
+}
+
+// testenvLogTail is the end of ZooKeeper's log, for a failure message.
+func testenvLogTail(z *testenv.ZooKeeper) string {
+	data, err := os.ReadFile(z.LogFile)
+	if err != nil {
+		return err.Error()
+	}
+	if len(data) > 4096 {
+		data = data[len(data)-4096:]
+	}
+	return string(data)
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -60,10 +61,54 @@ func (h *zkHeld) Release() {
 		delete(h.set.held, h)
 		h.set.mu.Unlock()
 		if err := h.set.b.delete(h.node, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
-			// The node goes with the session anyway.
-			h.set.b.log.Warn("could not release a lock; it goes when the session ends", "lock", h.node, "error", err)
+			h.set.withdrawLater(path.Dir(h.node), path.Base(h.node), err)
 		}
 	})
+}
+
+// withdrawLater deletes, once ZooKeeper answers again, the contender nodes of
+// this process under a lock node whose names begin with prefix: a release or
+// a take that failed on a lost connection. The session may well survive the
+// outage, and with it those nodes: left alone, they would hold the lock for a
+// process that believes it does not, until it exits.
+func (s *lockSet) withdrawLater(lockNode, prefix string, cause error) {
+	s.b.log.Info("lock node left by a lost connection; it is removed once ZooKeeper answers", "lock", lockNode, "error", cause)
+	go func() {
+		delay := 250 * time.Millisecond
+		for {
+			select {
+			case <-s.b.done:
+				return // the session ends, and the nodes with it
+			case <-time.After(delay):
+			}
+			if s.withdraw(lockNode, prefix) {
+				return
+			}
+			delay = min(2*delay, 10*time.Second)
+		}
+	}()
+}
+
+// withdraw deletes this process's contender nodes with the prefix and tells
+// whether none is left (or the session that made them is gone).
+func (s *lockSet) withdraw(lockNode, prefix string) bool {
+	kids, _, err := s.b.children(lockNode)
+	if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrSessionExpired) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	done := true
+	for _, k := range kids {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		if err := s.b.delete(lockNode+"/"+k, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			done = false
+		}
+	}
+	return done
 }
 
 // lockSuffixes are the kinds of contender kazoo names (exclusive and read locks).
@@ -90,19 +135,27 @@ func (b *Backend) TryLock(_ context.Context, key store.LockKey) (store.Held, err
 	}
 	var id [16]byte
 	rand.Read(id[:])
-	node, err := b.create(lp+"/"+hex.EncodeToString(id[:])+"__lock__", nil, zk.FlagEphemeral|zk.FlagSequence)
+	prefix := hex.EncodeToString(id[:]) + "__lock__"
+	node, err := b.create(lp+"/"+prefix, nil, zk.FlagEphemeral|zk.FlagSequence)
 	if err != nil {
+		if !errors.Is(err, zk.ErrNoNode) {
+			// The node may have been made before the answer was lost; its name
+			// is known by the prefix, as kazoo finds its own.
+			b.locks.withdrawLater(lp, prefix, err)
+		}
 		return nil, fmt.Errorf("lock %s: %w", key, err)
 	}
 	kids, _, err := b.children(lp)
 	if err != nil {
-		b.delete(node, -1)
+		if err := b.delete(node, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			b.locks.withdrawLater(lp, path.Base(node), err)
+		}
 		return nil, fmt.Errorf("lock %s: %w", key, err)
 	}
 	sort.Slice(kids, func(i, j int) bool { return lockSequence(kids[i]) < lockSequence(kids[j]) })
 	if len(kids) == 0 || kids[0] != path.Base(node) {
 		if err := b.delete(node, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
-			b.log.Warn("could not withdraw from a lock; it goes when the session ends", "lock", node, "error", err)
+			b.locks.withdrawLater(lp, path.Base(node), err)
 		}
 		return nil, fmt.Errorf("lock %s: %w", key, store.ErrHeld)
 	}

@@ -60,8 +60,9 @@ type Backend struct {
 	mu         sync.Mutex
 	registered string // the component znode, once registered
 	closed     bool
-	adrift     *time.Timer // runs while disconnected; at the session timeout, locks count as lost
-	hadSession bool        // a session was had: a lost connection is then news
+	adrift     *time.Timer   // runs while disconnected; at the session timeout, locks count as lost
+	hadSession bool          // a session was had: a lost connection is then news
+	done       chan struct{} // closed by Close
 }
 
 var _ store.Backend = (*Backend)(nil)
@@ -98,7 +99,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	b := &Backend{opts: opts, log: opts.Logger.With("zookeeper", strings.Join(opts.Servers, ",")), now: opts.Now}
+	b := &Backend{opts: opts, log: opts.Logger.With("zookeeper", strings.Join(opts.Servers, ",")), now: opts.Now, done: make(chan struct{})}
 	b.cache = newCache(b)
 	b.locks = newLockSet(b)
 	connected := make(chan struct{}, 1)
@@ -176,6 +177,7 @@ func (b *Backend) abort() {
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
+	close(b.done)
 	b.cache.stop()
 	b.conn.Close()
 }
@@ -192,6 +194,7 @@ func (b *Backend) Close() error {
 		b.adrift.Stop()
 	}
 	b.mu.Unlock()
+	close(b.done)
 	b.cache.stop()
 	b.conn.Close()
 	return nil
