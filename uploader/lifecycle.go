@@ -237,12 +237,27 @@ func (u *Uploader) keepUploads() int { return max(u.opts.Config.Builder.KeepUplo
 // step until the cloud agrees), then records; a deleting build's files go at once,
 // its record once none of its uploads is left.
 func (u *Uploader) Delete(ctx context.Context) error {
+	errs := u.deleteUploads(ctx)
+	took, berrs := u.deleteBuilds(ctx)
+	errs = append(errs, berrs...)
+	if took {
+		// Uploads a deleting build took with it (one released by a Python
+		// builder, which marks only the build) go now, not a pass later.
+		errs = append(errs, u.deleteUploads(ctx)...)
+		_, berrs = u.deleteBuilds(ctx)
+		errs = append(errs, berrs...)
+	}
+	return errors.Join(errs...)
+}
+
+// deleteUploads deletes every deleting upload no other builder is on.
+func (u *Uploader) deleteUploads(ctx context.Context) []error {
 	st := u.opts.Store
-	var errs []error
 	ups, err := st.Uploads(ctx, store.UploadFilter{State: store.Deleting})
 	if err != nil {
-		return err
+		return []error{err}
 	}
+	var errs []error
 	for _, up := range ups {
 		// The upload's own lock, as nodepool takes it to delete one: another
 		// builder deleting it now leaves it to that builder.
@@ -259,10 +274,19 @@ func (u *Uploader) Delete(ctx context.Context) error {
 		}
 		held.Release()
 	}
+	return errs
+}
+
+// deleteBuilds settles every deleting build no other builder is on, and
+// tells whether one took ready uploads with it.
+func (u *Uploader) deleteBuilds(ctx context.Context) (bool, []error) {
+	st := u.opts.Store
 	builds, err := st.Builds(ctx, store.BuildFilter{State: store.Deleting})
 	if err != nil {
-		return errors.Join(append(errs, err)...)
+		return false, []error{err}
 	}
+	var errs []error
+	took := false
 	for _, b := range builds {
 		held, err := st.TryLock(ctx, store.LockKey{Image: b.Image, BuildID: b.ID})
 		if errors.Is(err, store.ErrHeld) || errors.Is(err, store.ErrNotFound) {
@@ -272,12 +296,14 @@ func (u *Uploader) Delete(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		if err := u.deleteBuild(ctx, b); err != nil {
+		t, err := u.deleteBuild(ctx, b)
+		took = took || t
+		if err != nil {
 			errs = append(errs, err)
 		}
 		held.Release()
 	}
-	return errors.Join(errs...)
+	return took, errs
 }
 
 // deleteUpload deletes a deleting upload's cloud image, then its record.
@@ -301,21 +327,22 @@ func (u *Uploader) deleteUpload(ctx context.Context, up store.Upload) error {
 // deleteBuild takes a deleting build's finished uploads with it (any builder
 // does), and on the builder that holds its files, removes them and then the
 // record once no upload is left: as nodepool's builders do, so that no host
-// keeps the files of a build the state no longer holds.
-func (u *Uploader) deleteBuild(ctx context.Context, b store.Build) error {
+// keeps the files of a build the state no longer holds. It tells whether it
+// took ready uploads with it.
+func (u *Uploader) deleteBuild(ctx context.Context, b store.Build) (bool, error) {
 	st := u.opts.Store
 	own := b.BuilderID == st.BuilderID()
 	if own {
 		if err := st.RemoveBuildFiles(b.Image, b.ID); err != nil {
-			return err
+			return false, err
 		}
 	}
 	left, err := st.Uploads(ctx, store.UploadFilter{BuildID: b.ID})
 	if err != nil {
-		return err
+		return false, err
 	}
 	var errs []error
-	pending := false
+	pending, took := false, false
 	for _, up := range left {
 		switch up.State {
 		case store.Failed:
@@ -325,23 +352,25 @@ func (u *Uploader) deleteBuild(ctx context.Context, b store.Build) error {
 			continue
 		case store.Ready:
 			// Finished after its build was released (an upload already under
-			// way then): it goes with its build.
+			// way then), or its build was released alone: it goes with its build.
 			up.SetState(store.Deleting, u.opts.Now())
 			if err := u.write(ctx, "release upload "+up.String(), store.PutUpload(&up)); err != nil {
 				errs = append(errs, err)
+			} else {
+				took = true
 			}
 		}
 		pending = true
 	}
 	if pending || len(errs) > 0 || !own {
-		return errors.Join(errs...)
+		return took, errors.Join(errs...)
 	}
 	if err := st.Write(ctx, store.DeleteBuild(b)); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil // an upload record appeared or went meanwhile: the next pass
+			return took, nil // an upload record appeared or went meanwhile: the next pass
 		}
-		return err
+		return took, err
 	}
 	u.log.Info("deleted build", "build", b.Name())
-	return nil
+	return took, nil
 }

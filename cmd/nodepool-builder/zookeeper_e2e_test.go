@@ -822,3 +822,125 @@ func testenvLogTail(z *testenv.ZooKeeper) string {
 	}
 	return string(data)
 }
+
+// pythonBuild is a kazoo script that writes a build and its uploads as a Python
+// nodepool-builder does (nodepool's JSON, no record of ours): argv is the
+// image, the build id, then provider=external_id pairs.
+const pythonBuild = `
+import json, sys, time
+image, build = sys.argv[1], sys.argv[2]
+base = "/nodepool/images/%s/builds/%s" % (image, build)
+t = time.time() - 3600
+zk.create(base, json.dumps({"state": "ready", "state_time": t, "builder": "python-host",
+    "builder_id": "python-builder", "formats": "qcow2,raw", "username": "zuul",
+    "python_path": "auto", "shell_type": None}).encode(), makepath=True)
+for pair in sys.argv[3:]:
+    provider, ext = pair.split("=")
+    zk.create(base + "/providers/%s/images/" % provider, json.dumps({"state": "ready",
+        "state_time": t, "external_id": ext, "external_name": "python-made",
+        "format": "qcow2" if provider == "cloud-q" else "raw", "username": "zuul",
+        "python_path": "auto", "shell_type": None}).encode(), sequence=True, makepath=True)
+`
+
+// pythonRelease is a kazoo script that marks a build deleting as a Python
+// nodepool rewrites a build: its JSON replaced by nodepool's fields alone.
+const pythonRelease = `
+import json, sys, time
+path = "/nodepool/images/%s/builds/%s" % (sys.argv[1], sys.argv[2])
+data, stat = zk.get(path)
+d = json.loads(data.decode())
+d = {k: d[k] for k in ("builder", "builder_id", "formats", "username", "python_path", "shell_type")}
+d.update(state="deleting", state_time=time.time())
+zk.set(path, json.dumps(d).encode(), version=stat.version)
+`
+
+// TestZooKeeperPythonBuildersRecords: a build with uploads that a Python
+// nodepool-builder made is listed and rotated like ours (its uploads deleted in
+// the cloud, its record left for its builder); a build of ours that Python
+// nodepool rewrote to release it still has what we keep beside it, and goes
+// with its files.
+func TestZooKeeperPythonBuildersRecords(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	z := newZooKeeper(t, testenv.ZooKeeperOptions{})
+	e.appendConfig(zkKeys(z, zkChroot))
+	ctx := context.Background()
+	ext := map[string]string{}
+	for _, p := range []string{"cloud-q", "cloud-r"} {
+		id, err := e.cloud.Create(ctx, uploader.ImageSpec{Name: "python-made", DiskFormat: "raw"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ext[p] = id
+	}
+	const pyBuild = "0123456789abcdef0123456789abcdef"
+	if _, err := testenv.RunKazoo(ctx, kazooConn(z), pythonBuild, "debian", pyBuild,
+		"cloud-q="+ext["cloud-q"], "cloud-r="+ext["cloud-r"]); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(e.imagesDir(), 0o755); err != nil { // a host about to run its first builder
+		t.Fatal(err)
+	}
+	builds := e.buildsJSON()
+	if len(builds) != 1 || builds[0].BuildID != pyBuild || builds[0].State != "ready" || builds[0].Source != "dib" ||
+		strings.Join(builds[0].Formats, ",") != "qcow2,raw" {
+		t.Fatalf("the Python builder's build is listed as %+v", builds)
+	}
+	if ups := e.uploadsJSON(); len(ups) != 2 {
+		t.Fatalf("the Python builder's uploads are listed as %+v", ups)
+	}
+
+	// Two builds of ours: the Python build is the third newest and goes.
+	z1 := e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
+	e.once(0)
+	e.addBuild(e.makeImage(2), zuultest.BuildSpec{})
+	e.once(0)
+	for _, p := range []string{"cloud-q", "cloud-r"} {
+		if !e.gone(ext[p]) {
+			t.Errorf("the Python build's image in %s was not deleted", p)
+		}
+	}
+	for _, u := range e.uploadsJSON() {
+		if u.BuildID == pyBuild {
+			t.Errorf("the Python build's upload record is left: %+v", u)
+		}
+	}
+	var py *buildJSON
+	for _, bj := range e.buildsJSON() {
+		if bj.BuildID == pyBuild {
+			py = &bj
+		}
+	}
+	if py == nil || py.State != "deleting" {
+		t.Fatalf("the Python build's record = %+v; want it left deleting for its builder", py)
+	}
+
+	// Python nodepool releases our older build by rewriting its znode.
+	b1, _ := e.zuulBuildOf(z1.UUID)
+	if _, err := testenv.RunKazoo(ctx, kazooConn(z), pythonRelease, "debian", b1.BuildID); err != nil {
+		t.Fatal(err)
+	}
+	rewritten, _ := e.zuulBuildOf(z1.UUID)
+	if rewritten.State != "deleting" || rewritten.Source != "zuul" || rewritten.ZuulBuildUUID != z1.UUID {
+		t.Fatalf("our build rewritten by Python nodepool reads as %+v", rewritten)
+	}
+	var images []string
+	for _, p := range []string{"cloud-q", "cloud-r"} {
+		u, ok := e.readyUpload(b1.BuildID, p)
+		if !ok {
+			t.Fatalf("the released build had no ready upload to %s", p)
+		}
+		images = append(images, u.ExternalID)
+	}
+	e.once(0)
+	if _, ok := e.zuulBuildOf(z1.UUID); ok {
+		t.Fatalf("the released build's record is left: %+v", e.buildsJSON())
+	}
+	if files, _ := filepath.Glob(filepath.Join(e.imagesDir(), b1.BuildID+".*")); len(files) != 0 {
+		t.Fatalf("the released build's files are left: %v", files)
+	}
+	for _, id := range images {
+		if !e.gone(id) {
+			t.Errorf("the released build's image %s is left in Glance", id)
+		}
+	}
+}
