@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"bytes"
 	"errors"
 	"sort"
 	"strings"
@@ -17,6 +18,11 @@ import (
 // every read, keep it fresh, so a pass over every image reads no znode; writes
 // of this process go into it as they succeed, so a step sees its own changes at
 // once. A node is read again whenever ZooKeeper reports a change of it.
+//
+// A step reads every build and upload, tens of thousands of them in a large
+// installation, several times: records are decoded once, when a read first
+// needs them after their nodes changed, and kept sorted in a view that the reads
+// share until the next change.
 type cache struct {
 	b *Backend
 
@@ -26,6 +32,15 @@ type cache struct {
 	// gone remembers nodes this process deleted, by path and creation zxid, so
 	// that a read made before the delete does not bring them back.
 	gone map[string]int64
+
+	// Indexes of nodes, kept by setNode and unsetNode, so that a read looks at
+	// no node it does not return. A nil record is not decoded yet.
+	builds  map[string]*record[store.Build]             // by build path
+	uploads map[string]map[string]*record[store.Upload] // by build path, then upload path
+	flagged map[string]bool                             // pause and request-build nodes
+	// view is made by the first read after a change of a build or an upload
+	// and never changed: a change drops it.
+	view *view
 
 	qmu     sync.Mutex
 	queue   []string
@@ -44,6 +59,21 @@ type node struct {
 	// watched: a read of this process set watches on the node. A node it
 	// wrote has none until it is read, which put queues.
 	watched bool
+}
+
+// record is a build or an upload decoded from its node and its extra node.
+type record[T any] struct {
+	rec T
+	ok  bool // false: the node does not parse, or holds no data yet
+}
+
+// view is every cached build, newest first, and every upload of them, by
+// build in that order, then by provider, newest upload first: the order
+// Builds and Uploads return.
+type view struct {
+	builds  []store.Build
+	uploads []store.Upload
+	spans   [][2]int // the uploads of builds[i] are uploads[spans[i][0]:spans[i][1]]
 }
 
 // kinds of the nodes the cache follows, by their place in the tree.
@@ -140,16 +170,112 @@ func followed(k kind, child string) bool {
 }
 
 func newCache(b *Backend) *cache {
-	return &cache{b: b, nodes: map[string]*node{}, gone: map[string]int64{}, queued: map[string]bool{},
+	c := &cache{b: b, gone: map[string]int64{}, queued: map[string]bool{},
 		wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	c.reset()
+	return c
+}
+
+// reset empties the cache; the caller holds mu or is the only user.
+func (c *cache) reset() {
+	c.nodes = map[string]*node{}
+	c.builds = map[string]*record[store.Build]{}
+	c.uploads = map[string]map[string]*record[store.Upload]{}
+	c.flagged = map[string]bool{}
+	c.view = nil
+}
+
+// setNode caches a node, keeping the indexes. A record whose node or extra
+// node changed is decoded again by the next read.
+func (c *cache) setNode(p string, n *node) {
+	old := c.nodes[p]
+	c.nodes[p] = n
+	changed := old == nil || (old.data == nil) != (n.data == nil) || !bytes.Equal(old.data, n.data) ||
+		old.stat.Version != n.stat.Version || old.stat.Ctime != n.stat.Ctime
+	switch classify(p) {
+	case kindBuild:
+		if _, ok := c.builds[p]; !ok || changed {
+			c.builds[p] = nil
+			c.view = nil
+		}
+	case kindUpload:
+		ups := c.uploads[buildOf(p)]
+		if ups == nil {
+			ups = map[string]*record[store.Upload]{}
+			c.uploads[buildOf(p)] = ups
+		}
+		if _, ok := ups[p]; !ok || changed {
+			ups[p] = nil
+			c.view = nil
+		}
+	case kindBuildExtra, kindUploadExtra:
+		if changed {
+			c.stale(p[:strings.LastIndex(p, "/")])
+		}
+	case kindFlag:
+		c.flagged[p] = true
+	}
+}
+
+// unsetNode drops a cached node, keeping the indexes.
+func (c *cache) unsetNode(p string) {
+	if _, ok := c.nodes[p]; !ok {
+		return
+	}
+	delete(c.nodes, p)
+	switch classify(p) {
+	case kindBuild:
+		delete(c.builds, p)
+		c.view = nil
+	case kindUpload:
+		bp := buildOf(p)
+		delete(c.uploads[bp], p)
+		if len(c.uploads[bp]) == 0 {
+			delete(c.uploads, bp)
+		}
+		c.view = nil
+	case kindBuildExtra, kindUploadExtra:
+		c.stale(p[:strings.LastIndex(p, "/")])
+	case kindFlag:
+		delete(c.flagged, p)
+	}
+}
+
+// stale drops the decoded record of a build or upload whose extra node changed.
+func (c *cache) stale(p string) {
+	if _, ok := c.builds[p]; ok {
+		c.builds[p] = nil
+		c.view = nil
+	} else if ups := c.uploads[buildOf(p)]; ups != nil {
+		if _, ok := ups[p]; ok {
+			ups[p] = nil
+			c.view = nil
+		}
+	}
+}
+
+// buildOf is the path of the build an upload path (or a path below a build)
+// lies under.
+func buildOf(p string) string {
+	image, rest, _ := strings.Cut(strings.TrimPrefix(p, imageRoot+"/"), "/builds/")
+	id, _, _ := strings.Cut(rest, "/")
+	return buildPath(image, id)
 }
 
 // load reads the whole tree with watches, in parallel, then starts following
 // changes.
 func (c *cache) load() error {
 	c.mu.Lock()
-	c.nodes = map[string]*node{}
-	c.loaded = false
+	if c.loaded {
+		// Again, after a session expired and its watches with it: the records
+		// stay readable while every node is read again (a reload takes long at
+		// scale, and an empty cache would show builds without their uploads).
+		for _, n := range c.nodes {
+			n.watched = false
+		}
+	} else {
+		c.reset()
+	}
 	c.mu.Unlock()
 	c.qmu.Lock()
 	c.reload = false
@@ -287,11 +413,13 @@ func (c *cache) refresh(p string) ([]string, error) {
 	}
 	if errors.Is(err, zk.ErrNoNode) {
 		c.remove(p)
-		// Watch for it to come (again), unless its parent is gone too.
+		// Watch for it to come (again), unless its parent is gone too. A
+		// node deleted between its listing and its reading is no error.
 		if k == kindRoot {
 			_, _, err = c.b.existsW(p)
+			return nil, err
 		}
-		return nil, err
+		return nil, nil
 	}
 	if err != nil {
 		return nil, err
@@ -326,7 +454,7 @@ func (c *cache) refresh(p string) ([]string, error) {
 		data, stat = old.data, &old.stat
 	}
 	n := &node{data: data, stat: *stat, children: kids, watched: true}
-	c.nodes[p] = n
+	c.setNode(p, n)
 	var fresh []string
 	seen := map[string]bool{}
 	for _, ch := range kids {
@@ -356,7 +484,7 @@ func (c *cache) remove(p string) {
 func (c *cache) removeLocked(p string) {
 	for q := range c.nodes {
 		if q == p || strings.HasPrefix(q, p+"/") {
-			delete(c.nodes, q)
+			c.unsetNode(q)
 		}
 	}
 }
@@ -374,7 +502,7 @@ func (c *cache) put(p string, data []byte, stat zk.Stat) {
 			n.stat.Czxid, n.stat.Ctime = old.stat.Czxid, old.stat.Ctime
 		}
 	}
-	c.nodes[p] = n
+	c.setNode(p, n)
 	delete(c.gone, p)
 	c.addChild(p)
 	if !n.watched {
@@ -392,7 +520,7 @@ func (c *cache) addChild(p string) {
 			return
 		}
 		pn = &node{}
-		c.nodes[parent] = pn
+		c.setNode(parent, pn)
 		c.addChild(parent)
 		c.enqueue(parent)
 	}
@@ -434,52 +562,114 @@ func (c *cache) get(p string) (*node, bool) {
 	return n, ok
 }
 
-// builds decodes every cached build.
-func (c *cache) builds() ([]store.Build, error) {
+// records returns the view of every build and upload, made afresh after a
+// change. The caller must not change what it holds.
+func (c *cache) records() *view {
 	c.mu.RLock()
-	defer c.mu.RUnlock()
-	var out []store.Build
-	for p, n := range c.nodes {
-		if classify(p) != kindBuild || n.data == nil {
-			continue
-		}
-		image, id := buildKey(p)
-		var extra []byte
-		if x := c.nodes[p+"/"+extraNode]; x != nil {
-			extra = x.data
-		}
-		b, err := decodeBuild(image, id, n.data, &n.stat, extra)
-		if err != nil {
-			c.b.log.Warn("skipping a build record that does not parse", "path", p, "error", err)
-			continue
-		}
-		out = append(out, b)
+	v := c.view
+	c.mu.RUnlock()
+	if v != nil {
+		return v
 	}
-	return out, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.view == nil {
+		c.view = c.makeView()
+	}
+	return c.view
 }
 
-// uploads decodes every cached upload.
-func (c *cache) uploads() ([]store.Upload, error) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	var out []store.Upload
-	for p, n := range c.nodes {
-		if classify(p) != kindUpload || n.data == nil {
-			continue
-		}
-		image, build, provider, id := uploadKey(p)
-		var extra []byte
-		if x := c.nodes[p+"/"+extraNode]; x != nil {
-			extra = x.data
-		}
-		u, err := decodeUpload(image, build, provider, id, n.data, &n.stat, extra)
-		if err != nil {
-			c.b.log.Warn("skipping an upload record that does not parse", "path", p, "error", err)
-			continue
-		}
-		out = append(out, u)
+// makeView decodes the records that changed and sorts them all; the caller
+// holds mu. An upload whose build is not cached (gone, or not read yet) is
+// left out.
+func (c *cache) makeView() *view {
+	type built struct {
+		path string
+		rec  store.Build
 	}
-	return out, nil
+	var builds []built
+	for p, r := range c.builds {
+		if r == nil {
+			r = c.decodeBuild(p)
+			c.builds[p] = r
+		}
+		if r.ok {
+			builds = append(builds, built{p, r.rec})
+		}
+	}
+	sort.Slice(builds, func(i, j int) bool {
+		a, b := &builds[i].rec, &builds[j].rec
+		if !a.Created.Equal(b.Created) {
+			return a.Created.After(b.Created)
+		}
+		return a.ID > b.ID
+	})
+	n := 0
+	for _, bd := range builds {
+		n += len(c.uploads[bd.path])
+	}
+	v := &view{builds: make([]store.Build, len(builds)), uploads: make([]store.Upload, 0, n),
+		spans: make([][2]int, len(builds))}
+	for i, bd := range builds {
+		v.builds[i] = bd.rec
+		lo := len(v.uploads)
+		for p, r := range c.uploads[bd.path] {
+			if r == nil {
+				r = c.decodeUpload(p)
+				c.uploads[bd.path][p] = r
+			}
+			if r.ok {
+				v.uploads = append(v.uploads, r.rec)
+			}
+		}
+		ups := v.uploads[lo:]
+		sort.Slice(ups, func(i, j int) bool {
+			if ups[i].Provider != ups[j].Provider {
+				return ups[i].Provider < ups[j].Provider
+			}
+			return ups[i].ID > ups[j].ID
+		})
+		v.spans[i] = [2]int{lo, len(v.uploads)}
+	}
+	return v
+}
+
+// decodeBuild decodes a cached build node; the caller holds mu.
+func (c *cache) decodeBuild(p string) *record[store.Build] {
+	n := c.nodes[p]
+	if n == nil || n.data == nil {
+		return &record[store.Build]{} // made by a write of this process below it; read soon
+	}
+	image, id := buildKey(p)
+	var extra []byte
+	if x := c.nodes[p+"/"+extraNode]; x != nil {
+		extra = x.data
+	}
+	b, err := decodeBuild(image, id, n.data, &n.stat, extra)
+	if err != nil {
+		c.b.log.Warn("skipping a build record that does not parse", "path", p, "error", err)
+		return &record[store.Build]{}
+	}
+	return &record[store.Build]{rec: b, ok: true}
+}
+
+// decodeUpload decodes a cached upload node; the caller holds mu.
+func (c *cache) decodeUpload(p string) *record[store.Upload] {
+	n := c.nodes[p]
+	if n == nil || n.data == nil {
+		return &record[store.Upload]{}
+	}
+	image, build, provider, id := uploadKey(p)
+	var extra []byte
+	if x := c.nodes[p+"/"+extraNode]; x != nil {
+		extra = x.data
+	}
+	u, err := decodeUpload(image, build, provider, id, n.data, &n.stat, extra)
+	if err != nil {
+		c.b.log.Warn("skipping an upload record that does not parse", "path", p, "error", err)
+		return &record[store.Upload]{}
+	}
+	return &record[store.Upload]{rec: u, ok: true}
 }
 
 // flags returns, by image, when a flag node (pause or request-build) was made,
@@ -488,12 +678,12 @@ func (c *cache) flags(name string) map[string]time.Time {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out := map[string]time.Time{}
-	for p, n := range c.nodes {
-		if classify(p) != kindFlag || !strings.HasSuffix(p, "/"+name) {
+	for p := range c.flagged {
+		if !strings.HasSuffix(p, "/"+name) {
 			continue
 		}
 		image := strings.TrimSuffix(strings.TrimPrefix(p, imageRoot+"/"), "/"+name)
-		out[image] = flagTime(n.data, n.stat)
+		out[image] = flagTime(c.nodes[p].data, c.nodes[p].stat)
 	}
 	return out
 }
@@ -502,8 +692,8 @@ func (c *cache) flags(name string) map[string]time.Time {
 func (c *cache) imageOf(id string) (string, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	for p := range c.nodes {
-		if classify(p) == kindBuild && strings.HasSuffix(p, "/"+id) {
+	for p := range c.builds {
+		if strings.HasSuffix(p, "/"+id) {
 			image, _ := buildKey(p)
 			return image, true
 		}

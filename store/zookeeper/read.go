@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
-	"sort"
+	"slices"
 	"strconv"
 	"time"
 
@@ -97,61 +98,61 @@ func flagTime(data []byte, stat zk.Stat) time.Time {
 
 // Builds returns the cached builds that match f, newest first.
 func (b *Backend) Builds(_ context.Context, f store.BuildFilter) ([]store.Build, error) {
-	all, err := b.cache.builds()
-	if err != nil {
-		return nil, err
-	}
+	v := b.cache.records()
 	var out []store.Build
-	for _, bd := range all {
+	for _, bd := range v.builds {
 		if (f.Image == "" || bd.Image == f.Image) && (f.State == "" || bd.State == f.State) &&
 			(f.Source == "" || bd.Source == f.Source) {
-			out = append(out, bd)
+			out = append(out, ownBuild(bd))
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].Created.Equal(out[j].Created) {
-			return out[i].Created.After(out[j].Created)
-		}
-		return out[i].ID > out[j].ID
-	})
 	return out, nil
 }
 
+// ownBuild copies what a build shares with the cache's view, which callers
+// may change (SetFile, Refuse) and the view must not see.
+func ownBuild(bd store.Build) store.Build {
+	bd.Files = slices.Clone(bd.Files)
+	if bd.Refused != nil {
+		bd.Refused = maps.Clone(bd.Refused)
+	}
+	return bd
+}
+
 // Uploads returns the cached uploads that match f: newest build first, then by
-// provider, newest upload first.
-func (b *Backend) Uploads(ctx context.Context, f store.UploadFilter) ([]store.Upload, error) {
-	all, err := b.cache.uploads()
-	if err != nil {
-		return nil, err
+// provider, newest upload first. An upload whose build record is gone or not
+// read yet is left out.
+func (b *Backend) Uploads(_ context.Context, f store.UploadFilter) ([]store.Upload, error) {
+	v := b.cache.records()
+	match := func(u *store.Upload) bool {
+		return (f.Provider == "" || u.Provider == f.Provider) && (f.State == "" || u.State == f.State)
 	}
-	builds, err := b.Builds(ctx, store.BuildFilter{})
-	if err != nil {
-		return nil, err
-	}
-	rank := map[string]int{}
-	for i, bd := range builds {
-		rank[bd.ID] = i
-	}
-	var out []store.Upload
-	for _, u := range all {
-		if _, ok := rank[u.BuildID]; !ok {
-			continue // its build record is gone or not read yet
+	// Counted first: a step reads every upload, and growing a slice of tens
+	// of thousands by appending copies them over and over.
+	var spans [][2]int
+	n := 0
+	for i, bd := range v.builds {
+		if (f.BuildID != "" && bd.ID != f.BuildID) || (f.Image != "" && bd.Image != f.Image) {
+			continue
 		}
-		if (f.BuildID == "" || u.BuildID == f.BuildID) && (f.Image == "" || u.Image == f.Image) &&
-			(f.Provider == "" || u.Provider == f.Provider) && (f.State == "" || u.State == f.State) {
-			out = append(out, u)
+		spans = append(spans, v.spans[i])
+		for k := v.spans[i][0]; k < v.spans[i][1]; k++ {
+			if match(&v.uploads[k]) {
+				n++
+			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, c := out[i], out[j]
-		if rank[a.BuildID] != rank[c.BuildID] {
-			return rank[a.BuildID] < rank[c.BuildID]
+	if n == 0 {
+		return nil, nil
+	}
+	out := make([]store.Upload, 0, n)
+	for _, sp := range spans {
+		for k := sp[0]; k < sp[1]; k++ {
+			if match(&v.uploads[k]) {
+				out = append(out, v.uploads[k])
+			}
 		}
-		if a.Provider != c.Provider {
-			return a.Provider < c.Provider
-		}
-		return a.ID > c.ID
-	})
+	}
 	return out, nil
 }
 

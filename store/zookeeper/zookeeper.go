@@ -256,14 +256,21 @@ func (b *Backend) resync() {
 	if closed {
 		return
 	}
-	if err := b.cache.load(); err != nil {
-		b.log.Error("reload the image records after a new ZooKeeper session", "error", err)
-	}
-	if b.opts.Hostname == "" {
-		return
-	}
-	if err := b.register(); err != nil {
-		b.log.Error("register again after a new ZooKeeper session", "error", err)
+	// Until it works: a cache that missed a reload would follow nothing.
+	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
+		err := b.cache.load()
+		if err == nil && b.opts.Hostname != "" {
+			err = b.register()
+		}
+		if err == nil {
+			return
+		}
+		b.log.Error("reload the image records and register after a new ZooKeeper session; trying again", "error", err, "in", delay)
+		select {
+		case <-b.done:
+			return
+		case <-time.After(delay):
+		}
 	}
 }
 
