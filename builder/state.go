@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -30,13 +31,16 @@ type StateOptions struct {
 func OpenState(ctx context.Context, cfg *config.Config, opts StateOptions) (*store.Store, error) {
 	sopts := store.Options{ImagesDir: cfg.ImagesDir, DBPath: cfg.Builder.StateDB, Access: opts.Access}
 	if cfg.ZooKeeper == nil {
-		return store.Open(ctx, sopts)
+		return openSQLiteState(ctx, cfg, sopts)
 	}
 	// The images-dir is checked before a connection is made.
 	if opts.Access != store.Create {
 		if fi, err := os.Stat(cfg.ImagesDir); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("images-dir %s does not exist or is not a directory: %w", cfg.ImagesDir, store.ErrNotInitialized)
 		}
+	}
+	if err := checkSQLiteMoved(ctx, cfg); err != nil {
+		return nil, err
 	}
 	backend, err := OpenZooKeeper(ctx, cfg.ZooKeeper, opts)
 	if err != nil {
@@ -51,13 +55,56 @@ func OpenState(ctx context.Context, cfg *config.Config, opts StateOptions) (*sto
 	return st, nil
 }
 
+// openSQLiteState opens the SQLite state, unless an import copied it to
+// ZooKeeper: it is stale then, and the builder's uploads are tracked there.
+func openSQLiteState(ctx context.Context, cfg *config.Config, sopts store.Options) (*store.Store, error) {
+	st, err := store.Open(ctx, sopts)
+	if err != nil {
+		return nil, err
+	}
+	sq, ok := st.Backend.(*store.SQLite)
+	if !ok {
+		return st, nil
+	}
+	to, at, err := sq.Moved(ctx)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	if to != "" {
+		st.Close()
+		return nil, fmt.Errorf("%w: the state database %s was copied to ZooKeeper %s on %s (zookeeper-import) and is out "+
+			"of date: this builder keeps its state there now. Put zookeeper-servers back in %s; or, to start over with "+
+			"SQLite, remove or rename %s (the builder then knows none of its cloud images and deletes them as leaks)",
+			ErrConfig, cfg.Builder.StateDB, to, at.Format(time.RFC3339), cfg.Path, cfg.Builder.StateDB)
+	}
+	return st, nil
+}
+
+// checkSQLiteMoved refuses a ZooKeeper config while the images-dir holds a
+// SQLite state with records that was not copied there: the builder would lose
+// track of its uploads, re-upload them, and delete their cloud images as leaks.
+func checkSQLiteMoved(ctx context.Context, cfg *config.Config) error {
+	if cfg.Builder.StateDB == "" {
+		return nil
+	}
+	c, err := store.ReadSQLiteContents(ctx, cfg.Builder.StateDB)
+	if err != nil {
+		return fmt.Errorf("check for a SQLite state before using ZooKeeper: %w", err)
+	}
+	if c.MovedTo != "" || c.Empty() {
+		return nil
+	}
+	return fmt.Errorf("%w: %s sets zookeeper-servers, but the SQLite state %s of this images-dir holds %s that are not "+
+		"in ZooKeeper. Stop the builder and run nodepool-builder -c %s zookeeper-import to copy them there (the uploads "+
+		"stay in the clouds and are kept); or, if that state is to be dropped, remove or rename %s (the builder then "+
+		"knows none of its cloud images and deletes them as leaks)",
+		ErrConfig, cfg.Path, cfg.Builder.StateDB, c, cfg.Path, cfg.Builder.StateDB)
+}
+
 // OpenZooKeeper connects to the cluster of a config.
 func OpenZooKeeper(ctx context.Context, zc *config.ZooKeeper, opts StateOptions) (*zookeeper.Backend, error) {
-	var servers []string
-	for _, s := range zc.Servers {
-		servers = append(servers, net.JoinHostPort(s.Host, strconv.Itoa(s.Port)))
-	}
-	zopts := zookeeper.Options{Servers: servers, Chroot: zc.Servers[0].Chroot, Timeout: zc.Timeout, Logger: opts.Logger,
+	zopts := zookeeper.Options{Servers: zooKeeperServers(zc), Chroot: zc.Servers[0].Chroot, Timeout: zc.Timeout, Logger: opts.Logger,
 		Version: opts.Version}
 	if opts.Register {
 		zopts.Hostname, _ = os.Hostname()
@@ -70,6 +117,15 @@ func OpenZooKeeper(ctx context.Context, zc *config.ZooKeeper, opts StateOptions)
 		zopts.TLS = tc
 	}
 	return zookeeper.Open(ctx, zopts)
+}
+
+// zooKeeperServers are the host:port addresses of a cluster.
+func zooKeeperServers(zc *config.ZooKeeper) []string {
+	var servers []string
+	for _, s := range zc.Servers {
+		servers = append(servers, net.JoinHostPort(s.Host, strconv.Itoa(s.Port)))
+	}
+	return servers
 }
 
 // zooKeeperTLS is the TLS of nodepool's zookeeper-tls: the client certificate

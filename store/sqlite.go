@@ -660,6 +660,78 @@ func (s *SQLite) Cursor(ctx context.Context, image string) (Cursor, error) {
 	return c, nil
 }
 
+// Cursors returns every image's poll cursor, by image.
+func (s *SQLite) Cursors(ctx context.Context) ([]Cursor, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT image, zuul_id, zuul_uuid, outcome, reason, time FROM poll_cursors ORDER BY image`)
+	if err != nil {
+		return nil, fmt.Errorf("list poll cursors: %w", err)
+	}
+	defer rows.Close()
+	var out []Cursor
+	for rows.Next() {
+		var c Cursor
+		var t int64
+		if err := rows.Scan(&c.Image, &c.ZuulID, &c.ZuulUUID, &c.Outcome, &c.Reason, &t); err != nil {
+			return nil, fmt.Errorf("list poll cursors: %w", err)
+		}
+		c.Time = fromUnixNano(t)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list poll cursors: %w", err)
+	}
+	return out, nil
+}
+
+// MarkMoved records that the state was copied to another store, named by to:
+// from then on it is stale, and builders refuse to open it.
+func (s *SQLite) MarkMoved(ctx context.Context, to string) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for k, v := range map[string]string{metaMovedTo: to, metaMovedAt: s.now().UTC().Format(time.RFC3339)} {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, ?)
+				ON CONFLICT (key) DO UPDATE SET value = excluded.value`, k, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mark the state moved: %w", err)
+	}
+	return nil
+}
+
+// Moved returns where MarkMoved said the state went, and when; "" when it
+// was not moved.
+func (s *SQLite) Moved(ctx context.Context) (to string, at time.Time, err error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT key, value FROM meta WHERE key IN (?, ?)`, metaMovedTo, metaMovedAt)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("read whether the state was moved: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return "", time.Time{}, fmt.Errorf("read whether the state was moved: %w", err)
+		}
+		if k == metaMovedTo {
+			to = v
+		} else {
+			at, _ = time.Parse(time.RFC3339, v)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", time.Time{}, fmt.Errorf("read whether the state was moved: %w", err)
+	}
+	return to, at, nil
+}
+
+// Keys of the meta table that mark a state moved.
+const (
+	metaMovedTo = "moved_to"
+	metaMovedAt = "moved_at"
+)
+
 // RequestBuild records a manual build request for an image.
 func (s *SQLite) RequestBuild(ctx context.Context, image string) error {
 	_, err := s.db.ExecContext(ctx, `INSERT INTO build_requests (image, requested) VALUES (?, ?) ON CONFLICT DO NOTHING`,

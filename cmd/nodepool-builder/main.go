@@ -111,6 +111,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Flags:  []cli.Flag{jsonFlag},
 				Action: dibImageList,
 			},
+			{
+				Name: "zookeeper-import",
+				Usage: "copy the images-dir's SQLite state (builds, uploads, poll cursors, pauses, build requests) into the " +
+					"config's zookeeper-servers, so that the builder keeps its uploads there; run it once, with the builder stopped",
+				Action: zookeeperImport,
+			},
 		}, adminCommands()...),
 	}
 }

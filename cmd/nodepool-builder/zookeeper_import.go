@@ -1,0 +1,87 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/nodepool-builder/nodepool-builder/builder"
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// zookeeperImport copies the images-dir's SQLite state into the config's
+// ZooKeeper, under the images-dir lock, and prints what it did.
+func zookeeperImport(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return withCode(exitUsage, fmt.Errorf("zookeeper-import takes no arguments, not %q", c.Args().First()))
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
+	if cfg.ZooKeeper == nil {
+		return withCode(exitUsage, fmt.Errorf("zookeeper-import: %s has no zookeeper-servers: add the cluster to copy the "+
+			"state into (zookeeper-servers, and zookeeper-tls when it serves TLS), then run zookeeper-import again", cfg.Path))
+	}
+	if cfg.ImagesDir == "" {
+		return withCode(exitUsage, fmt.Errorf("zookeeper-import: %s: images-dir is not set, so there is no state to import", cfg.Path))
+	}
+	lock, err := store.LockDir(cfg.ImagesDir)
+	if errors.Is(err, store.ErrLocked) {
+		return withCode(exitLocked, fmt.Errorf("zookeeper-import: %w (the state must not change while it is copied)", err))
+	}
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
+	defer lock.Unlock()
+	r, err := builder.ImportToZooKeeper(c.Context, cfg, builder.StateOptions{Logger: log})
+	switch {
+	case errors.Is(err, builder.ErrConfig), errors.Is(err, store.ErrNotInitialized), errors.Is(err, store.ErrOtherBuilder):
+		return withCode(exitUsage, fmt.Errorf("zookeeper-import: %w", err))
+	case err != nil:
+		return withCode(exitFailed, fmt.Errorf("zookeeper-import: %w", err))
+	}
+	printImport(c.App.Writer, r, cfg.Path)
+	return nil
+}
+
+func printImport(w io.Writer, r builder.ImportReport, cfgPath string) {
+	if !r.MovedAt.IsZero() {
+		fmt.Fprintf(w, "%s was copied to ZooKeeper %s on %s already; nothing copied. Once the builder has run there, "+
+			"a copy would bring back records it has deleted since.\n", r.From, r.To, r.MovedAt.Format(time.RFC3339))
+		return
+	}
+	fmt.Fprintf(w, "Copied %s to ZooKeeper %s (builder id %s):\n", r.From, r.To, r.BuilderID)
+	for _, row := range []struct {
+		what string
+		n    store.CopyCount
+	}{
+		{"builds", r.Builds}, {"uploads", r.Uploads}, {"poll cursors", r.Cursors}, {"paused images", r.Pauses},
+		{"build requests", r.Requests},
+	} {
+		fmt.Fprintf(w, "  %-15s %d copied, %d there already\n", row.what+":", row.n.Copied, row.n.Present)
+	}
+	if len(r.Skipped) > 0 {
+		fmt.Fprintln(w, "Skipped:")
+		for _, s := range r.Skipped {
+			fmt.Fprintln(w, "  "+s)
+		}
+	}
+	if r.Uploads.Copied > 0 {
+		fmt.Fprintln(w, "ZooKeeper numbers uploads itself, so image-list shows new upload ids; each upload keeps its cloud image.")
+	}
+	if r.Interrupted > 0 {
+		fmt.Fprintf(w, "%d build(s) or upload(s) were interrupted when the builder last stopped; it settles them on its next pass.\n",
+			r.Interrupted)
+	}
+	fmt.Fprintf(w, "The SQLite state is marked moved, and the builder now keeps its state in ZooKeeper: start it "+
+		"(nodepool-builder -c %s) with this images-dir and its builder_id.txt. The SQLite file is not used any more.\n",
+		cfgPath)
+}
