@@ -330,7 +330,9 @@ var recoveryEvents = []string{
 	`msg="removed leftover file"`,
 }
 
-const killConfig = `images-dir: {{IMAGES}}
+// bothSources is a config of a zuul-image and a diskimage (the fake
+// disk-image-create, a second per build) on two providers of the env's Glance.
+const bothSources = `images-dir: {{IMAGES}}
 build-log-dir: {{LOGS}}
 diskimages:
   - name: dib-image
@@ -354,7 +356,8 @@ zuul-images:
 builder:
   keep-builds: 2
   keep-uploads: 2
-  # every round kills some uploads: the attempts are not what is tested here
+  # some uploads are killed (every round here, one in the ZooKeeper tests):
+  # the attempts are not what is tested
   upload-attempts: 1000
 `
 
@@ -365,7 +368,7 @@ builder:
 // file in the images-dir.
 func TestKill9(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
-	e.writeYAML(killConfig)
+	e.writeYAML(bothSources)
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	seed := rng.Int63()
 	t.Logf("random seed %d", seed)

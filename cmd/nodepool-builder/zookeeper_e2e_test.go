@@ -36,12 +36,6 @@ func zkKeys(z *testenv.ZooKeeper, chroot string) string {
 	return s
 }
 
-// newZooKeeper starts a ZooKeeper for the test.
-func newZooKeeper(t *testing.T, opts testenv.ZooKeeperOptions) *testenv.ZooKeeper {
-	t.Helper()
-	return testenv.NewZooKeeper(t, opts)
-}
-
 // appendConfig adds text (top-level keys) to the env's config.
 func (e *env) appendConfig(text string) {
 	e.t.Helper()
@@ -181,7 +175,7 @@ func checkSchema(t *testing.T, v launcherView) {
 // nodepool's fields and types.
 func TestZooKeeperLauncherBootsOurUploads(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
-	z := newZooKeeper(t, testenv.ZooKeeperOptions{})
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
 	e.appendConfig(zkKeys(z, zkChroot))
 
 	first := e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
@@ -259,37 +253,13 @@ print("released")
 sys.stdin.readline()
 `
 
-const zkTwoSources = `images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
-  - name: dib-image
-    dib-cmd: {{DIB}}
-    elements: [debian-minimal]
-zuul-images:
-{{DEBIAN}}providers:
-  - name: cloud-q
-    cloud: {{CLOUD}}
-    image-format: qcow2
-    diskimages:
-      - name: debian
-      - name: dib-image
-  - name: cloud-r
-    cloud: {{CLOUD}}
-    image-format: raw
-    diskimages:
-      - name: debian
-builder:
-  keep-builds: 2
-  keep-uploads: 2
-`
-
 // TestZooKeeperPythonBuilderHoldsTheBuildLock: while kazoo holds an image's
 // build lock, as a Python builder building it would, our builder neither builds
 // nor fetches that image; once released, it does.
 func TestZooKeeperPythonBuilderHoldsTheBuildLock(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
-	z := newZooKeeper(t, testenv.ZooKeeperOptions{})
-	e.writeYAML(zkTwoSources + zkKeys(z, zkChroot))
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
+	e.writeYAML(bothSources + zkKeys(z, zkChroot))
 	zb := e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
 
 	k := testenv.StartKazoo(t, kazooConn(z), holdBuildLocks, "debian", "dib-image")
@@ -336,7 +306,7 @@ for image in ("debian", "dib-image"):
 // all is a clear error.
 func TestZooKeeperTLS(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
-	z := newZooKeeper(t, testenv.ZooKeeperOptions{TLS: true})
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{TLS: true})
 	base, err := os.ReadFile(e.cfgPath)
 	if err != nil {
 		t.Fatal(err)
@@ -480,33 +450,6 @@ func allLogs(hs []*host, earlier ...string) string {
 	return logs
 }
 
-const zkTwoHosts = `images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
-  - name: dib-image
-    dib-cmd: {{DIB}}
-    elements: [debian-minimal]
-    env-vars:
-      FAKE_DIB_SLEEP: "1"
-zuul-images:
-{{DEBIAN}}providers:
-  - name: cloud-q
-    cloud: {{CLOUD}}
-    image-format: qcow2
-    diskimages:
-      - name: debian
-      - name: dib-image
-  - name: cloud-r
-    cloud: {{CLOUD}}
-    image-format: raw
-    diskimages:
-      - name: debian
-builder:
-  keep-builds: 2
-  keep-uploads: 2
-  upload-attempts: 100
-`
-
 // TestZooKeeperTwoHosts runs two builder daemons ("hosts", each with its own
 // images-dir) on one ZooKeeper and one Glance: each build is made once, each
 // upload once by the host that has the build's files, each rotated-out image
@@ -515,8 +458,8 @@ builder:
 // other's; back, it converges with the rest.
 func TestZooKeeperTwoHosts(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
-	z := newZooKeeper(t, testenv.ZooKeeperOptions{})
-	hs := e.hosts(z, zkTwoHosts, 2)
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
+	hs := e.hosts(z, bothSources, 2)
 	a, b := hs[0], hs[1]
 	e.cfgPath = a.cfgPath // the listings read the shared state through host a's config
 	a.start(t)
@@ -733,7 +676,7 @@ func (e *env) settled(hs []*host, newest buildJSON, providers ...string) string 
 // builder converges, with no image uploaded twice and none leaked.
 func TestZooKeeperRestartDuringUploads(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
-	z := newZooKeeper(t, testenv.ZooKeeperOptions{})
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
 	proxies := e.proxiedClouds("slow")
 	e.writeYAML(`images-dir: {{IMAGES}}
 zuul-images:
@@ -861,7 +804,7 @@ zk.set(path, json.dumps(d).encode(), version=stat.version)
 // with its files.
 func TestZooKeeperPythonBuildersRecords(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
-	z := newZooKeeper(t, testenv.ZooKeeperOptions{})
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
 	e.appendConfig(zkKeys(z, zkChroot))
 	ctx := context.Background()
 	ext := map[string]string{}

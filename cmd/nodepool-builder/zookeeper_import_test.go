@@ -39,7 +39,7 @@ func uploadKeys(rows []uploadJSON) []string {
 
 func TestZooKeeperImportKeepsUploads(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
-	z := newZooKeeper(t, testenv.ZooKeeperOptions{})
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
 
 	// A SQLite state as runs leave it: three builds rotated to keep-builds and
 	// keep-uploads 2, one upload an operator deleted that no run carried out

@@ -137,6 +137,23 @@ func orNull(s string) *string {
 	return &s
 }
 
+// orDefault is s, or nodepool's default for an unset field.
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// unlessDefault is s, or unset when it is nodepool's default: the store keeps
+// what the config set.
+func unlessDefault(s, def string) string {
+	if s == def {
+		return ""
+	}
+	return s
+}
+
 func deref(p *string) string {
 	if p == nil {
 		return ""
@@ -152,13 +169,7 @@ func encodeBuild(b store.Build) (data, extra []byte, err error) {
 		formats = append(formats, f.Format)
 	}
 	sort.Strings(formats)
-	username, python := b.Username, b.PythonPath
-	if username == "" {
-		username = defaultUsername
-	}
-	if python == "" {
-		python = defaultPythonPath
-	}
+	username, python := orDefault(b.Username, defaultUsername), orDefault(b.PythonPath, defaultPythonPath)
 	j := buildJSON{State: string(b.State), StateTime: &st, Builder: b.Hostname, BuilderID: b.BuilderID,
 		Formats: strings.Join(formats, ","), Username: strPtr(username), PythonPath: strPtr(python),
 		ShellType: orNull(b.ShellType)}
@@ -193,12 +204,7 @@ func decodeBuild(image, id string, data []byte, stat *zk.Stat, extra []byte) (st
 	if j.StateTime != nil {
 		b.StateTime = fromSeconds(*j.StateTime)
 	}
-	if b.Username == defaultUsername {
-		b.Username = ""
-	}
-	if b.PythonPath == defaultPythonPath {
-		b.PythonPath = ""
-	}
+	b.Username, b.PythonPath = unlessDefault(b.Username, defaultUsername), unlessDefault(b.PythonPath, defaultPythonPath)
 	if extra != nil {
 		var x buildExtra
 		if err := json.Unmarshal(extra, &x); err != nil {
@@ -227,13 +233,7 @@ func decodeBuild(image, id string, data []byte, stat *zk.Stat, extra []byte) (st
 // encodeUpload returns an upload's znode data and its extra node's.
 func encodeUpload(u store.Upload) (data, extra []byte, err error) {
 	st := seconds(u.StateTime)
-	username, python := u.Username, u.PythonPath
-	if username == "" {
-		username = defaultUsername
-	}
-	if python == "" {
-		python = defaultPythonPath
-	}
+	username, python := orDefault(u.Username, defaultUsername), orDefault(u.PythonPath, defaultPythonPath)
 	j := uploadJSON{State: string(u.State), StateTime: &st, ExternalID: orNull(u.ExternalID),
 		ExternalName: orNull(u.ExternalName), Format: orNull(u.Format), Username: strPtr(username),
 		PythonPath: strPtr(python), ShellType: orNull(u.ShellType)}
@@ -261,12 +261,7 @@ func decodeUpload(image, build, provider, id string, data []byte, stat *zk.Stat,
 	if j.StateTime != nil {
 		u.StateTime = fromSeconds(*j.StateTime)
 	}
-	if u.Username == defaultUsername {
-		u.Username = ""
-	}
-	if u.PythonPath == defaultPythonPath {
-		u.PythonPath = ""
-	}
+	u.Username, u.PythonPath = unlessDefault(u.Username, defaultUsername), unlessDefault(u.PythonPath, defaultPythonPath)
 	if extra != nil {
 		var x uploadExtra
 		if err := json.Unmarshal(extra, &x); err != nil {

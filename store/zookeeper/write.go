@@ -122,21 +122,28 @@ func (b *Backend) planPutBuild(bd *store.Build) (step, func() error, error) {
 			},
 		}, nil, nil
 	}
-	ops := []any{&zk.SetDataRequest{Path: p, Data: data, Version: int32(bd.Version - 1)}}
+	return b.planUpdate(p, data, extra, &bd.Version), nil, nil
+}
+
+// planUpdate writes a record's znode against its version, and its extra node,
+// which it creates for a record a Python builder made. version is the store's
+// (the znode's plus one), updated once the write is done.
+func (b *Backend) planUpdate(p string, data, extra []byte, version *int64) step {
+	xp := p + "/" + extraNode
+	ops := []any{&zk.SetDataRequest{Path: p, Data: data, Version: int32(*version - 1)}}
 	if _, ok := b.cache.get(xp); ok {
 		ops = append(ops, &zk.SetDataRequest{Path: xp, Data: extra, Version: -1})
 	} else {
-		// A build a Python builder made, now written by us.
 		ops = append(ops, &zk.CreateRequest{Path: xp, Data: extra, Acl: zk.WorldACL(zk.PermAll)})
 	}
 	return step{
 		ops: ops,
 		done: func(res []zk.MultiResponse) {
 			if s := res[0].Stat; s != nil {
-				bd.Version = int64(s.Version) + 1
+				*version = int64(s.Version) + 1
 				b.cache.put(p, data, *s)
 			} else {
-				bd.Version++
+				*version++
 			}
 			st := zk.Stat{}
 			if s := res[1].Stat; s != nil {
@@ -144,12 +151,23 @@ func (b *Backend) planPutBuild(bd *store.Build) (step, func() error, error) {
 			}
 			b.cache.put(xp, extra, st)
 		},
-	}, nil, nil
+	}
 }
 
-// planDeleteBuild removes a build's znode with what lies below it (our extra
-// node, empty provider nodes, lock nodes), against its version; uploads below
-// it make the delete fail, as nodepool's deleteBuild refuses then too.
+// planDelete removes a record's znode with what lies below it (our extra
+// node, lock nodes, empty provider nodes), against its version.
+func (b *Backend) planDelete(p string, below []string, version int64) step {
+	ops := []any{&zk.CheckVersionRequest{Path: p, Version: int32(version - 1)}}
+	for _, q := range below {
+		ops = append(ops, &zk.DeleteRequest{Path: q, Version: -1})
+	}
+	ops = append(ops, &zk.DeleteRequest{Path: p, Version: int32(version - 1)})
+	return step{ops: ops, done: func([]zk.MultiResponse) { b.cache.drop(p) }}
+}
+
+// planDeleteBuild removes a build's znode with what lies below it, against
+// its version; uploads below it make the delete fail, as nodepool's
+// deleteBuild refuses then too.
 func (b *Backend) planDeleteBuild(bd store.Build) (step, func() error, error) {
 	p := buildPath(bd.Image, bd.ID)
 	below, err := b.subtree(p)
@@ -161,12 +179,7 @@ func (b *Backend) planDeleteBuild(bd store.Build) (step, func() error, error) {
 			return step{}, nil, fmt.Errorf("delete build %s: %w: it still has uploads", bd.Name(), store.ErrConflict)
 		}
 	}
-	ops := []any{&zk.CheckVersionRequest{Path: p, Version: int32(bd.Version - 1)}}
-	for _, q := range below {
-		ops = append(ops, &zk.DeleteRequest{Path: q, Version: -1})
-	}
-	ops = append(ops, &zk.DeleteRequest{Path: p, Version: int32(bd.Version - 1)})
-	return step{ops: ops, done: func([]zk.MultiResponse) { b.cache.drop(p) }}, nil, nil
+	return b.planDelete(p, below, bd.Version), nil, nil
 }
 
 func (b *Backend) planPutUpload(u *store.Upload) (step, func() error, error) {
@@ -215,30 +228,7 @@ func (b *Backend) planPutUpload(u *store.Upload) (step, func() error, error) {
 			},
 		}, later, nil
 	}
-	p := uploadPath(u.Image, u.BuildID, u.Provider, u.ID)
-	xp := p + "/" + extraNode
-	ops := []any{&zk.SetDataRequest{Path: p, Data: data, Version: int32(u.Version - 1)}}
-	if _, ok := b.cache.get(xp); ok {
-		ops = append(ops, &zk.SetDataRequest{Path: xp, Data: extra, Version: -1})
-	} else {
-		ops = append(ops, &zk.CreateRequest{Path: xp, Data: extra, Acl: zk.WorldACL(zk.PermAll)})
-	}
-	return step{
-		ops: ops,
-		done: func(res []zk.MultiResponse) {
-			if s := res[0].Stat; s != nil {
-				u.Version = int64(s.Version) + 1
-				b.cache.put(p, data, *s)
-			} else {
-				u.Version++
-			}
-			st := zk.Stat{}
-			if s := res[1].Stat; s != nil {
-				st = *s
-			}
-			b.cache.put(xp, extra, st)
-		},
-	}, nil, nil
+	return b.planUpdate(uploadPath(u.Image, u.BuildID, u.Provider, u.ID), data, extra, &u.Version), nil, nil
 }
 
 func (b *Backend) planDeleteUpload(u store.Upload) (step, func() error, error) {
@@ -247,12 +237,7 @@ func (b *Backend) planDeleteUpload(u store.Upload) (step, func() error, error) {
 	if err != nil {
 		return step{}, nil, err
 	}
-	ops := []any{&zk.CheckVersionRequest{Path: p, Version: int32(u.Version - 1)}}
-	for _, q := range below {
-		ops = append(ops, &zk.DeleteRequest{Path: q, Version: -1})
-	}
-	ops = append(ops, &zk.DeleteRequest{Path: p, Version: int32(u.Version - 1)})
-	return step{ops: ops, done: func([]zk.MultiResponse) { b.cache.drop(p) }}, nil, nil
+	return b.planDelete(p, below, u.Version), nil, nil
 }
 
 func (b *Backend) planCursor(c store.Cursor) (step, func() error, error) {
