@@ -52,3 +52,52 @@ func TestZooKeeperConformance(t *testing.T) {
 		return s
 	}, storetest.Options{Shared: true})
 }
+
+// TestNodepoolRequestsAndPauses: nodepool's CLI makes request-build and pause
+// nodes empty (kazoo's ensure_path), and they count from their ctime; ours are
+// nodes it finds where it looks.
+func TestNodepoolRequestsAndPauses(t *testing.T) {
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
+	root := chroot(t)
+	b := openBackend(t, z, root, time.Now)
+	defer b.Close()
+	ctx := context.Background()
+	before := time.Now().Add(-time.Minute)
+	z.Kazoo(t, `
+zk.ensure_path("`+root+`/nodepool/images/fedora/request-build")
+zk.ensure_path("`+root+`/nodepool/images/fedora/pause")
+`)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		reqs, _ := b.BuildRequests(ctx)
+		paused, _ := b.Paused(ctx)
+		if reqs["fedora"].After(before) && paused["fedora"].After(before) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodepool's request and pause not seen: %v, %v", reqs, paused)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := b.ClearBuildRequest(ctx, "fedora", time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetPaused(ctx, "fedora", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.RequestBuild(ctx, "debian"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetPaused(ctx, "debian", true); err != nil {
+		t.Fatal(err)
+	}
+	out := z.Kazoo(t, `
+for image in ("fedora", "debian"):
+    for node in ("request-build", "pause"):
+        print(image, node, zk.exists("`+root+`/nodepool/images/%s/%s" % (image, node)) is not None)
+`)
+	want := "fedora request-build False\nfedora pause False\ndebian request-build True\ndebian pause True\n"
+	if out != want {
+		t.Fatalf("nodes nodepool sees:\n%s\nwant:\n%s", out, want)
+	}
+}
