@@ -337,12 +337,18 @@ func (c *cache) needsReload() bool {
 // the cache must be loaded again.
 func (c *cache) changed(p string, t zk.EventType) {
 	if t == zk.EventNotWatching {
-		c.qmu.Lock()
-		c.reload = true
-		c.qmu.Unlock()
+		c.watchesLost()
 		return
 	}
 	c.enqueue(p)
+}
+
+// watchesLost records that the watches went with a session: the next one
+// must read everything again.
+func (c *cache) watchesLost() {
+	c.qmu.Lock()
+	c.reload = true
+	c.qmu.Unlock()
 }
 
 func (c *cache) enqueue(p string) {
@@ -379,10 +385,16 @@ func (c *cache) run() {
 		}
 		kids, err := c.refresh(p)
 		if err != nil {
-			if errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrConnectionClosed) {
-				return
-			}
+			// The connection is lost, most likely: the node is read again
+			// once it may be back. Only stop ends this loop; were it to end
+			// here, the cache would follow nothing from then on.
 			c.b.log.Debug("cache: read again later", "path", p, "error", err)
+			c.enqueue(p)
+			select {
+			case <-c.stopped:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
 			continue
 		}
 		for _, k := range kids {

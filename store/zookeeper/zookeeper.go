@@ -215,6 +215,9 @@ func (b *Backend) event(ev zk.Event) {
 	switch ev.State {
 	case zk.StateExpired:
 		b.log.Warn("ZooKeeper session expired: every lock held is lost; work under them stops")
+		// Its watches went with it; the client tells so only on the channels
+		// of each watch, which the cache does not read.
+		b.cache.watchesLost()
 		b.locks.lost()
 	case zk.StateHasSession:
 		b.mu.Lock()
@@ -256,6 +259,7 @@ func (b *Backend) resync() {
 	if closed {
 		return
 	}
+	b.log.Info("new ZooKeeper session: reading the image records again")
 	// Until it works: a cache that missed a reload would follow nothing.
 	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
 		err := b.cache.load()

@@ -101,3 +101,98 @@ for image in ("fedora", "debian"):
 		t.Fatalf("nodes nodepool sees:\n%s\nwant:\n%s", out, want)
 	}
 }
+
+// TestSessionExpiry cuts a backend off ZooKeeper (through a proxy) until the
+// server expires its session, while another backend changes the records and
+// takes the lock it held: its lock is reported lost, and once back it reads
+// the changes, registers again, and its cache follows further changes.
+func TestSessionExpiry(t *testing.T) {
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
+	p := testenv.NewProxy(t, z.Addr)
+	root := chroot(t)
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	cut, err := zookeeper.Open(ctx, zookeeper.Options{Servers: []string{p.Addr}, Chroot: root, Timeout: 2 * time.Second,
+		Hostname: "cut-off", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cut.Close()
+	other := openBackend(t, z, root, time.Now)
+	defer other.Close()
+	a, err := store.Open(ctx, store.Options{ImagesDir: t.TempDir(), Backend: cut})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := store.Open(ctx, store.Options{ImagesDir: t.TempDir(), Backend: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := a.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := a.TryLock(ctx, store.LockKey{Image: "debian"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p.Down()
+	// The lock is free once the server expired the session.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		h, err := o.TryLock(ctx, store.LockKey{Image: "debian"})
+		if err == nil {
+			h.Release()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cut-off backend's lock was never freed: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	select {
+	case <-held.Lost():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lock of an expired session was not reported lost")
+	}
+	cur, err := o.Build(ctx, old.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Write(ctx, store.DeleteBuild(cur)); err != nil {
+		t.Fatal(err)
+	}
+	made, err := o.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceDIB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Up(); err != nil {
+		t.Fatal(err)
+	}
+
+	seen := func(what string, ok func([]store.Build) bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			bs, err := a.Builds(ctx, store.BuildFilter{Image: "debian"})
+			if err == nil && ok(bs) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: builds seen after the new session: %+v, %v", what, bs, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	seen("changes made while cut off", func(bs []store.Build) bool { return len(bs) == 1 && bs[0].ID == made.ID })
+	later, err := o.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceDIB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen("a change after the new session", func(bs []store.Build) bool { return len(bs) == 2 && bs[0].ID == later.ID })
+	out := z.Kazoo(t, `print(len([c for c in zk.get_children("`+root+`/nodepool/components/builder") if c.startswith("cut-off")]))`)
+	if out != "1\n" {
+		t.Fatalf("registrations of the cut-off builder after the new session: %q, want 1", out)
+	}
+}
