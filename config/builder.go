@@ -15,6 +15,10 @@ const (
 	DefaultKeepUploads    = 2
 	DefaultUploadAttempts = 5
 	DefaultGearmanPort    = 4730
+	// DefaultGearmanUnservedAfter is how long a gearman job for one of the
+	// builders' functions that no worker serves waits before a builder answers
+	// it as failed (an unknown image or build).
+	DefaultGearmanUnservedAfter = 30 * time.Second
 	// DefaultMaxImageSize bounds an image file, decompressed: an artifact that
 	// would be larger is refused.
 	DefaultMaxImageSize int64 = 128 << 30
@@ -29,12 +33,15 @@ func defaultBuilder() Builder {
 		UploadAttempts: DefaultUploadAttempts,
 		LeakSweep:      true,
 		MaxImageSize:   DefaultMaxImageSize,
+
+		GearmanUnservedAfter: DefaultGearmanUnservedAfter,
 	}
 }
 
 var builderKeys = []string{
 	"poll-interval", "upload-workers", "keep-builds", "keep-uploads",
 	"upload-attempts", "state-db", "gearman-servers", "leak-sweep", "max-image-size",
+	"gearman-unserved-after",
 }
 
 var gearmanKeys = []string{"host", "port"}
@@ -68,6 +75,17 @@ func (p *parser) builder(n *yaml.Node, path string) Builder {
 	if v, ok := m.byteSize("max-image-size"); ok {
 		b.MaxImageSize = v
 	}
+	b.GearmanServers = p.gearmanServers(m)
+	if v, ok := m.seconds("gearman-unserved-after", false); ok {
+		b.GearmanUnservedAfter = v
+	}
+	return b
+}
+
+// gearmanServers reads a gearman-servers list of a mapping: the builder
+// section's, or nodepool's old top-level one.
+func (p *parser) gearmanServers(m *mapping) []GearmanServer {
+	var out []GearmanServer
 	items, _ := m.list("gearman-servers", "gearman servers", "[{host: gearman.example.com, port: 4730}]")
 	for i, item := range items {
 		gpath := indexPath(m.sub("gearman-servers"), i)
@@ -83,8 +101,8 @@ func (p *parser) builder(n *yaml.Node, path string) Builder {
 			g.Port = v
 		}
 		if g.Host != "" {
-			b.GearmanServers = append(b.GearmanServers, g)
+			out = append(out, g)
 		}
 	}
-	return b
+	return out
 }

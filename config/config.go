@@ -106,9 +106,14 @@ type Builder struct {
 	KeepUploads    int           // default 2
 	UploadAttempts int           // default 5
 	StateDB        string        // default <images-dir>/builder.db
+	// GearmanServers are the gearman job servers the builder works for: the
+	// builder section's and nodepool's old top-level gearman-servers.
 	GearmanServers []GearmanServer
-	LeakSweep      bool  // default true
-	MaxImageSize   int64 // bytes; default DefaultMaxImageSize
+	// GearmanUnservedAfter: a job for a builder function nobody serves is
+	// answered as failed after waiting this long; default 30s.
+	GearmanUnservedAfter time.Duration
+	LeakSweep            bool  // default true
+	MaxImageSize         int64 // bytes; default DefaultMaxImageSize
 }
 
 // GearmanServer is a gearman job server address.

@@ -207,9 +207,12 @@ func TestLoadZuulImagesExample(t *testing.T) {
 			KeepUploads:    1,
 			UploadAttempts: 7,
 			StateDB:        "/var/lib/nodepool/state/builder.db",
-			GearmanServers: []GearmanServer{{Host: "gearman.example.com", Port: 4730}, {Host: "192.0.2.10", Port: 4731}},
-			LeakSweep:      false,
-			MaxImageSize:   64 << 30,
+			GearmanServers: []GearmanServer{{Host: "gearman.example.com", Port: 4730}, {Host: "192.0.2.10", Port: 4731},
+				{Host: "gearman2.example.com", Port: 4730}},
+			LeakSweep:    false,
+			MaxImageSize: 64 << 30,
+
+			GearmanUnservedAfter: 45 * time.Second,
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {

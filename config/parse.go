@@ -258,7 +258,7 @@ func sectionAt(lines []string, line int) string {
 var topKeys = []string{
 	"images-dir", "build-log-dir", "build-log-retention", "elements-dir",
 	"webapp", "diskimages", "zuul-images", "providers", "builder",
-	"zookeeper-servers", "zookeeper-tls", "zookeeper-timeout",
+	"zookeeper-servers", "zookeeper-tls", "zookeeper-timeout", "gearman-servers",
 }
 
 // config reads the top-level mapping.
@@ -294,6 +294,12 @@ func (p *parser) config(root *yaml.Node) *Config {
 		cfg.Builder = p.builder(n, m.sub("builder"))
 	}
 	cfg.ZooKeeper = p.zookeeper(m)
+	// nodepool's old top-level gearman-servers, and the builder section's.
+	for _, g := range p.gearmanServers(m) {
+		if !slices.Contains(cfg.Builder.GearmanServers, g) {
+			cfg.Builder.GearmanServers = append(cfg.Builder.GearmanServers, g)
+		}
+	}
 
 	names := imageNames{}
 	cfg.DiskImages = p.diskImages(m, names)

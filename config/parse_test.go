@@ -162,6 +162,8 @@ func TestParseErrors(t *testing.T) {
 		{"gearman port zero", head + "builder:\n  gearman-servers:\n    - host: g\n      port: 0\n", 5, "builder.gearman-servers[0].port", "must be a TCP port number"},
 		{"gearman unknown key", head + "builder:\n  gearman-servers:\n    - host: g\n      ssl: true\n", 5, "builder.gearman-servers[0].ssl", "unknown key in a gearman server; known keys are host, port"},
 		{"gearman-servers a mapping", head + "builder:\n  gearman-servers: {host: g}\n", 3, "builder.gearman-servers", "expected a list of gearman servers"},
+		{"top-level gearman server without host", head + "gearman-servers:\n  - port: 4730\n", 3, "gearman-servers[0].host", "is required"},
+		{"gearman-unserved-after zero", head + "builder:\n  gearman-unserved-after: 0\n", 3, "builder.gearman-unserved-after", "must be a positive number of seconds"},
 
 		// Text level.
 		{"unset variable", head + "webapp:\n  port: %(NODEPOOL_PORT)\n", 3, "webapp.port", "environment variable NODEPOOL_PORT is not set"},
@@ -282,6 +284,8 @@ providers:
 			StateDB:        "/opt/images/builder.db",
 			LeakSweep:      true,
 			MaxImageSize:   DefaultMaxImageSize,
+
+			GearmanUnservedAfter: DefaultGearmanUnservedAfter,
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {
