@@ -66,6 +66,9 @@ type Build struct {
 	// Username, PythonPath and ShellType are the diskimage's, as nodepool
 	// records them for the launcher; empty means nodepool's default.
 	Username, PythonPath, ShellType string
+	// Request names the request that asked for this build (a gearman job's
+	// unique id), so that the same request made again finds it.
+	Request string
 	// Version is the record's version as read: a write names it and fails with
 	// ErrConflict when the record changed meanwhile. 0: not stored yet.
 	Version int64

@@ -196,6 +196,10 @@ ALTER TABLE uploads ADD COLUMN username TEXT NOT NULL DEFAULT '';
 ALTER TABLE uploads ADD COLUMN python_path TEXT NOT NULL DEFAULT '';
 ALTER TABLE uploads ADD COLUMN shell_type TEXT NOT NULL DEFAULT '';
 `,
+	// 6: the request that asked for a build (a gearman job).
+	`
+ALTER TABLE builds ADD COLUMN request TEXT NOT NULL DEFAULT '';
+`,
 }
 
 func (s *SQLite) migrate(ctx context.Context) error {
@@ -322,7 +326,7 @@ func putBuild(ctx context.Context, tx *sql.Tx, b *Build) (func(), error) {
 	}
 	args := []any{b.Image, string(b.Source), string(b.State), unixNano(b.StateTime), unixNano(b.Created), b.BuilderID,
 		b.PID, b.Reason, b.Zuul.UUID, b.Zuul.ID, unixNano(b.Zuul.EndTime), b.Zuul.LogURL,
-		b.Hostname, b.Username, b.PythonPath, b.ShellType}
+		b.Hostname, b.Username, b.PythonPath, b.ShellType, b.Request}
 	if b.Version == 0 {
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM builds WHERE id = ?`, b.ID).Scan(&n); err != nil {
@@ -333,14 +337,14 @@ func putBuild(ctx context.Context, tx *sql.Tx, b *Build) (func(), error) {
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO builds
 			(image, source, state, state_time, created, builder_id, pid, reason, zuul_uuid, zuul_id, zuul_end_time, zuul_log_url,
-			hostname, username, python_path, shell_type, id, version)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`, append(args, b.ID)...); err != nil {
+			hostname, username, python_path, shell_type, request, id, version)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`, append(args, b.ID)...); err != nil {
 			return nil, fmt.Errorf("create build %s: %w", b.Name(), err)
 		}
 	} else {
 		res, err := tx.ExecContext(ctx, `UPDATE builds SET image = ?, source = ?, state = ?, state_time = ?, created = ?,
 			builder_id = ?, pid = ?, reason = ?, zuul_uuid = ?, zuul_id = ?, zuul_end_time = ?, zuul_log_url = ?,
-			hostname = ?, username = ?, python_path = ?, shell_type = ?, version = version + 1
+			hostname = ?, username = ?, python_path = ?, shell_type = ?, request = ?, version = version + 1
 			WHERE id = ? AND version = ?`, append(args, b.ID, b.Version)...)
 		if err != nil {
 			return nil, fmt.Errorf("write build %s: %w", b.Name(), err)
@@ -462,7 +466,7 @@ func putCursor(ctx context.Context, tx *sql.Tx, c *Cursor) error {
 }
 
 const buildColumns = `id, image, source, state, state_time, created, builder_id, pid, reason,
-	zuul_uuid, zuul_id, zuul_end_time, zuul_log_url, version, hostname, username, python_path, shell_type`
+	zuul_uuid, zuul_id, zuul_end_time, zuul_log_url, version, hostname, username, python_path, shell_type, request`
 
 // Builds returns the builds that match f, newest first.
 func (s *SQLite) Builds(ctx context.Context, f BuildFilter) ([]Build, error) {
@@ -517,7 +521,7 @@ func (s *SQLite) queryBuilds(ctx context.Context, q string, args ...any) ([]Buil
 		var stateTime, created, zuulEnd int64
 		if err := rows.Scan(&b.ID, &b.Image, &src, &st, &stateTime, &created, &b.BuilderID, &b.PID, &b.Reason,
 			&b.Zuul.UUID, &b.Zuul.ID, &zuulEnd, &b.Zuul.LogURL, &b.Version, &b.Hostname, &b.Username, &b.PythonPath,
-			&b.ShellType); err != nil {
+			&b.ShellType, &b.Request); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("list builds: %w", err)
 		}

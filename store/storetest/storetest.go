@@ -75,6 +75,7 @@ func Run(t *testing.T, open Opener, opts Options) {
 		{"RefusedFormats", testRefusedFormats},
 		{"Locks", testLocks},
 		{"NodepoolFields", testNodepoolFields},
+		{"BuildRequest", testBuildRequest},
 	}
 	if opts.Shared {
 		tests = append(tests, []struct {
@@ -908,5 +909,30 @@ func testNodepoolFields(t *testing.T, open Opener) {
 	ups, err := s.Uploads(ctx, store.UploadFilter{BuildID: b.ID})
 	if err != nil || len(ups) != 1 || ups[0].Username != "ubuntu" || ups[0].PythonPath != "/usr/bin/python3" || ups[0].ShellType != "sh" {
 		t.Fatalf("upload read back = %+v, %v (created %+v)", ups, err, u)
+	}
+}
+
+// testBuildRequest: the request that asked for a build is kept through its
+// state changes, for a repeated request to find the build.
+func testBuildRequest(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	b, err := s.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceDIB, Request: "job-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Build(ctx, b.ID)
+	if err != nil || got.Request != "job-1" || got.State != store.Ready {
+		t.Fatalf("build read back = %+v, %v", got, err)
+	}
+	other, err := s.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceDIB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Build(ctx, other.ID); err != nil || got.Request != "" {
+		t.Fatalf("build without a request read back = %+v, %v", got, err)
 	}
 }

@@ -69,6 +69,7 @@ type buildExtra struct {
 	Created float64           `json:"created"`
 	PID     int               `json:"pid,omitempty"`
 	Reason  string            `json:"reason,omitempty"`
+	Request string            `json:"request,omitempty"`
 	Files   []fileJSON        `json:"files,omitempty"`
 	Refused map[string]string `json:"refused,omitempty"`
 	Zuul    *zuulJSON         `json:"zuul,omitempty"`
@@ -173,7 +174,8 @@ func encodeBuild(b store.Build) (data, extra []byte, err error) {
 	j := buildJSON{State: string(b.State), StateTime: &st, Builder: b.Hostname, BuilderID: b.BuilderID,
 		Formats: strings.Join(formats, ","), Username: strPtr(username), PythonPath: strPtr(python),
 		ShellType: orNull(b.ShellType)}
-	x := buildExtra{Source: string(b.Source), Created: seconds(b.Created), PID: b.PID, Reason: b.Reason, Refused: b.Refused}
+	x := buildExtra{Source: string(b.Source), Created: seconds(b.Created), PID: b.PID, Reason: b.Reason, Refused: b.Refused,
+		Request: b.Request}
 	for _, f := range b.Files {
 		x.Files = append(x.Files, fileJSON{f.Format, f.SHA256, f.MD5, f.Size, f.URL, f.Present})
 	}
@@ -210,7 +212,7 @@ func decodeBuild(image, id string, data []byte, stat *zk.Stat, extra []byte) (st
 		if err := json.Unmarshal(extra, &x); err != nil {
 			return store.Build{}, fmt.Errorf("build %s-%s: our record: %w", image, id, err)
 		}
-		b.Source, b.PID, b.Reason, b.Refused = store.Source(x.Source), x.PID, x.Reason, x.Refused
+		b.Source, b.PID, b.Reason, b.Refused, b.Request = store.Source(x.Source), x.PID, x.Reason, x.Refused, x.Request
 		if x.Created != 0 {
 			b.Created = fromSeconds(x.Created)
 		}
