@@ -22,6 +22,11 @@ import (
 // ended the build: then the request stays for the next run. A ready build comes
 // with an error only when settling the request or pruning old logs failed.
 func (b *Builder) Build(ctx context.Context, image string) (store.Build, error) {
+	return b.build(ctx, image, "")
+}
+
+// build is Build, recording on the build the request that asked for it.
+func (b *Builder) build(ctx context.Context, image, request string) (store.Build, error) {
 	cfg, st := b.opts.Config, b.opts.Store
 	img := cfg.DiskImage(image)
 	if img == nil {
@@ -35,7 +40,7 @@ func (b *Builder) Build(ctx context.Context, image string) (store.Build, error) 
 	formats := buildFormats(cfg, image)
 	// The builder's own pid until DIB has one: the record must name a live process.
 	rec, err := st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceDIB, PID: os.Getpid(),
-		Username: img.Username, PythonPath: img.PythonPath, ShellType: img.ShellType})
+		Username: img.Username, PythonPath: img.PythonPath, ShellType: img.ShellType, Request: request})
 	if err != nil {
 		return store.Build{}, fmt.Errorf("build %s: %w", image, err)
 	}

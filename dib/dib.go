@@ -133,6 +133,50 @@ func (b *Builder) Step(ctx context.Context, image string) (*store.Build, error) 
 	return &built, err // a ready build, and maybe a failure of its housekeeping
 }
 
+// ErrPaused is returned (wrapped) by BuildNow for an image that is paused.
+var ErrPaused = errors.New("paused")
+
+// BuildNow builds an image now, whatever its schedule says, as an operator's
+// request (a gearman job) asks, and returns the ready build; request is
+// recorded on it. A paused image, or one another builder holds the build lock
+// of, is refused.
+func (b *Builder) BuildNow(ctx context.Context, image, request string) (store.Build, error) {
+	img := b.opts.Config.DiskImage(image)
+	if img == nil {
+		return store.Build{}, fmt.Errorf("build %s: %w", image, ErrUnknownImage)
+	}
+	paused, err := b.opts.Store.Paused(ctx)
+	if err != nil {
+		return store.Build{}, fmt.Errorf("build %s: %w", image, err)
+	}
+	if _, ok := paused[image]; ok {
+		return store.Build{}, fmt.Errorf("build %s: %w by image-pause; image-unpause it first", image, ErrPaused)
+	}
+	if img.Pause {
+		return store.Build{}, fmt.Errorf("build %s: %w in the config (pause: true)", image, ErrPaused)
+	}
+	if b.opts.Slots != nil {
+		select {
+		case b.opts.Slots <- struct{}{}:
+			defer func() { <-b.opts.Slots }()
+		case <-ctx.Done():
+			return store.Build{}, fmt.Errorf("build %s: waiting for a build worker: %w", image, ctx.Err())
+		}
+	}
+	held, err := b.opts.Store.TryLock(ctx, store.LockKey{Image: image})
+	if errors.Is(err, store.ErrHeld) {
+		return store.Build{}, fmt.Errorf("build %s: another builder holds the image's build lock and is building it; ask again when it is done: %w", image, err)
+	}
+	if err != nil {
+		return store.Build{}, fmt.Errorf("build %s: %w", image, err)
+	}
+	defer held.Release()
+	ctx, cancel := store.UnderLock(ctx, held)
+	defer cancel()
+	b.log.Info("image build asked for", "image", image, "request", request)
+	return b.build(ctx, image, request)
+}
+
 // Due says whether an image needs a build now, and why ("" = not due). A paused
 // image is never due. A manual request makes it due at once; otherwise it is due
 // when it has no ready build, when its newest ready build is older than

@@ -913,3 +913,56 @@ func TestUnknownImage(t *testing.T) {
 		t.Errorf("Build: err = %v", err)
 	}
 }
+
+// TestBuildNow: an operator's request builds at once, whatever the schedule,
+// records the request on the build, and refuses a paused image or one whose
+// build lock another builder holds.
+func TestBuildNow(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config(`
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: paused
+    dib-cmd: {{DIB}}
+    elements: [e]
+    pause: true
+  - name: debian
+    dib-cmd: {{DIB}}
+    elements: [e]
+    rebuild-age: 604800
+`)
+	b := f.builder(cfg)
+	ctx := context.Background()
+	first := f.build(ctx, b, "debian")
+	if got := due(t, b, "debian"); got != "" {
+		t.Fatalf("due after a build = %q, want not due", got)
+	}
+	bd, err := b.BuildNow(ctx, "debian", "req-1")
+	if err != nil || bd.State != store.Ready || bd.ID == first.ID || bd.Request != "req-1" {
+		t.Fatalf("BuildNow = %+v, %v; want a new ready build for req-1", bd, err)
+	}
+	if _, err := b.BuildNow(ctx, "paused", ""); !errors.Is(err, ErrPaused) || !strings.Contains(err.Error(), "pause: true") {
+		t.Errorf("BuildNow of an image paused in the config = %v", err)
+	}
+	if err := f.st.SetPaused(ctx, "debian", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.BuildNow(ctx, "debian", ""); !errors.Is(err, ErrPaused) || !strings.Contains(err.Error(), "image-unpause") {
+		t.Errorf("BuildNow of an image paused by image-pause = %v", err)
+	}
+	if err := f.st.SetPaused(ctx, "debian", false); err != nil {
+		t.Fatal(err)
+	}
+	held, err := f.st.TryLock(ctx, store.LockKey{Image: "debian"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	if _, err := b.BuildNow(ctx, "debian", ""); err == nil || !strings.Contains(err.Error(), "another builder holds the image's build lock") {
+		t.Errorf("BuildNow while the build lock is held = %v", err)
+	}
+	if bs, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian"}); len(bs) != 2 {
+		t.Errorf("%d builds, want the 2 made before the refusals", len(bs))
+	}
+}

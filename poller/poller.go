@@ -95,6 +95,9 @@ func (p *Poller) Step(ctx context.Context, image string) (*store.Build, error) {
 // stopped with it, and the partial files stay to be resumed.
 func (p *Poller) Abandon(context.Context, store.Build) error { return nil }
 
+// noNewBuild begins Outcome.Skipped when Zuul's newest build is the one settled.
+const noNewBuild = "no new Zuul build"
+
 // Outcome says what one poll did.
 type Outcome struct {
 	Image    string
@@ -111,6 +114,44 @@ var ErrRefused = errors.New("zuul build refused")
 // When the newest build is the one already ingested but lacks a format that is now
 // needed (a provider was added), that format is fetched into it.
 func (p *Poller) Poll(ctx context.Context, image string) (Outcome, error) {
+	return p.poll(ctx, image, "")
+}
+
+// BuildNow polls a zuul-image now, as an operator's request (a gearman job)
+// asks, and returns the build of Zuul's newest successful build: fetched now
+// (request is recorded on it), or the one fetched before. It fails, saying
+// why, when there is none to return.
+func (p *Poller) BuildNow(ctx context.Context, image, request string) (store.Build, error) {
+	out, err := p.poll(ctx, image, request)
+	if err != nil {
+		return store.Build{}, err
+	}
+	if out.Ingested != nil {
+		return *out.Ingested, nil
+	}
+	if !strings.HasPrefix(out.Skipped, noNewBuild) {
+		return store.Build{}, fmt.Errorf("fetch %s: %s", image, out.Skipped)
+	}
+	cur, err := p.opts.Store.Cursor(ctx, image)
+	if err != nil {
+		return store.Build{}, err
+	}
+	if cur.Outcome != "ready" {
+		return store.Build{}, fmt.Errorf("fetch %s: Zuul's newest build %s was refused: %s", image, cur.ZuulUUID, cur.Reason)
+	}
+	builds, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: image, State: store.Ready})
+	if err != nil {
+		return store.Build{}, err
+	}
+	for _, b := range builds {
+		if b.Zuul.UUID == cur.ZuulUUID {
+			return b, nil
+		}
+	}
+	return store.Build{}, fmt.Errorf("fetch %s: Zuul's newest build %s was fetched, but its build is no longer ready", image, cur.ZuulUUID)
+}
+
+func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, error) {
 	out := Outcome{Image: image}
 	zi := p.opts.Config.ZuulImage(image)
 	if zi == nil {
@@ -193,7 +234,7 @@ func (p *Poller) Poll(ctx context.Context, image string) (Outcome, error) {
 		out, err = p.complete(ctx, out, zi, zb, needed)
 	} else {
 		var b store.Build
-		if b, err = p.ingest(ctx, zi, zb, needed); err == nil {
+		if b, err = p.ingest(ctx, zi, zb, needed, request); err == nil {
 			out.Ingested = &b
 		}
 	}
@@ -232,14 +273,15 @@ func unmerged(zb zuulapi.Build) bool {
 // ingest fetches a new Zuul build's needed formats into a new store build. The
 // build becomes ready and the cursor moves in one write, so a crash leaves either
 // a build to settle and fetch again, or both done.
-func (p *Poller) ingest(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, needed []string) (store.Build, error) {
+func (p *Poller) ingest(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, needed []string, request string) (store.Build, error) {
 	st := p.opts.Store
 	log := p.log.With("image", zi.Name, "zuul_build", zb.UUID)
 	log.Info("new Zuul build", "zuul_id", zb.ID, "end_time", zb.EndTime, "formats", needed)
 	b, err := st.CreateBuild(ctx, store.Build{
-		Image:  zi.Name,
-		Source: store.SourceZuul,
-		Zuul:   store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: redact.URL(zb.LogURL)},
+		Image:   zi.Name,
+		Source:  store.SourceZuul,
+		Zuul:    store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: redact.URL(zb.LogURL)},
+		Request: request,
 	})
 	if err != nil {
 		return b, err
@@ -298,7 +340,7 @@ func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage
 	}
 	if len(builds) == 0 || builds[0].Zuul.UUID != zb.UUID || builds[0].BuilderID != p.opts.Store.BuilderID() {
 		// Nothing to add to, or the build's files are on another builder's host.
-		out.Skipped = "no new Zuul build"
+		out.Skipped = noNewBuild
 		return out, nil
 	}
 	b := builds[0]
@@ -313,7 +355,7 @@ func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage
 		}
 	}
 	if len(missing) == 0 {
-		out.Skipped = "no new Zuul build"
+		out.Skipped = noNewBuild
 		if len(refused) > 0 {
 			out.Skipped += "; refused in the newest: " + strings.Join(refused, "; ")
 		}

@@ -361,3 +361,40 @@ func TestPollPausedAndUnneeded(t *testing.T) {
 		t.Fatalf("poll of an image with its own formats = %+v, %v", out, err)
 	}
 }
+
+// TestBuildNow: an operator's request returns the build of Zuul's newest
+// build, fetched now or fetched before, and says why when there is none.
+func TestBuildNow(t *testing.T) {
+	f := newFixture(t, "qcow2")
+	ctx := context.Background()
+	if _, err := f.p.BuildNow(ctx, "debian", "r1"); err == nil || !strings.Contains(err.Error(), "no successful build") {
+		t.Fatalf("BuildNow with no Zuul build = %v, want it to say Zuul has none", err)
+	}
+	zb := f.publish(f.standard("1")...)
+	b, err := f.p.BuildNow(ctx, "debian", "r1")
+	if err != nil || b.State != store.Ready || b.Zuul.UUID != zb.UUID || b.Request != "r1" {
+		t.Fatalf("BuildNow = %+v, %v; want the ready build of %s for request r1", b, err, zb.UUID)
+	}
+	again, err := f.p.BuildNow(ctx, "debian", "r2")
+	if err != nil || again.ID != b.ID {
+		t.Fatalf("BuildNow with nothing new = %+v, %v; want build %s", again, err, b.ID)
+	}
+	if n, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian"}); len(n) != 1 {
+		t.Fatalf("%d builds after asking twice, want 1", len(n))
+	}
+	// A refused newest build: the refusal is the answer.
+	m := meta("qcow2")
+	m["sha256"] = strings.Repeat("a", 64)
+	bad := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: f.image("qcow2", "2"), Metadata: m})
+	if _, err := f.p.BuildNow(ctx, "debian", ""); err == nil {
+		t.Fatal("BuildNow of a corrupt Zuul build succeeded")
+	}
+	_, err = f.p.BuildNow(ctx, "debian", "")
+	if err == nil || !strings.Contains(err.Error(), bad.UUID) || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("BuildNow after the refusal = %v, want it to name %s as refused", err, bad.UUID)
+	}
+	f.st.SetPaused(ctx, "debian", true)
+	if _, err := f.p.BuildNow(ctx, "debian", ""); err == nil || !strings.Contains(err.Error(), "paused") {
+		t.Fatalf("BuildNow of a paused image = %v", err)
+	}
+}

@@ -18,6 +18,7 @@ import (
 // attempt is one try at one upload.
 type attempt struct {
 	u        *Uploader
+	job      Job
 	cloud    Cloud
 	provider *config.Provider
 	build    store.Build
@@ -71,7 +72,8 @@ func (a *attempt) run(ctx context.Context) error {
 	}
 	a.log.Info("upload started", "external_id", id, "name", spec.Name, "format", a.file.Format, "bytes", info.Size())
 	start := u.opts.Now()
-	if err := a.cloud.Upload(ctx, id, &progressReader{r: f, size: info.Size(), log: a.log, now: u.opts.Now, last: start}, info.Size()); err != nil {
+	if err := a.cloud.Upload(ctx, id, &progressReader{r: f, size: info.Size(), log: a.log, now: u.opts.Now, last: start,
+		report: a.report()}, info.Size()); err != nil {
 		return fmt.Errorf("upload data: %w", waitErr(ctx, err, timeout))
 	}
 	img, err := u.waitActive(ctx, a.cloud, id)
@@ -143,7 +145,17 @@ func runHook(ctx context.Context, hook, provider, id, path string) error {
 	return nil
 }
 
-// progressReader logs upload progress at most every 30 seconds.
+// report is the attempt's progress callback, nil when nobody listens.
+func (a *attempt) report() func(sent, total int64) {
+	progress := a.u.opts.Progress
+	if progress == nil {
+		return nil
+	}
+	return func(sent, total int64) { progress(a.job, sent, total) }
+}
+
+// progressReader logs upload progress at most every 30 seconds, and reports it
+// at most every second.
 type progressReader struct {
 	r    *os.File
 	size int64
@@ -151,12 +163,20 @@ type progressReader struct {
 	log  *slog.Logger
 	now  func() time.Time
 	last time.Time
+	// report, when set, is told the bytes sent; lastReport is when it was last.
+	report     func(sent, total int64)
+	lastReport time.Time
 }
 
 func (p *progressReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
 	p.done += int64(n)
-	if t := p.now(); t.Sub(p.last) >= 30*time.Second {
+	t := p.now()
+	if p.report != nil && (t.Sub(p.lastReport) >= time.Second || err != nil) {
+		p.lastReport = t
+		p.report(p.done, p.size)
+	}
+	if t.Sub(p.last) >= 30*time.Second {
 		p.last = t
 		pct := 0.0
 		if p.size > 0 {

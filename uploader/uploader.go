@@ -45,7 +45,10 @@ type Options struct {
 	// CleanupGrace bounds the delete of a half-made image after a failed or
 	// interrupted upload.
 	CleanupGrace time.Duration
-	Now          func() time.Time
+	// Progress, when set, is told how far each upload's data has gone, at most
+	// once a second per upload.
+	Progress func(j Job, sent, total int64)
+	Now      func() time.Time
 }
 
 // Uploader runs the upload lifecycle of one config. Its methods are steps that
@@ -86,6 +89,9 @@ type Job struct {
 	Format   string
 	// Retry is a failed upload of this build to this provider to try again.
 	Retry *store.Upload
+	// Asked says an operator asked for this upload (a gearman job): a failed
+	// upload is tried again now, whatever its backoff and the attempts used.
+	Asked bool
 }
 
 // Key names the job's work: one build to one provider. A queue holds one job a key.
@@ -165,12 +171,15 @@ func (u *Uploader) needed(ups []store.Upload, now time.Time, j *Job) bool {
 		case store.Ready, store.Uploading:
 			return false
 		case store.Failed:
-			switch {
-			case ups[k].Attempts >= u.maxAttempts():
-				return false // it stays failed until the next build
-			case ups[k].NextAttempt.After(now):
-				return false // a later step retries it
-			case j.Retry == nil:
+			if !j.Asked {
+				switch {
+				case ups[k].Attempts >= u.maxAttempts():
+					return false // it stays failed until the next build
+				case ups[k].NextAttempt.After(now):
+					return false // a later step retries it
+				}
+			}
+			if j.Retry == nil {
 				retry := ups[k]
 				j.Retry = &retry
 			}
@@ -226,7 +235,7 @@ func (u *Uploader) Upload(ctx context.Context, j Job) (store.Upload, error) {
 		log.Info("retrying upload", "attempt", rec.Attempts, "last_error", j.Retry.LastError)
 	}
 	file, _ := b.File(j.Format)
-	a := &attempt{u: u, cloud: cloud, provider: p, build: b, file: file, rec: &rec, log: log}
+	a := &attempt{u: u, job: j, cloud: cloud, provider: p, build: b, file: file, rec: &rec, log: log}
 	err = a.run(ctx)
 	if err == nil {
 		rec.SetState(store.Ready, u.opts.Now())

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -973,5 +974,44 @@ func TestAnotherBuildersDeletingBuild(t *testing.T) {
 	}
 	if _, err := os.Stat(f.st.FilePath("debian", b.ID, "qcow2")); err != nil {
 		t.Fatalf("files in this images-dir of a build recorded as another's were removed: %v", err)
+	}
+}
+
+// TestAskedUploadRetriesAtOnce: an upload an operator asks for is tried now,
+// even after upload-attempts were used up, and reports its progress.
+func TestAskedUploadRetriesAtOnce(t *testing.T) {
+	f := newFixture(t)
+	var mu sync.Mutex
+	var sent []int64
+	f.up.opts.Progress = func(j Job, n, total int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		if j.Provider == "a" && total > 0 {
+			sent = append(sent, n)
+		}
+	}
+	b := f.addBuild("debian", "qcow2", "raw")
+	f.clouds["a"].failUpload = 100
+	for range 3 {
+		f.step(context.Background())
+	}
+	failed := f.uploads(store.UploadFilter{Provider: "a"})
+	if len(failed) != 1 || failed[0].State != store.Failed || failed[0].Attempts != 3 {
+		t.Fatalf("a uploads = %+v, want one failed after 3 attempts", failed)
+	}
+	f.clouds["a"].failUpload = 0
+	// The plan leaves it failed; a job that was asked for takes it up again.
+	if jobs, _ := f.up.Plan(context.Background()); slices.ContainsFunc(jobs, func(j Job) bool { return j.Provider == "a" }) {
+		t.Fatalf("plan after attempts used up = %+v, want no job for a", jobs)
+	}
+	up, err := f.up.Upload(context.Background(), Job{Build: b, Provider: "a", Format: "qcow2", Asked: true})
+	if err != nil || up.State != store.Ready || up.ID != failed[0].ID || up.Attempts != 4 {
+		t.Fatalf("asked upload = %+v, %v; want upload %s ready on attempt 4", up, err, failed[0].ID)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	size, _ := b.File("qcow2")
+	if len(sent) == 0 || sent[len(sent)-1] != size.Size {
+		t.Errorf("progress reported %v, want it to end at %d bytes", sent, size.Size)
 	}
 }
