@@ -2,9 +2,11 @@
 # Installs the real parts that the demo and the tests run, from Debian's packages:
 # a standalone Glance, qemu-img and zstd; with "test", also diskimage-builder (it
 # brings debootstrap; a debian-minimal build also runs sudo and mkfs.ext4 on the
-# host), ZooKeeper (the tests run its jars with java, not the service) and kazoo
-# for /usr/bin/python3 (an independent ZooKeeper client for the tests). Does
-# nothing when they are present.
+# host), ZooKeeper (the tests run its jars with java, not the service), kazoo
+# for /usr/bin/python3 (an independent ZooKeeper client for the tests), and
+# gearmand with the gearman and gearadmin commands (the tests run their own
+# gearmand, not the service, and use the commands as an independent client).
+# Does nothing when they are present.
 #   usage: deps.sh [demo|test]
 set -eu
 
@@ -24,6 +26,9 @@ if [ "${1:-demo}" = test ]; then
 	need java default-jre-headless
 	# Debian's kazoo is importable only by Debian's python, not a pyenv or venv one.
 	/usr/bin/python3 -c 'import kazoo.client' >/dev/null 2>&1 || missing="$missing python3-kazoo"
+	# gearmand lives in sbin too; internal/testenv runs it, the service stays off.
+	[ -x /usr/sbin/gearmand ] || missing="$missing gearman-job-server"
+	need gearman gearman-tools
 fi
 
 [ -z "$missing" ] && exit 0
@@ -38,10 +43,11 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 # shellcheck disable=SC2086
 apt-get install -y -q $pkgs
-# Debian starts glance-api and ZooKeeper (on port 2181) as system services on
-# install; the tests run their own. Where systemd is not running (a container),
-# systemctl cannot stop them, so the init script does.
-for svc in glance-api zookeeper; do
+# Debian starts glance-api, ZooKeeper (on port 2181), gearmand (on port 4730)
+# and the memcached it pulls in as system services on install; the tests run
+# their own. Where systemd is not running (a container), systemctl cannot stop
+# them, so the init script does.
+for svc in glance-api zookeeper gearman-job-server memcached; do
 	if command -v systemctl >/dev/null 2>&1 &&
 		systemctl disable --now "$svc" >/dev/null 2>&1; then
 		continue

@@ -1,0 +1,432 @@
+package gearman
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultPort is gearmand's port, used when a Server's Port is 0.
+const DefaultPort = 4730
+
+// Server is the address of a gearman job server.
+type Server struct {
+	Host string
+	Port int // 0 means DefaultPort
+}
+
+// String is host:port, with brackets around an IPv6 host.
+func (s Server) String() string {
+	port := s.Port
+	if port == 0 {
+		port = DefaultPort
+	}
+	return net.JoinHostPort(s.Host, strconv.Itoa(port))
+}
+
+// Options configure a Worker. The zero value of each field but Servers and Handler works.
+type Options struct {
+	// Servers are the job servers to serve; the worker keeps one connection to each.
+	Servers []Server
+	// ClientID is sent as SET_CLIENT_ID on every connection, so gearadmin --workers
+	// shows which host a worker is.
+	ClientID string
+	// Handler does the jobs.
+	Handler Handler
+	// Logger receives connection events; nil means slog.Default().
+	Logger *slog.Logger
+	// MaxJobs is how many jobs run at once across all connections; default 4. The
+	// worker grabs a job only while below it, so other workers get the rest.
+	MaxJobs int
+	// MinBackoff and MaxBackoff bound the wait before redialling a server, which
+	// doubles with jitter while it keeps failing; defaults 1s and 60s.
+	MinBackoff, MaxBackoff time.Duration
+	// Unserved, when not nil, lets the worker answer jobs of functions that nobody
+	// serves, so a client calling a function that cannot exist (the upload of an unknown
+	// build) gets a failure instead of waiting forever. It is asked about each function,
+	// not in this worker's set, that has queued jobs and no worker; when it says bad, and
+	// the function stays so for UnservedAfter, the worker registers the function on that
+	// server and fails its jobs with message (the handler is not called), then
+	// unregisters it once none are queued.
+	Unserved func(function string) (message string, bad bool)
+	// UnservedAfter is how long a function must stay unserved before its jobs are
+	// failed; default 30s.
+	UnservedAfter time.Duration
+	// UnservedCheck is how often each server's admin status is read; default 5s.
+	UnservedCheck time.Duration
+	// OnJob, when not nil, is called after each job is answered, or could not be, for
+	// status pages and logs. It runs on the job's goroutine.
+	OnJob func(JobResult)
+}
+
+// Defaults of Options and the timings of a connection.
+const (
+	defaultMaxJobs       = 4
+	defaultMinBackoff    = time.Second
+	defaultMaxBackoff    = time.Minute
+	defaultUnservedAfter = 30 * time.Second
+	defaultUnservedCheck = 5 * time.Second
+
+	// dialTimeout bounds a connection attempt, so a blackholed server is retried.
+	dialTimeout = 10 * time.Second
+	// writeTimeout bounds a write; a server that takes nothing for that long is dead.
+	writeTimeout = 10 * time.Second
+	// pingIdle and pingTimeout: a connection on which nothing arrived for pingIdle gets
+	// an ECHO_REQ, and is dead when nothing answers within pingTimeout. A worker asleep
+	// waiting for a NOOP hears nothing for hours, and TCP keepalive alone takes the
+	// kernel's time (often over two hours) to notice a server that vanished.
+	pingIdle    = 60 * time.Second
+	pingTimeout = 30 * time.Second
+	// stableAfter is how long a connection must last for the next failure to start
+	// over: the backoff returns to MinBackoff and the failure is logged again.
+	stableAfter = time.Minute
+	// failLogEvery is how often a server that keeps failing is logged again.
+	failLogEvery = 5 * time.Minute
+	// maxFunctionName is gearmand's limit on a function name.
+	maxFunctionName = 512
+)
+
+// Worker serves gearman jobs from a set of job servers. Create it with New, set its
+// functions with SetFunctions, and serve with Run.
+type Worker struct {
+	opts Options
+	log  *slog.Logger
+
+	// Timings of a connection; tests shorten them.
+	dialTimeout, writeTimeout, pingIdle, pingTimeout, stableAfter, failLogEvery time.Duration
+
+	running atomic.Bool
+	jobWG   sync.WaitGroup // every job's goroutine
+
+	mu      sync.Mutex
+	funcs   map[string]bool
+	conns   map[*serverConn]bool
+	servers []ServerStatus
+	busy    int // job slots taken: grabs outstanding and jobs running
+	flights map[jobKey]*flight
+	jobs    map[*jobRun]bool
+	served  int
+	failed  int
+}
+
+// New makes a worker with no functions; it does nothing until Run.
+func New(opts Options) *Worker {
+	if opts.MaxJobs <= 0 {
+		opts.MaxJobs = defaultMaxJobs
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = defaultMinBackoff
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = defaultMaxBackoff
+	}
+	opts.MaxBackoff = max(opts.MaxBackoff, opts.MinBackoff)
+	if opts.UnservedAfter <= 0 {
+		opts.UnservedAfter = defaultUnservedAfter
+	}
+	if opts.UnservedCheck <= 0 {
+		opts.UnservedCheck = defaultUnservedCheck
+	}
+	opts.Servers = slices.Clone(opts.Servers)
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	w := &Worker{
+		opts:         opts,
+		log:          log,
+		dialTimeout:  dialTimeout,
+		writeTimeout: writeTimeout,
+		pingIdle:     pingIdle,
+		pingTimeout:  pingTimeout,
+		stableAfter:  stableAfter,
+		failLogEvery: failLogEvery,
+		funcs:        map[string]bool{},
+		conns:        map[*serverConn]bool{},
+		flights:      map[jobKey]*flight{},
+		jobs:         map[*jobRun]bool{},
+	}
+	for _, s := range opts.Servers {
+		w.servers = append(w.servers, ServerStatus{Address: s.String()})
+	}
+	return w
+}
+
+// SetFunctions sets the functions this worker can do. It may be called before Run and
+// at any time, from any goroutine. New names are registered (CAN_DO) on every connected
+// server at once; removed names are unregistered (CANT_DO), but on a connection that
+// holds a job of that function only after the job is answered, because gearmand
+// requeues a job whose function its worker gives up and rejects the late answer.
+// A name that gearmand could not take (empty, over 512 bytes, with a NUL byte or
+// whitespace, which would break the admin status) is logged and left out.
+func (w *Worker) SetFunctions(names []string) {
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		if err := checkFunction(n); err != nil {
+			w.log.Error("ignoring a gearman function", "function", n, "error", err)
+			continue
+		}
+		set[n] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if mapsEqual(set, w.funcs) {
+		return
+	}
+	w.funcs = set
+	w.kickAll()
+}
+
+// checkFunction says why gearmand could not take a function name, if it could not.
+func checkFunction(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty function name")
+	case len(name) > maxFunctionName:
+		return errors.New("function name longer than 512 bytes")
+	case strings.ContainsFunc(name, func(r rune) bool { return r == 0 || r == ' ' || r == '\t' || r == '\n' || r == '\r' }):
+		return errors.New("function name with a NUL byte or whitespace")
+	}
+	return nil
+}
+
+func mapsEqual(a, b map[string]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// hasFunction tells whether the function is in the worker's set now.
+func (w *Worker) hasFunction(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.funcs[name]
+}
+
+// functionSet is a copy of the worker's set.
+func (w *Worker) functionSet() map[string]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]bool, len(w.funcs))
+	for k := range w.funcs {
+		out[k] = true
+	}
+	return out
+}
+
+// kickAll wakes every connection to look at the function set and the free job slots
+// again. w.mu must be held.
+func (w *Worker) kickAll() {
+	for s := range w.conns {
+		s.kick()
+	}
+}
+
+// reserveSlot takes a job slot for a grab, if one is free.
+func (w *Worker) reserveSlot() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.busy >= w.opts.MaxJobs {
+		return false
+	}
+	w.busy++
+	return true
+}
+
+// releaseSlot frees a job slot and wakes the connections that wait for one.
+func (w *Worker) releaseSlot() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.busy--
+	w.kickAll()
+}
+
+// Run connects to every server, each on its own, and serves until ctx ends. It
+// redials a lost server with backoff and registers every function again on each new
+// connection, since a restarted gearmand knows nothing. When ctx ends it closes the
+// connections, so gearmand hands their unanswered jobs to other workers, then ends
+// the handlers' context (it carries ctx's values) and waits for them to return. It
+// returns nil after ctx ends, or an error at once when the worker is already running.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.running.CompareAndSwap(false, true) {
+		return errors.New("gearman worker: Run called while running")
+	}
+	defer w.running.Store(false)
+	// Handlers that saw ctx end at once would race the closing connections to answer
+	// "context canceled", and the client would get that failure instead of another
+	// worker doing its job.
+	jobCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopJobs()
+	var wg sync.WaitGroup
+	for i := range w.opts.Servers {
+		wg.Go(func() { w.serve(ctx, jobCtx, i) })
+	}
+	<-ctx.Done()
+	wg.Wait()
+	stopJobs()
+	w.jobWG.Wait()
+	return nil
+}
+
+// serve keeps a connection to server i until ctx ends; its jobs get jobCtx.
+func (w *Worker) serve(ctx, jobCtx context.Context, i int) {
+	addr := w.opts.Servers[i].String()
+	delay := w.opts.MinBackoff
+	// A failure streak starts with a failure after a stable connection (or at start);
+	// its first failure is logged, and then one every failLogEvery.
+	// The first connection of a streak is logged too, so the recovery shows.
+	var (
+		inStreak, connLogged     bool
+		failures                 int
+		lastFailLog, lastConnLog time.Time
+	)
+	failed := func(msg string, err error) {
+		failures++
+		w.setServer(i, false, err)
+		if !inStreak || time.Since(lastFailLog) >= w.failLogEvery {
+			w.log.Warn(msg, "address", addr, "failures", failures, "error", err)
+			lastFailLog = time.Now()
+		}
+		if !inStreak {
+			inStreak, connLogged = true, false
+		}
+	}
+	for ctx.Err() == nil {
+		conn, err := w.dial(ctx, addr)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			failed("cannot connect to gearman server", err)
+		} else {
+			started := time.Now()
+			err = w.runConn(ctx, jobCtx, i, addr, conn, func(registered int) {
+				w.setServer(i, true, nil)
+				if !inStreak || !connLogged || time.Since(lastConnLog) >= w.failLogEvery {
+					w.log.Info("connected to gearman server", "address", addr, "functions", registered)
+					connLogged, lastConnLog = true, time.Now()
+				}
+			})
+			if ctx.Err() != nil {
+				break
+			}
+			if time.Since(started) >= w.stableAfter {
+				inStreak, failures, delay = false, 0, w.opts.MinBackoff
+			}
+			failed("lost gearman server", err)
+		}
+		// Jitter spreads the builders that lost the same server over the delay.
+		wait := delay/2 + rand.N(delay/2+1)
+		delay = min(delay*2, w.opts.MaxBackoff)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	w.setServer(i, false, nil)
+}
+
+// dial connects with a timeout and TCP keepalive.
+func (w *Worker) dial(ctx context.Context, addr string) (net.Conn, error) {
+	d := net.Dialer{
+		Timeout:         w.dialTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 10 * time.Second, Count: 3},
+	}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("gearman %s: %w", addr, err)
+	}
+	return conn, nil
+}
+
+// setServer records a server's state for Status.
+func (w *Worker) setServer(i int, connected bool, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := &w.servers[i]
+	if s.Connected != connected || s.Since.IsZero() {
+		s.Connected, s.Since = connected, time.Now()
+	}
+	if err != nil {
+		s.LastError = err.Error()
+	}
+	if !connected {
+		s.Registered = 0
+	}
+}
+
+// setRegistered records how many functions are registered on server i.
+func (w *Worker) setRegistered(i, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.servers[i].Registered = n
+}
+
+// Status is a snapshot of a worker for status pages and logs.
+type Status struct {
+	Servers   []ServerStatus
+	Functions []string // sorted
+	Running   []RunningJob
+	// Served and Failed count the jobs answered with success and with failure, or that
+	// could not be answered, since New.
+	Served, Failed int
+}
+
+// ServerStatus is the state of the connection to one server.
+type ServerStatus struct {
+	Address   string
+	Connected bool
+	Since     time.Time // when it entered the current state
+	LastError string    // the last failure, kept after a reconnect
+	// Registered is how many functions are registered on the connection, unserved
+	// functions being answered included.
+	Registered int
+}
+
+// RunningJob is a job being done, or waiting for the same job already being done.
+type RunningJob struct {
+	Server, Function, Handle, Unique string
+	Started                          time.Time
+}
+
+// Status returns a snapshot of the worker.
+func (w *Worker) Status() Status {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := Status{
+		Servers: slices.Clone(w.servers),
+		Served:  w.served,
+		Failed:  w.failed,
+	}
+	for f := range w.funcs {
+		st.Functions = append(st.Functions, f)
+	}
+	slices.Sort(st.Functions)
+	for r := range w.jobs {
+		st.Running = append(st.Running, RunningJob{
+			Server: r.server, Function: r.job.Function, Handle: r.job.Handle, Unique: r.job.Unique, Started: r.started,
+		})
+	}
+	slices.SortFunc(st.Running, func(a, b RunningJob) int {
+		if c := a.Started.Compare(b.Started); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Handle, b.Handle)
+	})
+	return st
+}

@@ -1,0 +1,354 @@
+package testenv
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Gearmand is a gearman job server (Debian's gearmand) on loopback, with its log and pid
+// file in one directory. Tests talk to it with their own worker and with the `gearman`
+// and `gearadmin` commands, clients nobody here wrote.
+type Gearmand struct {
+	// Host and Port are where it listens; Port stays the same across Stop or Kill and Start.
+	Host string
+	Port int
+	// Addr is Host:Port.
+	Addr string
+	// Dir holds the log and the pid file.
+	Dir string
+	// LogFile is everything the server wrote, across restarts.
+	LogFile string
+
+	bin  string
+	logw io.Writer
+
+	mu   sync.Mutex
+	proc *gmProcess // nil while stopped
+}
+
+// gmProcess is one run of gearmand.
+type gmProcess struct {
+	pgid   int
+	exited chan struct{}
+	logf   *os.File
+}
+
+const (
+	// gmReadyTimeout bounds the wait for a started gearmand to answer; it listens within
+	// milliseconds, but after a kill it may retry binding its port for a few seconds.
+	gmReadyTimeout = 30 * time.Second
+	// gmTermGrace is how long gearmand gets to shut down after SIGTERM before SIGKILL.
+	gmTermGrace = 5 * time.Second
+)
+
+// gearmandPaths are where Debian's gearman-job-server puts gearmand when PATH lacks the
+// sbin directories, as it may for a non-root user.
+var gearmandPaths = []string{"/usr/sbin/gearmand", "/usr/local/sbin/gearmand"}
+
+// RequireGearmand returns the path of gearmand, found on PATH or in sbin. When it is not
+// installed the test is skipped, or fails when CI=true.
+func RequireGearmand(t testing.TB) string {
+	t.Helper()
+	if path := findGearmand(); path != "" {
+		return path
+	}
+	requirePart(t, "gearmand (gearman-job-server)")
+	return ""
+}
+
+func findGearmand() string {
+	if path, err := exec.LookPath("gearmand"); err == nil {
+		return path
+	}
+	for _, path := range gearmandPaths {
+		if fi, err := os.Stat(path); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return path
+		}
+	}
+	return ""
+}
+
+// NewGearmand starts a gearmand for the test and stops it when the test ends. It skips
+// (or fails under CI) when gearmand is not installed.
+func NewGearmand(t testing.TB) *Gearmand {
+	t.Helper()
+	if RequireGearmand(t) == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g, err := StartGearmand(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err) // it says what it was starting and ends with the server's log
+	}
+	t.Cleanup(func() {
+		if err := g.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return g
+}
+
+// StartGearmand starts gearmand on a free loopback port in its own process group, with
+// its log and pid file in dir, and waits until it answers. Its output also goes to logw
+// when logw is not nil. ctx bounds the start only; the caller ends the server with Stop.
+func StartGearmand(ctx context.Context, dir string, logw io.Writer) (*Gearmand, error) {
+	bin := findGearmand()
+	if bin == "" {
+		return nil, errors.New("start gearmand: not installed (Debian package gearman-job-server)")
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("start gearmand in %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("start gearmand: %w", err)
+	}
+	g := &Gearmand{
+		Host:    "127.0.0.1",
+		Dir:     dir,
+		LogFile: filepath.Join(dir, "gearmand.log"),
+		bin:     bin,
+		logw:    logw,
+	}
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, fmt.Errorf("start gearmand: %w", err)
+		}
+		g.Port = port
+		g.Addr = net.JoinHostPort(g.Host, strconv.Itoa(port))
+		err = g.Start(ctx)
+		if err == nil {
+			return g, nil
+		}
+		// Another process may take the port between freePort and gearmand binding it.
+		if attempt == 1 && errors.Is(err, errPortTaken) {
+			continue
+		}
+		return nil, err
+	}
+}
+
+// Start starts gearmand (again, after Stop or Kill) on its port and waits until it
+// answers. A restarted gearmand knows no jobs and no workers: its queue is in memory.
+// It fails when the server is running.
+func (g *Gearmand) Start(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.proc != nil {
+		return fmt.Errorf("start gearmand on %s: already running", g.Addr)
+	}
+	p, err := g.run()
+	if err != nil {
+		return err
+	}
+	if err := g.waitReady(ctx, p.exited); err != nil {
+		if stopErr := p.stop(); stopErr != nil {
+			err = errors.Join(err, stopErr)
+		}
+		// gearmand retries a taken port and logs "Timeout occurred when calling bind()".
+		if log, rerr := os.ReadFile(g.LogFile); rerr == nil && bytes.Contains(log, []byte("calling bind()")) {
+			err = fmt.Errorf("%w: %w", errPortTaken, err)
+		}
+		return fmt.Errorf("start gearmand on %s: %w\ngearmand log (%s), last lines:\n%s", g.Addr, err, g.LogFile, logTail(g.LogFile))
+	}
+	g.proc = p
+	return nil
+}
+
+// run starts gearmand in the foreground, in its own process group.
+func (g *Gearmand) run() (*gmProcess, error) {
+	// Append: the log of a restarted server follows the log of the first run.
+	logf, err := os.OpenFile(g.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("start gearmand: open log: %w", err)
+	}
+	var out io.Writer = logf
+	if g.logw != nil {
+		out = io.MultiWriter(logf, g.logw)
+	}
+	// Without --daemon it stays in the foreground, so we can wait for it and kill it.
+	// --log-file=stderr puts its log in our file; the pid file is a throwaway one, not
+	// /var/gearmand.pid; an empty config file keeps a host's /etc/gearmand.conf out.
+	cmd := exec.Command(g.bin,
+		"--listen="+g.Host,
+		"--port="+strconv.Itoa(g.Port),
+		"--config-file=/dev/null",
+		"--log-file=stderr",
+		"--verbose=INFO",
+		"--pid-file="+filepath.Join(g.Dir, "gearmand.pid"))
+	cmd.Dir = g.Dir
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start gearmand: %w", err)
+	}
+	p := &gmProcess{pgid: cmd.Process.Pid, exited: make(chan struct{}), logf: logf}
+	go func() {
+		// The exit status of a server we stop ourselves says nothing useful.
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// waitReady polls the admin `status` command until it answers, gearmand exits, or time
+// runs out.
+func (g *Gearmand) waitReady(ctx context.Context, exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, gmReadyTimeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		// Only a gearman server ends the status answer with a "." line.
+		_, err := g.Status(ctx)
+		if err == nil {
+			return nil
+		}
+		last = err
+		select {
+		case <-exited:
+			return fmt.Errorf("gearmand exited before it served (last check: %v)", last)
+		case <-ctx.Done():
+			return fmt.Errorf("gearmand did not serve at %s: %w (last check: %v)", g.Addr, ctx.Err(), last)
+		case <-tick.C:
+		}
+	}
+}
+
+// FunctionStatus is one line of the admin `status` answer.
+type FunctionStatus struct {
+	Function string
+	// Total is the jobs queued or running, Running those assigned to a worker, Workers
+	// the connected workers that registered the function.
+	Total, Running, Workers int
+}
+
+// Status sends the text admin command `status` and returns its lines, keyed by function.
+// gearmand keeps listing a function that nobody serves any more, with 0 workers.
+func (g *Gearmand) Status(ctx context.Context) (map[string]FunctionStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", g.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("gearmand status at %s: %w", g.Addr, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	if _, err := io.WriteString(conn, "status\n"); err != nil {
+		return nil, fmt.Errorf("gearmand status at %s: %w", g.Addr, err)
+	}
+	out := map[string]FunctionStatus{}
+	sc := bufio.NewScanner(conn)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "." {
+			return out, nil
+		}
+		f := strings.Split(line, "\t")
+		if len(f) != 4 {
+			return nil, fmt.Errorf("gearmand status at %s: bad line %q", g.Addr, line)
+		}
+		var s FunctionStatus
+		s.Function = f[0]
+		for i, p := range []*int{&s.Total, &s.Running, &s.Workers} {
+			if *p, err = strconv.Atoi(f[i+1]); err != nil {
+				return nil, fmt.Errorf("gearmand status at %s: bad line %q", g.Addr, line)
+			}
+		}
+		out[s.Function] = s
+	}
+	err = sc.Err()
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	return nil, fmt.Errorf("gearmand status at %s: %w", g.Addr, err)
+}
+
+// Command is the gearman command-line tool name ("gearman" or "gearadmin") aimed at
+// this server: `name -h HOST -p PORT args...`, run directly, without a shell.
+func (g *Gearmand) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, name, append([]string{"-h", g.Host, "-p", strconv.Itoa(g.Port)}, args...)...)
+}
+
+// Stop ends the server: SIGTERM, then SIGKILL after a grace time. Its jobs are lost.
+// Stopping a stopped server does nothing.
+func (g *Gearmand) Stop() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.proc == nil {
+		return nil
+	}
+	err := g.proc.stop()
+	g.proc = nil
+	if err != nil {
+		return fmt.Errorf("stop gearmand on %s: %w", g.Addr, err)
+	}
+	return nil
+}
+
+// Kill ends the server at once with SIGKILL, as a crash would; Start brings it back on
+// the same port.
+func (g *Gearmand) Kill() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.proc == nil {
+		return nil
+	}
+	_ = syscall.Kill(-g.proc.pgid, syscall.SIGKILL)
+	err := g.proc.stop()
+	g.proc = nil
+	if err != nil {
+		return fmt.Errorf("kill gearmand on %s: %w", g.Addr, err)
+	}
+	return nil
+}
+
+// Restart stops the server and starts it again on the same port.
+func (g *Gearmand) Restart(ctx context.Context) error {
+	if err := g.Stop(); err != nil {
+		return err
+	}
+	return g.Start(ctx)
+}
+
+// stop ends every process of the group and closes the log.
+func (p *gmProcess) stop() error {
+	_ = syscall.Kill(-p.pgid, syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(gmTermGrace):
+		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+		<-p.exited
+	}
+	deadline := time.Now().Add(gmTermGrace)
+	for groupAlive(p.pgid) {
+		if time.Now().After(deadline) {
+			p.logf.Close()
+			return fmt.Errorf("processes of group %d survive SIGKILL", p.pgid)
+		}
+		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+		time.Sleep(50 * time.Millisecond)
+	}
+	return p.logf.Close()
+}
