@@ -10,7 +10,8 @@ build:
 
 # deps installs the real parts the demo runs (Glance, qemu-img, zstd) when they
 # are missing; deps-test adds diskimage-builder for the real DIB build test,
-# ZooKeeper (with java) and kazoo, an independent client the tests check against.
+# ZooKeeper (with java) and kazoo, an independent client the tests check against,
+# and gearmand with the gearman command, the client the gearman tests call.
 deps:
 	sh scripts/deps.sh demo
 
@@ -30,7 +31,7 @@ test: deps-test vet
 # detector; -short and -skip leave out their slow integration tests (the real
 # DIB build, a 256 MiB download), which test covers.
 race:
-	$(GO) test -race -short -skip 'TestReal' -count=1 ./store/... ./builder/ ./uploader/... ./poller/ ./dib/ ./artifacts/ ./zuulapi/...
+	$(GO) test -race -short -skip 'TestReal' -count=1 ./store/... ./builder/ ./uploader/... ./poller/ ./dib/ ./artifacts/ ./zuulapi/... ./gearman/
 
 # bench shows that memory stays flat whatever the image size, and that a
 # reconcile step over 19,000 uploads in ZooKeeper reads no znode, beside a full

@@ -109,8 +109,16 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 			Logger:       b.log,
 			RetryBase:    b.opts.RetryBase,
 			CleanupGrace: b.opts.CleanupGrace,
+			Progress:     b.uploadProgress,
 		}),
 	}, nil
+}
+
+// uploadProgress tells the gearman jobs waiting for an upload how it goes.
+func (b *Builder) uploadProgress(j uploader.Job, sent, total int64) {
+	if g := b.gearman.Load(); g != nil {
+		g.uploadProgress(j, sent, total)
+	}
 }
 
 // downloadClient is the HTTP client for a zuul-image's artifacts: it trusts the

@@ -31,6 +31,11 @@ type Source interface {
 	// Abandon stops whatever a builder that is gone left running for a build it
 	// recorded as building, before the core removes the build's files.
 	Abandon(ctx context.Context, b store.Build) error
+	// BuildNow makes a build of the image now, whatever its schedule says, and
+	// returns it ready: a new one, or for a source that fetches, the newest
+	// there is, fetched now unless it is here already. request, when not empty,
+	// is recorded on a new build, so that the same request made again finds it.
+	BuildNow(ctx context.Context, image, request string) (store.Build, error)
 }
 
 // Intervals of the daemon's loops; zero values take the defaults.
@@ -100,6 +105,8 @@ type Builder struct {
 
 	// onJobError receives the failures of upload jobs (--once collects them).
 	onJobError atomic.Pointer[func(error)]
+	// gearman serves the builder's gearman functions while the daemon runs.
+	gearman atomic.Pointer[gearmanService]
 }
 
 // New assembles a builder for opts.Config. It fails, wrapping ErrConfig, when
@@ -224,6 +231,11 @@ func (b *Builder) Run(ctx context.Context) error {
 	if b.opts.Load != nil {
 		wg.Go(func() { b.watchConfig(ctx, sources) })
 	}
+	if len(b.cur.Load().cfg.Builder.GearmanServers) > 0 {
+		g := newGearmanService(b)
+		b.gearman.Store(g)
+		wg.Go(func() { g.run(ctx) })
+	}
 	<-ctx.Done()
 	b.log.Info("stopping: waiting for the work under way to stop")
 	sources.stop()
@@ -251,15 +263,40 @@ func (b *Builder) every(ctx context.Context, interval time.Duration, wake <-chan
 }
 
 // step runs one source step on an image, marked busy meanwhile, and wakes the
-// planner when it made a build.
+// planner when it made a build. An image busy with a step asked for by an
+// operator (a gearman job) is left to it.
 func (b *Builder) step(ctx context.Context, src Source, image string) (*store.Build, error) {
-	b.images.enter(image)
+	if !b.images.tryEnter(image) {
+		return nil, nil
+	}
 	built, err := src.Step(ctx, image)
 	b.images.leave(image)
 	if built != nil {
-		b.wakePlanner()
+		b.built()
 	}
 	return built, err
+}
+
+// buildNow makes a build of an image now, as an operator asked (request names
+// the asking), after the step running on it, if any, is done.
+func (b *Builder) buildNow(ctx context.Context, src Source, image, request string) (store.Build, error) {
+	if err := b.images.enter(ctx, image); err != nil {
+		return store.Build{}, err
+	}
+	built, err := src.BuildNow(ctx, image, request)
+	b.images.leave(image)
+	if err == nil {
+		b.built()
+	}
+	return built, err
+}
+
+// built tells the parts that care that a build became ready.
+func (b *Builder) built() {
+	b.wakePlanner()
+	if g := b.gearman.Load(); g != nil {
+		g.refresh()
+	}
 }
 
 // plan queues the uploads that are missing.
@@ -286,8 +323,8 @@ func (b *Builder) dispatch(ctx context.Context, untilIdle bool) {
 		}
 		p := b.cur.Load()
 		wg.Go(func() {
-			defer b.queue.done(j)
-			_, err := p.uploader.Upload(jctx, j)
+			up, err := p.uploader.Upload(jctx, j)
+			b.queue.done(j, up, err)
 			switch {
 			case err == nil:
 				// Retention may now release older uploads.

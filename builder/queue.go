@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 )
 
@@ -16,6 +17,14 @@ type queue struct {
 	queued  map[string]bool
 	running map[string]*running
 	changed chan struct{} // a job was added or finished, or the limit changed
+	// waiters hear how the job of a key ended.
+	waiters map[string][]chan<- outcome
+}
+
+// outcome is how an upload job ended: the upload it made, or why not.
+type outcome struct {
+	upload store.Upload
+	err    error
 }
 
 // running is a job a worker is on.
@@ -25,7 +34,8 @@ type running struct {
 }
 
 func newQueue() *queue {
-	return &queue{queued: map[string]bool{}, running: map[string]*running{}, changed: make(chan struct{}, 1)}
+	return &queue{queued: map[string]bool{}, running: map[string]*running{}, changed: make(chan struct{}, 1),
+		waiters: map[string][]chan<- outcome{}}
 }
 
 func (q *queue) signal() {
@@ -39,6 +49,20 @@ func (q *queue) signal() {
 func (q *queue) add(j uploader.Job) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return q.addLocked(j)
+}
+
+// addWait queues a job like add, and returns a channel that hears how the job
+// of its key ended: this one, or the one queued or running already.
+func (q *queue) addWait(j uploader.Job) (<-chan outcome, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ch := make(chan outcome, 1)
+	q.waiters[j.Key()] = append(q.waiters[j.Key()], ch)
+	return ch, q.addLocked(j)
+}
+
+func (q *queue) addLocked(j uploader.Job) bool {
 	k := j.Key()
 	if q.queued[k] || q.running[k] != nil {
 		return false
@@ -78,15 +102,24 @@ func (q *queue) take(ctx context.Context, limit func() int, untilIdle bool) (upl
 	}
 }
 
-// done ends a running job.
-func (q *queue) done(j uploader.Job) {
+// done ends a running job, telling its waiters how it went.
+func (q *queue) done(j uploader.Job, up store.Upload, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if r := q.running[j.Key()]; r != nil {
 		r.cancel()
 		delete(q.running, j.Key())
 	}
+	q.tell(j.Key(), outcome{upload: up, err: err})
 	q.signal()
+}
+
+// tell hands an outcome to the waiters of a key.
+func (q *queue) tell(key string, o outcome) {
+	for _, ch := range q.waiters[key] {
+		ch <- o // buffered, and each hears once
+	}
+	delete(q.waiters, key)
 }
 
 // onBuild tells whether a job of the build is queued or running.
@@ -121,6 +154,7 @@ func (q *queue) cancel(drop func(uploader.Job) bool) []uploader.Job {
 	for _, j := range q.pending {
 		if drop(j) {
 			delete(q.queued, j.Key())
+			q.tell(j.Key(), outcome{err: uploader.ErrDropped})
 			out = append(out, j)
 			continue
 		}
@@ -131,25 +165,53 @@ func (q *queue) cancel(drop func(uploader.Job) bool) []uploader.Job {
 }
 
 // busyImages is the set of images a source step of this process is on: their
-// building records, partial downloads and conversions have an owner.
+// building records, partial downloads and conversions have an owner. One step
+// runs on an image at a time.
 type busyImages struct {
 	mu     sync.Mutex
-	images map[string]int
+	images map[string]chan struct{} // closed when the step leaves
 }
 
-func (b *busyImages) enter(image string) {
+// tryEnter marks the image busy unless it is; it reports whether it did.
+func (b *busyImages) tryEnter(image string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.images == nil {
-		b.images = map[string]int{}
+	if _, busy := b.images[image]; busy {
+		return false
 	}
-	b.images[image]++
+	if b.images == nil {
+		b.images = map[string]chan struct{}{}
+	}
+	b.images[image] = make(chan struct{})
+	return true
+}
+
+// enter waits until the image is not busy and marks it busy, or fails when ctx
+// ends first.
+func (b *busyImages) enter(ctx context.Context, image string) error {
+	for {
+		b.mu.Lock()
+		left, busy := b.images[image]
+		b.mu.Unlock()
+		if !busy {
+			if b.tryEnter(image) {
+				return nil
+			}
+			continue
+		}
+		select {
+		case <-left:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func (b *busyImages) leave(image string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.images[image]--; b.images[image] <= 0 {
+	if left, ok := b.images[image]; ok {
+		close(left)
 		delete(b.images, image)
 	}
 }
@@ -157,5 +219,6 @@ func (b *busyImages) leave(image string) {
 func (b *busyImages) has(image string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.images[image] > 0
+	_, busy := b.images[image]
+	return busy
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -135,8 +136,14 @@ func (b *Builder) reload(ctx context.Context, sources *supervisor) error {
 	if err != nil {
 		return err
 	}
+	if old := b.cur.Load().cfg; !slices.Equal(old.Builder.GearmanServers, cfg.Builder.GearmanServers) {
+		b.log.Warn("gearman-servers changed; the builder keeps the servers it started with until it is restarted")
+	}
 	b.cur.Store(p)
 	sources.reconcile(ctx)
+	if g := b.gearman.Load(); g != nil {
+		g.refresh() // images may have come or gone
+	}
 	for _, j := range b.queue.cancel(func(j uploader.Job) bool {
 		prov := cfg.Provider(j.Provider)
 		return prov == nil || prov.Image(j.Build.Image) == nil

@@ -171,3 +171,14 @@ func HashFile(path string) (sha, md string, size int64, err error) {
 	}
 	return hex.EncodeToString(hs.Sum(nil)), hex.EncodeToString(hm.Sum(nil)), size, nil
 }
+
+// StatusPath is the file in which the daemon leaves the state of one of its
+// parts (e.g. "gearman") for image-status to show: <images-dir>/<part>-status.json.
+func (s *Store) StatusPath(part string) string {
+	return filepath.Join(s.dir, part+"-status.json")
+}
+
+// WriteStatus replaces a part's status file: readers see the old or the new one whole.
+func (s *Store) WriteStatus(part string, data []byte) error {
+	return writeFileAtomic(s.StatusPath(part), data)
+}

@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -205,5 +207,59 @@ func imageStatus(c *cli.Context) error {
 		t.add(s.image, paused, s.requestState(), reqAge, string(s.source), strings.Join(s.pausedBy, ","), newest, newestAge, zuul)
 	}
 	t.write(c.App.Writer)
+	if len(a.cfg.Builder.GearmanServers) > 0 {
+		gs, err := builder.ReadGearmanStatus(a.st)
+		if err != nil {
+			return withCode(exitFailed, err)
+		}
+		writeGearmanStatus(c.App.Writer, gs, time.Now())
+	}
 	return nil
+}
+
+// writeGearmanStatus prints what the daemon last said of its gearman worker.
+func writeGearmanStatus(w io.Writer, gs *builder.GearmanStatus, now time.Time) {
+	fmt.Fprintln(w)
+	if gs == nil {
+		fmt.Fprintln(w, "Gearman: no status yet; the daemon writes it once it runs with gearman-servers.")
+		return
+	}
+	if gs.Stale(now) {
+		fmt.Fprintf(w, "Gearman: the daemon is not running; what it last said, %s ago:\n", age(gs.Updated))
+	} else {
+		fmt.Fprintf(w, "Gearman (daemon pid %d, %d functions, %d jobs served, %d failed):\n", gs.PID, gs.Functions, gs.Served, gs.Failed)
+	}
+	t := table{header: []string{"Server", "Connected", "Since", "Functions", "Last Error"}}
+	for _, s := range gs.Servers {
+		connected := "no"
+		if s.Connected {
+			connected = "yes"
+		}
+		t.add(s.Address, connected, age(s.Since), fmt.Sprint(s.Registered), s.LastError)
+	}
+	t.write(w)
+	if len(gs.Running) > 0 {
+		fmt.Fprintln(w)
+		t := table{header: []string{"Running Job", "Server", "Age"}}
+		for _, j := range gs.Running {
+			t.add(j.Function, j.Server, age(j.Started))
+		}
+		t.write(w)
+	}
+	if len(gs.Recent) > 0 {
+		fmt.Fprintln(w)
+		t := table{header: []string{"Recent Job", "Age", "Took", "Answered", "Result"}}
+		for i := len(gs.Recent) - 1; i >= 0; i-- {
+			j := gs.Recent[i]
+			result, answered := j.Result, "yes"
+			if j.Error != "" {
+				result = "failed: " + j.Error
+			}
+			if !j.Delivered {
+				answered = "no (connection lost)"
+			}
+			t.add(j.Function, age(j.Ended), j.Ended.Sub(j.Started).Round(time.Second).String(), answered, result)
+		}
+		t.write(w)
+	}
 }

@@ -1,0 +1,567 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/gearman"
+	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/uploader"
+)
+
+// The gearman functions a builder serves (DESIGN §12), each followed by its
+// argument: an image name or a build id.
+const (
+	FnBuild  = "image-build:"
+	FnUpload = "image-upload:"
+	FnDelete = "image-delete:"
+)
+
+var (
+	// validBuildID is what a build id in a function name may be: nodepool's
+	// uuid hex, or an older nodepool's sequence number.
+	validBuildID = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z_-]{0,63}$`)
+	// validRequest is what an image-build request id may be.
+	validRequest = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z._:-]{0,127}$`)
+)
+
+// deleteTimeout bounds an image-delete job's wait for its build to be gone.
+const deleteTimeout = 15 * time.Minute
+
+// gearmanMaxJobs bounds the jobs a builder takes at once.
+const gearmanMaxJobs = 32
+
+// recentJobs is how many of the jobs served the status keeps.
+const recentJobs = 20
+
+// gearmanService serves the builder's gearman functions: it keeps the worker's
+// functions in step with the images and builds, and answers each job through
+// the same steps the daemon takes.
+type gearmanService struct {
+	b    *Builder
+	w    *gearman.Worker
+	log  *slog.Logger
+	wake chan struct{} // look at the functions now
+
+	flights flights
+
+	mu       sync.Mutex
+	recent   []GearmanJob              // newest last
+	progress map[string][]*gearman.Job // by upload key: jobs told how the upload goes
+	changed  chan struct{}             // the status changed: write it
+}
+
+func newGearmanService(b *Builder) *gearmanService {
+	cfg := b.cur.Load().cfg
+	g := &gearmanService{
+		b:        b,
+		log:      b.log.With("part", "gearman"),
+		wake:     make(chan struct{}, 1),
+		progress: map[string][]*gearman.Job{},
+		changed:  make(chan struct{}, 1),
+	}
+	var servers []gearman.Server
+	for _, s := range cfg.Builder.GearmanServers {
+		servers = append(servers, gearman.Server{Host: s.Host, Port: s.Port})
+	}
+	host, _ := os.Hostname()
+	g.w = gearman.New(gearman.Options{
+		Servers:  servers,
+		ClientID: "nodepool-builder:" + host,
+		Handler:  g.handle,
+		Logger:   g.log,
+		// The builder bounds the work itself (build-workers, upload-workers):
+		// a job waiting for a build holds up no delete.
+		MaxJobs:       gearmanMaxJobs,
+		Unserved:      g.unserved,
+		UnservedAfter: cfg.Builder.GearmanUnservedAfter,
+		OnJob:         g.served,
+	})
+	return g
+}
+
+// run serves until ctx ends, then waits for the jobs under way.
+func (g *gearmanService) run(ctx context.Context) {
+	g.setFunctions(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := g.w.Run(ctx); err != nil {
+			g.log.Error("gearman worker stopped", "error", err)
+		}
+	})
+	wg.Go(func() {
+		g.b.every(ctx, g.b.opts.Intervals.Plan, g.wake, "gearman functions", func(ctx context.Context) error {
+			return g.setFunctions(ctx)
+		})
+	})
+	wg.Go(func() { g.writeStatus(ctx) })
+	wg.Wait()
+	g.saveStatus(false)
+}
+
+// refresh asks for the functions to be looked at now: a build was made or deleted.
+func (g *gearmanService) refresh() {
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// functions lists what this builder can do now: build each image of its
+// config, and upload or delete each of its builds whose files are here.
+func (g *gearmanService) functions(ctx context.Context) ([]string, error) {
+	p := g.b.cur.Load()
+	var out []string
+	for _, src := range p.sources {
+		for image := range src.Images() {
+			out = append(out, FnBuild+image)
+		}
+	}
+	builds, err := g.b.store.Builds(ctx, store.BuildFilter{})
+	if err != nil {
+		return nil, err
+	}
+	for _, bd := range builds {
+		if bd.BuilderID != g.b.store.BuilderID() {
+			continue
+		}
+		switch bd.State {
+		case store.Ready:
+			out = append(out, FnUpload+bd.ID, FnDelete+bd.ID)
+		case store.Deleting:
+			out = append(out, FnDelete+bd.ID)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func (g *gearmanService) setFunctions(ctx context.Context) error {
+	fns, err := g.functions(ctx)
+	if err != nil {
+		return fmt.Errorf("list the gearman functions: %w", err)
+	}
+	g.w.SetFunctions(fns)
+	return nil
+}
+
+// handle answers one job. An answer ends with a newline, as a command's output
+// does: the gearman command prints it as it is, and the progress lines after it.
+func (g *gearmanService) handle(ctx context.Context, j *gearman.Job) ([]byte, error) {
+	var res string
+	var err error
+	switch {
+	case strings.HasPrefix(j.Function, FnBuild):
+		res, err = g.build(ctx, j, strings.TrimPrefix(j.Function, FnBuild))
+	case strings.HasPrefix(j.Function, FnUpload):
+		res, err = g.upload(ctx, j, strings.TrimPrefix(j.Function, FnUpload))
+	case strings.HasPrefix(j.Function, FnDelete):
+		res, err = g.delete(ctx, strings.TrimPrefix(j.Function, FnDelete))
+	default:
+		err = fmt.Errorf("%s is not a function of this builder", quote(j.Function))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []byte(res + "\n"), nil
+}
+
+// build answers image-build:<image>: the id of a ready build made now. The
+// job's data, else its gearman unique id, names the request: the same request
+// again returns the build it made, at once.
+func (g *gearmanService) build(ctx context.Context, j *gearman.Job, image string) (string, error) {
+	var src Source
+	for _, s := range g.b.cur.Load().sources {
+		if _, ok := s.Images()[image]; ok {
+			src = s
+		}
+	}
+	if src == nil {
+		return "", fmt.Errorf("%s is not an image of this builder's config", quote(image))
+	}
+	request := strings.TrimSpace(string(j.Data))
+	if request != "" && !validRequest.MatchString(request) {
+		return "", fmt.Errorf("malformed request id %s: use letters, digits and . _ : - (at most 128)", quote(request))
+	}
+	if request == "" && validRequest.MatchString(j.Unique) {
+		request = j.Unique
+	}
+	key := ""
+	if request != "" {
+		key = "build/" + image + "/" + request
+	}
+	return g.flights.do(key, func() (string, error) {
+		if request != "" {
+			if id, done, err := g.requested(ctx, image, request); done {
+				return id, err
+			}
+		}
+		built, err := g.b.buildNow(ctx, src, image, request)
+		if built.State == store.Ready {
+			if err != nil {
+				g.log.Warn("build is ready, with a failure after it", "build", built.Name(), "error", err)
+			}
+			return built.ID, nil
+		}
+		return "", err
+	})
+}
+
+// requested looks for the build a request made before; done says it found one
+// that answers the request.
+func (g *gearmanService) requested(ctx context.Context, image, request string) (string, bool, error) {
+	builds, err := g.b.store.Builds(ctx, store.BuildFilter{Image: image})
+	if err != nil {
+		return "", true, err
+	}
+	for _, bd := range builds {
+		if bd.Request != request {
+			continue
+		}
+		switch bd.State {
+		case store.Ready:
+			return bd.ID, true, nil
+		case store.Failed:
+			return "", true, fmt.Errorf("build %s, made for request %s, failed: %s", bd.Name(), request, bd.Reason)
+		case store.Building:
+			if bd.BuilderID != g.b.store.BuilderID() {
+				return "", true, fmt.Errorf("build %s, made for request %s, is being built by the builder on %s", bd.Name(), request, bd.Hostname)
+			}
+		}
+	}
+	return "", false, nil
+}
+
+// upload answers image-upload:<build_id> with a provider name as data: the
+// cloud image id of the build's ready upload there, made now unless it exists.
+func (g *gearmanService) upload(ctx context.Context, j *gearman.Job, id string) (string, error) {
+	provider := strings.TrimSpace(string(j.Data))
+	if provider == "" {
+		return "", fmt.Errorf("image-upload needs a provider name as its data, e.g. gearman -f %s%s <provider>", FnUpload, id)
+	}
+	cfg := g.b.cur.Load().cfg
+	prov := cfg.Provider(provider)
+	if prov == nil {
+		var names []string
+		for _, p := range cfg.Providers {
+			names = append(names, p.Name)
+		}
+		return "", fmt.Errorf("unknown provider %s; this builder's providers are: %s", quote(provider), strings.Join(names, ", "))
+	}
+	return g.flights.do("upload/"+id+"/"+provider, func() (string, error) {
+		st := g.b.store
+		bd, err := g.ownBuild(ctx, id)
+		if err != nil {
+			return "", err
+		}
+		if bd.State != store.Ready {
+			return "", fmt.Errorf("build %s is %s, not ready", bd.Name(), bd.State)
+		}
+		pi := prov.Image(bd.Image)
+		if pi == nil {
+			return "", fmt.Errorf("provider %s does not take image %s: it is not in the provider's diskimages", provider, bd.Image)
+		}
+		if pi.Pause {
+			return "", fmt.Errorf("provider %s is paused for image %s (pause: true in its diskimages)", provider, bd.Image)
+		}
+		format := prov.Format()
+		if f, ok := bd.File(format); !ok || !f.Present {
+			return "", fmt.Errorf("build %s has no %s file, which provider %s takes; it has: %s",
+				bd.Name(), format, provider, strings.Join(bd.Formats(), ", "))
+		}
+		job := uploader.Job{Build: bd, Provider: provider, Format: format, Asked: true}
+		g.watch(job.Key(), j)
+		defer g.unwatch(job.Key(), j)
+		var last error
+		// A job of the planner's may be queued or running for the same upload:
+		// its outcome comes first; a second round then makes ours.
+		for range 3 {
+			if ext, state, err := readyUpload(ctx, st, id, provider); err != nil || ext != "" {
+				return ext, err
+			} else if state == store.Uploading {
+				// Another builder, or a worker of this one not in the queue
+				// (recovery), is on it: wait for it to settle.
+				if err := g.waitSettled(ctx, id, provider); err != nil {
+					return "", err
+				}
+				continue
+			}
+			done, _ := g.b.queue.addWait(job)
+			select {
+			case o := <-done:
+				if o.err == nil && o.upload.State == store.Ready {
+					return o.upload.ExternalID, nil
+				}
+				if o.err != nil && !errors.Is(o.err, uploader.ErrDropped) {
+					return "", o.err
+				}
+				last = o.err
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
+		if last == nil {
+			last = errors.New("no ready upload came of it")
+		}
+		return "", fmt.Errorf("upload %s to %s: %w", bd.Name(), provider, last)
+	})
+}
+
+// readyUpload returns the cloud image id of a build's ready upload to a
+// provider, if it has one, and otherwise whether one is uploading.
+func readyUpload(ctx context.Context, st *store.Store, buildID, provider string) (string, store.State, error) {
+	ups, err := st.Uploads(ctx, store.UploadFilter{BuildID: buildID, Provider: provider})
+	if err != nil {
+		return "", "", err
+	}
+	var state store.State
+	for _, up := range ups {
+		switch up.State {
+		case store.Ready:
+			return up.ExternalID, store.Ready, nil
+		case store.Uploading:
+			state = store.Uploading
+		}
+	}
+	return "", state, nil
+}
+
+// waitSettled waits until no upload of a build to a provider is uploading.
+func (g *gearmanService) waitSettled(ctx context.Context, buildID, provider string) error {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		_, state, err := readyUpload(ctx, g.b.store, buildID, provider)
+		if err != nil || state != store.Uploading {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// delete answers image-delete:<build_id>: the build's uploads, files and
+// records are deleted through the lifecycle; the answer is the build's name.
+func (g *gearmanService) delete(ctx context.Context, id string) (string, error) {
+	return g.flights.do("delete/"+id, func() (string, error) {
+		st := g.b.store
+		bd, err := g.ownBuild(ctx, id)
+		if err != nil {
+			return "", err
+		}
+		if bd.State != store.Deleting {
+			if _, err := st.ReleaseBuild(ctx, id, "deleted by a gearman image-delete job"); err != nil {
+				if errors.Is(err, store.ErrInProgress) {
+					return "", fmt.Errorf("%w; ask again when it is done", err)
+				}
+				return "", err
+			}
+			g.log.Info("build released by a gearman job", "build", bd.Name())
+		}
+		ctx, cancel := context.WithTimeout(ctx, deleteTimeout)
+		defer cancel()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			err := g.b.cur.Load().uploader.Delete(ctx)
+			_, gone := st.Build(ctx, id)
+			if errors.Is(gone, store.ErrNotFound) {
+				g.refresh()
+				return bd.Name(), nil
+			}
+			if err != nil {
+				return "", fmt.Errorf("build %s is marked deleting and the builder keeps trying: %w", bd.Name(), err)
+			}
+			// Another step holds a lock of the build or an upload of it.
+			select {
+			case <-ctx.Done():
+				return "", fmt.Errorf("build %s is marked deleting, but is not gone yet: %w", bd.Name(), ctx.Err())
+			case <-t.C:
+			}
+		}
+	})
+}
+
+// ownBuild reads a build whose files must be on this host.
+func (g *gearmanService) ownBuild(ctx context.Context, id string) (store.Build, error) {
+	st := g.b.store
+	bd, err := st.Build(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return bd, fmt.Errorf("no build %s is known: it was deleted, or never made", id)
+	}
+	if err != nil {
+		return bd, err
+	}
+	if bd.BuilderID != st.BuilderID() {
+		return bd, fmt.Errorf("build %s was made by the builder on %s: its files are there, not here", bd.Name(), bd.Hostname)
+	}
+	return bd, nil
+}
+
+// unserved tells the worker which jobs nobody serves are bad input, and why:
+// those of the builders' functions, for images no builder makes and builds
+// that do not exist, or exist where no builder serves them.
+func (g *gearmanService) unserved(function string) (string, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	none := "no builder connected to this gearman server serves " + quote(function) + ": "
+	switch {
+	case strings.HasPrefix(function, FnBuild):
+		image := strings.TrimPrefix(function, FnBuild)
+		for _, src := range g.b.cur.Load().sources {
+			if _, ok := src.Images()[image]; ok {
+				return "", false // ours: it is served as soon as it is registered
+			}
+		}
+		return none + quote(image) + " is not an image any of them builds", true
+	case strings.HasPrefix(function, FnUpload), strings.HasPrefix(function, FnDelete):
+		_, id, _ := strings.Cut(function, ":")
+		if !validBuildID.MatchString(id) {
+			return none + "malformed build id " + quote(id) + ": build ids are letters, digits, _ and -", true
+		}
+		bd, err := g.b.store.Build(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return none + "no build " + id + " is known here: it was deleted, or never made, or its builder is not connected", true
+		}
+		if err != nil {
+			return "", false
+		}
+		if bd.BuilderID == g.b.store.BuilderID() && (bd.State == store.Ready || bd.State == store.Deleting) {
+			return "", false // ours: it is served as soon as it is registered
+		}
+		if bd.State != store.Ready && bd.State != store.Deleting {
+			return none + "build " + bd.Name() + " is " + string(bd.State), true
+		}
+		return none + "build " + bd.Name() + " is on the builder on " + bd.Hostname + ", which is not connected", true
+	}
+	return "", false
+}
+
+// watch has an upload's progress told to a job.
+func (g *gearmanService) watch(key string, j *gearman.Job) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.progress[key] = append(g.progress[key], j)
+}
+
+func (g *gearmanService) unwatch(key string, j *gearman.Job) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.progress[key] = slices.DeleteFunc(g.progress[key], func(x *gearman.Job) bool { return x == j })
+	if len(g.progress[key]) == 0 {
+		delete(g.progress, key)
+	}
+}
+
+// uploadProgress tells the jobs waiting for an upload how far its data has gone.
+func (g *gearmanService) uploadProgress(j uploader.Job, sent, total int64) {
+	g.mu.Lock()
+	jobs := slices.Clone(g.progress[j.Key()])
+	g.mu.Unlock()
+	for _, gj := range jobs {
+		gj.Status(uint64(max(sent, 0)), uint64(max(total, 0)))
+	}
+}
+
+// served logs a job answered and keeps it for the status.
+func (g *gearmanService) served(r gearman.JobResult) {
+	took := r.Ended.Sub(r.Started).Round(time.Millisecond)
+	rec := GearmanJob{Server: r.Server, Function: quoteLimit(r.Function), Started: r.Started, Ended: r.Ended,
+		Delivered: r.Delivered, Result: strings.TrimSpace(string(r.Result))}
+	if r.Err != nil {
+		rec.Error = r.Err.Error()
+	}
+	switch {
+	case r.Err != nil:
+		g.log.Warn("gearman job failed", "function", rec.Function, "server", r.Server, "duration", took, "error", rec.Error)
+	default:
+		g.log.Info("gearman job done", "function", rec.Function, "server", r.Server, "duration", took, "result", rec.Result)
+	}
+	if !r.Delivered {
+		g.log.Warn("the gearman job's connection was lost before its answer; its outcome is in the state, and the same job asked again returns it",
+			"function", rec.Function, "server", r.Server)
+	}
+	g.mu.Lock()
+	g.recent = append(g.recent, rec)
+	if len(g.recent) > recentJobs {
+		g.recent = g.recent[len(g.recent)-recentJobs:]
+	}
+	g.mu.Unlock()
+	select {
+	case g.changed <- struct{}{}:
+	default:
+	}
+}
+
+// quote quotes a name that came in a job, bounded, for messages and logs.
+func quote(s string) string { return fmt.Sprintf("%q", limit(s)) }
+
+// quoteLimit keeps a function name as it is when it is printable, else quotes it.
+func quoteLimit(s string) string {
+	for _, r := range s {
+		if r < 0x21 || r > 0x7e {
+			return quote(s)
+		}
+	}
+	return limit(s)
+}
+
+func limit(s string) string {
+	const most = 200
+	if len(s) > most {
+		return s[:most] + "..."
+	}
+	return s
+}
+
+// flights runs one call per key at a time: a caller with a key that is under
+// way waits for it and shares its outcome.
+type flights struct {
+	mu sync.Mutex
+	m  map[string]*flight
+}
+
+type flight struct {
+	done   chan struct{}
+	joined int // callers waiting on it besides the first
+	res    string
+	err    error
+}
+
+func (f *flights) do(key string, fn func() (string, error)) (string, error) {
+	if key == "" {
+		return fn()
+	}
+	f.mu.Lock()
+	if fl, ok := f.m[key]; ok {
+		fl.joined++
+		f.mu.Unlock()
+		<-fl.done
+		return fl.res, fl.err
+	}
+	if f.m == nil {
+		f.m = map[string]*flight{}
+	}
+	fl := &flight{done: make(chan struct{})}
+	f.m[key] = fl
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.m, key)
+		f.mu.Unlock()
+		close(fl.done)
+	}()
+	fl.res, fl.err = fn()
+	return fl.res, fl.err
+}

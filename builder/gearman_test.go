@@ -1,0 +1,228 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/gearman"
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// call runs one gearman job through the service's handler, as the worker does.
+func call(g *gearmanService, function, data string) (string, error) {
+	res, err := g.handle(context.Background(), &gearman.Job{Function: function, Handle: "H:test:1", Data: []byte(data)})
+	if err == nil && !strings.HasSuffix(string(res), "\n") {
+		return "", fmt.Errorf("answer %q does not end with a newline", res)
+	}
+	return strings.TrimSuffix(string(res), "\n"), err
+}
+
+// wantErr fails the test unless err says every one of says.
+func wantErr(t *testing.T, what string, err error, says ...string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: no error, want one saying %q", what, says)
+		return
+	}
+	for _, s := range says {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("%s: error %q does not say %q", what, err, s)
+		}
+	}
+}
+
+func TestGearmanUploadAndDeleteJobs(t *testing.T) {
+	r := newRig(t, twoImages)
+	r.run()
+	g := newGearmanService(r.b)
+	ctx := context.Background()
+
+	a := r.build("img-a")
+	waitFor(t, 10*time.Second, "the planner's upload of img-a to pa", func() bool {
+		ups := r.uploads(store.UploadFilter{BuildID: a.ID, State: store.Ready})
+		return len(ups) == 1
+	})
+	ext, err := call(g, FnUpload+a.ID, "pa\n")
+	ups := r.uploads(store.UploadFilter{BuildID: a.ID, State: store.Ready})
+	if err != nil || ext != ups[0].ExternalID {
+		t.Fatalf("image-upload of an uploaded build = %q, %v; want %s at once", ext, err, ups[0].ExternalID)
+	}
+	if _, creates := r.clouds["pa"].count(); creates != 1 {
+		t.Errorf("pa saw %d image creates, want 1: asking again must not upload again", creates)
+	}
+
+	// An upload the job asks for: a newer build is what the planner uploads,
+	// and a's upload is released and deleted.
+	newer := r.build("img-a")
+	if _, err := r.st.ReleaseUpload(ctx, a.ID, "pa", ups[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the released upload to be deleted", func() bool {
+		return len(r.uploads(store.UploadFilter{BuildID: a.ID})) == 0
+	})
+	ext, err = call(g, FnUpload+a.ID, "pa")
+	if err != nil || ext == "" || ext == ups[0].ExternalID {
+		t.Fatalf("image-upload of a build with no upload = %q, %v; want a new image id", ext, err)
+	}
+	again := r.uploads(store.UploadFilter{BuildID: a.ID, State: store.Ready})
+	if len(again) != 1 || again[0].ExternalID != ext {
+		t.Fatalf("ready uploads of %s = %+v, want one with image %s", a.ID, again, ext)
+	}
+
+	// Bad input: a failure that says what was wrong, and nothing changed.
+	b := r.build("img-b")
+	_, err = call(g, FnUpload+a.ID, "nowhere")
+	wantErr(t, "unknown provider", err, `unknown provider "nowhere"`, "pa, pb")
+	_, err = call(g, FnUpload+a.ID, "")
+	wantErr(t, "no provider", err, "needs a provider name", FnUpload+a.ID+" <provider>")
+	_, err = call(g, FnUpload+b.ID, "pa")
+	wantErr(t, "provider without the image", err, "provider pa does not take image img-b")
+	_, err = call(g, FnUpload+"0123456789abcdef0123456789abcdef", "pa")
+	wantErr(t, "unknown build", err, "no build 0123456789abcdef0123456789abcdef is known")
+	_, err = call(g, "image-frobnicate:x", "")
+	wantErr(t, "unknown function", err, "not a function of this builder")
+	if n := len(r.uploads(store.UploadFilter{BuildID: b.ID, Provider: "pa"})); n != 0 {
+		t.Errorf("%d uploads of img-b to pa after refused jobs, want 0", n)
+	}
+
+	// The functions: uploads and deletes of the ready builds made here.
+	fns, err := g.functions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{FnBuild + "img-a", FnBuild + "img-b", FnUpload + a.ID, FnDelete + a.ID, FnUpload + newer.ID, FnUpload + b.ID} {
+		if !strings.Contains(strings.Join(fns, " ")+" ", want+" ") {
+			t.Errorf("functions %v lack %s", fns, want)
+		}
+	}
+
+	name, err := call(g, FnDelete+a.ID, "")
+	if err != nil || name != a.Name() {
+		t.Fatalf("image-delete = %q, %v; want %s", name, err, a.Name())
+	}
+	if _, err := r.st.Build(ctx, a.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("build after image-delete: %v, want not found", err)
+	}
+	if n := len(r.uploads(store.UploadFilter{BuildID: a.ID})); n != 0 {
+		t.Errorf("%d upload records left after image-delete", n)
+	}
+	if _, err := r.clouds["pa"].Get(ctx, ext); err == nil {
+		t.Errorf("cloud image %s still there after image-delete", ext)
+	}
+	fns, _ = g.functions(ctx)
+	if strings.Contains(strings.Join(fns, " "), a.ID) {
+		t.Errorf("functions after image-delete still name the build: %v", fns)
+	}
+}
+
+func TestGearmanBuildJobs(t *testing.T) {
+	r := newRig(t, twoImages)
+	r.run()
+	g := newGearmanService(r.b)
+	ctx := context.Background()
+
+	// img-a is paused in the config: refused, with why.
+	_, err := call(g, FnBuild+"img-a", "")
+	wantErr(t, "paused image", err, "paused in the config")
+	_, err = call(g, FnBuild+"img-a", "not a request id!")
+	wantErr(t, "malformed request", err, "malformed request id")
+
+	// A request that made a build before gets that build at once, paused or not.
+	made, err := r.st.CreateBuild(ctx, store.Build{Image: "img-a", Source: store.SourceDIB, Request: "req-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.st.SetBuildState(ctx, &made, store.Ready, ""); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := call(g, FnBuild+"img-a", "req-7"); err != nil || id != made.ID {
+		t.Errorf("image-build with the request of build %s = %q, %v", made.ID, id, err)
+	}
+	failed, err := r.st.CreateBuild(ctx, store.Build{Image: "img-b", Source: store.SourceDIB, Request: "req-8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.st.SetBuildState(ctx, &failed, store.Failed, "dib exited 1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = call(g, FnBuild+"img-b", "req-8")
+	wantErr(t, "request whose build failed", err, failed.Name(), "failed: dib exited 1")
+	_, err = call(g, FnBuild+"nope", "")
+	wantErr(t, "unknown image", err, `"nope" is not an image of this builder's config`)
+}
+
+func TestGearmanUnservedSaysWhy(t *testing.T) {
+	r := newRig(t, twoImages)
+	g := newGearmanService(r.b)
+	a := r.build("img-a")
+	ctx := context.Background()
+	broken, err := r.st.CreateBuild(ctx, store.Build{Image: "img-b", Source: store.SourceDIB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.st.SetBuildState(ctx, &broken, store.Failed, "broken"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		function string
+		bad      bool
+		says     string
+	}{
+		{FnBuild + "nope", true, `"nope" is not an image any of them builds`},
+		{FnBuild + "img-a", false, ""},
+		{FnUpload + "../etc", true, `malformed build id "../etc"`},
+		{FnDelete + "0123456789abcdef0123456789abcdef", true, "no build 0123456789abcdef0123456789abcdef is known here"},
+		{FnUpload + a.ID, false, ""},
+		{FnUpload + broken.ID, true, "is failed"},
+		{"reverse", false, ""},
+	} {
+		msg, bad := g.unserved(c.function)
+		if bad != c.bad || !strings.Contains(msg, c.says) {
+			t.Errorf("unserved(%q) = %q, %v; want %v saying %q", c.function, msg, bad, c.bad, c.says)
+		}
+	}
+}
+
+func TestFlightsShareOneCall(t *testing.T) {
+	var f flights
+	var calls atomic.Int32
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	results := make([]string, 4)
+	for i := range results {
+		wg.Go(func() {
+			results[i], _ = f.do("k", func() (string, error) {
+				calls.Add(1)
+				<-release
+				return "done", nil
+			})
+		})
+	}
+	waitFor(t, 5*time.Second, "the first call to start", func() bool { return calls.Load() == 1 })
+	// The others join the first: they are waiting on it, not calling.
+	waitFor(t, 5*time.Second, "the callers to join", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.m["k"] != nil && f.m["k"].joined == len(results)-1
+	})
+	close(release)
+	wg.Wait()
+	if calls.Load() != 1 {
+		t.Errorf("%d calls for one key at once, want 1", calls.Load())
+	}
+	for i, r := range results {
+		if r != "done" {
+			t.Errorf("caller %d got %q", i, r)
+		}
+	}
+	// Done: the next call runs anew.
+	if r, _ := f.do("k", func() (string, error) { return "again", nil }); r != "again" {
+		t.Errorf("a call after the first ended got %q", r)
+	}
+}
