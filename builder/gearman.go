@@ -36,6 +36,17 @@ var (
 // deleteTimeout bounds an image-delete job's wait for its build to be gone.
 const deleteTimeout = 15 * time.Minute
 
+// deletedBuild is a build an image-delete job deleted: its delete function
+// stays for deletedGrace, so that the same job handed out again (its
+// connection was lost before the answer) is answered at once.
+type deletedBuild struct {
+	name string
+	at   time.Time
+}
+
+// deletedGrace is how long a deleted build's delete function stays registered.
+const deletedGrace = time.Hour
+
 // gearmanMaxJobs bounds the jobs a builder takes at once.
 const gearmanMaxJobs = 32
 
@@ -54,6 +65,7 @@ type gearmanService struct {
 	flights flights
 
 	mu       sync.Mutex
+	deleted  map[string]deletedBuild   // builds image-delete deleted, by id
 	recent   []GearmanJob              // newest last
 	progress map[string][]*gearman.Job // by upload key: jobs told how the upload goes
 	changed  chan struct{}             // the status changed: write it
@@ -67,6 +79,7 @@ func newGearmanService(b *Builder) *gearmanService {
 		wake:     make(chan struct{}, 1),
 		progress: map[string][]*gearman.Job{},
 		changed:  make(chan struct{}, 1),
+		deleted:  map[string]deletedBuild{},
 	}
 	var servers []gearman.Server
 	for _, s := range cfg.Builder.GearmanServers {
@@ -140,8 +153,17 @@ func (g *gearmanService) functions(ctx context.Context) ([]string, error) {
 			out = append(out, FnDelete+bd.ID)
 		}
 	}
+	g.mu.Lock()
+	for id, d := range g.deleted {
+		if time.Since(d.at) > deletedGrace {
+			delete(g.deleted, id)
+			continue
+		}
+		out = append(out, FnDelete+id)
+	}
+	g.mu.Unlock()
 	slices.Sort(out)
-	return out, nil
+	return slices.Compact(out), nil
 }
 
 func (g *gearmanService) setFunctions(ctx context.Context) error {
@@ -356,6 +378,12 @@ func (g *gearmanService) waitSettled(ctx context.Context, buildID, provider stri
 func (g *gearmanService) delete(ctx context.Context, id string) (string, error) {
 	return g.flights.do("delete/"+id, func() (string, error) {
 		st := g.b.store
+		g.mu.Lock()
+		d, done := g.deleted[id]
+		g.mu.Unlock()
+		if done {
+			return d.name, nil
+		}
 		bd, err := g.ownBuild(ctx, id)
 		if err != nil {
 			return "", err
@@ -377,6 +405,9 @@ func (g *gearmanService) delete(ctx context.Context, id string) (string, error) 
 			err := g.b.cur.Load().uploader.Delete(ctx)
 			_, gone := st.Build(ctx, id)
 			if errors.Is(gone, store.ErrNotFound) {
+				g.mu.Lock()
+				g.deleted[id] = deletedBuild{name: bd.Name(), at: time.Now()}
+				g.mu.Unlock()
 				g.refresh()
 				return bd.Name(), nil
 			}

@@ -116,8 +116,13 @@ func TestGearmanUploadAndDeleteJobs(t *testing.T) {
 		t.Errorf("cloud image %s still there after image-delete", ext)
 	}
 	fns, _ = g.functions(ctx)
-	if strings.Contains(strings.Join(fns, " "), a.ID) {
-		t.Errorf("functions after image-delete still name the build: %v", fns)
+	if joined := strings.Join(fns, " "); strings.Contains(joined, FnUpload+a.ID) || !strings.Contains(joined, FnDelete+a.ID) {
+		t.Errorf("functions after image-delete = %v, want no upload of the build and its delete kept a while", fns)
+	}
+	// The same delete again (handed out again after a lost connection): the
+	// same answer, at once.
+	if again, err := call(g, FnDelete+a.ID, ""); err != nil || again != a.Name() {
+		t.Errorf("image-delete asked again = %q, %v; want %s", again, err, a.Name())
 	}
 }
 
