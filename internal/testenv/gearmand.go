@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,8 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -35,24 +32,13 @@ type Gearmand struct {
 
 	bin  string
 	logw io.Writer
-
-	mu   sync.Mutex
-	proc *gmProcess // nil while stopped
-}
-
-// gmProcess is one run of gearmand.
-type gmProcess struct {
-	pgid   int
-	exited chan struct{}
-	logf   *os.File
+	srv  server
 }
 
 const (
 	// gmReadyTimeout bounds the wait for a started gearmand to answer; it listens within
 	// milliseconds, but after a kill it may retry binding its port for a few seconds.
 	gmReadyTimeout = 30 * time.Second
-	// gmTermGrace is how long gearmand gets to shut down after SIGTERM before SIGKILL.
-	gmTermGrace = 5 * time.Second
 )
 
 // gearmandPaths are where Debian's gearman-job-server puts gearmand when PATH lacks the
@@ -125,6 +111,9 @@ func StartGearmand(ctx context.Context, dir string, logw io.Writer) (*Gearmand, 
 		bin:     bin,
 		logw:    logw,
 	}
+	// gearmand retries a taken port and logs "Timeout occurred when calling bind()".
+	g.srv = server{name: "gearmand", addr: func() string { return g.Addr }, logFile: g.LogFile,
+		portTaken: "calling bind()", run: g.run, ready: g.waitReady}
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
@@ -147,41 +136,10 @@ func StartGearmand(ctx context.Context, dir string, logw io.Writer) (*Gearmand, 
 // Start starts gearmand (again, after Stop or Kill) on its port and waits until it
 // answers. A restarted gearmand knows no jobs and no workers: its queue is in memory.
 // It fails when the server is running.
-func (g *Gearmand) Start(ctx context.Context) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.proc != nil {
-		return fmt.Errorf("start gearmand on %s: already running", g.Addr)
-	}
-	p, err := g.run()
-	if err != nil {
-		return err
-	}
-	if err := g.waitReady(ctx, p.exited); err != nil {
-		if stopErr := p.stop(); stopErr != nil {
-			err = errors.Join(err, stopErr)
-		}
-		// gearmand retries a taken port and logs "Timeout occurred when calling bind()".
-		if log, rerr := os.ReadFile(g.LogFile); rerr == nil && bytes.Contains(log, []byte("calling bind()")) {
-			err = fmt.Errorf("%w: %w", errPortTaken, err)
-		}
-		return fmt.Errorf("start gearmand on %s: %w\ngearmand log (%s), last lines:\n%s", g.Addr, err, g.LogFile, logTail(g.LogFile))
-	}
-	g.proc = p
-	return nil
-}
+func (g *Gearmand) Start(ctx context.Context) error { return g.srv.start(ctx) }
 
-// run starts gearmand in the foreground, in its own process group.
-func (g *Gearmand) run() (*gmProcess, error) {
-	// Append: the log of a restarted server follows the log of the first run.
-	logf, err := os.OpenFile(g.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("start gearmand: open log: %w", err)
-	}
-	var out io.Writer = logf
-	if g.logw != nil {
-		out = io.MultiWriter(logf, g.logw)
-	}
+// run starts gearmand in the foreground.
+func (g *Gearmand) run() (*process, error) {
 	// Without --daemon it stays in the foreground, so we can wait for it and kill it.
 	// --log-file=stderr puts its log in our file; the pid file is a throwaway one, not
 	// /var/gearmand.pid; an empty config file keeps a host's /etc/gearmand.conf out.
@@ -193,19 +151,7 @@ func (g *Gearmand) run() (*gmProcess, error) {
 		"--verbose=INFO",
 		"--pid-file="+filepath.Join(g.Dir, "gearmand.pid"))
 	cmd.Dir = g.Dir
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start gearmand: %w", err)
-	}
-	p := &gmProcess{pgid: cmd.Process.Pid, exited: make(chan struct{}), logf: logf}
-	go func() {
-		// The exit status of a server we stop ourselves says nothing useful.
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-	return p, nil
+	return startProcess(cmd, g.LogFile, g.logw)
 }
 
 // waitReady polls the admin `status` command until it answers, gearmand exits, or time
@@ -293,36 +239,11 @@ func (g *Gearmand) Command(ctx context.Context, name string, args ...string) *ex
 
 // Stop ends the server: SIGTERM, then SIGKILL after a grace time. Its jobs are lost.
 // Stopping a stopped server does nothing.
-func (g *Gearmand) Stop() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.proc == nil {
-		return nil
-	}
-	err := g.proc.stop()
-	g.proc = nil
-	if err != nil {
-		return fmt.Errorf("stop gearmand on %s: %w", g.Addr, err)
-	}
-	return nil
-}
+func (g *Gearmand) Stop() error { return g.srv.halt(false) }
 
 // Kill ends the server at once with SIGKILL, as a crash would; Start brings it back on
 // the same port.
-func (g *Gearmand) Kill() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.proc == nil {
-		return nil
-	}
-	_ = syscall.Kill(-g.proc.pgid, syscall.SIGKILL)
-	err := g.proc.stop()
-	g.proc = nil
-	if err != nil {
-		return fmt.Errorf("kill gearmand on %s: %w", g.Addr, err)
-	}
-	return nil
-}
+func (g *Gearmand) Kill() error { return g.srv.halt(true) }
 
 // Restart stops the server and starts it again on the same port.
 func (g *Gearmand) Restart(ctx context.Context) error {
@@ -330,25 +251,4 @@ func (g *Gearmand) Restart(ctx context.Context) error {
 		return err
 	}
 	return g.Start(ctx)
-}
-
-// stop ends every process of the group and closes the log.
-func (p *gmProcess) stop() error {
-	_ = syscall.Kill(-p.pgid, syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(gmTermGrace):
-		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
-		<-p.exited
-	}
-	deadline := time.Now().Add(gmTermGrace)
-	for groupAlive(p.pgid) {
-		if time.Now().After(deadline) {
-			p.logf.Close()
-			return fmt.Errorf("processes of group %d survive SIGKILL", p.pgid)
-		}
-		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
-		time.Sleep(50 * time.Millisecond)
-	}
-	return p.logf.Close()
 }

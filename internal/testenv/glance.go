@@ -44,8 +44,6 @@ const (
 	// readyTimeout bounds the wait for glance-api to answer; it usually takes ~3 s, but
 	// a port taken by someone else makes Glance retry binding for 30 s before it gives up.
 	readyTimeout = 60 * time.Second
-	// termGrace is how long Glance gets to shut down after SIGTERM before SIGKILL.
-	termGrace = 5 * time.Second
 )
 
 // errPortTaken marks a start that failed because another process bound the port first.
@@ -232,33 +230,6 @@ func answersVersions(ctx context.Context, client *http.Client, endpoint string) 
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	return err == nil && resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte(`"versions"`))
-}
-
-// stopGroup ends every process in the group: SIGTERM first so Glance can stop its worker,
-// SIGKILL for whatever is left after the grace time.
-func stopGroup(pgid int, exited <-chan struct{}) error {
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(termGrace):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-exited
-	}
-	// The leader is reaped; a worker it did not wait for may still be in the group.
-	deadline := time.Now().Add(termGrace)
-	for groupAlive(pgid) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("stop glance: processes of group %d survive SIGKILL", pgid)
-		}
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		time.Sleep(50 * time.Millisecond)
-	}
-	return nil
-}
-
-// groupAlive tells whether any process of the group still exists.
-func groupAlive(pgid int) bool {
-	return syscall.Kill(-pgid, 0) == nil
 }
 
 // freePort asks the kernel for a loopback port that is free right now.

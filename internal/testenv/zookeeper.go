@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -20,8 +19,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -56,16 +53,7 @@ type ZooKeeper struct {
 
 	conf string
 	logw io.Writer
-
-	mu   sync.Mutex
-	proc *zkProcess // nil while stopped
-}
-
-// zkProcess is one run of the server's JVM.
-type zkProcess struct {
-	pgid   int
-	exited chan struct{}
-	logf   *os.File
+	srv  server
 }
 
 // zkMain runs a standalone server from one config file; QuorumPeerMain, which Debian's
@@ -76,8 +64,6 @@ const (
 	// zkReadyTimeout bounds the wait for a started server to answer; a JVM starts it in
 	// a second or two, so the bound only keeps a wedged server from hanging the run.
 	zkReadyTimeout = 30 * time.Second
-	// zkTermGrace is how long the JVM gets to shut down after SIGTERM before SIGKILL.
-	zkTermGrace = 5 * time.Second
 )
 
 // zkJars is the server's class path from Debian's packages. zookeeper.jar's manifest
@@ -160,6 +146,8 @@ func StartZooKeeper(ctx context.Context, dir string, opts ZooKeeperOptions, logw
 		conf:    filepath.Join(dir, "zoo.cfg"),
 		logw:    logw,
 	}
+	z.srv = server{name: "zookeeper", addr: func() string { return z.Addr }, logFile: z.LogFile,
+		portTaken: "Address already in use", run: z.run, ready: z.waitReady}
 	if opts.TLS {
 		if err := z.writeCerts(); err != nil {
 			return nil, fmt.Errorf("start zookeeper: %w", err)
@@ -220,40 +208,10 @@ ssl.clientAuth=need
 
 // Start starts the server (again, after Stop or Kill) on its port and data directory,
 // so what it stored survives, and waits until it serves. It fails when it is running.
-func (z *ZooKeeper) Start(ctx context.Context) error {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if z.proc != nil {
-		return fmt.Errorf("start zookeeper on %s: already running", z.Addr)
-	}
-	p, err := z.run()
-	if err != nil {
-		return err
-	}
-	if err := z.waitReady(ctx, p.exited); err != nil {
-		if stopErr := p.stop(); stopErr != nil {
-			err = errors.Join(err, stopErr)
-		}
-		if log, rerr := os.ReadFile(z.LogFile); rerr == nil && bytes.Contains(log, []byte("Address already in use")) {
-			err = fmt.Errorf("%w: %w", errPortTaken, err)
-		}
-		return fmt.Errorf("start zookeeper on %s: %w\nzookeeper log (%s), last lines:\n%s", z.Addr, err, z.LogFile, logTail(z.LogFile))
-	}
-	z.proc = p
-	return nil
-}
+func (z *ZooKeeper) Start(ctx context.Context) error { return z.srv.start(ctx) }
 
-// run starts the JVM in its own process group.
-func (z *ZooKeeper) run() (*zkProcess, error) {
-	// Append: the log of a restarted server follows the log of the first run.
-	logf, err := os.OpenFile(z.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("start zookeeper: open log: %w", err)
-	}
-	var out io.Writer = logf
-	if z.logw != nil {
-		out = io.MultiWriter(logf, z.logw)
-	}
+// run starts the JVM.
+func (z *ZooKeeper) run() (*process, error) {
 	// A small heap and the client compiler start the JVM fastest; -UsePerfData keeps it
 	// out of /tmp/hsperfdata_*.
 	cmd := exec.Command("java",
@@ -263,19 +221,10 @@ func (z *ZooKeeper) run() (*zkProcess, error) {
 		"-cp", strings.Join(zkJars, ":"),
 		zkMain, z.conf)
 	cmd.Dir = z.Dir
-	cmd.Stdout, cmd.Stderr = out, out
-	// Its own group, so stopping it reaches every process it might start.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start zookeeper: run java: %w", err)
+	p, err := startProcess(cmd, z.LogFile, z.logw)
+	if err != nil {
+		return nil, fmt.Errorf("run java: %w", err)
 	}
-	p := &zkProcess{pgid: cmd.Process.Pid, exited: make(chan struct{}), logf: logf}
-	go func() {
-		// The exit status of a server we stop ourselves says nothing useful.
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
 	return p, nil
 }
 
@@ -371,56 +320,10 @@ func (z *ZooKeeper) ClientTLSConfig() (*tls.Config, error) {
 
 // Stop ends the server: SIGTERM, then SIGKILL after a grace time. The data stays for
 // Start. Stopping a stopped server does nothing.
-func (z *ZooKeeper) Stop() error {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if z.proc == nil {
-		return nil
-	}
-	err := z.proc.stop()
-	z.proc = nil
-	if err != nil {
-		return fmt.Errorf("stop zookeeper on %s: %w", z.Addr, err)
-	}
-	return nil
-}
+func (z *ZooKeeper) Stop() error { return z.srv.halt(false) }
 
 // Kill ends the server at once with SIGKILL, as a crash would; Start brings it back.
-func (z *ZooKeeper) Kill() error {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if z.proc == nil {
-		return nil
-	}
-	_ = syscall.Kill(-z.proc.pgid, syscall.SIGKILL)
-	err := z.proc.stop()
-	z.proc = nil
-	if err != nil {
-		return fmt.Errorf("kill zookeeper on %s: %w", z.Addr, err)
-	}
-	return nil
-}
-
-// stop ends every process of the group and closes the log.
-func (p *zkProcess) stop() error {
-	_ = syscall.Kill(-p.pgid, syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(zkTermGrace):
-		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
-		<-p.exited
-	}
-	deadline := time.Now().Add(zkTermGrace)
-	for groupAlive(p.pgid) {
-		if time.Now().After(deadline) {
-			p.logf.Close()
-			return fmt.Errorf("processes of group %d survive SIGKILL", p.pgid)
-		}
-		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
-		time.Sleep(50 * time.Millisecond)
-	}
-	return p.logf.Close()
-}
+func (z *ZooKeeper) Kill() error { return z.srv.halt(true) }
 
 // writeCerts makes a throwaway CA with a server certificate (for 127.0.0.1 and
 // localhost) and a client certificate, plus an unrelated CA with a client certificate of
