@@ -156,6 +156,9 @@ func (b *Builder) wakePlanner() {
 	}
 }
 
+// onceParallel bounds the images of one source that Once looks at at a time.
+const onceParallel = 8
+
 // Once does every step once, to completion: recovery and leftovers, every
 // source's images, the uploads that are missing, retention and deletes, the leak
 // sweep. It returns every failure, joined.
@@ -177,8 +180,18 @@ func (b *Builder) Once(ctx context.Context) error {
 	p := b.cur.Load()
 	var wg sync.WaitGroup
 	for _, src := range p.sources {
+		// A source's images are looked at onceParallel at a time: enough to
+		// overlap the waits on Zuul, few enough not to flood it or the state.
+		slots := make(chan struct{}, onceParallel)
 		for image := range src.Images() {
 			wg.Go(func() {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					fail(ctx.Err())
+					return
+				}
+				defer func() { <-slots }()
 				_, err := b.step(ctx, src, image)
 				fail(err)
 			})

@@ -210,8 +210,14 @@ func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, erro
 	if err != nil {
 		return out, err
 	}
-	if zb.ID <= cur.ZuulID && !p.lacks(ctx, zi, zb, needed) {
-		return p.complete(ctx, out, zi, zb, needed) // nothing to fetch: it says why
+	if zb.ID <= cur.ZuulID {
+		ready, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: zi.Name, State: store.Ready})
+		if err != nil {
+			return out, err
+		}
+		if !p.lacks(ready, zb, needed) {
+			return p.complete(ctx, out, zi, zb, needed, ready) // nothing to fetch: it says why
+		}
 	}
 	// The image's build lock: one builder fetches a Zuul build, the others
 	// find it settled when they get the lock.
@@ -231,7 +237,7 @@ func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, erro
 		return out, err
 	}
 	if zb.ID <= cur.ZuulID {
-		out, err = p.complete(ctx, out, zi, zb, needed)
+		out, err = p.complete(ctx, out, zi, zb, needed, nil)
 	} else {
 		var b store.Build
 		if b, err = p.ingest(ctx, zi, zb, needed, request); err == nil {
@@ -331,12 +337,15 @@ func (p *Poller) prunePartials(image string) {
 }
 
 // complete fetches formats that became needed after the newest build was
-// ingested. A format refused for good (a checksum, an unsafe image) is recorded
-// on the build and not fetched again.
-func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage, zb zuulapi.Build, needed []string) (Outcome, error) {
-	builds, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: zi.Name, State: store.Ready})
-	if err != nil {
-		return out, err
+// ingested; builds are the image's ready builds, read here when nil. A format
+// refused for good (a checksum, an unsafe image) is recorded on the build and
+// not fetched again.
+func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage, zb zuulapi.Build, needed []string, builds []store.Build) (Outcome, error) {
+	if builds == nil {
+		var err error
+		if builds, err = p.opts.Store.Builds(ctx, store.BuildFilter{Image: zi.Name, State: store.Ready}); err != nil {
+			return out, err
+		}
 	}
 	if len(builds) == 0 || builds[0].Zuul.UUID != zb.UUID || builds[0].BuilderID != p.opts.Store.BuilderID() {
 		// Nothing to add to, or the build's files are on another builder's host.
@@ -362,7 +371,7 @@ func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage
 		return out, nil
 	}
 	p.log.Info("fetching formats newly needed", "image", zi.Name, "build", b.ID, "formats", missing)
-	err = p.fetch(ctx, zi, zb, &b, missing)
+	err := p.fetch(ctx, zi, zb, &b, missing)
 	var rf *refusedFormat
 	if errors.As(err, &rf) {
 		// Recorded, so that the next poll does not fetch it again.
@@ -379,12 +388,12 @@ func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage
 	return out, nil
 }
 
-// lacks tells whether this builder's build of the newest Zuul build lacks a
-// needed format it has not refused, as complete would fetch it.
-func (p *Poller) lacks(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, needed []string) bool {
-	builds, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: zi.Name, State: store.Ready})
-	if err != nil || len(builds) == 0 || builds[0].Zuul.UUID != zb.UUID || builds[0].BuilderID != p.opts.Store.BuilderID() {
-		return err != nil // an error: complete says what it is
+// lacks tells whether this builder's build of the newest Zuul build, among the
+// image's ready builds, lacks a needed format it has not refused, as complete
+// would fetch it.
+func (p *Poller) lacks(builds []store.Build, zb zuulapi.Build, needed []string) bool {
+	if len(builds) == 0 || builds[0].Zuul.UUID != zb.UUID || builds[0].BuilderID != p.opts.Store.BuilderID() {
+		return false
 	}
 	for _, f := range needed {
 		if _, refused := builds[0].Refused[f]; refused {

@@ -23,6 +23,9 @@ type SQLite struct {
 	locks localLocks
 }
 
+// sqliteIdleConns is how many connections stay open between queries.
+const sqliteIdleConns = 16
+
 // OpenSQLite opens the state database at path. With create it makes the file
 // when missing and brings its schema up to date; without, it refuses a missing
 // file (ErrNotInitialized), and with readOnly it neither writes nor migrates.
@@ -49,6 +52,9 @@ func OpenSQLite(ctx context.Context, path string, access Access, now func() time
 	if err != nil {
 		return nil, fmt.Errorf("open state database %s: %w", path, err)
 	}
+	// Keep connections for the steps that run at once: opening one parses the
+	// schema again, which costs more than most queries.
+	db.SetMaxIdleConns(sqliteIdleConns)
 	s := &SQLite{db: db, now: now}
 	if access == ReadOnly {
 		err = s.checkSchema(ctx)
