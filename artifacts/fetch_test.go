@@ -1128,31 +1128,33 @@ func TestFetchRedactsSecrets(t *testing.T) {
 	const secret = "topsecret"
 	image := testImage(512 << 10)
 	sha, _ := digests(image)
+	zimage := compress(t, "zst", image)
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closedURL := closed.URL
 	closed.Close()
 	tests := []struct {
 		name    string
-		fs      *fileServer // nil: connection refused
+		fs      func() *fileServer // nil: connection refused; a new server for each URL form
 		path    string
 		sha     string
 		wantErr bool
 		logsURL bool // the log mentions the URL
 	}{
-		{name: "404", fs: &fileServer{content: image, failFirst: 100, failStatus: 404}, path: "/img.raw", wantErr: true},
-		{name: "503 until giving up", fs: &fileServer{content: image, failFirst: 100, failStatus: 503}, path: "/img.raw", wantErr: true, logsURL: true},
+		{name: "404", fs: func() *fileServer { return &fileServer{content: image, failFirst: 100, failStatus: 404} }, path: "/img.raw", wantErr: true},
+		{name: "503 until giving up", fs: func() *fileServer { return &fileServer{content: image, failFirst: 100, failStatus: 503} }, path: "/img.raw", wantErr: true, logsURL: true},
 		{name: "connection refused", path: "/img.raw", wantErr: true, logsURL: true},
-		{name: "checksum mismatch", fs: &fileServer{content: image}, path: "/img.raw", sha: strings.Repeat("0", 64), wantErr: true},
-		{name: "success after a drop", fs: &fileServer{content: compress(t, "zst", image), dropAfter: 100 << 10}, path: "/img.raw.zst", sha: sha, logsURL: true},
-		{name: "success through a redirect", fs: &fileServer{content: image}, path: "/r/img.raw", sha: sha},
+		{name: "checksum mismatch", fs: func() *fileServer { return &fileServer{content: image} }, path: "/img.raw", sha: strings.Repeat("0", 64), wantErr: true},
+		{name: "success after a drop", fs: func() *fileServer { return &fileServer{content: zimage, dropAfter: 100 << 10} }, path: "/img.raw.zst", sha: sha, logsURL: true},
+		{name: "success through a redirect", fs: func() *fileServer { return &fileServer{content: image} }, path: "/r/img.raw", sha: sha},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			base := closedURL
-			if tt.fs != nil {
-				base = newFileServer(t, tt.fs).URL
-			}
 			for _, withUser := range []bool{false, true} {
+				// Each form of the URL meets the server's faults afresh (the drop).
+				base := closedURL
+				if tt.fs != nil {
+					base = newFileServer(t, tt.fs()).URL
+				}
 				u := base + tt.path + "?X-Amz-Signature=" + secret + "&X-Amz-Expires=300"
 				if withUser {
 					u = strings.Replace(u, "http://", "http://user:"+secret+"@", 1)
