@@ -3,7 +3,6 @@ module github.com/nodepool-builder/nodepool-builder
 go 1.26.8
 
 require (
-	github.com/cavaliergopher/grab/v3 v3.0.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/gophercloud/gophercloud/v2 v2.15.0
 	github.com/hashicorp/go-retryablehttp v0.7.8

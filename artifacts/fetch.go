@@ -18,8 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cavaliergopher/grab/v3"
-
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 )
 
@@ -56,8 +54,25 @@ var (
 	errRangeIgnored    = errors.New("server ignored the Range request")
 	errBadContentRange = errors.New("server answered a different range")
 	errInconsistent    = errors.New("partial download does not match the bytes processed")
-	errBodyClosed      = errors.New("response body closed before the end")
+	errBadLength       = errors.New("partial download is longer than the file on the server")
+	// errChanged is a file that is not the one the earlier requests of the download got:
+	// another validator, another length, or a 200 carrying another validator.
+	errChanged = errors.New("the file changed on the server")
 )
+
+// statusError is an HTTP answer other than the data.
+type statusError int
+
+func (e statusError) Error() string {
+	return fmt.Sprintf("server returned %d %s", int(e), http.StatusText(int(e)))
+}
+
+// finalError ends a download at once: the failure was retried already, e.g. by the range
+// that met it.
+type finalError struct{ err error }
+
+func (e *finalError) Error() string { return e.err.Error() }
+func (e *finalError) Unwrap() error { return e.err }
 
 // Fetcher downloads image artifacts into place. The zero value with PartialDir set works.
 type Fetcher struct {
@@ -80,9 +95,21 @@ type Fetcher struct {
 	Backoff time.Duration
 	// MaxSize bounds the uncompressed size of every image; 0 means DefaultMaxSize.
 	MaxSize int64
+	// Connections is how many ranges of one file are fetched at the same time, when the
+	// server answers Range requests and the file is large enough to gain from it;
+	// 0 means DefaultConnections, 1 a single stream.
+	Connections int
 
 	// progressEvery is the interval of progress messages; 0 means progressInterval.
 	progressEvery time.Duration
+	// rangedMin is the smallest file fetched in ranges; 0 means rangedMin.
+	rangedMin int64
+	// pieceSize, when set, is the length of every range instead of one chosen from the
+	// file's size.
+	pieceSize int64
+	// stateEvery is the interval at which the state of the ranges is saved; 0 means
+	// stateInterval.
+	stateEvery time.Duration
 	// freeSpace reports the bytes still free in a directory's filesystem; nil means
 	// freeSpace. Tests fill a pretend disk with it.
 	freeSpace func(dir string) (int64, error)
@@ -119,7 +146,9 @@ type Result struct {
 // Fetch downloads req.URL, decompresses it when needed, verifies it and renames it to
 // req.Dest. Hashes and decompression happen while the data streams in, and the
 // decompressed file is written sparse. An interrupted download is resumed with HTTP
-// Range, also by a later Fetch with the same Key. A failed or cancelled Fetch keeps the
+// Range, also by a later Fetch with the same Key. A large file from a server that answers
+// Range requests is fetched over several connections at once (see Connections), each
+// range resumed on its own, while its in-order front streams through the same pipeline. A failed or cancelled Fetch keeps the
 // partial download for that, except after a checksum mismatch (ErrChecksum, whose Result
 // still carries the digests found), a corrupt compressed stream, an image too large
 // (ErrTooLarge) or a refused redirect (ErrUnsafe). Running short of space (ErrNoSpace)
@@ -162,6 +191,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		client:  f.client(),
 		log:     logger.With("key", req.Key),
 		dlPath:  filepath.Join(f.PartialDir, req.Key+".download"),
+		stPath:  filepath.Join(f.PartialDir, req.Key+".ranges"),
 		outPath: filepath.Join(f.PartialDir, req.Key),
 		comp:    Compression(req.URL),
 		limit:   maxSize,
@@ -244,11 +274,15 @@ type download struct {
 	url     string // req.URL redacted, for messages
 	client  *http.Client
 	log     *slog.Logger
-	dlPath  string // the bytes as served, possibly compressed; grab resumes it
+	dlPath  string // the bytes as served, possibly compressed; resumed across attempts
+	stPath  string // the state of the ranges of dlPath, when it is fetched in ranges
 	outPath string // the decompressed data, rebuilt on every attempt
 	comp    string
 	limit   int64  // the most bytes the uncompressed image may have
 	bound   string // what limit is, for messages
+	// single is set once ranges failed on this server: the rest of the Fetch uses one
+	// stream.
+	single bool
 }
 
 // action is what to do after a failed attempt.
@@ -267,7 +301,7 @@ func (d *download) run(ctx context.Context) (Result, error) {
 		attempts = defaultAttempts
 	}
 	var downloaded int64
-	restarted := false
+	restarted, changed := false, false
 	for attempt := 1; ; attempt++ {
 		s, n, err := d.attempt(ctx)
 		downloaded += n
@@ -282,6 +316,21 @@ func (d *download) run(ctx context.Context) (Result, error) {
 		}
 		if errors.Is(err, syscall.ENOSPC) && !errors.Is(err, ErrNoSpace) {
 			err = fmt.Errorf("%w in %s: %w", ErrNoSpace, d.f.PartialDir, err)
+		}
+		if errors.Is(err, errRangeIgnored) {
+			d.single = true
+		}
+		if errors.Is(err, errChanged) {
+			d.removePartial()
+			if !changed {
+				// Only once: the new version's ranges are fetched afresh.
+				changed = true
+				d.log.Info("file changed on the server during the download; starting over", "url", d.url)
+				attempt--
+				continue
+			}
+			// Again: a single stream at least reads one version whole.
+			d.single = true
 		}
 		act := classify(err)
 		if act == restartNow && !restarted {
@@ -330,14 +379,16 @@ func (d *download) backoff(attempt int) time.Duration {
 }
 
 func classify(err error) action {
-	var status grab.StatusCodeError
+	var status statusError
 	var decode *decodeError
 	switch {
-	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrTooLarge), errors.Is(err, ErrUnsafe):
+	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrTooLarge), errors.Is(err, ErrUnsafe),
+		errors.As(err, new(*finalError)):
 		return giveUp
 	case errors.Is(err, errRangeIgnored):
 		return restartNow
-	case errors.Is(err, grab.ErrBadLength), errors.Is(err, errBadContentRange), errors.Is(err, errInconsistent):
+	case errors.Is(err, errBadLength), errors.Is(err, errBadContentRange), errors.Is(err, errInconsistent),
+		errors.Is(err, errChanged):
 		return reset
 	case errors.As(err, &status):
 		switch {
@@ -359,8 +410,10 @@ func classify(err error) action {
 	return retry
 }
 
-// attempt runs one grab transfer and returns the digests of the data, the bytes it read
-// from the network and the error that ended it.
+// attempt runs one transfer and returns the digests of the data, the bytes it read from
+// the network and the error that ended it. A download with saved range state resumes its
+// ranges; any other starts or resumes one stream, whose first answer may show that the
+// file is better fetched in ranges.
 func (d *download) attempt(ctx context.Context) (sums, int64, error) {
 	// The decompressed output is rebuilt from the start on every attempt; removing it
 	// first also frees its space before the free-space check.
@@ -369,67 +422,35 @@ func (d *download) attempt(ctx context.Context) (sums, int64, error) {
 	}
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	st, err := d.loadState()
+	if err != nil {
+		return sums{}, 0, err
+	}
+	if st != nil {
+		return d.ranged(actx, st, nil)
+	}
+
 	a := &attempt{d: d, ctx: actx}
 	a.total.Store(-1)
 	a.touch()
-
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { a.monitor(stop, cancel) })
-	defer func() {
-		close(stop)
-		wg.Wait()
-	}()
-
-	greq, err := grab.NewRequest(d.dlPath, d.req.URL)
-	if err != nil {
-		return sums{}, 0, fmt.Errorf("build request: %w", err)
-	}
-	// Transparent gzip by the transport would break byte offsets for Range.
-	greq.HTTPRequest.Header.Set("Accept-Encoding", "identity")
-	greq.NoCreateDirectories = true
-	greq.IgnoreRemoteTime = true
-	greq.BufferSize = copyBufferSize
-	greq = greq.WithContext(actx)
-	gc := &grab.Client{HTTPClient: a, UserAgent: userAgent, BufferSize: copyBufferSize}
-	gerr := gc.Do(greq).Err()
-
-	p := a.pipeline()
-	var s sums
-	var perr error
-	if p != nil {
-		<-p.done
-		s, perr = p.sums, p.err
-	}
+	s, lead, st, err := a.stream()
+	close(stop)
+	wg.Wait()
 	net := a.netBytes.Load()
 	switch {
 	case a.stalled.Load() && ctx.Err() == nil:
+		if lead != nil {
+			lead.Body.Close()
+		}
 		return sums{}, net, fmt.Errorf("no data received for %s", d.stallTimeout())
-	case gerr != nil:
-		return sums{}, net, gerr
-	case p == nil:
-		// grab found the partial file already complete and made no GET: the data is all
-		// on disk and only needs to pass through the pipeline.
-		fi, err := os.Stat(d.dlPath)
-		if err != nil {
-			return sums{}, net, fmt.Errorf("stat partial download: %w", err)
-		}
-		d.log.Info("partial download is complete; verifying", "bytes", fi.Size())
-		rm := d.room(fi.Size(), 0)
-		if err := rm.check(); err != nil {
-			return sums{}, net, err
-		}
-		s, perr = d.pipe(ctx, fi.Size(), nil, func() {}, rm)
-	}
-	if perr != nil {
-		return sums{}, net, perr
-	}
-	fi, err := os.Stat(d.dlPath)
-	if err != nil {
-		return sums{}, net, fmt.Errorf("stat partial download: %w", err)
-	}
-	if fi.Size() != s.fed {
-		return sums{}, net, fmt.Errorf("%w: file has %d bytes, processed %d", errInconsistent, fi.Size(), s.fed)
+	case err != nil:
+		return sums{}, net, err
+	case st != nil:
+		s, n, err := d.ranged(actx, st, lead)
+		return s, net + n, err
 	}
 	return s, net, nil
 }
@@ -488,9 +509,13 @@ func (d *download) removeOutput() error {
 	return nil
 }
 
+// removePartial discards the download so far, with the state of its ranges.
 func (d *download) removePartial() {
-	if err := os.Remove(d.dlPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		d.log.Warn("remove partial download", "path", d.dlPath, "error", err)
+	// The state goes first: a full-length file of holes must never be left without it.
+	for _, p := range []string{d.stPath, d.stPath + ".tmp", d.dlPath} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			d.log.Warn("remove partial download", "path", p, "error", err)
+		}
 	}
 }
 
@@ -501,8 +526,8 @@ func (d *download) stallTimeout() time.Duration {
 	return defaultStallTimeout
 }
 
-// attempt is the HTTP client grab uses for one transfer. It hooks the response body of
-// the GET into the hashing and decompressing pipeline and watches for stalls.
+// attempt is one single-stream transfer: it tees the response body into the hashing and
+// decompressing pipeline and the partial file, and watches for stalls.
 type attempt struct {
 	d   *download
 	ctx context.Context
@@ -512,38 +537,99 @@ type attempt struct {
 	offset     atomic.Int64 // where the GET started in the file
 	total      atomic.Int64 // size of the whole file as served; -1 when unknown
 	stalled    atomic.Bool
-
-	mu sync.Mutex
-	p  *pipeline
 }
 
 func (a *attempt) touch() { a.lastActive.Store(time.Now().UnixNano()) }
 
-func (a *attempt) pipeline() *pipeline {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.p
+// stream fetches the file, or its rest, in one GET. A fresh download's GET doubles as the
+// probe for ranges: when its answer shows the file is worth fetching in ranges, stream
+// returns that answer, still unread, with the new range state for the caller to go on
+// with.
+func (a *attempt) stream() (sums, *http.Response, *rangeState, error) {
+	d := a.d
+	var offset int64
+	if fi, err := os.Stat(d.dlPath); err == nil {
+		offset = fi.Size()
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return sums{}, nil, nil, fmt.Errorf("stat partial download: %w", err)
+	}
+	if offset > 0 {
+		size, ranges, err := a.head()
+		switch {
+		case err != nil:
+			return sums{}, nil, nil, err
+		case size == offset:
+			s, err := a.verifyPartial(size)
+			return s, nil, nil, err
+		case size >= 0 && size < offset:
+			return sums{}, nil, nil, fmt.Errorf("%w: %d bytes on disk, %d on the server", errBadLength, offset, size)
+		case !ranges:
+			offset = 0 // the server cannot resume it
+		}
+	}
+
+	resp, err := a.get(offset)
+	if err != nil {
+		return sums{}, nil, nil, err
+	}
+	if d.comp == "" && resp.ContentLength >= 0 && offset+resp.ContentLength > d.limit {
+		resp.Body.Close()
+		return sums{}, nil, nil, fmt.Errorf("%w: the server announces %d bytes, above %s", ErrTooLarge, offset+resp.ContentLength, d.bound)
+	}
+	if offset == 0 {
+		st, err := d.startRanges(a, resp)
+		if err != nil || st != nil {
+			if err != nil {
+				resp.Body.Close()
+				resp = nil
+			}
+			return sums{}, resp, st, err
+		}
+	}
+	defer resp.Body.Close()
+	s, err := a.copy(resp, offset)
+	return s, nil, nil, err
 }
 
-// Do implements grab.HTTPClient.
-func (a *attempt) Do(req *http.Request) (*http.Response, error) {
-	resp, err := a.d.client.Do(req)
-	var uerr *url.Error
-	if errors.Is(err, ErrUnsafe) && errors.As(err, &uerr) {
-		// Our refusal names the redirect target, redacted; url.Error would repeat it whole.
-		return nil, uerr.Err
+// head asks the length of the file and whether the server resumes it: size is -1 when
+// unknown, and ranges is also true when the server refused HEAD, as servers of URLs signed
+// for GET only do; the GET then tells.
+func (a *attempt) head() (size int64, ranges bool, err error) {
+	req, err := a.d.request(a.ctx, http.MethodHead)
+	if err != nil {
+		return 0, false, err
 	}
+	resp, err := a.d.do(req)
+	if err != nil {
+		return 0, false, err
+	}
+	resp.Body.Close()
+	a.touch()
+	if resp.StatusCode != http.StatusOK {
+		return -1, true, nil
+	}
+	return resp.ContentLength, acceptsRanges(resp.Header), nil
+}
+
+// get sends the GET for the file from offset and checks that the answer is the data asked
+// for.
+func (a *attempt) get(offset int64) (*http.Response, error) {
+	d := a.d
+	req, err := d.request(a.ctx, http.MethodGet)
+	if err != nil {
+		return nil, err
+	}
+	if offset > 0 {
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", offset))
+	}
+	resp, err := d.do(req)
 	if err != nil {
 		return nil, err
 	}
 	a.touch()
-	if req.Method != http.MethodGet || resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp, nil
-	}
-	offset, err := rangeStart(req.Header.Get("Range"))
-	if err != nil {
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		resp.Body.Close()
-		return nil, err
+		return nil, statusError(resp.StatusCode)
 	}
 	if offset > 0 {
 		if resp.StatusCode != http.StatusPartialContent {
@@ -555,43 +641,150 @@ func (a *attempt) Do(req *http.Request) (*http.Response, error) {
 			resp.Body.Close()
 			return nil, fmt.Errorf("%w: asked for bytes from %d, got Content-Range %q", errBadContentRange, offset, cr)
 		}
-		a.d.log.Info("resuming download", "url", a.d.url, "offset", offset)
+		d.log.Info("resuming download", "url", d.url, "offset", offset)
 	}
-	if a.d.comp == "" && resp.ContentLength >= 0 && offset+resp.ContentLength > a.d.limit {
-		resp.Body.Close()
-		return nil, fmt.Errorf("%w: the server announces %d bytes, above %s", ErrTooLarge, offset+resp.ContentLength, a.d.bound)
-	}
-	rm := a.d.room(offset, resp.ContentLength)
+	return resp, nil
+}
+
+// verifyPartial runs a partial download found complete through the pipeline.
+func (a *attempt) verifyPartial(size int64) (sums, error) {
+	a.d.log.Info("partial download is complete; verifying", "bytes", size)
+	rm := a.d.room(size, 0)
 	if err := rm.check(); err != nil {
-		resp.Body.Close()
-		return nil, err
+		return sums{}, err
+	}
+	s, err := a.d.pipe(a.ctx, size, nil, a.touch, rm)
+	if err != nil {
+		return sums{}, err
+	}
+	return s, a.d.checkFed(s)
+}
+
+// copy reads the body to the end, handing every chunk to the pipeline before it writes it
+// to the partial file, so that the file never holds bytes the pipeline did not see.
+func (a *attempt) copy(resp *http.Response, offset int64) (sums, error) {
+	d := a.d
+	rm := d.room(offset, resp.ContentLength)
+	if err := rm.check(); err != nil {
+		return sums{}, err
 	}
 	a.offset.Store(offset)
 	if resp.ContentLength >= 0 {
 		a.total.Store(offset + resp.ContentLength)
+	}
+	flag := os.O_WRONLY
+	if offset == 0 {
+		flag |= os.O_CREATE | os.O_TRUNC
+	}
+	f, err := os.OpenFile(d.dlPath, flag, 0o644)
+	if err != nil {
+		return sums{}, fmt.Errorf("open partial download: %w", err)
+	}
+	defer f.Close()
+	if offset > 0 {
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			return sums{}, fmt.Errorf("seek partial download: %w", err)
+		}
 	}
 
 	pr, pw := io.Pipe()
 	p := &pipeline{done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		p.sums, p.err = a.d.pipe(a.ctx, offset, pr, a.touch, rm)
+		p.sums, p.err = d.pipe(a.ctx, offset, pr, a.touch, rm)
 	}()
-	a.mu.Lock()
-	a.p = p
-	a.mu.Unlock()
-	resp.Body = &teeBody{body: resp.Body, pw: pw, a: a}
-	return resp, nil
+	buf := make([]byte, copyBufferSize)
+	var cerr error
+	for cerr == nil {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			a.netBytes.Add(int64(n))
+			a.touch()
+			if _, werr := pw.Write(buf[:n]); werr != nil {
+				cerr = werr // the pipeline's own error
+				break
+			}
+			if _, werr := f.Write(buf[:n]); werr != nil {
+				cerr = fmt.Errorf("write partial download: %w", werr)
+			}
+		}
+		if cerr == nil && err != nil {
+			if err != io.EOF {
+				cerr = err
+			}
+			break
+		}
+	}
+	if cerr != nil {
+		pw.CloseWithError(cerr)
+	} else {
+		pw.Close()
+	}
+	<-p.done
+	if cerr == nil {
+		cerr = p.err
+	}
+	if err := f.Close(); err != nil && cerr == nil {
+		cerr = fmt.Errorf("close partial download: %w", err)
+	}
+	if cerr != nil {
+		return sums{}, cerr
+	}
+	return p.sums, d.checkFed(p.sums)
+}
+
+// checkFed checks that the partial file holds exactly the bytes the pipeline processed.
+func (d *download) checkFed(s sums) error {
+	fi, err := os.Stat(d.dlPath)
+	if err != nil {
+		return fmt.Errorf("stat partial download: %w", err)
+	}
+	if fi.Size() != s.fed {
+		return fmt.Errorf("%w: file has %d bytes, processed %d", errInconsistent, fi.Size(), s.fed)
+	}
+	return nil
+}
+
+// request builds a request for the artifact.
+func (d *download) request(ctx context.Context, method string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, d.req.URL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("User-Agent", userAgent)
+	// Transparent gzip by the transport would break byte offsets for Range.
+	req.Header.Set("Accept-Encoding", "identity")
+	return req, nil
+}
+
+// do sends req with the download's client.
+func (d *download) do(req *http.Request) (*http.Response, error) {
+	resp, err := d.client.Do(req)
+	var uerr *url.Error
+	if errors.Is(err, ErrUnsafe) && errors.As(err, &uerr) {
+		// Our refusal names the redirect target, redacted; url.Error would repeat it whole.
+		return nil, uerr.Err
+	}
+	return resp, err
+}
+
+// acceptsRanges reports whether the headers announce byte ranges.
+func acceptsRanges(h http.Header) bool {
+	for _, v := range h.Values("Accept-Ranges") {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), "bytes") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // monitor cancels the attempt when no data arrives for the stall timeout, and logs
 // progress now and then.
 func (a *attempt) monitor(stop <-chan struct{}, cancel context.CancelFunc) {
 	stall := a.d.stallTimeout()
-	every := a.d.f.progressEvery
-	if every <= 0 {
-		every = progressInterval
-	}
+	every := a.d.progressEvery()
 	tick := max(min(time.Second, stall/4, every), 10*time.Millisecond)
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -617,53 +810,11 @@ func (a *attempt) monitor(stop <-chan struct{}, cancel context.CancelFunc) {
 	}
 }
 
-// teeBody hands every byte grab reads from the network to the pipeline before grab writes
-// it to the partial file. The pipe has no buffer, so the network is read no faster than
-// the pipeline consumes.
-type teeBody struct {
-	body io.ReadCloser
-	pw   *io.PipeWriter
-	a    *attempt
-}
-
-func (b *teeBody) Read(p []byte) (int, error) {
-	n, err := b.body.Read(p)
-	if n > 0 {
-		b.a.netBytes.Add(int64(n))
-		b.a.touch()
-		if _, werr := b.pw.Write(p[:n]); werr != nil {
-			// Report nothing read so the partial file never holds bytes the pipeline
-			// did not see.
-			return 0, werr
-		}
+func (d *download) progressEvery() time.Duration {
+	if d.f.progressEvery > 0 {
+		return d.f.progressEvery
 	}
-	switch {
-	case err == io.EOF:
-		b.pw.Close()
-	case err != nil:
-		b.pw.CloseWithError(err)
-	}
-	return n, err
-}
-
-func (b *teeBody) Close() error {
-	// After a clean EOF this changes nothing; otherwise it stops the pipeline.
-	b.pw.CloseWithError(errBodyClosed)
-	return b.body.Close()
-}
-
-// rangeStart parses the "bytes=N-" header grab sends when resuming.
-func rangeStart(h string) (int64, error) {
-	if h == "" {
-		return 0, nil
-	}
-	spec, ok := strings.CutPrefix(h, "bytes=")
-	start, rest, ok2 := strings.Cut(spec, "-")
-	n, err := strconv.ParseInt(start, 10, 64)
-	if !ok || !ok2 || rest != "" || err != nil || n < 0 {
-		return 0, fmt.Errorf("unexpected Range header %q", h)
-	}
-	return n, nil
+	return progressInterval
 }
 
 // contentRangeStart parses the first byte position of "bytes N-M/T".
