@@ -70,7 +70,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 			return nil, fmt.Errorf("%w: zuul-image %s: %w", ErrConfig, zi.Name, err)
 		}
 		fetchers[zi.Name] = &artifacts.Fetcher{PartialDir: b.store.PartialDir(), HTTPClient: hc, Logger: b.log,
-			MaxSize: cfg.Builder.MaxImageSize}
+			MaxSize: cfg.Builder.MaxImageSize, Connections: cfg.Builder.DownloadConnections}
 		client, err := zuulapi.New(zuulapi.Options{
 			APIURL:     zi.APIURL,
 			Tenant:     zi.Tenant,

@@ -41,7 +41,7 @@ func defaultBuilder() Builder {
 var builderKeys = []string{
 	"poll-interval", "upload-workers", "keep-builds", "keep-uploads",
 	"upload-attempts", "state-db", "gearman-servers", "leak-sweep", "max-image-size",
-	"gearman-unserved-after",
+	"gearman-unserved-after", "download-connections",
 }
 
 var gearmanKeys = []string{"host", "port"}
@@ -76,6 +76,9 @@ func (p *parser) builder(n *yaml.Node, path string) Builder {
 		b.MaxImageSize = v
 	}
 	b.GearmanServers = p.gearmanServers(m)
+	if v, ok := m.integer("download-connections", 1, 64, "a number of connections per download, 1 to 64"); ok {
+		b.DownloadConnections = v
+	}
 	if v, ok := m.seconds("gearman-unserved-after", false); ok {
 		b.GearmanUnservedAfter = v
 	}

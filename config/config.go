@@ -112,8 +112,11 @@ type Builder struct {
 	// GearmanUnservedAfter: a job for a builder function nobody serves is
 	// answered as failed after waiting this long; default 30s.
 	GearmanUnservedAfter time.Duration
-	LeakSweep            bool  // default true
-	MaxImageSize         int64 // bytes; default DefaultMaxImageSize
+	// DownloadConnections is how many connections fetch one artifact when its
+	// server takes Range requests; 0 means the fetcher's default.
+	DownloadConnections int
+	LeakSweep           bool  // default true
+	MaxImageSize        int64 // bytes; default DefaultMaxImageSize
 }
 
 // GearmanServer is a gearman job server address.

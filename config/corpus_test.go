@@ -213,6 +213,7 @@ func TestLoadZuulImagesExample(t *testing.T) {
 			MaxImageSize: 64 << 30,
 
 			GearmanUnservedAfter: 45 * time.Second,
+			DownloadConnections:  6,
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {

@@ -163,6 +163,7 @@ func TestParseErrors(t *testing.T) {
 		{"gearman unknown key", head + "builder:\n  gearman-servers:\n    - host: g\n      ssl: true\n", 5, "builder.gearman-servers[0].ssl", "unknown key in a gearman server; known keys are host, port"},
 		{"gearman-servers a mapping", head + "builder:\n  gearman-servers: {host: g}\n", 3, "builder.gearman-servers", "expected a list of gearman servers"},
 		{"top-level gearman server without host", head + "gearman-servers:\n  - port: 4730\n", 3, "gearman-servers[0].host", "is required"},
+		{"download-connections zero", head + "builder:\n  download-connections: 0\n", 3, "builder.download-connections", "a number of connections per download, 1 to 64"},
 		{"gearman-unserved-after zero", head + "builder:\n  gearman-unserved-after: 0\n", 3, "builder.gearman-unserved-after", "must be a positive number of seconds"},
 
 		// Text level.

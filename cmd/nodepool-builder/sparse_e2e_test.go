@@ -12,7 +12,7 @@ import (
 // TestSparseImageReachesGlanceWhole: a mostly-zero raw is kept with holes in
 // the images-dir, and Glance still receives every byte of it.
 func TestSparseImageReachesGlanceWhole(t *testing.T) {
-	for _, c := range []struct{ name, compress string }{{"zst", "zst"}, {"gz", "gz"}} {
+	for _, c := range []struct{ name, compress string }{{"plain", ""}, {"zst", "zst"}, {"gz", "gz"}} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
 			e.writeYAML(`images-dir: {{IMAGES}}
