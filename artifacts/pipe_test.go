@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
 
 // allocated returns the bytes the filesystem holds for the file at path.
@@ -152,20 +153,6 @@ func pipeFrom(ctx context.Context, d *download, rm *room, served []byte, prefix 
 	return s, err
 }
 
-// toolSum returns the digest a checksum command prints for path.
-func toolSum(t *testing.T, tool, path string) string {
-	t.Helper()
-	if _, err := exec.LookPath(tool); err != nil {
-		t.Skipf("no %s: %v", tool, err)
-	}
-	out, err := exec.Command(tool, path).Output()
-	if err != nil {
-		t.Fatalf("%s %s: %v", tool, path, err)
-	}
-	sum, _, _ := strings.Cut(string(out), " ")
-	return sum
-}
-
 // sparseImage returns size bytes of zeros with a little data here and there, as an
 // unused disk image has, ending in a long run of zeros.
 func sparseImage(size int) []byte {
@@ -219,10 +206,10 @@ func TestPipe(t *testing.T) {
 					if !bytes.Equal(got, img.data) {
 						t.Fatalf("output has %d bytes that differ from the %d of the image", len(got), len(img.data))
 					}
-					if want := toolSum(t, "sha256sum", out); s.sha256 != want {
+					if want := testenv.ToolSum(t, "sha256sum", out); s.sha256 != want {
 						t.Errorf("sha256 = %s, sha256sum says %s", s.sha256, want)
 					}
-					if want := toolSum(t, "md5sum", out); s.md5 != want {
+					if want := testenv.ToolSum(t, "md5sum", out); s.md5 != want {
 						t.Errorf("md5 = %s, md5sum says %s", s.md5, want)
 					}
 					if img.sparse && comp != "" {

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -18,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
 
 // rangeStart parses the first byte position of a "bytes=N-" or "bytes=N-M" Range header;
@@ -194,29 +195,13 @@ func rangedFetcher(t testing.TB) *Fetcher {
 	return f
 }
 
-// execSum returns the digest of the file at path as the named tool (sha256sum, md5sum)
-// computes it.
-func execSum(t *testing.T, tool, path string) string {
-	t.Helper()
-	bin, err := exec.LookPath(tool)
-	if err != nil {
-		t.Skipf("no %s: %v", tool, err)
-	}
-	out, err := exec.Command(bin, path).Output()
-	if err != nil {
-		t.Fatalf("%s %s: %v", tool, path, err)
-	}
-	sum, _, _ := strings.Cut(string(out), " ")
-	return sum
-}
-
 func TestFetchRanges(t *testing.T) {
 	image := testImage(3 << 20)
 	ref := filepath.Join(t.TempDir(), "reference.raw")
 	if err := os.WriteFile(ref, image, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	wantSHA, wantMD5 := execSum(t, "sha256sum", ref), execSum(t, "md5sum", ref)
+	wantSHA, wantMD5 := testenv.ToolSum(t, "sha256sum", ref), testenv.ToolSum(t, "md5sum", ref)
 	for _, comp := range []string{"", "zst", "gz"} {
 		for _, conns := range []int{1, 4} {
 			t.Run(fmt.Sprintf("comp=%s connections=%d", comp, conns), func(t *testing.T) {
@@ -238,10 +223,10 @@ func TestFetchRanges(t *testing.T) {
 					t.Fatalf("Fetch: %v", err)
 				}
 				checkFetched(t, f, res, dest, image)
-				if got := execSum(t, "sha256sum", dest); got != wantSHA || res.SHA256 != wantSHA {
+				if got := testenv.ToolSum(t, "sha256sum", dest); got != wantSHA || res.SHA256 != wantSHA {
 					t.Errorf("sha256sum of dest = %s, result %s, want %s", got, res.SHA256, wantSHA)
 				}
-				if got := execSum(t, "md5sum", dest); got != wantMD5 || res.MD5 != wantMD5 {
+				if got := testenv.ToolSum(t, "md5sum", dest); got != wantMD5 || res.MD5 != wantMD5 {
 					t.Errorf("md5sum of dest = %s, result %s, want %s", got, res.MD5, wantMD5)
 				}
 				ranges := rs.rangeGETs()

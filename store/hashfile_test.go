@@ -4,25 +4,12 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// toolSum returns the digest a checksum command prints for path.
-func toolSum(t *testing.T, tool, path string) string {
-	t.Helper()
-	if _, err := exec.LookPath(tool); err != nil {
-		t.Skipf("no %s: %v", tool, err)
-	}
-	out, err := exec.Command(tool, path).Output()
-	if err != nil {
-		t.Fatalf("%s %s: %v", tool, path, err)
-	}
-	sum, _, _ := strings.Cut(string(out), " ")
-	return sum
-}
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+)
 
 func TestHashFile(t *testing.T) {
 	dir := t.TempDir()
@@ -37,10 +24,10 @@ func TestHashFile(t *testing.T) {
 		if err != nil {
 			t.Fatalf("HashFile of %d bytes: %v", size, err)
 		}
-		if want := toolSum(t, "sha256sum", path); sha != want {
+		if want := testenv.ToolSum(t, "sha256sum", path); sha != want {
 			t.Errorf("%d bytes: sha256 %s, sha256sum says %s", size, sha, want)
 		}
-		if want := toolSum(t, "md5sum", path); md != want {
+		if want := testenv.ToolSum(t, "md5sum", path); md != want {
 			t.Errorf("%d bytes: md5 %s, md5sum says %s", size, md, want)
 		}
 		if n != int64(size) {

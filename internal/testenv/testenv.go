@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -46,4 +47,16 @@ func NewGlance(t testing.TB) *Glance {
 		}
 	})
 	return g
+}
+
+// ToolSum returns the digest a checksum command (sha256sum, md5sum) prints for
+// path: an independent check of the digests the product computes.
+func ToolSum(t testing.TB, tool, path string) string {
+	t.Helper()
+	out, err := exec.Command(RequireBinary(t, tool), path).Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v", tool, path, err)
+	}
+	sum, _, _ := strings.Cut(string(out), " ")
+	return sum
 }
