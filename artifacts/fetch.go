@@ -104,6 +104,9 @@ type Fetcher struct {
 	progressEvery time.Duration
 	// rangedMin is the smallest file fetched in ranges; 0 means rangedMin.
 	rangedMin int64
+	// fastStream is the rate, in bytes a second, at which one stream is fast enough
+	// to keep; 0 means defaultFastStream, below 0 never.
+	fastStream float64
 	// pieceSize, when set, is the length of every range instead of one chosen from the
 	// file's size.
 	pieceSize int64
@@ -686,6 +689,16 @@ func (a *attempt) copy(resp *http.Response, offset int64) (sums, error) {
 			return sums{}, fmt.Errorf("seek partial download: %w", err)
 		}
 	}
+	// A plain artifact is the image: its blocks of zeros become holes. A stream
+	// cut short leaves the file at its last data, and a resume fetches the rest
+	// from there. A compressed one is written as it comes.
+	var w io.Writer = f
+	var sparse *sparseWriter
+	if d.comp == "" {
+		sparse = newSparseWriter(f)
+		sparse.size = offset
+		w = sparse
+	}
 
 	pr, pw := io.Pipe()
 	p := &pipeline{done: make(chan struct{})}
@@ -704,7 +717,7 @@ func (a *attempt) copy(resp *http.Response, offset int64) (sums, error) {
 				cerr = werr // the pipeline's own error
 				break
 			}
-			if _, werr := f.Write(buf[:n]); werr != nil {
+			if _, werr := w.Write(buf[:n]); werr != nil {
 				cerr = fmt.Errorf("write partial download: %w", werr)
 			}
 		}
@@ -713,6 +726,16 @@ func (a *attempt) copy(resp *http.Response, offset int64) (sums, error) {
 				cerr = err
 			}
 			break
+		}
+	}
+	if sparse != nil {
+		if cerr == nil {
+			if err := sparse.finish(); err != nil {
+				cerr = fmt.Errorf("write partial download: %w", err)
+			}
+		} else if err := sparse.flush(); err != nil {
+			// What was received and not written is fetched again on resume.
+			d.log.Debug("could not write the tail of an interrupted download", "error", err)
 		}
 	}
 	if cerr != nil {

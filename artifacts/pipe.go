@@ -375,6 +375,20 @@ func (w *sparseWriter) put(b []byte) error {
 	return nil
 }
 
+// flush writes the partial block as it is, so that the file holds every byte taken
+// up to the last one written (a hole at the end still leaves it short).
+func (w *sparseWriter) flush() error {
+	if len(w.block) == 0 {
+		return nil
+	}
+	if _, err := w.f.Write(w.block); err != nil {
+		return err
+	}
+	w.size += int64(len(w.block))
+	w.block = w.block[:0]
+	return nil
+}
+
 // finish writes the last, partial block and sets the file's length, which a hole at the
 // end leaves short.
 func (w *sparseWriter) finish() error {

@@ -181,6 +181,12 @@ func (d *download) startRanges(a *attempt, resp *http.Response) (*rangeState, er
 			return nil, nil
 		}
 	}
+	if a.fastEnough(resp) {
+		// Ranges would only add requests, a read-back and the server's work:
+		// what one stream brings, the pipeline takes no faster.
+		d.log.Debug("one stream is fast enough; not fetching in ranges", "url", d.url)
+		return nil, nil
+	}
 	if err := d.saveState(st, nil); err != nil {
 		return nil, err
 	}
@@ -198,6 +204,77 @@ func (d *download) startRanges(a *attempt, resp *http.Response) (*rangeState, er
 	}
 	return st, nil
 }
+
+// Sampling the speed of one stream, to tell whether ranges would gain anything.
+const (
+	// defaultFastStream is the rate of one stream that ranges gain little on: it fills
+	// a gigabit link, and feeds a compressed image to the hash and decompression
+	// pipeline about as fast as two cores take it. A stream's first megabytes come
+	// slower than the rest (on loopback about 180 MiB/s), so the bar is set low.
+	defaultFastStream = 100 << 20
+	// sampleBytes and sampleTime bound the sample: the first of them reached ends it.
+	sampleBytes = 4 << 20
+	sampleTime  = 300 * time.Millisecond
+)
+
+// fastEnough reads the first bytes of a fresh download's answer, timing them from the
+// first byte, and tells whether this one stream comes at least at the fast-stream rate.
+// The bytes read are put back in front of the body, with the error that ended the
+// sample, if any, after them: whoever goes on reads the answer whole.
+func (a *attempt) fastEnough(resp *http.Response) bool {
+	want := a.d.f.fastStream
+	if want == 0 {
+		want = defaultFastStream
+	}
+	if want < 0 {
+		return false
+	}
+	sample := make([]byte, 0, min(sampleBytes, max(resp.ContentLength, 0)))
+	var first time.Time
+	var rerr error
+	for len(sample) < cap(sample) && (first.IsZero() || time.Since(first) < sampleTime) {
+		n, err := resp.Body.Read(sample[len(sample):cap(sample)])
+		if n > 0 {
+			if first.IsZero() {
+				first = time.Now()
+			}
+			sample = sample[:len(sample)+n]
+			a.touch()
+		}
+		if err != nil {
+			rerr = err
+			break
+		}
+	}
+	resp.Body = &replayBody{sample: sample, err: rerr, body: resp.Body}
+	if rerr != nil || first.IsZero() {
+		return false
+	}
+	took := time.Since(first).Seconds()
+	return took <= 0 || float64(len(sample))/took >= want
+}
+
+// replayBody is a response body with its first bytes, already read, put back: it
+// reads sample, then err if the read of the sample ended with one, then the rest.
+type replayBody struct {
+	sample []byte
+	err    error
+	body   io.ReadCloser
+}
+
+func (r *replayBody) Read(p []byte) (int, error) {
+	if len(r.sample) > 0 {
+		n := copy(p, r.sample)
+		r.sample = r.sample[n:]
+		return n, nil
+	}
+	if r.err != nil {
+		return 0, r.err
+	}
+	return r.body.Read(p)
+}
+
+func (r *replayBody) Close() error { return r.body.Close() }
 
 // probeRanges asks for the first byte of the file, on the terms of a range request, and
 // reports whether the server answered it as one.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -185,11 +186,12 @@ func (w *rangeWriter) count(n int) {
 }
 
 // rangedFetcher is a test Fetcher that fetches files of 1 MiB and more in ranges of
-// 256 KiB over 4 connections.
+// 256 KiB over 4 connections, however fast one stream would be.
 func rangedFetcher(t testing.TB) *Fetcher {
 	f := testFetcher(t)
 	f.Connections = 4
 	f.rangedMin = 1 << 20
+	f.fastStream = -1 // a loopback server is fast: fetch in ranges all the same
 	f.pieceSize = 256 << 10
 	f.stateEvery = 5 * time.Millisecond
 	return f
@@ -585,5 +587,65 @@ func TestParseContentRange(t *testing.T) {
 		if (err != nil) != tt.wantErr || err == nil && (start != tt.start || end != tt.end || total != tt.total) {
 			t.Errorf("parseContentRange(%q) = %d, %d, %d, %v", tt.in, start, end, total, err)
 		}
+	}
+}
+
+// TestFetchFastStreamStaysOne: a server that takes ranges but sends one stream faster
+// than the pipeline takes it is fetched in that one stream, and a plain image is still
+// written with holes.
+func TestFetchFastStreamStaysOne(t *testing.T) {
+	const size = 32 << 20
+	image := make([]byte, size)
+	copy(image, testImage(1<<20))
+	image[size-1] = 1
+	rs := &rangeServer{versions: [][]byte{image}, etags: []string{`"v1"`}}
+	srv := newRangeServer(t, rs)
+	f := testFetcher(t)
+	f.fastStream = 1 // any stream is fast enough
+	dest := filepath.Join(filepath.Dir(f.PartialDir), "img.raw")
+	if err := os.MkdirAll(f.PartialDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	requireHoles(t, f.PartialDir)
+	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Dest: dest, Key: "img.raw"})
+	if err != nil {
+		t.Fatalf("Fetch: %v", err)
+	}
+	checkFetched(t, f, res, dest, image)
+	if n := len(rs.rangeGETs()); n != 0 {
+		t.Errorf("%d range requests for a fast stream, want none", n)
+	}
+	if a := allocated(t, dest); a > 4<<20 {
+		t.Errorf("%d bytes allocated for a %d-byte image with 1 MiB of data: not sparse", a, size)
+	}
+
+	// A slow stream (any rate is below this one) goes to ranges.
+	rs2 := &rangeServer{versions: [][]byte{image}, etags: []string{`"v1"`}}
+	srv2 := newRangeServer(t, rs2)
+	f2 := testFetcher(t)
+	f2.fastStream = 1 << 50
+	dest2 := filepath.Join(filepath.Dir(f2.PartialDir), "img.raw")
+	res, err = f2.Fetch(context.Background(), Request{URL: srv2.URL + "/img.raw", Dest: dest2, Key: "img.raw"})
+	if err != nil {
+		t.Fatalf("Fetch: %v", err)
+	}
+	checkFetched(t, f2, res, dest2, image)
+	if len(rs2.rangeGETs()) == 0 {
+		t.Error("a slow stream was not fetched in ranges")
+	}
+}
+
+// TestReplayBody: the bytes a sample read are read again, then the error that ended
+// the sample, if any.
+func TestReplayBody(t *testing.T) {
+	cut := errors.New("connection reset")
+	r := &replayBody{sample: []byte("abc"), err: cut, body: io.NopCloser(strings.NewReader("never"))}
+	got, err := io.ReadAll(r)
+	if string(got) != "abc" || !errors.Is(err, cut) {
+		t.Errorf("read %q, %v; want abc then the sample's error", got, err)
+	}
+	r = &replayBody{sample: []byte("abc"), body: io.NopCloser(strings.NewReader("def"))}
+	if got, err := io.ReadAll(r); string(got) != "abcdef" || err != nil {
+		t.Errorf("read %q, %v; want abcdef", got, err)
 	}
 }
