@@ -723,12 +723,29 @@ func TestFetchMemoryStaysFlat(t *testing.T) {
 		t.Skip("streams 256 MiB")
 	}
 	const size = 256 << 20
-	sums := make(chan string, 1)
-	srv := httptest.NewServer(streamHandler(size, sums))
-	defer srv.Close()
-	f := testFetcher(t)
-	dest := filepath.Join(t.TempDir(), "big.raw")
+	t.Run("one stream", func(t *testing.T) {
+		sums := make(chan string, 1)
+		srv := httptest.NewServer(streamHandler(size, sums))
+		defer srv.Close()
+		res := fetchWatchingHeap(t, testFetcher(t), srv.URL+"/big.raw", size)
+		if want := <-sums; res.SHA256 != want {
+			t.Errorf("sha256 %s, want %s", res.SHA256, want)
+		}
+	})
+	t.Run("8 ranges", func(t *testing.T) {
+		srv := cappedServer(t, size, 0)
+		f := testFetcher(t)
+		f.Connections = 8
+		f.fastStream = -1 // a loopback stream is fast: ranges all the same
+		fetchWatchingHeap(t, f, srv.URL+"/big.raw", size)
+	})
+}
 
+// fetchWatchingHeap fetches a file of size bytes while sampling the heap in use, and
+// fails the test when it grows by more than 32 MiB.
+func fetchWatchingHeap(t *testing.T, f *Fetcher, url string, size int64) Result {
+	t.Helper()
+	dest := filepath.Join(t.TempDir(), "big.raw")
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -750,23 +767,21 @@ func TestFetchMemoryStaysFlat(t *testing.T) {
 			}
 		}
 	})
-	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/big.raw", Dest: dest, Key: "big.raw"})
+	res, err := f.Fetch(context.Background(), Request{URL: url, Dest: dest, Key: "big.raw"})
 	close(stop)
 	wg.Wait()
 	if err != nil {
 		t.Fatalf("Fetch: %v", err)
 	}
-	if want := <-sums; res.SHA256 != want || res.Size != size {
-		t.Errorf("result = %+v, want sha256 %s size %d", res, want, size)
-	}
-	if fi, err := os.Stat(dest); err != nil || fi.Size() != size {
-		t.Errorf("dest: %v, %v; want %d bytes", fi, err, size)
+	if fi, err := os.Stat(dest); err != nil || fi.Size() != size || res.Size != size {
+		t.Errorf("dest: %v, %v, result %+v; want %d bytes", fi, err, res, size)
 	}
 	growth := int64(peak) - int64(base)
 	t.Logf("heap in use grew by %d KiB for a %d MiB download", growth>>10, size>>20)
 	if growth > 32<<20 {
 		t.Errorf("heap in use grew by %d MiB streaming %d MiB", growth>>20, size>>20)
 	}
+	return res
 }
 
 func BenchmarkFetch(b *testing.B) {

@@ -120,7 +120,7 @@ func (t *throttled) Write(p []byte) (int, error) {
 
 // cappedServer serves a generated file of size bytes with an ETag, each connection
 // capped at rate bytes a second (0: no cap).
-func cappedServer(b *testing.B, size int64, rate float64) *httptest.Server {
+func cappedServer(b testing.TB, size int64, rate float64) *httptest.Server {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("ETag", `"bench-`+strconv.FormatInt(size, 10)+`"`)
 		if bk, ok := r.Context().Value(bucketKey{}).(*bucket); ok {
