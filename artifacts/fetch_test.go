@@ -26,6 +26,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
 
 // testImage returns size bytes that compress to roughly half, so a compressed stream
@@ -1106,7 +1107,7 @@ func TestFetchFreeSpace(t *testing.T) {
 // ENOSPC, as a full filesystem would.
 func TestFetchDiskFull(t *testing.T) {
 	if _, err := os.Stat("/dev/full"); err != nil {
-		t.Skipf("no /dev/full: %v", err)
+		testenv.Unavailable(t, "no /dev/full: %v", err)
 	}
 	image := testImage(256 << 10)
 	for _, comp := range []string{"", "zst"} {

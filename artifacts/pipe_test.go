@@ -42,7 +42,7 @@ func requireHoles(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	if a := allocated(t, path); a >= 16<<20 {
-		t.Skipf("the filesystem of %s does not keep holes (%d bytes allocated for an empty 16 MiB file)", dir, a)
+		testenv.Unavailable(t, "the filesystem of %s does not keep holes (%d bytes allocated for an empty 16 MiB file)", dir, a)
 	}
 	os.Remove(path)
 }
@@ -283,7 +283,7 @@ func errorsFromPipe(t *testing.T, run func() error) error {
 
 func TestPipeErrors(t *testing.T) {
 	if _, err := os.Stat("/dev/full"); err != nil {
-		t.Skipf("no /dev/full: %v", err)
+		testenv.Unavailable(t, "no /dev/full: %v", err)
 	}
 	image := testImage(4 * copyBufferSize)
 	for _, comp := range []string{"zst", "gz"} {

@@ -211,7 +211,7 @@ func TestFullImagesDirBacksOff(t *testing.T) {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("mount a 16 MiB tmpfs for the images-dir (CI runs as root): %v", err)
 		}
-		t.Skipf("mount a 16 MiB tmpfs needs root: %v", err)
+		testenv.Unavailable(t, "mount a 16 MiB tmpfs needs root: %v", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(small, syscall.MNT_DETACH) })
 	e.oneProvider("raw", "", "")

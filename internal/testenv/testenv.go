@@ -19,12 +19,7 @@ func RequireBinary(t testing.TB, name string) string {
 	if err == nil {
 		return path
 	}
-	const hint = "%s not installed; run `make deps-test` (CI requires every real part)"
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(hint, name)
-	} else {
-		t.Skipf(hint, name)
-	}
+	Unavailable(t, "%s not installed; run `make deps-test`", name)
 	return ""
 }
 
@@ -59,4 +54,15 @@ func ToolSum(t testing.TB, tool, path string) string {
 	}
 	sum, _, _ := strings.Cut(string(out), " ")
 	return sum
+}
+
+// Unavailable skips the test because something it needs from the machine (a device,
+// a filesystem feature, root) is missing, or fails it when CI=true: CI runs every test.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format+" (CI runs every test)", args...)
+	} else {
+		t.Skipf(format, args...)
+	}
 }

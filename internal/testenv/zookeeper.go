@@ -98,12 +98,7 @@ func RequireZooKeeper(t testing.TB) string {
 // requirePart skips the test, or fails it under CI=true, for a real part that is missing.
 func requirePart(t testing.TB, what string) {
 	t.Helper()
-	const hint = "%s not installed; run `make deps-test` (CI requires every real part)"
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(hint, what)
-	} else {
-		t.Skipf(hint, what)
-	}
+	Unavailable(t, "%s not installed; run `make deps-test`", what)
 }
 
 // NewZooKeeper starts a ZooKeeper for the test and stops it when the test ends. It
