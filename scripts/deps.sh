@@ -29,6 +29,9 @@ if [ "${1:-demo}" = test ]; then
 	# gearmand lives in sbin too; internal/testenv runs it, the service stays off.
 	[ -x /usr/sbin/gearmand ] || missing="$missing gearman-job-server"
 	need gearman gearman-tools
+	# A real browser renders the status page once (fonts so that it shows text).
+	need chromium chromium
+	[ -d /usr/share/fonts/truetype/dejavu ] || missing="$missing fonts-dejavu-core"
 fi
 
 [ -z "$missing" ] && exit 0
