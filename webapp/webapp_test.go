@@ -197,13 +197,13 @@ func TestPage(t *testing.T) {
 	for _, w := range []string{
 		`<meta http-equiv="refresh" content="30">`,
 		"<td>debian</td>", "<td>dib-image</td>",
-		"debian-" + f.ready.ID,                      // newest ready build
+		"debian-" + f.ready.ID,                         // newest ready build
 		`cloud-a: <span class="state ok">ready</span>`, // newest upload per provider
 		`cloud-b: <span class="state bad">failed</span>`,
 		`last Zuul build zb2 <span class="state bad">failed</span>`,
 		"Zuul build refused", "checksum mismatch &lt;script&gt;", // the cursor's refusal
-		"element failed: &lt;script&gt;",                          // the failed build
-		"glance said &lt;script&gt;",                              // the failed upload
+		"element failed: &lt;script&gt;", // the failed build
+		"glance said &lt;script&gt;",     // the failed upload
 		`<progress value="1024" max="4096">`, "1.0 KiB of 4.0 KiB (25%)",
 		"dib-image-next", "running element vm",
 		`title="` + f.ready.StateTime.UTC().Format(time.RFC3339) + `"`,
