@@ -145,6 +145,9 @@ func (b *Builder) reload(ctx context.Context, sources *supervisor) error {
 	if old := b.cur.Load().cfg; !slices.Equal(old.Builder.GearmanServers, cfg.Builder.GearmanServers) {
 		b.log.Warn("gearman-servers changed; the builder keeps the servers it started with until it is restarted")
 	}
+	if old := b.cur.Load().cfg.Webapp; (old == nil) != (cfg.Webapp == nil) || (old != nil && *old != *cfg.Webapp) {
+		b.log.Warn("webapp changed; the status pages stay where they are until the builder is restarted")
+	}
 	b.cur.Store(p)
 	sources.reconcile(ctx)
 	if g := b.gearman.Load(); g != nil {
