@@ -196,10 +196,11 @@ func TestPage(t *testing.T) {
 	}
 	for _, w := range []string{
 		`<meta http-equiv="refresh" content="30">`,
-		"<td>debian</td>", "<td>dib-image</td>",
-		"debian-" + f.ready.ID,                         // newest ready build
-		`cloud-a: <span class="state ok">ready</span>`, // newest upload per provider
-		`cloud-b: <span class="state bad">failed</span>`,
+		`<td class="name">debian</td>`, `<td class="name">dib-image</td>`,
+		"debian-" + f.ready.ID, // newest ready build
+		// The newest upload per provider.
+		`cloud-a: <span class="state ok" title="debian-` + f.ready.ID + `: ext-cloud-a">ready</span>`,
+		`cloud-b: <span class="state bad" title="debian-` + f.ready.ID + `">failed</span>`,
 		`last Zuul build zb2 <span class="state bad">failed</span>`,
 		"Zuul build refused", "checksum mismatch &lt;script&gt;", // the cursor's refusal
 		"element failed: &lt;script&gt;", // the failed build

@@ -106,8 +106,8 @@ func TestStatusPagesOfARunningDaemon(t *testing.T) {
 	}
 
 	code, page := httpGet(t, base+"/")
-	for _, w := range []string{"<td>debian</td>", `cloud-q: <span class="state ok">ready</span>`,
-		`cloud-r: <span class="state ok">ready</span>`} {
+	for _, w := range []string{`<td class="name">debian</td>`, `cloud-q: <span class="state ok"`,
+		`cloud-r: <span class="state ok"`} {
 		if code != 200 || !strings.Contains(page, w) {
 			t.Errorf("/ lacks %q (%d):\n%s", w, code, page)
 		}
