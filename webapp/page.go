@@ -61,13 +61,17 @@ type runningRow struct {
 	Started                when
 }
 
-// when is a time as the page shows it: an age, and RFC 3339 in a title.
+// when is a time as the page shows it: an age ("3m 2s ago"), and RFC 3339 in
+// a title.
 type when struct {
 	Age, RFC3339 string
 }
 
 func at(t, now time.Time) when {
-	return when{Age: humanAge(now.Sub(t)), RFC3339: t.UTC().Format(time.RFC3339)}
+	if t.IsZero() {
+		return when{Age: "unknown"}
+	}
+	return when{Age: humanAge(now.Sub(t)) + " ago", RFC3339: t.UTC().Format(time.RFC3339)}
 }
 
 // humanAge is a duration in its two largest units: "45s", "12m 3s", "3h 20m", "2d 4h".

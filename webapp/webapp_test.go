@@ -285,3 +285,21 @@ func TestServeAndStop(t *testing.T) {
 		t.Error("the server still answers after it stopped")
 	}
 }
+
+func TestAges(t *testing.T) {
+	now := time.Now()
+	for d, want := range map[time.Duration]string{
+		45 * time.Second:                   "45s ago",
+		12*time.Minute + 3*time.Second:     "12m 3s ago",
+		3*time.Hour + 20*time.Minute:       "3h 20m ago",
+		50*time.Hour + 30*time.Minute:      "2d 2h ago",
+		-time.Minute /* a clock behind */ : "0s ago",
+	} {
+		if got := at(now.Add(-d), now).Age; got != want {
+			t.Errorf("age of %s = %q, want %q", d, got, want)
+		}
+	}
+	if w := at(time.Time{}, now); w.Age != "unknown" || w.RFC3339 != "" {
+		t.Errorf("a time not known = %+v", w)
+	}
+}
