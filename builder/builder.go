@@ -107,6 +107,8 @@ type Builder struct {
 	onJobError atomic.Pointer[func(error)]
 	// gearman serves the builder's gearman functions while the daemon runs.
 	gearman atomic.Pointer[gearmanService]
+	// loops records the passes of Run's loops, for Health.
+	loops loops
 }
 
 // New assembles a builder for opts.Config. It fails, wrapping ErrConfig, when
@@ -214,6 +216,8 @@ func (b *Builder) Once(ctx context.Context) error {
 // way to stop: builds are killed, uploads interrupted and their half-made images
 // deleted within the uploader's clean-up grace.
 func (b *Builder) Run(ctx context.Context) error {
+	b.loops.running.Store(true)
+	defer b.loops.running.Store(false)
 	// What a builder that is gone left in flight is settled before anything
 	// starts, so that no new step is taken for its owner.
 	if err := b.Recover(ctx); err != nil {
@@ -259,8 +263,13 @@ func (b *Builder) Run(ctx context.Context) error {
 // every runs step now and then each interval, or sooner when wake fires, until
 // ctx ends. A failed step is logged; the next one reads the world afresh.
 func (b *Builder) every(ctx context.Context, interval time.Duration, wake <-chan struct{}, what string, step func(context.Context) error) {
+	pass := b.loops.start(what, passBound)
+	defer pass.exit(ctx, false)
 	for {
-		if err := step(ctx); err != nil && ctx.Err() == nil {
+		pass.begin()
+		err := step(ctx)
+		pass.end()
+		if err != nil && ctx.Err() == nil {
 			b.log.Error(what+" had failures", "error", err)
 		}
 		t := time.NewTimer(interval)
@@ -329,11 +338,17 @@ func (b *Builder) plan(ctx context.Context) error {
 func (b *Builder) dispatch(ctx context.Context, untilIdle bool) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var pass *loopPass // the daemon's dispatcher is watched by Health
+	if !untilIdle {
+		pass = b.loops.start("upload dispatcher", passBound)
+		defer pass.exit(ctx, false)
+	}
 	for {
 		j, jctx, ok := b.queue.take(ctx, b.uploadLimit, untilIdle)
 		if !ok {
 			return
 		}
+		pass.begin()
 		p := b.cur.Load()
 		wg.Go(func() {
 			up, err := p.uploader.Upload(jctx, j)
@@ -355,6 +370,7 @@ func (b *Builder) dispatch(ctx context.Context, untilIdle bool) {
 				}
 			}
 		})
+		pass.end()
 	}
 }
 

@@ -3,6 +3,7 @@ package builder
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"sync"
@@ -64,6 +65,9 @@ func (s *supervisor) reconcile(ctx context.Context) {
 // loop steps one image until its context ends.
 func (s *supervisor) loop(ctx context.Context, k loopKey) {
 	b := s.b
+	pass := b.loops.start(fmt.Sprintf("%s image %s", k.source, k.image), b.stepBound(k.image))
+	// A loop ends when its image leaves the config, which is no failure.
+	defer pass.exit(ctx, true)
 	for {
 		src, ok := b.cur.Load().sources[k.source]
 		if !ok {
@@ -73,7 +77,9 @@ func (s *supervisor) loop(ctx context.Context, k loopKey) {
 		if !ok {
 			return
 		}
+		pass.begin()
 		_, err := b.step(ctx, src, k.image)
+		pass.end()
 		if err != nil && ctx.Err() == nil {
 			b.log.Error("step failed", "image", k.image, "source", k.source, "error", err)
 		}
@@ -138,6 +144,9 @@ func (b *Builder) reload(ctx context.Context, sources *supervisor) error {
 	}
 	if old := b.cur.Load().cfg; !slices.Equal(old.Builder.GearmanServers, cfg.Builder.GearmanServers) {
 		b.log.Warn("gearman-servers changed; the builder keeps the servers it started with until it is restarted")
+	}
+	if old := b.cur.Load().cfg.Webapp; (old == nil) != (cfg.Webapp == nil) || (old != nil && *old != *cfg.Webapp) {
+		b.log.Warn("webapp changed; the status pages stay where they are until the builder is restarted")
 	}
 	b.cur.Store(p)
 	sources.reconcile(ctx)

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
@@ -154,9 +155,9 @@ func imageBuild(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if len(status.pausedBy) > 0 {
+	if len(status.PausedBy) > 0 {
 		return withCode(exitFailed, fmt.Errorf("image-build: %s is paused (%s), so no build would start; %s, then request the build again",
-			name, strings.Join(status.pausedBy, ", "), unpauseHint(a.cfg, name, status.pausedBy)))
+			name, strings.Join(status.PausedBy, ", "), unpauseHint(a.cfg, name, status.PausedBy)))
 	}
 	if err := a.st.RequestBuild(c.Context, name); err != nil {
 		return withCode(exitFailed, err)
@@ -166,15 +167,15 @@ func imageBuild(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("json") {
-		return writeJSON(c.App.Writer, status.json())
+		return writeJSON(c.App.Writer, status.JSON())
 	}
-	if status.request == nil {
+	if status.Request == nil {
 		// The builder took the request up between the two reads.
 		fmt.Fprintf(c.App.Writer, "build of %s requested; the builder has taken it up\n", name)
 		return nil
 	}
 	fmt.Fprintf(c.App.Writer, "build of %s requested (pending since %s); the builder starts it on its next pass\n",
-		name, status.request.Format(time.RFC3339))
+		name, status.Request.Format(time.RFC3339))
 	return nil
 }
 
@@ -202,7 +203,7 @@ func imagePause(c *cli.Context, pause bool) error {
 		return err
 	}
 	if c.Bool("json") {
-		return writeJSON(c.App.Writer, status.json())
+		return writeJSON(c.App.Writer, status.JSON())
 	}
 	stops, resumes := "starts no builds of it", "starts builds of it again"
 	if src == store.SourceZuul {
@@ -211,9 +212,9 @@ func imagePause(c *cli.Context, pause bool) error {
 	switch {
 	case pause:
 		fmt.Fprintf(c.App.Writer, "%s paused: the builder %s until image-unpause %s; uploads of its builds go on\n", name, stops, name)
-	case len(status.pausedBy) > 0:
+	case len(status.PausedBy) > 0:
 		fmt.Fprintf(c.App.Writer, "%s unpaused at run time, but it stays paused by %s: %s\n",
-			name, strings.Join(status.pausedBy, ", "), unpauseHint(a.cfg, name, status.pausedBy))
+			name, strings.Join(status.PausedBy, ", "), unpauseHint(a.cfg, name, status.PausedBy))
 	default:
 		fmt.Fprintf(c.App.Writer, "%s unpaused: the builder %s\n", name, resumes)
 	}
@@ -225,9 +226,9 @@ func unpauseHint(cfg *config.Config, name string, pausedBy []string) string {
 	var do []string
 	for _, by := range pausedBy {
 		switch by {
-		case pausedByCommand:
+		case listing.PausedByCommand:
 			do = append(do, "run image-unpause "+name)
-		case pausedByConfig:
+		case listing.PausedByConfig:
 			do = append(do, fmt.Sprintf("set pause: false for %s in %s", name, cfg.Path))
 		}
 	}
@@ -275,7 +276,7 @@ func dibImageDelete(c *cli.Context) error {
 		return withCode(exitFailed, err)
 	}
 	if c.Bool("json") {
-		return writeJSON(c.App.Writer, newBuildJSON(b))
+		return writeJSON(c.App.Writer, listing.NewBuild(b))
 	}
 	fmt.Fprintf(c.App.Writer, "%s marked deleting with %d upload(s); the builder deletes them in the clouds, "+
 		"then its files and records, on its next pass\n", arg, len(ups))
@@ -326,7 +327,7 @@ func imageDelete(c *cli.Context) error {
 		return withCode(exitFailed, err)
 	}
 	if c.Bool("json") {
-		return writeJSON(c.App.Writer, newUploadJSON(u))
+		return writeJSON(c.App.Writer, listing.NewUpload(u))
 	}
 	fmt.Fprintf(c.App.Writer, "upload %s of %s-%s to %s (cloud image %s) marked deleting; the builder deletes it in the cloud "+
 		"on its next pass\n", uploadID, image, buildID, provider, orNone(u.ExternalID))
@@ -405,11 +406,11 @@ func alienImageList(c *cli.Context) error {
 			return err
 		}
 	} else {
-		t := table{header: []string{"Provider", "Name", "Image ID"}}
+		t := listing.Table{Header: []string{"Provider", "Name", "Image ID"}}
 		for _, l := range leaks {
-			t.add(l.Provider, l.Image.Name, l.Image.ID)
+			t.Add(l.Provider, l.Image.Name, l.Image.ID)
 		}
-		t.write(c.App.Writer)
+		t.Write(c.App.Writer)
 	}
 	if lerr != nil {
 		return withCode(exitFailed, fmt.Errorf("alien-image-list is incomplete: %w", lerr))

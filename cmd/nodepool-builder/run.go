@@ -15,6 +15,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/webapp"
 )
 
 // runBuilder is the builder itself: the daemon, or every step once.
@@ -97,6 +98,13 @@ func runBuilder(c *cli.Context) error {
 			return withCode(exitFailed, fmt.Errorf("%d step(s) failed:\n%w", n, err))
 		}
 		return nil
+	}
+	if cfg.Webapp != nil {
+		stopWeb, err := serveWebapp(ctx, log, cfg, webapp.Options{Store: st, Config: b.Config, Health: b.Health, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer stopWeb()
 	}
 	err = b.Run(ctx)
 	log.Info("stopped")

@@ -1,15 +1,20 @@
 // Command demo runs nodepool-builder's main job end to end on this machine: a
 // throwaway Glance on loopback, a stand-in Zuul that serves small generated images
 // (a qcow2 made by qemu-img and a zstd-compressed raw), one --once run and the
-// resulting image-list. Everything it starts is stopped and removed at the end.
+// resulting image-list, then the daemon with its status page until Enter is
+// pressed. Everything it starts is stopped and removed at the end.
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -88,8 +93,12 @@ func demo(ctx context.Context, builder string, keep bool) error {
 		fmt.Printf("  %-24s %s (%d bytes served)\n", a.Name, a.URL, a.ServedSize)
 	}
 
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
 	cfgPath := filepath.Join(dir, "nodepool.yaml")
-	cfg := fmt.Sprintf(configTemplate, filepath.Join(dir, "images"), zuul.URL(), glance.Cloud, glance.Cloud)
+	cfg := fmt.Sprintf(configTemplate, filepath.Join(dir, "images"), port, zuul.URL(), glance.Cloud, glance.Cloud)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -116,7 +125,100 @@ func demo(ctx context.Context, builder string, keep bool) error {
 	for _, a := range zb.Artifacts {
 		fmt.Printf("Zuul served %-24s %d bytes\n", a.Name, zuul.BytesServed(a.Path))
 	}
-	return nil
+	step("nodepool-builder (the daemon, with its status pages)")
+	return serveStatus(ctx, env, builder, cfgPath, port)
+}
+
+// serveStatus runs the daemon until Enter is pressed, stdin ends or the demo
+// is interrupted; with stdin not a terminal it stops as soon as the page
+// answers, so that the demo also runs unattended.
+func serveStatus(ctx context.Context, env []string, bin, cfgPath string, port int) error {
+	cmd := exec.Command(bin, "-c", cfgPath)
+	cmd.Env = env
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	var waitErr error // how the daemon exited; set before exited is closed
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
+	stop := func() error {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+			if waitErr != nil {
+				return fmt.Errorf("the daemon stopped with %w:\n%s", waitErr, logs.String())
+			}
+			return nil
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("the daemon did not stop within 30 s of SIGTERM")
+		}
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
+	if err := waitPage(ctx, url+"healthz", exited); err != nil {
+		stop()
+		return fmt.Errorf("%w\n%s", err, logs.String())
+	}
+	fmt.Printf("Status page: %s (press Enter to stop)\n", url)
+	if fi, err := os.Stdin.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		// The read cannot be cancelled; it ends with the demo.
+		enter := make(chan struct{})
+		go func() {
+			bufio.NewReader(os.Stdin).ReadString('\n')
+			close(enter)
+		}()
+		select {
+		case <-enter:
+		case <-ctx.Done():
+		case <-exited:
+			return fmt.Errorf("the daemon stopped by itself: %v\n%s", waitErr, logs.String())
+		}
+	}
+	fmt.Println("Stopping the daemon")
+	return stop()
+}
+
+// waitPage waits until url answers 200, the daemon exits, or 30 s pass.
+func waitPage(ctx context.Context, url string, exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			return errors.New("the daemon exited at start")
+		case <-ctx.Done():
+			return fmt.Errorf("the status page at %s did not answer: %w", url, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// freePort returns a TCP port on loopback that nothing listens on now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port for the status pages: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func meta(format string) map[string]any {
@@ -124,6 +226,9 @@ func meta(format string) map[string]any {
 }
 
 const configTemplate = `images-dir: %s
+webapp:
+  listen_address: 127.0.0.1
+  port: %d
 zuul-images:
   - name: debian-bookworm
     api-url: %s

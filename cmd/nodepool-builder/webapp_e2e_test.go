@@ -1,0 +1,137 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
+)
+
+// ageRE matches the Age columns of the tables, which move with the clock.
+var ageRE = regexp.MustCompile(`\b\d\d:\d\d:\d\d:\d\d\b`)
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+func TestStatusPagesOfARunningDaemon(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	e.writeConfig("    poll-interval: 1\n")
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := held.Addr().(*net.TCPAddr).Port
+	f, err := os.OpenFile(e.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "webapp:\n  listen_address: 127.0.0.1\n  port: %d\n", port)
+	f.Close()
+
+	// A port that cannot be had stops the daemon before its loops start.
+	r := e.run()
+	if r.code != exitUsage || !strings.Contains(r.stderr, fmt.Sprintf("127.0.0.1:%d", port)) ||
+		!strings.Contains(r.stderr, "change webapp's port") {
+		t.Fatalf("daemon with its webapp port taken exited %d, want %d and a hint:\n%s", r.code, exitUsage, r.stderr)
+	}
+	held.Close()
+
+	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
+	d := startDaemon(t, e.cfgPath)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	d.waitLog(t, 10*time.Second, "url="+base+"/")
+	waitFor(t, 60*time.Second, "both uploads ready", func() bool {
+		n := 0
+		for _, u := range e.uploadsJSON() {
+			if u.State == "ready" {
+				n++
+			}
+		}
+		return n == 2
+	}, d.logs.String)
+
+	// Each page equals the command's output. The daemon may still change a
+	// record (dropping uploaded files) between two reads: a page counts when
+	// the command says the same before and after it.
+	for _, cmd := range []string{"image-list", "dib-image-list", "image-status"} {
+		waitFor(t, 30*time.Second, cmd+".json to equal "+cmd+" --json", func() bool {
+			before := e.must(0, []string{cmd, "--json"}).stdout
+			code, page := httpGet(t, base+"/"+cmd+".json")
+			after := e.must(0, []string{cmd, "--json"}).stdout
+			var cli, web any
+			if code != 200 || json.Unmarshal([]byte(before), &cli) != nil || json.Unmarshal([]byte(page), &web) != nil {
+				t.Fatalf("/%s.json: %d\n%s", cmd, code, page)
+			}
+			if before != after {
+				return false
+			}
+			if !reflect.DeepEqual(cli, web) {
+				t.Fatalf("/%s.json differs from %s --json:\n%s\n%s", cmd, cmd, page, before)
+			}
+			return true
+		}, d.logs.String)
+		waitFor(t, 30*time.Second, cmd+" to equal its table", func() bool {
+			before := ageRE.ReplaceAllString(e.must(0, []string{cmd}).stdout, "AGE")
+			code, page := httpGet(t, base+"/"+cmd)
+			after := ageRE.ReplaceAllString(e.must(0, []string{cmd}).stdout, "AGE")
+			if before != after {
+				return false
+			}
+			if code != 200 || ageRE.ReplaceAllString(page, "AGE") != before {
+				t.Fatalf("/%s differs from %s: %d\n%s\n%s", cmd, cmd, code, page, before)
+			}
+			return true
+		}, d.logs.String)
+	}
+
+	code, page := httpGet(t, base+"/")
+	for _, w := range []string{`<td class="name">debian</td>`, `cloud-q: <span class="state ok"`,
+		`cloud-r: <span class="state ok"`} {
+		if code != 200 || !strings.Contains(page, w) {
+			t.Errorf("/ lacks %q (%d):\n%s", w, code, page)
+		}
+	}
+	if code, body := httpGet(t, base+"/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("/healthz of a working daemon: %d %q", code, body)
+	}
+
+	// The state is overwritten with garbage under the running daemon: the
+	// database, and its WAL and shared index too, which the daemon's
+	// connections check before they trust the pages they cached.
+	db := filepath.Join(e.dir, "images", "builder.db")
+	for _, name := range []string{db, db + "-wal", db + "-shm"} {
+		fi, err := os.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		garbage := strings.Repeat("not a database ", int(fi.Size())/15+1)[:fi.Size()]
+		if err := os.WriteFile(name, []byte(garbage), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 30*time.Second, "/healthz to report the state unreadable", func() bool {
+		code, body := httpGet(t, base+"/healthz")
+		return code == 503 && strings.Contains(body, "the state does not answer")
+	}, d.logs.String)
+}

@@ -1,0 +1,252 @@
+package listing
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/builder"
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// Why an image is paused, as image-status shows it.
+const (
+	PausedByConfig  = "config"      // pause: true in nodepool.yaml
+	PausedByCommand = "image-pause" // image-pause at run time
+)
+
+// Image is one image-status row.
+type Image struct {
+	Name     string
+	Source   store.Source
+	PausedBy []string   // PausedByConfig, PausedByCommand
+	Request  *time.Time // when a build was requested, if one is pending
+	// Building says the request is being honoured: a build of the image started
+	// after it was made is in progress.
+	Building bool
+	Newest   *store.Build // the newest ready build
+	// Cursor is, for a zuul-image, the newest Zuul build settled and how.
+	Cursor *store.Cursor
+}
+
+// ImageJSON is an image-status row in --json output. The first four fields
+// are nodepool's, except that the request's time is RFC 3339 like every time in
+// our --json output (nodepool gives build_request_age in epoch seconds); absent
+// values are null.
+type ImageJSON struct {
+	Image            string   `json:"image"`
+	Paused           bool     `json:"paused"`
+	BuildRequest     *string  `json:"build_request"`      // "pending" or "building"
+	BuildRequestTime *string  `json:"build_request_time"` // RFC 3339
+	Source           string   `json:"source"`             // "dib" or "zuul"
+	PausedBy         []string `json:"paused_by"`          // "config", "image-pause"
+	NewestBuild      *string  `json:"newest_build"`       // <image>-<build_id> of the newest ready build
+	NewestBuildTime  *string  `json:"newest_build_time"`  // RFC 3339: when it became ready
+	// The newest Zuul build the poller settled, for zuul-images: its uuid, whether
+	// it was fetched ("ready") or refused for good ("failed"), and why.
+	LastZuulBuild   *string `json:"last_zuul_build"`
+	LastZuulOutcome *string `json:"last_zuul_outcome"`
+	LastZuulReason  *string `json:"last_zuul_reason"`
+}
+
+// RequestState is the Build Request column: "pending", "building" or empty.
+func (s Image) RequestState() string {
+	switch {
+	case s.Request == nil:
+		return ""
+	case s.Building:
+		return "building"
+	default:
+		return "pending"
+	}
+}
+
+// JSON is the row in --json form.
+func (s Image) JSON() ImageJSON {
+	row := ImageJSON{Image: s.Name, Paused: len(s.PausedBy) > 0, Source: string(s.Source), PausedBy: s.PausedBy}
+	if row.PausedBy == nil {
+		row.PausedBy = []string{}
+	}
+	if s.Request != nil {
+		state, at := s.RequestState(), s.Request.Format(time.RFC3339)
+		row.BuildRequest, row.BuildRequestTime = &state, &at
+	}
+	if s.Newest != nil {
+		name, at := s.Newest.Name(), s.Newest.StateTime.Format(time.RFC3339)
+		row.NewestBuild, row.NewestBuildTime = &name, &at
+	}
+	if c := s.Cursor; c != nil {
+		row.LastZuulBuild, row.LastZuulOutcome = &c.ZuulUUID, &c.Outcome
+		if c.Reason != "" {
+			row.LastZuulReason = &c.Reason
+		}
+	}
+	return row
+}
+
+// ImagesJSON is image-status --json: every row in JSON form.
+func ImagesJSON(images []Image) []ImageJSON {
+	rows := make([]ImageJSON, 0, len(images))
+	for _, s := range images {
+		rows = append(rows, s.JSON())
+	}
+	return rows
+}
+
+// ImageStatus reads the image-status rows of every image in the config:
+// diskimages, then zuul-images, in file order.
+func ImageStatus(ctx context.Context, st *store.Store, cfg *config.Config) ([]Image, error) {
+	builds, err := st.Builds(ctx, store.BuildFilter{})
+	if err != nil {
+		return nil, fmt.Errorf("list builds: %w", err)
+	}
+	return ImageStatusOf(ctx, st, cfg, builds)
+}
+
+// ImageStatusOf is ImageStatus on builds already read (every build, newest
+// first), for a caller that shows them too.
+func ImageStatusOf(ctx context.Context, st *store.Store, cfg *config.Config, builds []store.Build) ([]Image, error) {
+	paused, err := st.Paused(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read paused images: %w", err)
+	}
+	requests, err := st.BuildRequests(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read build requests: %w", err)
+	}
+	var out []Image
+	for _, name := range cfg.ImageNames() {
+		s := Image{Name: name}
+		if di := cfg.DiskImage(name); di != nil {
+			s.Source = store.SourceDIB
+			if di.Pause {
+				s.PausedBy = append(s.PausedBy, PausedByConfig)
+			}
+		} else {
+			s.Source = store.SourceZuul
+			if cfg.ZuulImage(name).Pause {
+				s.PausedBy = append(s.PausedBy, PausedByConfig)
+			}
+			cur, err := st.Cursor(ctx, name)
+			if err != nil {
+				return nil, fmt.Errorf("read poll cursor of %s: %w", name, err)
+			}
+			if cur.ZuulUUID != "" {
+				s.Cursor = &cur
+			}
+		}
+		if _, ok := paused[name]; ok {
+			s.PausedBy = append(s.PausedBy, PausedByCommand)
+		}
+		t, requested := requests[name]
+		if requested {
+			s.Request = &t
+		}
+		// Builds come newest first.
+		for i := range builds {
+			b := &builds[i]
+			if b.Image != name {
+				continue
+			}
+			if requested && b.State == store.Building && !b.Created.Before(t) {
+				s.Building = true
+			}
+			if s.Newest == nil && b.State == store.Ready {
+				s.Newest = b
+			}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// WriteImageStatus prints image-status's table: nodepool's columns, then ours.
+func WriteImageStatus(w io.Writer, images []Image) {
+	t := Table{Header: []string{"Image", "Paused", "Build Request", "Build Request Age",
+		"Source", "Paused By", "Newest Ready Build", "Build Age", "Last Zuul Build"}}
+	for _, s := range images {
+		// Paused is printed as nodepool prints it.
+		paused, reqAge, newest, newestAge, zuul := "False", "", "", "", ""
+		if len(s.PausedBy) > 0 {
+			paused = "True"
+		}
+		if s.Request != nil {
+			reqAge = Age(*s.Request)
+		}
+		if s.Newest != nil {
+			newest, newestAge = s.Newest.Name(), Age(s.Newest.StateTime)
+		}
+		if s.Cursor != nil {
+			// The reason of a refusal is long: image-status --json carries it.
+			zuul = s.Cursor.ZuulUUID + " (" + s.Cursor.Outcome + ")"
+		}
+		t.Add(s.Name, paused, s.RequestState(), reqAge, string(s.Source), strings.Join(s.PausedBy, ","), newest, newestAge, zuul)
+	}
+	t.Write(w)
+}
+
+// WriteImageStatusText prints image-status as the CLI does: the images' table
+// and, when the config has gearman-servers, what the daemon last said of its
+// gearman worker.
+func WriteImageStatusText(w io.Writer, st *store.Store, cfg *config.Config, images []Image) error {
+	WriteImageStatus(w, images)
+	if len(cfg.Builder.GearmanServers) == 0 {
+		return nil
+	}
+	gs, err := builder.ReadGearmanStatus(st)
+	if err != nil {
+		return fmt.Errorf("read gearman status: %w", err)
+	}
+	WriteGearmanStatus(w, gs, time.Now())
+	return nil
+}
+
+// WriteGearmanStatus prints what the daemon last said of its gearman worker.
+func WriteGearmanStatus(w io.Writer, gs *builder.GearmanStatus, now time.Time) {
+	fmt.Fprintln(w)
+	if gs == nil {
+		fmt.Fprintln(w, "Gearman: no status yet; the daemon writes it once it runs with gearman-servers.")
+		return
+	}
+	if gs.Stale(now) {
+		fmt.Fprintf(w, "Gearman: the daemon is not running; what it last said, %s ago:\n", Age(gs.Updated))
+	} else {
+		fmt.Fprintf(w, "Gearman (daemon pid %d, %d functions, %d jobs served, %d failed):\n", gs.PID, gs.Functions, gs.Served, gs.Failed)
+	}
+	t := Table{Header: []string{"Server", "Connected", "Since", "Functions", "Last Error"}}
+	for _, s := range gs.Servers {
+		connected := "no"
+		if s.Connected {
+			connected = "yes"
+		}
+		t.Add(s.Address, connected, Age(s.Since), fmt.Sprint(s.Registered), s.LastError)
+	}
+	t.Write(w)
+	if len(gs.Running) > 0 {
+		fmt.Fprintln(w)
+		t := Table{Header: []string{"Running Job", "Server", "Age"}}
+		for _, j := range gs.Running {
+			t.Add(j.Function, j.Server, Age(j.Started))
+		}
+		t.Write(w)
+	}
+	if len(gs.Recent) > 0 {
+		fmt.Fprintln(w)
+		t := Table{Header: []string{"Recent Job", "Age", "Took", "Answered", "Result"}}
+		for i := len(gs.Recent) - 1; i >= 0; i-- {
+			j := gs.Recent[i]
+			result, answered := j.Result, "yes"
+			if j.Error != "" {
+				result = "failed: " + j.Error
+			}
+			if !j.Delivered {
+				answered = "no (connection lost)"
+			}
+			t.Add(j.Function, Age(j.Ended), j.Ended.Sub(j.Started).Round(time.Second).String(), answered, result)
+		}
+		t.Write(w)
+	}
+}

@@ -1,0 +1,214 @@
+// Package webapp owns the builder's status pages: the listings as text and JSON,
+// a page for people, /healthz and /metrics, served on nodepool's webapp address.
+package webapp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/listing"
+	"github.com/nodepool-builder/nodepool-builder/progress"
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// Options say what the pages show.
+type Options struct {
+	Store *store.Store
+	// Config is the config the builder runs now; it changes on reloads.
+	Config func() *config.Config
+	// Health says whether the builder works (nil: yes); nil: /healthz is 404.
+	Health func(context.Context) error
+	// Progress holds the long work running now; nil shows none.
+	Progress *progress.Tracker
+	// Metrics serves /metrics; nil: /metrics is 404.
+	Metrics http.Handler
+	Logger  *slog.Logger
+}
+
+// Timeouts of a request: the pages are small and read the state once.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 2 * time.Minute
+	healthTimeout     = 10 * time.Second // what /healthz gives Health
+	shutdownGrace     = 5 * time.Second
+)
+
+// Handler serves the pages.
+func Handler(opts Options) http.Handler {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	h := &handler{opts: opts}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", h.page)
+	mux.HandleFunc("GET /image-list", h.text(h.uploadsText))
+	mux.HandleFunc("GET /image-list.json", h.json(h.uploadsJSON))
+	mux.HandleFunc("GET /dib-image-list", h.text(h.buildsText))
+	mux.HandleFunc("GET /dib-image-list.json", h.json(h.buildsJSON))
+	mux.HandleFunc("GET /image-status", h.text(h.statusText))
+	mux.HandleFunc("GET /image-status.json", h.json(h.statusJSON))
+	if opts.Health != nil {
+		mux.HandleFunc("GET /healthz", h.healthz)
+	}
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics)
+	}
+	return mux
+}
+
+type handler struct{ opts Options }
+
+// text serves what write prints as plain text, or 500 when it fails.
+func (h *handler) text(write func(context.Context, io.Writer) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var buf bytes.Buffer
+		if err := write(r.Context(), &buf); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write(buf.Bytes())
+	}
+}
+
+// json serves what rows returns as the CLI's --json prints it.
+func (h *handler) json(rows func(context.Context) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, err := rows(r.Context())
+		var buf bytes.Buffer
+		if err == nil {
+			err = listing.WriteJSON(&buf, v)
+		}
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(buf.Bytes())
+	}
+}
+
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	h.opts.Logger.Warn("status page failed", "path", r.URL.Path, "error", err)
+	http.Error(w, "the builder's state could not be read: "+err.Error(), http.StatusInternalServerError)
+}
+
+func (h *handler) uploadsText(ctx context.Context, w io.Writer) error {
+	rows, err := listing.Uploads(ctx, h.opts.Store)
+	if err == nil {
+		listing.WriteUploads(w, rows)
+	}
+	return err
+}
+
+func (h *handler) uploadsJSON(ctx context.Context) (any, error) {
+	return listing.Uploads(ctx, h.opts.Store)
+}
+
+func (h *handler) buildsText(ctx context.Context, w io.Writer) error {
+	rows, err := listing.Builds(ctx, h.opts.Store)
+	if err == nil {
+		listing.WriteBuilds(w, rows)
+	}
+	return err
+}
+
+func (h *handler) buildsJSON(ctx context.Context) (any, error) {
+	return listing.Builds(ctx, h.opts.Store)
+}
+
+func (h *handler) statusText(ctx context.Context, w io.Writer) error {
+	cfg := h.opts.Config()
+	images, err := listing.ImageStatus(ctx, h.opts.Store, cfg)
+	if err != nil {
+		return err
+	}
+	return listing.WriteImageStatusText(w, h.opts.Store, cfg, images)
+}
+
+func (h *handler) statusJSON(ctx context.Context) (any, error) {
+	images, err := listing.ImageStatus(ctx, h.opts.Store, h.opts.Config())
+	if err != nil {
+		return nil, err
+	}
+	return listing.ImagesJSON(images), nil
+}
+
+// healthz is 200 "ok" when Health says the builder works, 503 and why not
+// otherwise.
+func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
+	defer cancel()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := h.opts.Health(ctx); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "unhealthy: %v\n", err)
+		return
+	}
+	io.WriteString(w, "ok\n")
+}
+
+// Server serves the pages on a bound address.
+type Server struct {
+	ln  net.Listener
+	srv *http.Server
+}
+
+// Listen binds addr (host:port) for the pages; it fails when the port cannot
+// be had, before anything is served.
+func Listen(addr string, opts Options) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for the status pages on %s: %w", addr, err)
+	}
+	srv := &http.Server{
+		Handler:           Handler(opts),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+	}
+	if opts.Logger != nil {
+		srv.ErrorLog = slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn)
+	}
+	return &Server{ln: ln, srv: srv}, nil
+}
+
+// URL is where the pages are, e.g. http://127.0.0.1:8005/.
+func (s *Server) URL() string { return "http://" + s.ln.Addr().String() + "/" }
+
+// Serve serves the pages until ctx ends, then lets the requests under way
+// finish for a few seconds.
+func (s *Server) Serve(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve the status pages: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	err := s.srv.Shutdown(sctx)
+	if err != nil {
+		s.srv.Close() // requests that outlived the grace are cut
+	}
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	if err != nil {
+		return fmt.Errorf("stop the status pages: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,305 @@
+package webapp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/listing"
+	"github.com/nodepool-builder/nodepool-builder/progress"
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+const testConfig = `images-dir: %s
+diskimages:
+  - name: dib-image
+zuul-images:
+  - name: debian
+    api-url: http://zuul.invalid
+    project: org/images
+    job: build-debian
+providers:
+  - name: cloud-a
+    cloud: a
+    diskimages:
+      - name: debian
+      - name: dib-image
+  - name: cloud-b
+    cloud: b
+    diskimages:
+      - name: debian
+`
+
+// evil is an artifact-supplied string: it must reach the page as text.
+const evil = `<script>alert("x")</script>`
+
+type fixture struct {
+	st      *store.Store
+	cfg     *config.Config
+	ready   store.Build
+	tracker *progress.Tracker
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg, err := config.Parse(filepath.Join(dir, "nodepool.yaml"), []byte(strings.Replace(testConfig, "%s", dir, 1)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, store.Options{ImagesDir: dir, Access: store.Create})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f := &fixture{st: st, cfg: cfg, tracker: progress.NewTracker()}
+
+	ready, err := st.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul, Zuul: store.ZuulRef{UUID: "zb1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetBuildState(ctx, &ready, store.Ready, ""); err != nil {
+		t.Fatal(err)
+	}
+	f.ready = ready
+	for provider, state := range map[string]store.State{"cloud-a": store.Ready, "cloud-b": store.Failed} {
+		u, err := st.CreateUpload(ctx, &f.ready, provider, "qcow2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.SetState(state, st.Now())
+		if state == store.Failed {
+			u.LastError = "glance said " + evil
+		} else {
+			u.ExternalID = "ext-" + provider
+		}
+		if err := st.Write(ctx, store.PutUpload(&u)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failed, err := st.CreateBuild(ctx, store.Build{Image: "dib-image", Source: store.SourceDIB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetBuildState(ctx, &failed, store.Failed, "element failed: "+evil); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 7, ZuulUUID: "zb2", Outcome: "failed",
+		Reason: "checksum mismatch " + evil, Time: time.Now()})); err != nil {
+		t.Fatal(err)
+	}
+	up := f.tracker.Start(progress.Upload, "debian-"+ready.ID+" to cloud-b", 4096)
+	up.Add(1024)
+	t.Cleanup(up.End)
+	bd := f.tracker.Start(progress.Build, "dib-image-next", 0)
+	bd.SetNote("running element vm")
+	t.Cleanup(bd.End)
+	return f
+}
+
+func (f *fixture) server(t *testing.T, opts Options) *httptest.Server {
+	opts.Store, opts.Progress = f.st, f.tracker
+	opts.Config = func() *config.Config { return f.cfg }
+	srv := httptest.NewServer(Handler(opts))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func get(t *testing.T, url string) (int, string, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(body)
+}
+
+func TestListings(t *testing.T) {
+	f := newFixture(t)
+	srv := f.server(t, Options{})
+
+	code, ctype, body := get(t, srv.URL+"/image-list.json")
+	if code != 200 || ctype != "application/json" {
+		t.Fatalf("/image-list.json: %d %s", code, ctype)
+	}
+	var ups []listing.Upload
+	if err := json.Unmarshal([]byte(body), &ups); err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]string{}
+	for _, u := range ups {
+		states[u.Provider] = u.State + " " + u.Reason
+	}
+	if len(ups) != 2 || states["cloud-a"] != "ready " || states["cloud-b"] != "failed glance said "+evil {
+		t.Errorf("/image-list.json = %s", body)
+	}
+
+	code, ctype, body = get(t, srv.URL+"/dib-image-list.json")
+	var builds []listing.Build
+	if err := json.Unmarshal([]byte(body), &builds); err != nil || code != 200 || ctype != "application/json" {
+		t.Fatalf("/dib-image-list.json: %d %s %v", code, ctype, err)
+	}
+	if len(builds) != 2 || builds[0].Image != "dib-image" || builds[0].State != "failed" || builds[1].ID != "debian-"+f.ready.ID {
+		t.Errorf("/dib-image-list.json = %s", body)
+	}
+
+	code, _, body = get(t, srv.URL+"/image-status.json")
+	var status []listing.ImageJSON
+	if err := json.Unmarshal([]byte(body), &status); err != nil || code != 200 {
+		t.Fatalf("/image-status.json: %d %v", code, err)
+	}
+	if len(status) != 2 || status[1].Image != "debian" || status[1].NewestBuild == nil || *status[1].NewestBuild != "debian-"+f.ready.ID ||
+		status[1].LastZuulOutcome == nil || *status[1].LastZuulOutcome != "failed" {
+		t.Errorf("/image-status.json = %s", body)
+	}
+
+	for path, want := range map[string][]string{
+		"/image-list":     {"| Build ID ", "| cloud-b ", "| failed ", "glance said " + evil},
+		"/dib-image-list": {"| ID ", "| dib-image-" + builds[0].BuildID + " ", "| debian-" + f.ready.ID + " "},
+		"/image-status":   {"| Image ", "| debian ", "zb2 (failed)", "| dib-image "},
+	} {
+		code, ctype, body := get(t, srv.URL+path)
+		if code != 200 || ctype != "text/plain; charset=utf-8" {
+			t.Errorf("%s: %d %s", path, code, ctype)
+		}
+		if !strings.HasPrefix(body, "+--") {
+			t.Errorf("%s is not a table:\n%s", path, body)
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				t.Errorf("%s lacks %q:\n%s", path, w, body)
+			}
+		}
+	}
+}
+
+func TestPage(t *testing.T) {
+	f := newFixture(t)
+	srv := f.server(t, Options{})
+	code, ctype, body := get(t, srv.URL+"/")
+	if code != 200 || ctype != "text/html; charset=utf-8" {
+		t.Fatalf("/: %d %s", code, ctype)
+	}
+	for _, w := range []string{
+		`<meta http-equiv="refresh" content="30">`,
+		`<td class="name">debian</td>`, `<td class="name">dib-image</td>`,
+		"debian-" + f.ready.ID, // newest ready build
+		// The newest upload per provider.
+		`cloud-a: <span class="state ok" title="debian-` + f.ready.ID + `: ext-cloud-a">ready</span>`,
+		`cloud-b: <span class="state bad" title="debian-` + f.ready.ID + `">failed</span>`,
+		`last Zuul build zb2 <span class="state bad">failed</span>`,
+		"Zuul build refused", "checksum mismatch &lt;script&gt;", // the cursor's refusal
+		"element failed: &lt;script&gt;", // the failed build
+		"glance said &lt;script&gt;",     // the failed upload
+		`<progress value="1024" max="4096">`, "1.0 KiB of 4.0 KiB (25%)",
+		"dib-image-next", "running element vm",
+		`title="` + f.ready.StateTime.UTC().Format(time.RFC3339) + `"`,
+	} {
+		if !strings.Contains(body, w) {
+			t.Errorf("the page lacks %q", w)
+		}
+	}
+	if strings.Contains(body, "<script") {
+		t.Errorf("the page carries a script:\n%s", body)
+	}
+	if code, _, _ := get(t, srv.URL+"/nothing"); code != 404 {
+		t.Errorf("/nothing: %d", code)
+	}
+}
+
+func TestHealthAndMetrics(t *testing.T) {
+	f := newFixture(t)
+	// Health reads the state, as the builder's does.
+	health := func(ctx context.Context) error {
+		if _, err := f.st.Cursor(ctx, "debian"); err != nil {
+			return errors.New("the state does not answer: " + err.Error())
+		}
+		return nil
+	}
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "builds_total 2\n") })
+	srv := f.server(t, Options{Health: health, Metrics: metrics})
+	if code, ctype, body := get(t, srv.URL+"/healthz"); code != 200 || body != "ok\n" || ctype != "text/plain; charset=utf-8" {
+		t.Errorf("/healthz: %d %s %q", code, ctype, body)
+	}
+	if code, _, body := get(t, srv.URL+"/metrics"); code != 200 || body != "builds_total 2\n" {
+		t.Errorf("/metrics: %d %q", code, body)
+	}
+	f.st.Close()
+	if code, _, body := get(t, srv.URL+"/healthz"); code != 503 || !strings.Contains(body, "the state does not answer") {
+		t.Errorf("/healthz with the state closed: %d %q", code, body)
+	}
+	if code, _, body := get(t, srv.URL+"/image-list"); code != 500 || !strings.Contains(body, "state") {
+		t.Errorf("/image-list with the state closed: %d %q", code, body)
+	}
+
+	bare := f.server(t, Options{})
+	for _, p := range []string{"/healthz", "/metrics"} {
+		if code, _, _ := get(t, bare.URL+p); code != 404 {
+			t.Errorf("%s without its option: %d, want 404", p, code)
+		}
+	}
+}
+
+func TestServeAndStop(t *testing.T) {
+	f := newFixture(t)
+	opts := Options{Store: f.st, Config: func() *config.Config { return f.cfg }}
+	s, err := Listen("127.0.0.1:0", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The port is taken: a second server cannot have it.
+	addr := strings.TrimSuffix(strings.TrimPrefix(s.URL(), "http://"), "/")
+	if _, err := Listen(addr, opts); err == nil || !strings.Contains(err.Error(), addr) {
+		t.Errorf("Listen on a taken port = %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	if code, _, _ := get(t, s.URL()+"image-status"); code != 200 {
+		t.Errorf("image-status: %d", code)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not stop with its context")
+	}
+	if _, err := http.Get(s.URL()); err == nil {
+		t.Error("the server still answers after it stopped")
+	}
+}
+
+func TestAges(t *testing.T) {
+	now := time.Now()
+	for d, want := range map[time.Duration]string{
+		45 * time.Second:                   "45s ago",
+		12*time.Minute + 3*time.Second:     "12m 3s ago",
+		3*time.Hour + 20*time.Minute:       "3h 20m ago",
+		50*time.Hour + 30*time.Minute:      "2d 2h ago",
+		-time.Minute /* a clock behind */ : "0s ago",
+	} {
+		if got := at(now.Add(-d), now).Age; got != want {
+			t.Errorf("age of %s = %q, want %q", d, got, want)
+		}
+	}
+	if w := at(time.Time{}, now); w.Age != "unknown" || w.RFC3339 != "" {
+		t.Errorf("a time not known = %+v", w)
+	}
+}
