@@ -12,12 +12,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
@@ -149,6 +152,8 @@ type fixture struct {
 	clouds map[string]*fakeCloud
 	up     *Uploader
 	clock  *storetest.Clock
+	// metrics, when set before newUploader, is the uploader's.
+	metrics *metrics.Metrics
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -186,7 +191,7 @@ func (f *fixture) newUploader() {
 	}
 	f.up = New(Options{Store: f.st, Config: f.cfg, Clouds: clouds, RetryBase: time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(f.t.Output(), nil)),
-		PollInterval: time.Millisecond, Now: f.clock.Now})
+		PollInterval: time.Millisecond, Now: f.clock.Now, Metrics: f.metrics})
 }
 
 // addBuild writes a ready build with the given formats to the store.
@@ -1013,5 +1018,39 @@ func TestAskedUploadRetriesAtOnce(t *testing.T) {
 	size, _ := b.File("qcow2")
 	if len(sent) == 0 || sent[len(sent)-1] != size.Size {
 		t.Errorf("progress reported %v, want it to end at %d bytes", sent, size.Size)
+	}
+}
+
+// TestUploadStatsdNames: an upload that becomes ready sends nodepool's
+// image_update timer and counter to a real UDP socket; a failed one sends
+// nothing, as in nodepool.
+func TestUploadStatsdNames(t *testing.T) {
+	f := newFixture(t)
+	sd := testenv.NewStatsd(t)
+	m, err := metrics.New(metrics.Options{Getenv: sd.Getenv("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	f.metrics = m
+	f.newUploader()
+	f.clouds["b"].failUpload = 1
+	f.addBuild("debian", "qcow2", "raw")
+	if err := f.step(context.Background()); err == nil {
+		t.Fatal("the upload to b did not fail")
+	}
+	want := []string{"nodepool.image_update.debian.a:*", "nodepool.image_update.debian.a:1|c"}
+	got := sd.Wait(t, 5*time.Second, want...)
+	if extra := sd.Quiet(200 * time.Millisecond); len(got) != 2 || len(extra) > 0 {
+		t.Fatalf("statsd lines = %q then %q, want only %q", got, extra, want)
+	}
+	for _, l := range got {
+		if strings.HasSuffix(l, "|c") {
+			continue
+		}
+		ms, ok := strings.CutSuffix(strings.TrimPrefix(l, "nodepool.image_update.debian.a:"), "|ms")
+		if _, err := strconv.Atoi(ms); !ok || err != nil {
+			t.Errorf("timer line %q: want <ms>|ms", l)
+		}
 	}
 }
