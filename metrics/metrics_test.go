@@ -14,79 +14,24 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/metrics/metricstest"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
-
-// scrape fetches /metrics from h and parses it as Prometheus does.
-func scrape(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	if rec.Code != 200 {
-		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(rec.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
-	return fams
-}
-
-// value is the value of the family's series with exactly these labels; ok false
-// when there is none. A histogram's value is its sample count.
-func value(fams map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
-	f, ok := fams[name]
-	if !ok {
-		return 0, false
-	}
-	want := map[string]string{}
-	for i := 0; i+1 < len(labels); i += 2 {
-		want[labels[i]] = labels[i+1]
-	}
-	for _, m := range f.GetMetric() {
-		if len(m.GetLabel()) != len(want) {
-			continue
-		}
-		match := true
-		for _, l := range m.GetLabel() {
-			if want[l.GetName()] != l.GetValue() {
-				match = false
-			}
-		}
-		if !match {
-			continue
-		}
-		switch {
-		case m.Gauge != nil:
-			return m.GetGauge().GetValue(), true
-		case m.Counter != nil:
-			return m.GetCounter().GetValue(), true
-		case m.Histogram != nil:
-			return float64(m.GetHistogram().GetSampleCount()), true
-		}
-	}
-	return 0, false
-}
 
 func TestEventsShowInScrape(t *testing.T) {
 	m, err := New(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := scrape(t, m)
+	before := metricstest.Scrape(t, m.Handler())
 	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total"} {
 		if _, ok := before[name]; !ok {
 			t.Errorf("%s missing: the Go and process collectors are not registered", name)
 		}
 	}
-	if _, ok := value(before, "nodepool_builder_uploaded_bytes_total", "image", "debian", "provider", "cloud-a"); ok {
+	if _, ok := before.Value("nodepool_builder_uploaded_bytes_total", "image", "debian", "provider", "cloud-a"); ok {
 		t.Fatal("uploaded bytes present before any upload")
 	}
 
@@ -101,7 +46,7 @@ func TestEventsShowInScrape(t *testing.T) {
 	m.LeakDeleted("cloud-a")
 	m.Failed(StepDelete, &net.OpError{Op: "dial", Err: errors.New("connection refused")})
 
-	after := scrape(t, m)
+	after := metricstest.Scrape(t, m.Handler())
 	for _, c := range []struct {
 		name   string
 		labels []string
@@ -121,12 +66,12 @@ func TestEventsShowInScrape(t *testing.T) {
 		{"nodepool_builder_leaked_images_found_total", []string{"provider", "cloud-a"}, 1},
 		{"nodepool_builder_leaked_images_deleted_total", []string{"provider", "cloud-a"}, 1},
 	} {
-		got, ok := value(after, c.name, c.labels...)
+		got, ok := after.Value(c.name, c.labels...)
 		if !ok || got != c.want {
 			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
 		}
 	}
-	polled, ok := value(after, "nodepool_builder_last_successful_poll_timestamp_seconds", "image", "debian")
+	polled, ok := after.Value("nodepool_builder_last_successful_poll_timestamp_seconds", "image", "debian")
 	if !ok || time.Since(time.Unix(int64(polled), 0)) > time.Minute {
 		t.Errorf("last poll = %v (present %v), want about now", polled, ok)
 	}
@@ -154,7 +99,7 @@ func TestStateReadAtScrape(t *testing.T) {
 	m.WatchZooKeeper(func() bool { return connected })
 	m.WatchGearman(func() []Link { return []Link{{"127.0.0.1:4730", true}, {"10.0.0.1:4730", false}} })
 
-	fams := scrape(t, m)
+	fams := metricstest.Scrape(t, m.Handler())
 	for _, c := range []struct {
 		name   string
 		labels []string
@@ -170,30 +115,30 @@ func TestStateReadAtScrape(t *testing.T) {
 		{"nodepool_builder_gearman_connected", []string{"server", "127.0.0.1:4730"}, 1},
 		{"nodepool_builder_gearman_connected", []string{"server", "10.0.0.1:4730"}, 0},
 	} {
-		got, ok := value(fams, c.name, c.labels...)
+		got, ok := fams.Value(c.name, c.labels...)
 		if !ok || got != c.want {
 			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
 		}
 	}
-	age, ok := value(fams, "nodepool_builder_upload_age_seconds", "image", "debian", "provider", "a")
+	age, ok := fams.Value("nodepool_builder_upload_age_seconds", "image", "debian", "provider", "a")
 	if !ok || age < 600 || age > 660 {
 		t.Errorf("upload age = %v (present %v), want the newest ready upload's, about 600 s", age, ok)
 	}
-	if _, ok := value(fams, "nodepool_builder_upload_age_seconds", "image", "debian", "provider", "b"); ok {
+	if _, ok := fams.Value("nodepool_builder_upload_age_seconds", "image", "debian", "provider", "b"); ok {
 		t.Error("upload age given for a provider with no ready upload")
 	}
 
 	// Level-triggered: the next scrape sees the state as it is then.
 	readErr = errors.New("database is locked")
 	connected = false
-	fams = scrape(t, m)
-	if v, ok := value(fams, "nodepool_builder_state_up"); !ok || v != 0 {
+	fams = metricstest.Scrape(t, m.Handler())
+	if v, ok := fams.Value("nodepool_builder_state_up"); !ok || v != 0 {
 		t.Errorf("state_up = %v (present %v) after a failed read, want 0", v, ok)
 	}
 	if _, ok := fams["nodepool_builder_builds"]; ok {
 		t.Error("build counts given although the state could not be read")
 	}
-	if v, _ := value(fams, "nodepool_builder_zookeeper_connected"); v != 0 {
+	if v, _ := fams.Value("nodepool_builder_zookeeper_connected"); v != 0 {
 		t.Errorf("zookeeper_connected = %v after the session went, want 0", v)
 	}
 }

@@ -3,18 +3,14 @@ package main
 import (
 	"context"
 	"log/slog"
-	"net/http/httptest"
 	"testing"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
+	"github.com/nodepool-builder/nodepool-builder/metrics/metricstest"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
@@ -58,12 +54,12 @@ func TestMetricsFollowUploadsToGlance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := scrapeMetrics(t, m)
+	before := metricstest.Scrape(t, m.Handler())
 	e.addBuild(e.makeImage(2), zuultest.BuildSpec{})
 	if err := b.Once(ctx); err != nil {
 		t.Fatal(err)
 	}
-	after := scrapeMetrics(t, m)
+	after := metricstest.Scrape(t, m.Handler())
 
 	q := []string{"image", "debian", "provider", "cloud-q"}
 	for _, c := range []struct {
@@ -81,61 +77,19 @@ func TestMetricsFollowUploadsToGlance(t *testing.T) {
 		{"nodepool_builder_download_duration_seconds", []string{"image", "debian", "state", "ready"}, 0, true},
 		{"nodepool_builder_state_up", nil, 1, false},
 	} {
-		b, _ := metricValue(before, c.name, c.labels...)
-		a, ok := metricValue(after, c.name, c.labels...)
+		b, _ := before.Value(c.name, c.labels...)
+		a, ok := after.Value(c.name, c.labels...)
 		if b != c.before || !ok || (c.grew && a <= b) || (!c.grew && a != b) {
 			t.Errorf("%s%v: %v before, %v after (present %v); want %v before, grown %v", c.name, c.labels, b, a, ok, c.before, c.grew)
 		}
 	}
-	if n, _ := metricValue(after, "nodepool_builder_uploads", append(q, "state", "ready")...); n != 2 {
+	if n, _ := after.Value("nodepool_builder_uploads", append(q, "state", "ready")...); n != 2 {
 		t.Errorf("ready uploads to cloud-q after the second build: %v, want 2", n)
 	}
-	if age, ok := metricValue(after, "nodepool_builder_upload_age_seconds", q...); !ok || age > 60 {
+	if age, ok := after.Value("nodepool_builder_upload_age_seconds", q...); !ok || age > 60 {
 		t.Errorf("age of the newest ready upload to cloud-q: %v (present %v), want under a minute", age, ok)
 	}
-	if _, ok := metricValue(after, "nodepool_builder_last_successful_poll_timestamp_seconds", "image", "debian"); !ok {
+	if _, ok := after.Value("nodepool_builder_last_successful_poll_timestamp_seconds", "image", "debian"); !ok {
 		t.Error("no successful poll recorded")
 	}
-}
-
-// scrapeMetrics gets /metrics from m's handler and parses it as Prometheus does.
-func scrapeMetrics(t *testing.T, m *metrics.Metrics) map[string]*dto.MetricFamily {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(rec.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
-	return fams
-}
-
-// metricValue is the value of a family's series with exactly these labels (a
-// histogram's: its count); ok false when there is none.
-func metricValue(fams map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
-	for _, m := range fams[name].GetMetric() {
-		if len(m.GetLabel())*2 != len(labels) {
-			continue
-		}
-		match := true
-		for i, l := range m.GetLabel() {
-			// The exposition sorts labels by name; so must the caller.
-			if l.GetName() != labels[2*i] || l.GetValue() != labels[2*i+1] {
-				match = false
-			}
-		}
-		if !match {
-			continue
-		}
-		switch {
-		case m.Gauge != nil:
-			return m.GetGauge().GetValue(), true
-		case m.Counter != nil:
-			return m.GetCounter().GetValue(), true
-		case m.Histogram != nil:
-			return float64(m.GetHistogram().GetSampleCount()), true
-		}
-	}
-	return 0, false
 }
