@@ -3,26 +3,16 @@
 //
 // Events (a DIB build finished, a download, an upload, a poll, a failure, a
 // leaked image) are recorded where they happen through a *Metrics; a nil
-// *Metrics takes every call and does nothing. Counts of builds and uploads, and
-// connection states, are read when /metrics is scraped, so they are always
-// those of now.
+// *Metrics takes every call and does nothing. Counts of builds and uploads and
+// connection states are read at each scrape, so they are those of now.
 //
-// Statsd, as nodepool's builder sends it (names and types from nodepool's
-// builder; STATSD_HOST, STATSD_PORT with default 8125):
-//
-//	nodepool.dib_image_build.<image>.status.rc         gauge  DIB's exit code, after every DIB run
-//	nodepool.dib_image_build.<image>.status.duration   timer  how long the run took, ms
-//	nodepool.dib_image_build.<image>.status.last_build gauge  Unix time the run ended
-//	nodepool.dib_image_build.<image>.<format>.size     gauge  bytes on disk (st_blocks*512) of each file of a ready build
-//	nodepool.image_update.<image>.<provider>           timer  ms an upload that became ready took
-//	nodepool.image_update.<image>.<provider>           counter 1 per upload that became ready
-//
-// nodepool sends nothing for a failed upload, and has no name for fetching a
-// Zuul-built image: neither do we. An upload of a Zuul-built image is an upload
-// like any other and sends image_update. STATSD_PREFIX, when set, is put before
-// every name with a dot, as the statsd client nodepool uses does with its
-// prefix; nodepool itself passes the client no prefix, so leave it unset to
-// get nodepool's names unchanged.
+// The statsd names and types are nodepool's builder's (dib_image_build.<image>
+// status.rc, status.duration, status.last_build and <format>.size after DIB
+// runs; image_update.<image>.<provider> timer and counter per ready upload;
+// nothing for a failed upload), from STATSD_HOST and STATSD_PORT (default
+// 8125). nodepool has no name for fetching a Zuul-built image, and neither do
+// we. STATSD_PREFIX, which nodepool does not set, prefixes every name with a
+// dot. README's Metrics section lists every name.
 package metrics
 
 import (
