@@ -21,6 +21,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
+	"github.com/nodepool-builder/nodepool-builder/metrics/metricstest"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
@@ -536,6 +537,18 @@ func TestLeakSweepNeedsTwoSightings(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	f.cfg.Providers = f.cfg.Providers[:1]
+	m, err := metrics.New(metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.metrics = m
+	f.newUploader()
+	leaks := func() (found, deleted float64) {
+		fams := metricstest.Scrape(t, m.Handler())
+		found, _ = fams.Value("nodepool_builder_leaked_images_found_total", "provider", "a")
+		deleted, _ = fams.Value("nodepool_builder_leaked_images_deleted_total", "provider", "a")
+		return found, deleted
+	}
 	cloud := f.clouds["a"]
 	ours, _ := cloud.Create(ctx, ImageSpec{Name: "leaked", Properties: map[string]string{PropBuilderID: f.st.BuilderID(), PropProvider: "a"}})
 	// Another provider of ours on the same cloud: not a leak of a's.
@@ -547,12 +560,18 @@ func TestLeakSweepNeedsTwoSightings(t *testing.T) {
 	if _, err := cloud.Get(ctx, ours); err != nil {
 		t.Fatal("leak deleted on first sighting")
 	}
+	if found, deleted := leaks(); found != 1 || deleted != 0 {
+		t.Errorf("after the first sweep: %v leaks found, %v deleted; want 1, 0", found, deleted)
+	}
 	f.clock.Add(time.Minute)
 	if err := f.up.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cloud.Get(ctx, ours); !errors.Is(err, ErrNotFound) {
 		t.Fatal("leak still there after the second sweep")
+	}
+	if found, deleted := leaks(); found != 1 || deleted != 1 {
+		t.Errorf("after the second sweep: %v leaks found, %v deleted; want 1 (counted once), 1", found, deleted)
 	}
 	if _, err := cloud.Get(ctx, theirs); err != nil {
 		t.Fatal("sweep deleted an image of another builder")
