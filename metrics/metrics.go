@@ -17,6 +17,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -195,7 +196,9 @@ func (m *Metrics) DIBBuilt(b DIBBuild) {
 		m.failures.WithLabelValues(string(StepBuild), string(reason)).Inc()
 	}
 	m.buildDuration.WithLabelValues(b.Image, state).Observe(b.Duration.Seconds())
-	if m.statsd == nil || !b.Ran {
+	// A build the builder killed as it stopped says nothing of the image: no
+	// exit code to report, as nodepool, which lets DIB finish, never has one.
+	if m.statsd == nil || !b.Ran || errors.Is(b.Err, context.Canceled) {
 		return
 	}
 	base := "nodepool.dib_image_build." + key(b.Image)

@@ -239,6 +239,8 @@ func TestStatsdPackets(t *testing.T) {
 	m.DIBBuilt(DIBBuild{Image: "ubuntu", Ran: true, Duration: 2500 * time.Millisecond, Files: map[string]string{"qcow2": path}})
 	m.Uploaded("ubuntu", "cloud-a", 64<<10, 1200*time.Millisecond, nil)
 	m.Uploaded("ubuntu", "cloud-b", 64<<10, time.Second, errors.New("a failed upload sends nothing"))
+	m.DIBBuilt(DIBBuild{Image: "ubuntu", Ran: true, ExitCode: -15, Duration: time.Second,
+		Err: fmt.Errorf("cancelled (%w) and killed", context.Canceled)})
 
 	want := []string{
 		"site.nodepool.dib_image_build.ubuntu.status.rc:0|g",
@@ -261,6 +263,6 @@ func TestStatsdPackets(t *testing.T) {
 		}
 	}
 	if extra := sd.Quiet(200 * time.Millisecond); len(extra) > 0 {
-		t.Errorf("more statsd lines than nodepool sends (a failed upload sends none): %q", extra)
+		t.Errorf("more statsd lines than nodepool sends (a failed upload and a build killed at a stop send none): %q", extra)
 	}
 }
