@@ -93,6 +93,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 				Clients:  clients,
 				Logger:   b.log,
 				Backoff:  b.spaceBackoff,
+				Metrics:  b.opts.Metrics,
 			}),
 			store.SourceDIB: dib.New(dib.Options{
 				Store:         b.store,
@@ -100,6 +101,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 				Logger:        b.log,
 				Slots:         b.buildSlots,
 				CheckInterval: b.opts.Intervals.DIBCheck,
+				Metrics:       b.opts.Metrics,
 			}),
 		},
 		uploader: uploader.New(uploader.Options{
@@ -110,6 +112,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 			RetryBase:    b.opts.RetryBase,
 			CleanupGrace: b.opts.CleanupGrace,
 			Progress:     b.uploadProgress,
+			Metrics:      b.opts.Metrics,
 		}),
 	}, nil
 }

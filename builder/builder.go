@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/poller"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
@@ -85,6 +86,9 @@ type Options struct {
 	// interrupted, at shutdown too; default uploader.DefaultCleanupGrace.
 	CleanupGrace time.Duration
 	Intervals    Intervals
+	// Metrics records what the builder does and reads its state at scrapes;
+	// nil: nothing is recorded.
+	Metrics *metrics.Metrics
 }
 
 // Builder runs the sources and the upload lifecycle of one images-dir.
@@ -136,6 +140,7 @@ func New(ctx context.Context, opts Options) (*Builder, error) {
 		return nil, err
 	}
 	b.cur.Store(p)
+	b.watchMetrics()
 	// A change of the file from now on is a reason to reload.
 	b.cfgFile, _ = os.ReadFile(opts.Config.Path)
 	return b, nil
@@ -251,6 +256,7 @@ func (b *Builder) Run(ctx context.Context) error {
 	if len(b.cur.Load().cfg.Builder.GearmanServers) > 0 {
 		g := newGearmanService(b)
 		b.gearman.Store(g)
+		b.opts.Metrics.WatchGearman(g.links)
 		wg.Go(func() { g.run(ctx) })
 	}
 	<-ctx.Done()

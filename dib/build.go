@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -71,6 +72,8 @@ func (b *Builder) build(ctx context.Context, image, request string) (store.Build
 	}
 	b.log.Info("image build finished", "image", image, "build_id", rec.ID, "state", state,
 		"duration", time.Since(began).Round(time.Second), "log", logFile)
+	b.opts.Metrics.DIBBuilt(metrics.DIBBuild{Image: image, Ran: res.ran, ExitCode: res.exitCode, TimedOut: res.timedOut,
+		Duration: time.Since(began), Err: res.err, Files: b.filePaths(built)})
 
 	// Housekeeping: its failures do not undo a ready build, but are reported.
 	var after []error
@@ -95,6 +98,9 @@ func (b *Builder) build(ctx context.Context, image, request string) (store.Build
 type runResult struct {
 	err       error
 	cancelled bool // ctx ended the build
+	ran       bool // the process started; exitCode is its exit code
+	exitCode  int
+	timedOut  bool
 }
 
 // run runs disk-image-create for rec with its output in logFile, and kills it
@@ -148,7 +154,7 @@ func (b *Builder) run(ctx context.Context, img *config.DiskImage, rec *store.Bui
 		return runResult{err: fmt.Errorf("write build log %s: %w", logFile, err)}
 	}
 
-	var res runResult
+	res := runResult{ran: true, exitCode: o.ExitCode, timedOut: o.TimedOut}
 	switch {
 	case o.TimedOut:
 		res.err = fmt.Errorf("timed out after %s (build-timeout) and was killed; log: %s", img.BuildTimeout, logFile)
@@ -247,6 +253,19 @@ func renameOutput(from, to string) error {
 		}
 	}
 	return nil
+}
+
+// filePaths are, by format, the paths of a ready build's files; nil for
+// another build.
+func (b *Builder) filePaths(built store.Build) map[string]string {
+	if built.State != store.Ready {
+		return nil
+	}
+	paths := map[string]string{}
+	for _, f := range built.Files {
+		paths[f.Format] = b.opts.Store.FilePath(built.Image, built.ID, f.Format)
+	}
+	return paths
 }
 
 // pruneLogs keeps the newest build-log-retention logs of image. nodepool keeps

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -49,6 +50,8 @@ type Options struct {
 	CheckInterval time.Duration
 	// QemuImg checks what DIB made; empty means "qemu-img" from PATH.
 	QemuImg string
+	// Metrics is told of every finished build; nil: nobody is.
+	Metrics *metrics.Metrics
 }
 
 // Builder builds the diskimages of a config, one at a time. Its methods are

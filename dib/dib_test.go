@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -15,10 +16,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
@@ -964,5 +968,53 @@ diskimages:
 	}
 	if bs, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian"}); len(bs) != 2 {
 		t.Errorf("%d builds, want the 2 made before the refusals", len(bs))
+	}
+}
+
+// TestStatsdNames: a DIB build sends nodepool's statsd names, to a real UDP
+// socket: rc, duration and last_build after every run, each format's size on
+// disk after a ready one.
+func TestStatsdNames(t *testing.T) {
+	f := newFixture(t)
+	sd := testenv.NewStatsd(t)
+	m, err := metrics.New(metrics.Options{Getenv: sd.Getenv("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ok := strings.Replace(failing, `FAKE_DIB_EXIT: "3"`, `FAKE_DIB_EXIT: "0"`, 1)
+	b := New(Options{Store: f.st, Config: f.config(ok), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now: f.clock.Now, Metrics: m})
+	bd := f.build(context.Background(), b, "debian")
+	want := []string{
+		"nodepool.dib_image_build.debian.status.rc:0|g",
+		"nodepool.dib_image_build.debian.status.duration:*",
+		"nodepool.dib_image_build.debian.status.last_build:*",
+	}
+	for _, format := range []string{"qcow2", "raw"} {
+		fi, err := os.Stat(f.st.FilePath("debian", bd.ID, format))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, fmt.Sprintf("nodepool.dib_image_build.debian.%s.size:%d|g", format, fi.Sys().(*syscall.Stat_t).Blocks*512))
+	}
+	got := sd.Wait(t, 5*time.Second, want...)
+	if len(got) != len(want) {
+		t.Errorf("statsd lines = %q, want one each of %q", got, want)
+	}
+
+	b = New(Options{Store: f.st, Config: f.config(failing), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now: f.clock.Now, Metrics: m})
+	if _, err := b.Build(context.Background(), "debian"); err == nil {
+		t.Fatal("the failing build succeeded")
+	}
+	want = []string{
+		"nodepool.dib_image_build.debian.status.rc:3|g",
+		"nodepool.dib_image_build.debian.status.duration:*",
+		"nodepool.dib_image_build.debian.status.last_build:*",
+	}
+	got = sd.Wait(t, 5*time.Second, want...)
+	if extra := sd.Quiet(200 * time.Millisecond); len(got) != len(want) || len(extra) > 0 {
+		t.Errorf("statsd lines of a failed build = %q then %q, want one each of %q and no size", got, extra, want)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
+	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 )
@@ -44,6 +45,8 @@ type Options struct {
 	// one of the Poller's own.
 	Backoff *Backoff
 	Now     func() time.Time // default time.Now
+	// Metrics is told of polls and downloads; nil: nobody is.
+	Metrics *metrics.Metrics
 }
 
 // Poller ingests Zuul-built images into the store.
@@ -194,8 +197,10 @@ func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, erro
 	}
 	zbs, err := client.Builds(ctx, q)
 	if err != nil {
+		p.opts.Metrics.Failed(metrics.StepPoll, err)
 		return out, fmt.Errorf("poll %s: ask Zuul for builds of %s: %w", image, zi.Job, err)
 	}
+	p.opts.Metrics.Polled(image)
 	if len(zbs) == 0 {
 		out.Skipped = "Zuul has no successful build of job " + zi.Job
 		return out, nil
@@ -451,6 +456,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 			return refuse(format, fmt.Errorf("artifact %q (%s) has no sha256 in its metadata and require-checksum is set", c.Name, format))
 		}
 		dest := p.opts.Store.FilePath(b.Image, b.ID, format)
+		began := time.Now()
 		res, err := fetcher.Fetch(ctx, artifacts.Request{
 			URL:    c.URL,
 			Dest:   dest,
@@ -459,6 +465,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 			MD5:    md5,
 			Size:   declaredSize(c),
 		})
+		p.opts.Metrics.Downloaded(b.Image, res.Downloaded, time.Since(began), err)
 		switch {
 		case errors.Is(err, artifacts.ErrTooLarge):
 			limit := fetcher.MaxSize

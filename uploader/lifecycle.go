@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -317,6 +318,7 @@ func (u *Uploader) deleteUpload(ctx context.Context, up store.Upload) error {
 		err := cloud.Delete(cctx, up.ExternalID)
 		cancel()
 		if err != nil {
+			u.opts.Metrics.Failed(metrics.StepDelete, err)
 			return fmt.Errorf("delete upload %s (image %s) in %s: %w", up, up.ExternalID, up.Provider, err)
 		}
 		u.log.Info("deleted cloud image", "upload", up.String(), "external_id", up.ExternalID)

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -78,6 +79,7 @@ func (u *Uploader) Sweep(ctx context.Context) error {
 	leaks, err := u.Leaks(ctx, "")
 	var errs []error
 	if err != nil {
+		u.opts.Metrics.Failed(metrics.StepSweep, err)
 		errs = append(errs, err)
 	}
 	byProvider := map[string]map[string]bool{}
@@ -102,6 +104,7 @@ func (u *Uploader) Sweep(ctx context.Context) error {
 			continue
 		}
 		if !first.Before(start) {
+			u.opts.Metrics.LeakFound(l.Provider)
 			u.log.Info("cloud image unknown to the store; deleting it if still so on the next sweep",
 				"provider", l.Provider, "external_id", l.Image.ID, "name", l.Image.Name)
 			continue
@@ -110,9 +113,11 @@ func (u *Uploader) Sweep(ctx context.Context) error {
 		err = u.opts.Clouds[l.Provider].Delete(cctx, l.Image.ID)
 		cancel()
 		if err != nil {
+			u.opts.Metrics.Failed(metrics.StepSweep, err)
 			errs = append(errs, fmt.Errorf("delete leaked image %s in %s: %w", l.Image.ID, l.Provider, err))
 			continue
 		}
+		u.opts.Metrics.LeakDeleted(l.Provider)
 		u.log.Info("deleted leaked image", "provider", l.Provider, "external_id", l.Image.ID, "name", l.Image.Name)
 		delete(byProvider[l.Provider], l.Image.ID)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -49,6 +50,8 @@ type Options struct {
 	// once a second per upload.
 	Progress func(j Job, sent, total int64)
 	Now      func() time.Time
+	// Metrics is told of uploads, deletes and sweeps; nil: nobody is.
+	Metrics *metrics.Metrics
 }
 
 // Uploader runs the upload lifecycle of one config. Its methods are steps that
@@ -236,7 +239,9 @@ func (u *Uploader) Upload(ctx context.Context, j Job) (store.Upload, error) {
 	}
 	file, _ := b.File(j.Format)
 	a := &attempt{u: u, job: j, cloud: cloud, provider: p, build: b, file: file, rec: &rec, log: log}
+	began := time.Now()
 	err = a.run(ctx)
+	u.opts.Metrics.Uploaded(b.Image, p.Name, file.Size, time.Since(began), err)
 	if err == nil {
 		rec.SetState(store.Ready, u.opts.Now())
 		rec.LastError, rec.NextAttempt = "", time.Time{}

@@ -12,12 +12,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/metrics"
+	"github.com/nodepool-builder/nodepool-builder/metrics/metricstest"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
@@ -149,6 +153,8 @@ type fixture struct {
 	clouds map[string]*fakeCloud
 	up     *Uploader
 	clock  *storetest.Clock
+	// metrics, when set before newUploader, is the uploader's.
+	metrics *metrics.Metrics
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -186,7 +192,7 @@ func (f *fixture) newUploader() {
 	}
 	f.up = New(Options{Store: f.st, Config: f.cfg, Clouds: clouds, RetryBase: time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(f.t.Output(), nil)),
-		PollInterval: time.Millisecond, Now: f.clock.Now})
+		PollInterval: time.Millisecond, Now: f.clock.Now, Metrics: f.metrics})
 }
 
 // addBuild writes a ready build with the given formats to the store.
@@ -531,6 +537,18 @@ func TestLeakSweepNeedsTwoSightings(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	f.cfg.Providers = f.cfg.Providers[:1]
+	m, err := metrics.New(metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.metrics = m
+	f.newUploader()
+	leaks := func() (found, deleted float64) {
+		fams := metricstest.Scrape(t, m.Handler())
+		found, _ = fams.Value("nodepool_builder_leaked_images_found_total", "provider", "a")
+		deleted, _ = fams.Value("nodepool_builder_leaked_images_deleted_total", "provider", "a")
+		return found, deleted
+	}
 	cloud := f.clouds["a"]
 	ours, _ := cloud.Create(ctx, ImageSpec{Name: "leaked", Properties: map[string]string{PropBuilderID: f.st.BuilderID(), PropProvider: "a"}})
 	// Another provider of ours on the same cloud: not a leak of a's.
@@ -542,12 +560,18 @@ func TestLeakSweepNeedsTwoSightings(t *testing.T) {
 	if _, err := cloud.Get(ctx, ours); err != nil {
 		t.Fatal("leak deleted on first sighting")
 	}
+	if found, deleted := leaks(); found != 1 || deleted != 0 {
+		t.Errorf("after the first sweep: %v leaks found, %v deleted; want 1, 0", found, deleted)
+	}
 	f.clock.Add(time.Minute)
 	if err := f.up.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cloud.Get(ctx, ours); !errors.Is(err, ErrNotFound) {
 		t.Fatal("leak still there after the second sweep")
+	}
+	if found, deleted := leaks(); found != 1 || deleted != 1 {
+		t.Errorf("after the second sweep: %v leaks found, %v deleted; want 1 (counted once), 1", found, deleted)
 	}
 	if _, err := cloud.Get(ctx, theirs); err != nil {
 		t.Fatal("sweep deleted an image of another builder")
@@ -1013,5 +1037,39 @@ func TestAskedUploadRetriesAtOnce(t *testing.T) {
 	size, _ := b.File("qcow2")
 	if len(sent) == 0 || sent[len(sent)-1] != size.Size {
 		t.Errorf("progress reported %v, want it to end at %d bytes", sent, size.Size)
+	}
+}
+
+// TestUploadStatsdNames: an upload that becomes ready sends nodepool's
+// image_update timer and counter to a real UDP socket; a failed one sends
+// nothing, as in nodepool.
+func TestUploadStatsdNames(t *testing.T) {
+	f := newFixture(t)
+	sd := testenv.NewStatsd(t)
+	m, err := metrics.New(metrics.Options{Getenv: sd.Getenv("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	f.metrics = m
+	f.newUploader()
+	f.clouds["b"].failUpload = 1
+	f.addBuild("debian", "qcow2", "raw")
+	if err := f.step(context.Background()); err == nil {
+		t.Fatal("the upload to b did not fail")
+	}
+	want := []string{"nodepool.image_update.debian.a:*", "nodepool.image_update.debian.a:1|c"}
+	got := sd.Wait(t, 5*time.Second, want...)
+	if extra := sd.Quiet(200 * time.Millisecond); len(got) != 2 || len(extra) > 0 {
+		t.Fatalf("statsd lines = %q then %q, want only %q", got, extra, want)
+	}
+	for _, l := range got {
+		if strings.HasSuffix(l, "|c") {
+			continue
+		}
+		ms, ok := strings.CutSuffix(strings.TrimPrefix(l, "nodepool.image_update.debian.a:"), "|ms")
+		if _, err := strconv.Atoi(ms); !ok || err != nil {
+			t.Errorf("timer line %q: want <ms>|ms", l)
+		}
 	}
 }

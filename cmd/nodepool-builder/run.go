@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/webapp"
 )
@@ -75,6 +76,12 @@ func runBuilder(c *cli.Context) error {
 			}
 		}()
 	}
+	// Statsd as nodepool's builder takes it: from STATSD_HOST and STATSD_PORT.
+	m, err := metrics.New(metrics.Options{Getenv: os.Getenv, Logger: log})
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	defer m.Close()
 	b, err := builder.New(ctx, builder.Options{
 		Config:        cfg,
 		Store:         st,
@@ -83,6 +90,7 @@ func runBuilder(c *cli.Context) error {
 		BuildWorkers:  c.Int("build-workers"),
 		Load:          func() (*config.Config, error) { return config.Load(cfg.Path) },
 		Reload:        reload,
+		Metrics:       m,
 	})
 	if err != nil {
 		if errors.Is(err, builder.ErrConfig) {

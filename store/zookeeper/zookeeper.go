@@ -200,6 +200,9 @@ func (b *Backend) Close() error {
 	return nil
 }
 
+// Connected tells whether the session with the cluster is up now.
+func (b *Backend) Connected() bool { return b.conn.State() == zk.StateHasSession }
+
 // Requests is how many requests this backend sent to ZooKeeper.
 func (b *Backend) Requests() int64 { return b.requests.Load() }
 

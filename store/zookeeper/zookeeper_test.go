@@ -136,6 +136,9 @@ func TestSessionExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !cut.Connected() {
+		t.Error("Connected is false with a session")
+	}
 
 	p.Down()
 	// The lock is free once the server expired the session.
@@ -155,6 +158,9 @@ func TestSessionExpiry(t *testing.T) {
 	case <-held.Lost():
 	case <-time.After(30 * time.Second):
 		t.Fatal("the lock of an expired session was not reported lost")
+	}
+	if cut.Connected() {
+		t.Error("Connected is true while cut off")
 	}
 	cur, err := o.Build(ctx, old.ID)
 	if err != nil {
@@ -186,6 +192,9 @@ func TestSessionExpiry(t *testing.T) {
 		}
 	}
 	seen("changes made while cut off", func(bs []store.Build) bool { return len(bs) == 1 && bs[0].ID == made.ID })
+	if !cut.Connected() {
+		t.Error("Connected is false after the new session")
+	}
 	later, err := o.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceDIB})
 	if err != nil {
 		t.Fatal(err)

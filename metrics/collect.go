@@ -1,0 +1,134 @@
+package metrics
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// stateReadTimeout bounds the read of the state at a scrape.
+const stateReadTimeout = 10 * time.Second
+
+var (
+	buildsDesc = prometheus.NewDesc("nodepool_builder_builds",
+		"Builds in the state, by image, source (dib, zuul) and state.", []string{"image", "source", "state"}, nil)
+	uploadsDesc = prometheus.NewDesc("nodepool_builder_uploads",
+		"Uploads in the state, by image, provider and state.", []string{"image", "provider", "state"}, nil)
+	uploadAgeDesc = prometheus.NewDesc("nodepool_builder_upload_age_seconds",
+		"Age of the newest ready upload of an image in a provider.", []string{"image", "provider"}, nil)
+	stateUpDesc = prometheus.NewDesc("nodepool_builder_state_up",
+		"1 when the state could be read at this scrape, 0 when not (the counts are then missing).", nil, nil)
+	gearmanDesc = prometheus.NewDesc("nodepool_builder_gearman_connected",
+		"1 while connected to the gearman server, 0 when not.", []string{"server"}, nil)
+	zookeeperDesc = prometheus.NewDesc("nodepool_builder_zookeeper_connected",
+		"1 while the ZooKeeper session is up, 0 when not.", nil, nil)
+)
+
+var (
+	buildStates  = []store.State{store.Building, store.Ready, store.Deleting, store.Failed}
+	uploadStates = []store.State{store.Uploading, store.Ready, store.Deleting, store.Failed}
+)
+
+// stateCollector reads the builds and uploads at every scrape: the gauges are
+// those of the state now, whoever changed it.
+type stateCollector struct{ m *Metrics }
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- buildsDesc
+	ch <- uploadsDesc
+	ch <- uploadAgeDesc
+	ch <- stateUpDesc
+}
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	read := c.m.state
+	c.m.mu.Unlock()
+	if read == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), stateReadTimeout)
+	defer cancel()
+	builds, uploads, err := read(ctx)
+	if err != nil {
+		c.m.log.Warn("metrics: cannot read the state", "error", err)
+		ch <- prometheus.MustNewConstMetric(stateUpDesc, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(stateUpDesc, prometheus.GaugeValue, 1)
+
+	type buildKey struct {
+		image  string
+		source store.Source
+	}
+	nb := map[buildKey]map[store.State]int{}
+	for _, b := range builds {
+		k := buildKey{b.Image, b.Source}
+		if nb[k] == nil {
+			nb[k] = map[store.State]int{}
+		}
+		nb[k][b.State]++
+	}
+	for k, byState := range nb {
+		// Every state of a known image, zeros included, so that an alert on
+		// "failed > 0" sees the series go back to 0.
+		for _, s := range buildStates {
+			ch <- prometheus.MustNewConstMetric(buildsDesc, prometheus.GaugeValue, float64(byState[s]), k.image, string(k.source), string(s))
+		}
+	}
+
+	type uploadKey struct{ image, provider string }
+	nu := map[uploadKey]map[store.State]int{}
+	newest := map[uploadKey]time.Time{}
+	for _, u := range uploads {
+		k := uploadKey{u.Image, u.Provider}
+		if nu[k] == nil {
+			nu[k] = map[store.State]int{}
+		}
+		nu[k][u.State]++
+		if u.State == store.Ready && u.StateTime.After(newest[k]) {
+			newest[k] = u.StateTime
+		}
+	}
+	for k, byState := range nu {
+		for _, s := range uploadStates {
+			ch <- prometheus.MustNewConstMetric(uploadsDesc, prometheus.GaugeValue, float64(byState[s]), k.image, k.provider, string(s))
+		}
+	}
+	now := time.Now()
+	for k, t := range newest {
+		ch <- prometheus.MustNewConstMetric(uploadAgeDesc, prometheus.GaugeValue, now.Sub(t).Seconds(), k.image, k.provider)
+	}
+}
+
+// linkCollector reads the connections to gearman and ZooKeeper at every scrape.
+type linkCollector struct{ m *Metrics }
+
+func (c linkCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- gearmanDesc
+	ch <- zookeeperDesc
+}
+
+func (c linkCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	gearman, zk := c.m.gearman, c.m.zookeeper
+	c.m.mu.Unlock()
+	if gearman != nil {
+		for _, l := range gearman() {
+			ch <- prometheus.MustNewConstMetric(gearmanDesc, prometheus.GaugeValue, b2f(l.Connected), l.Server)
+		}
+	}
+	if zk != nil {
+		ch <- prometheus.MustNewConstMetric(zookeeperDesc, prometheus.GaugeValue, b2f(zk()))
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
