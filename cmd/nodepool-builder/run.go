@@ -108,7 +108,8 @@ func runBuilder(c *cli.Context) error {
 		return nil
 	}
 	if cfg.Webapp != nil {
-		stopWeb, err := serveWebapp(ctx, log, cfg, webapp.Options{Store: st, Config: b.Config, Health: b.Health, Logger: log})
+		stopWeb, err := serveWebapp(ctx, log, cfg, webapp.Options{Store: st, Config: b.Config, Health: b.Health,
+			Metrics: m.Handler(), Logger: log})
 		if err != nil {
 			return err
 		}

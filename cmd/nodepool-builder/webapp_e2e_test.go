@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/metrics/metricstest"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
@@ -57,10 +59,18 @@ func TestStatusPagesOfARunningDaemon(t *testing.T) {
 	}
 	held.Close()
 
-	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
 	d := startDaemon(t, e.cfgPath)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	d.waitLog(t, 10*time.Second, "url="+base+"/")
+	// Before any build: the state is read, and nothing is uploaded yet.
+	before := metricstest.ScrapeURL(t, base+"/metrics")
+	if v, ok := before.Value("nodepool_builder_state_up"); !ok || v != 1 {
+		t.Fatalf("nodepool_builder_state_up = %v %v before any build, want 1", v, ok)
+	}
+	if v, ok := before.Value("nodepool_builder_uploads", "image", "debian", "provider", "cloud-q", "state", "ready"); ok && v != 0 {
+		t.Fatalf("ready uploads before any build: %v", v)
+	}
+	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
 	waitFor(t, 60*time.Second, "both uploads ready", func() bool {
 		n := 0
 		for _, u := range e.uploadsJSON() {
@@ -105,12 +115,47 @@ func TestStatusPagesOfARunningDaemon(t *testing.T) {
 		}, d.logs.String)
 	}
 
+	// The metrics followed: both uploads counted ready, their bytes and
+	// durations, the download, the poll.
+	after := metricstest.ScrapeURL(t, base+"/metrics")
+	for _, p := range []string{"cloud-q", "cloud-r"} {
+		if v, _ := after.Value("nodepool_builder_uploads", "image", "debian", "provider", p, "state", "ready"); v != 1 {
+			t.Errorf("ready uploads of debian in %s = %v, want 1", p, v)
+		}
+		if v, _ := after.Value("nodepool_builder_uploaded_bytes_total", "image", "debian", "provider", p); v <= 0 {
+			t.Errorf("uploaded bytes of debian to %s = %v, want > 0", p, v)
+		}
+		if v, _ := after.Value("nodepool_builder_upload_duration_seconds", "image", "debian", "provider", p, "state", "ready"); v != 1 {
+			t.Errorf("upload durations of debian to %s counted %v, want 1", p, v)
+		}
+		if v, ok := after.Value("nodepool_builder_upload_age_seconds", "image", "debian", "provider", p); !ok || v < 0 {
+			t.Errorf("age of the newest ready upload of debian in %s = %v %v", p, v, ok)
+		}
+	}
+	if v, _ := after.Value("nodepool_builder_last_successful_poll_timestamp_seconds", "image", "debian"); v < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Errorf("last successful poll of debian at %v, want within the last minute", v)
+	}
+
 	code, page := httpGet(t, base+"/")
 	for _, w := range []string{`<td class="name">debian</td>`, `cloud-q: <span class="state ok"`,
 		`cloud-r: <span class="state ok"`} {
 		if code != 200 || !strings.Contains(page, w) {
 			t.Errorf("/ lacks %q (%d):\n%s", w, code, page)
 		}
+	}
+	// A real browser renders the page: the tables are in the DOM it built,
+	// and its screenshot has their text drawn.
+	br := testenv.NewBrowser(t)
+	dom := br.DOM(t, base+"/")
+	for _, w := range []string{"<th>Image</th>", "<th>Newest ready build</th>", `<td class="name">debian</td>`,
+		"Nothing is being built, fetched or uploaded.", "Nothing failed."} {
+		if !strings.Contains(dom, w) {
+			t.Errorf("the browser's DOM of / lacks %q:\n%s", w, dom)
+		}
+	}
+	shot := br.Screenshot(t, base+"/", filepath.Join(e.dir, "status.png"), 1280, 800)
+	if n := testenv.DarkPixels(shot); n < 2000 {
+		t.Errorf("the screenshot of / has %d dark pixels: its text was not drawn", n)
 	}
 	if code, body := httpGet(t, base+"/healthz"); code != 200 || body != "ok\n" {
 		t.Fatalf("/healthz of a working daemon: %d %q", code, body)

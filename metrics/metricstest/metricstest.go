@@ -3,6 +3,7 @@
 package metricstest
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -23,8 +24,27 @@ func Scrape(t testing.TB, h http.Handler) Families {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
 	}
+	return parse(t, rec.Body)
+}
+
+// ScrapeURL gets the metrics at url, as Prometheus scrapes a running daemon.
+func ScrapeURL(t testing.TB, url string) Families {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: %s", url, resp.Status)
+	}
+	return parse(t, resp.Body)
+}
+
+func parse(t testing.TB, r io.Reader) Families {
+	t.Helper()
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(rec.Body)
+	fams, err := p.TextToMetricFamilies(r)
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}
