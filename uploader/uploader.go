@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -48,7 +49,10 @@ type Options struct {
 	// Progress, when set, is told how far each upload's data has gone, at most
 	// once a second per upload.
 	Progress func(j Job, sent, total int64)
-	Now      func() time.Time
+	// Tracker, when set, holds a task for each upload attempt while its data is
+	// sent, "<build> to <provider>".
+	Tracker *progress.Tracker
+	Now     func() time.Time
 }
 
 // Uploader runs the upload lifecycle of one config. Its methods are steps that
