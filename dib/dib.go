@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -49,6 +50,9 @@ type Options struct {
 	CheckInterval time.Duration
 	// QemuImg checks what DIB made; empty means "qemu-img" from PATH.
 	QemuImg string
+	// Progress, when set, holds a task for each build while DIB runs, its note
+	// the step DIB is at.
+	Progress *progress.Tracker
 }
 
 // Builder builds the diskimages of a config, one at a time. Its methods are
