@@ -458,6 +458,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 			SHA256: sha,
 			MD5:    md5,
 			Size:   declaredSize(c),
+			Label:  b.Name() + "." + format,
 		})
 		switch {
 		case errors.Is(err, artifacts.ErrTooLarge):
