@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -84,6 +85,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.IntFlag{Name: "upload-workers", Usage: "concurrent uploads (default: builder.upload-workers, 4)"},
 			&cli.IntFlag{Name: "build-workers", Value: 1, Usage: "concurrent diskimage-builder builds"},
 			&cli.BoolFlag{Name: "once", Usage: "do every due step once (poll, fetch, build, upload, retain, delete, sweep), then exit"},
+			// How often a progress line is logged per running task; tests shorten it.
+			&cli.DurationFlag{Name: "progress-interval", Value: 30 * time.Second, Hidden: true},
 		}, refusedFlags()...),
 		ExitErrHandler: func(*cli.Context, error) {},
 		Before:         checkFlags,
@@ -190,6 +193,11 @@ func version() string {
 var buildVersion string
 
 func newLogger(c *cli.Context) (*slog.Logger, error) {
+	return newLoggerTo(c, c.App.ErrWriter)
+}
+
+// newLoggerTo is newLogger writing to w.
+func newLoggerTo(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 	level := slog.LevelInfo
 	if c.Bool("debug") {
 		level = slog.LevelDebug
@@ -197,9 +205,9 @@ func newLogger(c *cli.Context) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch f := c.String("log-format"); f {
 	case "text":
-		return slog.New(slog.NewTextHandler(c.App.ErrWriter, opts)), nil
+		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(c.App.ErrWriter, opts)), nil
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	default:
 		return nil, withCode(exitUsage, fmt.Errorf("--log-format %q: use text or json", f))
 	}
