@@ -148,6 +148,9 @@ func checkFlags(c *cli.Context) error {
 			return withCode(exitUsage, errors.New(refused[name]))
 		}
 	}
+	if c.Duration("progress-interval") <= 0 {
+		return withCode(exitUsage, fmt.Errorf("--progress-interval %s: give a duration above 0", c.Duration("progress-interval")))
+	}
 	for _, name := range []string{"upload-workers", "build-workers"} {
 		if c.IsSet(name) && c.Int(name) < 1 {
 			return withCode(exitUsage, fmt.Errorf("--%s %d: give 1 or more", name, c.Int(name)))
