@@ -1,6 +1,7 @@
 package artifacts
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
+	"github.com/nodepool-builder/nodepool-builder/progress"
 )
 
 const (
@@ -26,7 +28,6 @@ const (
 	defaultStallTimeout = 60 * time.Second
 	defaultBackoff      = time.Second
 	maxBackoff          = 5 * time.Minute
-	progressInterval    = 10 * time.Second
 	// copyBufferSize is the chunk size of the transfer; memory use per download is a small
 	// multiple of it (plus the zstd window), whatever the image size.
 	copyBufferSize = 256 << 10
@@ -84,8 +85,11 @@ type Fetcher struct {
 	// uses a copy that follows redirects only on http and https, never from https to http,
 	// and at most 10 of them; the client's own CheckRedirect, if any, is asked after that.
 	HTTPClient *http.Client
-	// Logger receives progress and retry messages; nil means slog.Default().
+	// Logger receives retry messages; nil means slog.Default().
 	Logger *slog.Logger
+	// Progress, when set, holds a task for each download while it runs: the bytes
+	// of the file as served (compressed ones too) against its length.
+	Progress *progress.Tracker
 	// Attempts is how many times a download is tried; 0 means 5.
 	Attempts int
 	// StallTimeout aborts an attempt that receives no data for this long; 0 means 60s.
@@ -100,8 +104,6 @@ type Fetcher struct {
 	// 0 means DefaultConnections, 1 a single stream.
 	Connections int
 
-	// progressEvery is the interval of progress messages; 0 means progressInterval.
-	progressEvery time.Duration
 	// rangedMin is the smallest file fetched in ranges; 0 means rangedMin.
 	rangedMin int64
 	// fastStream is the rate, in bytes a second, at which one stream is fast enough
@@ -134,6 +136,9 @@ type Request struct {
 	// Size is the length of the uncompressed file as the artifact declares it, or 0 when
 	// unknown. When set, the image must be exactly this long.
 	Size int64
+	// Label names the download in progress reports, e.g. "<image>-<build_id>.<format>";
+	// empty means Key. Never the URL: it may carry a token or a signature.
+	Label string
 }
 
 // Result describes a finished download.
@@ -203,6 +208,8 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	if req.Size > 0 {
 		d.limit, d.bound = req.Size, fmt.Sprintf("the declared size of %d bytes", req.Size)
 	}
+	d.task = f.Progress.Start(progress.Download, cmp.Or(req.Label, req.Key), 0)
+	defer d.task.End()
 	return d.run(ctx)
 }
 
@@ -283,6 +290,7 @@ type download struct {
 	comp    string
 	limit   int64  // the most bytes the uncompressed image may have
 	bound   string // what limit is, for messages
+	task    *progress.Task
 	// single is set once ranges failed on this server: the rest of the Fetch uses one
 	// stream.
 	single bool
@@ -652,6 +660,8 @@ func (a *attempt) get(offset int64) (*http.Response, error) {
 // verifyPartial runs a partial download found complete through the pipeline.
 func (a *attempt) verifyPartial(size int64) (sums, error) {
 	a.d.log.Info("partial download is complete; verifying", "bytes", size)
+	a.d.task.SetTotal(size)
+	a.d.task.Set(size)
 	rm := a.d.room(size, 0)
 	if err := rm.check(); err != nil {
 		return sums{}, err
@@ -672,8 +682,10 @@ func (a *attempt) copy(resp *http.Response, offset int64) (sums, error) {
 		return sums{}, err
 	}
 	a.offset.Store(offset)
+	d.task.Set(offset)
 	if resp.ContentLength >= 0 {
 		a.total.Store(offset + resp.ContentLength)
+		d.task.SetTotal(offset + resp.ContentLength)
 	}
 	flag := os.O_WRONLY
 	if offset == 0 {
@@ -712,6 +724,7 @@ func (a *attempt) copy(resp *http.Response, offset int64) (sums, error) {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
 			a.netBytes.Add(int64(n))
+			d.task.Add(int64(n))
 			a.touch()
 			if _, werr := pw.Write(buf[:n]); werr != nil {
 				cerr = werr // the pipeline's own error
@@ -803,15 +816,13 @@ func acceptsRanges(h http.Header) bool {
 	return false
 }
 
-// monitor cancels the attempt when no data arrives for the stall timeout, and logs
-// progress now and then.
+// monitor cancels the attempt when no data arrives for the stall timeout. Progress is
+// the tracker's to report.
 func (a *attempt) monitor(stop <-chan struct{}, cancel context.CancelFunc) {
 	stall := a.d.stallTimeout()
-	every := a.d.progressEvery()
-	tick := max(min(time.Second, stall/4, every), 10*time.Millisecond)
+	tick := max(min(time.Second, stall/4), 10*time.Millisecond)
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	lastLog, lastBytes := time.Now(), int64(0)
 	for {
 		select {
 		case <-stop:
@@ -822,22 +833,8 @@ func (a *attempt) monitor(stop <-chan struct{}, cancel context.CancelFunc) {
 				cancel()
 				return
 			}
-			if elapsed := now.Sub(lastLog); elapsed >= every {
-				n := a.netBytes.Load()
-				a.d.log.Info("download progress", "url", a.d.url,
-					"done", a.offset.Load()+n, "total", a.total.Load(),
-					"bytes_per_second", int64(float64(n-lastBytes)/elapsed.Seconds()))
-				lastLog, lastBytes = now, n
-			}
 		}
 	}
-}
-
-func (d *download) progressEvery() time.Duration {
-	if d.f.progressEvery > 0 {
-		return d.f.progressEvery
-	}
-	return progressInterval
 }
 
 // contentRangeStart parses the first byte position of "bytes N-M/T".

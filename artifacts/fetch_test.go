@@ -27,6 +27,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/progress"
 )
 
 // testImage returns size bytes that compress to roughly half, so a compressed stream
@@ -659,39 +660,57 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-func TestFetchLogsProgress(t *testing.T) {
-	const chunks, chunk = 20, 16 << 10
+func TestFetchTracksProgress(t *testing.T) {
+	// The server sends a chunk, then waits until the tracker shows it before the next:
+	// Done grows while the download runs, whatever the machine's speed.
+	const chunks, chunk = 5, 16 << 10
+	shown := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(chunks*chunk))
 		for range chunks {
 			w.Write(make([]byte, chunk))
 			w.(http.Flusher).Flush()
-			time.Sleep(15 * time.Millisecond)
+			select {
+			case <-shown:
+			case <-r.Context().Done():
+				return
+			}
 		}
 	}))
 	defer srv.Close()
-	var logs lockedBuffer
+	tr := progress.NewTracker()
 	f := testFetcher(t)
-	f.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	f.progressEvery = 50 * time.Millisecond
-	if _, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/slow.raw", Dest: filepath.Join(t.TempDir(), "slow"), Key: "slow.raw"}); err != nil {
+	f.Progress = tr
+	f.Connections = 1
+	errc := make(chan error, 1)
+	go func() {
+		_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw?token=secret", Dest: filepath.Join(t.TempDir(), "img"),
+			Key: "img-0001.raw.part", Label: "img-0001.raw"})
+		errc <- err
+	}()
+	for i := range chunks {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			run := tr.Running()
+			if len(run) == 1 && run[0].Done >= int64((i+1)*chunk) {
+				s := run[0]
+				if s.Kind != progress.Download || s.Subject != "img-0001.raw" || s.Total != chunks*chunk {
+					t.Fatalf("task = %+v, want a download of img-0001.raw of %d bytes", s, chunks*chunk)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after chunk %d the tracker shows %+v, want one task with %d bytes done", i+1, run, (i+1)*chunk)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		shown <- struct{}{}
+	}
+	if err := <-errc; err != nil {
 		t.Fatalf("Fetch: %v", err)
 	}
-	var progress []string
-	for _, line := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(line, `msg="download progress"`) {
-			progress = append(progress, line)
-		}
-	}
-	// About 300ms of transfer at one message per 50ms.
-	if len(progress) < 2 || len(progress) > 10 {
-		t.Fatalf("%d progress messages, want a few:\n%s", len(progress), logs.String())
-	}
-	want := []string{"key=slow.raw", "total=" + strconv.Itoa(chunks*chunk), "done=", "bytes_per_second="}
-	for _, w := range want {
-		if !strings.Contains(progress[0], w) {
-			t.Errorf("progress message %q lacks %q", progress[0], w)
-		}
+	if run := tr.Running(); len(run) != 0 {
+		t.Errorf("tasks after the download: %+v, want none", run)
 	}
 }
 
@@ -1179,7 +1198,6 @@ func TestFetchRedactsSecrets(t *testing.T) {
 				f := testFetcher(t)
 				f.Attempts = 2
 				f.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-				f.progressEvery = time.Millisecond
 				_, err := f.Fetch(context.Background(), Request{URL: u, Dest: filepath.Join(t.TempDir(), "img.raw"), Key: "img.raw", SHA256: tt.sha})
 				if (err != nil) != tt.wantErr {
 					t.Fatalf("Fetch error = %v, want an error: %v", err, tt.wantErr)

@@ -404,6 +404,8 @@ func (d *download) ranged(ctx context.Context, st *rangeState, lead *http.Respon
 			pending = append(pending, i)
 		}
 	}
+	d.task.SetTotal(st.Size)
+	d.task.Set(resumed)
 	front := r.front()
 	rm := d.room(front, st.Size-front)
 	if err := rm.check(); err != nil {
@@ -481,17 +483,15 @@ func (r *rangeRun) save() {
 	}
 }
 
-// watch saves the state of the ranges and logs progress now and then, until stop closes.
+// watch saves the state of the ranges now and then, until stop closes.
 func (r *rangeRun) watch(stop <-chan struct{}) {
 	every := r.d.f.stateEvery
 	if every <= 0 {
 		every = stateInterval
 	}
-	progress := r.d.progressEvery()
-	save, log := time.NewTicker(every), time.NewTicker(progress)
+	save := time.NewTicker(every)
 	defer save.Stop()
-	defer log.Stop()
-	last, lastNet, lastTime := r.done(), r.net.Load(), time.Now()
+	last := r.done()
 	for {
 		select {
 		case <-stop:
@@ -501,11 +501,6 @@ func (r *rangeRun) watch(stop <-chan struct{}) {
 				r.save()
 				last = done
 			}
-		case now := <-log.C:
-			n := r.net.Load()
-			r.d.log.Info("download progress", "url", r.d.url, "done", r.done(), "total", r.st.Size,
-				"bytes_per_second", int64(float64(n-lastNet)/now.Sub(lastTime).Seconds()))
-			lastNet, lastTime = n, now
 		}
 	}
 }
@@ -674,6 +669,7 @@ func (r *rangeRun) get(ctx context.Context, s *liveSpan, lead *http.Response, bu
 	body := &activityReader{r: resp.Body, touch: func(n int) {
 		timer.Reset(stall)
 		r.net.Add(int64(n))
+		d.task.Add(int64(n))
 	}}
 	// buf holds the n bytes from pos that arrived but are not written yet: never more than
 	// the part of a sparse block, so that whole blocks of zeros are seen whole, yet what

@@ -70,7 +70,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 			return nil, fmt.Errorf("%w: zuul-image %s: %w", ErrConfig, zi.Name, err)
 		}
 		fetchers[zi.Name] = &artifacts.Fetcher{PartialDir: b.store.PartialDir(), HTTPClient: hc, Logger: b.log,
-			MaxSize: cfg.Builder.MaxImageSize, Connections: cfg.Builder.DownloadConnections}
+			MaxSize: cfg.Builder.MaxImageSize, Connections: cfg.Builder.DownloadConnections, Progress: b.opts.Progress}
 		client, err := zuulapi.New(zuulapi.Options{
 			APIURL:     zi.APIURL,
 			Tenant:     zi.Tenant,
@@ -102,6 +102,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 				Slots:         b.buildSlots,
 				CheckInterval: b.opts.Intervals.DIBCheck,
 				Metrics:       b.opts.Metrics,
+				Progress:      b.opts.Progress,
 			}),
 		},
 		uploader: uploader.New(uploader.Options{
@@ -113,6 +114,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 			CleanupGrace: b.opts.CleanupGrace,
 			Progress:     b.uploadProgress,
 			Metrics:      b.opts.Metrics,
+			Tracker:      b.opts.Progress,
 		}),
 	}, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/poller"
+	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 )
@@ -89,6 +90,9 @@ type Options struct {
 	// Metrics records what the builder does and reads its state at scrapes;
 	// nil: nothing is recorded.
 	Metrics *metrics.Metrics
+	// Progress, when set, holds the downloads, uploads and builds while they
+	// run; the daemon also leaves them in the images-dir for image-status.
+	Progress *progress.Tracker
 }
 
 // Builder runs the sources and the upload lifecycle of one images-dir.
@@ -252,6 +256,9 @@ func (b *Builder) Run(ctx context.Context) error {
 	})
 	if b.opts.Load != nil {
 		wg.Go(func() { b.watchConfig(ctx, sources) })
+	}
+	if b.opts.Progress != nil {
+		wg.Go(func() { b.writeProgress(ctx) })
 	}
 	if len(b.cur.Load().cfg.Builder.GearmanServers) > 0 {
 		g := newGearmanService(b)

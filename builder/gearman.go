@@ -69,6 +69,7 @@ type gearmanService struct {
 	recent   []GearmanJob              // newest last
 	progress map[string][]*gearman.Job // by upload key: jobs told how the upload goes
 	changed  chan struct{}             // the status changed: write it
+	file     *statusFile
 }
 
 func newGearmanService(b *Builder) *gearmanService {
@@ -81,6 +82,7 @@ func newGearmanService(b *Builder) *gearmanService {
 		changed:  make(chan struct{}, 1),
 		deleted:  map[string]deletedBuild{},
 	}
+	g.file = &statusFile{store: b.store, part: gearmanStatusPart, log: g.log}
 	var servers []gearman.Server
 	for _, s := range cfg.Builder.GearmanServers {
 		servers = append(servers, gearman.Server{Host: s.Host, Port: s.Port})

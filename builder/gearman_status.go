@@ -1,11 +1,7 @@
 package builder
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"os"
 	"time"
 
@@ -14,10 +10,6 @@ import (
 
 // gearmanStatusPart names the gearman status file in the images-dir.
 const gearmanStatusPart = "gearman"
-
-// gearmanStatusEvery is how often the status file is written while nothing
-// changes, so that its time says the daemon is alive.
-const gearmanStatusEvery = 30 * time.Second
 
 // GearmanStatus is what the daemon's gearman worker is doing, as it leaves it
 // in the images-dir for image-status.
@@ -58,7 +50,7 @@ type GearmanJob struct {
 // status is the service's status now.
 func (g *gearmanService) status(serving bool) GearmanStatus {
 	ws := g.w.Status()
-	s := GearmanStatus{Updated: time.Now().UTC(), PID: os.Getpid(), Serving: serving,
+	s := GearmanStatus{PID: os.Getpid(), Serving: serving,
 		Functions: len(ws.Functions), Served: ws.Served, Failed: ws.Failed}
 	for _, srv := range ws.Servers {
 		s.Servers = append(s.Servers, GearmanServerStatus{Address: srv.Address, Connected: srv.Connected && serving,
@@ -74,66 +66,33 @@ func (g *gearmanService) status(serving bool) GearmanStatus {
 }
 
 // writeStatus keeps the status file fresh until ctx ends: at once when a job
-// ends, else when what it says changed, and every gearmanStatusEvery anyway.
+// ends, else when what it says changed.
 func (g *gearmanService) writeStatus(ctx context.Context) {
-	var last []byte
-	var written time.Time
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
+	g.file.keep(ctx, g.changed, func() stamped {
 		s := g.status(true)
-		stamp := s.Updated
-		s.Updated = time.Time{}
-		now, _ := json.Marshal(s)
-		if !bytes.Equal(now, last) || time.Since(written) >= gearmanStatusEvery {
-			s.Updated = stamp
-			if err := g.save(s); err != nil {
-				g.log.Warn("could not write the gearman status file", "error", err)
-			}
-			last, written = now, time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-g.changed:
-		case <-t.C:
-		}
-	}
+		return &s
+	})
 }
 
 // saveStatus writes the status once.
 func (g *gearmanService) saveStatus(serving bool) {
-	if err := g.save(g.status(serving)); err != nil {
-		g.log.Warn("could not write the gearman status file", "error", err)
-	}
+	s := g.status(serving)
+	g.file.save(&s)
 }
 
-func (g *gearmanService) save(s GearmanStatus) error {
-	data, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
-	}
-	return g.b.store.WriteStatus(gearmanStatusPart, append(data, '\n'))
-}
+func (s *GearmanStatus) stamp(t time.Time) { s.Updated = t }
 
 // ReadGearmanStatus reads what the daemon last said of its gearman worker;
 // nil when it never said anything.
 func ReadGearmanStatus(st *store.Store) (*GearmanStatus, error) {
-	data, err := os.ReadFile(st.StatusPath(gearmanStatusPart))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
 	var s GearmanStatus
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("read %s: %w", st.StatusPath(gearmanStatusPart), err)
+	if ok, err := readStatus(st, gearmanStatusPart, &s); !ok {
+		return nil, err
 	}
 	return &s, nil
 }
 
 // Stale tells whether the status is too old to be the running daemon's.
 func (s *GearmanStatus) Stale(now time.Time) bool {
-	return !s.Serving || now.Sub(s.Updated) > 3*gearmanStatusEvery
+	return !s.Serving || stale(s.Updated, now)
 }

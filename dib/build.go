@@ -12,6 +12,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
+	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -139,7 +140,11 @@ func (b *Builder) run(ctx context.Context, img *config.DiskImage, rec *store.Bui
 	} else {
 		*rec = withPID
 	}
+	task := b.opts.Progress.Start(progress.Build, rec.Name(), 0)
+	defer task.End()
+	stopSteps := followSteps(logFile, task)
 	o, stopErr := p.wait(ctx, img.BuildTimeout, b.opts.KillGrace)
+	stopSteps()
 	switch {
 	case o.TimedOut:
 		fmt.Fprintf(f, "Build timed out after %s (build-timeout); killed its process group\n", img.BuildTimeout)

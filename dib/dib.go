@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
+	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -52,6 +53,9 @@ type Options struct {
 	QemuImg string
 	// Metrics is told of every finished build; nil: nobody is.
 	Metrics *metrics.Metrics
+	// Progress, when set, holds a task for each build while DIB runs, its note
+	// the step DIB is at.
+	Progress *progress.Tracker
 }
 
 // Builder builds the diskimages of a config, one at a time. Its methods are

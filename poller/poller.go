@@ -464,6 +464,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 			SHA256: sha,
 			MD5:    md5,
 			Size:   declaredSize(c),
+			Label:  b.Name() + "." + format,
 		})
 		p.opts.Metrics.Downloaded(b.Image, res.Downloaded, time.Since(began), err)
 		switch {

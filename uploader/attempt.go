@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -72,7 +73,9 @@ func (a *attempt) run(ctx context.Context) error {
 	}
 	a.log.Info("upload started", "external_id", id, "name", spec.Name, "format", a.file.Format, "bytes", info.Size())
 	start := u.opts.Now()
-	if err := a.cloud.Upload(ctx, id, &progressReader{r: f, size: info.Size(), log: a.log, now: u.opts.Now, last: start,
+	task := u.opts.Tracker.Start(progress.Upload, a.build.Name()+" to "+a.provider.Name, info.Size())
+	defer task.End()
+	if err := a.cloud.Upload(ctx, id, &progressReader{r: f, size: info.Size(), now: u.opts.Now, task: task,
 		report: a.report()}, info.Size()); err != nil {
 		return fmt.Errorf("upload data: %w", waitErr(ctx, err, timeout))
 	}
@@ -154,15 +157,14 @@ func (a *attempt) report() func(sent, total int64) {
 	return func(sent, total int64) { progress(a.job, sent, total) }
 }
 
-// progressReader logs upload progress at most every 30 seconds, and reports it
+// progressReader counts the bytes sent on the attempt's task, and reports them
 // at most every second.
 type progressReader struct {
 	r    *os.File
 	size int64
 	done int64
-	log  *slog.Logger
 	now  func() time.Time
-	last time.Time
+	task *progress.Task
 	// report, when set, is told the bytes sent; lastReport is when it was last.
 	report     func(sent, total int64)
 	lastReport time.Time
@@ -171,18 +173,11 @@ type progressReader struct {
 func (p *progressReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
 	p.done += int64(n)
+	p.task.Add(int64(n))
 	t := p.now()
 	if p.report != nil && (t.Sub(p.lastReport) >= time.Second || err != nil) {
 		p.lastReport = t
 		p.report(p.done, p.size)
-	}
-	if t.Sub(p.last) >= 30*time.Second {
-		p.last = t
-		pct := 0.0
-		if p.size > 0 {
-			pct = float64(p.done) * 100 / float64(p.size)
-		}
-		p.log.Info("upload progress", "bytes", p.done, "total", p.size, "percent", fmt.Sprintf("%.0f", pct))
 	}
 	return n, err
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
+	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -49,7 +50,10 @@ type Options struct {
 	// Progress, when set, is told how far each upload's data has gone, at most
 	// once a second per upload.
 	Progress func(j Job, sent, total int64)
-	Now      func() time.Time
+	// Tracker, when set, holds a task for each upload attempt while its data is
+	// sent, "<build> to <provider>".
+	Tracker *progress.Tracker
+	Now     func() time.Time
 	// Metrics is told of uploads, deletes and sweeps; nil: nobody is.
 	Metrics *metrics.Metrics
 }

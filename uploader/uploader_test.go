@@ -22,6 +22,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/metrics/metricstest"
+	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
@@ -39,6 +40,8 @@ type fakeCloud struct {
 	unreachable bool
 	creates     int
 	deletes     []string
+	// sent, when set, is called once an upload's data has been read.
+	sent func()
 }
 
 func newFakeCloud() *fakeCloud {
@@ -69,6 +72,9 @@ func (c *fakeCloud) Upload(_ context.Context, id string, r io.Reader, size int64
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return err
+	}
+	if c.sent != nil {
+		c.sent()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -299,6 +305,31 @@ func TestUploadEachProviderGetsItsFormat(t *testing.T) {
 	}
 	if f.clouds["a"].creates != 1 || f.clouds["b"].creates != 1 {
 		t.Fatalf("second step created images: a=%d b=%d", f.clouds["a"].creates, f.clouds["b"].creates)
+	}
+}
+
+func TestUploadHasAProgressTask(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.Providers = f.cfg.Providers[:1]
+	delete(f.clouds, "b")
+	tr := progress.NewTracker()
+	f.newUploader()
+	f.up.opts.Tracker = tr
+	var during []progress.Status
+	f.clouds["a"].sent = func() { during = tr.Running() }
+	b := f.addBuild("debian", "qcow2")
+	if err := f.step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	file, _ := b.File("qcow2")
+	if len(during) != 1 {
+		t.Fatalf("tasks while the data was sent: %+v, want one", during)
+	}
+	if s := during[0]; s.Kind != progress.Upload || s.Subject != b.Name()+" to a" || s.Total != file.Size || s.Done != file.Size {
+		t.Errorf("task = %+v, want an upload of %s to a with %d of %d bytes", s, b.Name(), file.Size, file.Size)
+	}
+	if run := tr.Running(); len(run) != 0 {
+		t.Errorf("tasks after the upload: %+v, want none", run)
 	}
 }
 

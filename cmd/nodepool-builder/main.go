@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -84,6 +85,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.IntFlag{Name: "upload-workers", Usage: "concurrent uploads (default: builder.upload-workers, 4)"},
 			&cli.IntFlag{Name: "build-workers", Value: 1, Usage: "concurrent diskimage-builder builds"},
 			&cli.BoolFlag{Name: "once", Usage: "do every due step once (poll, fetch, build, upload, retain, delete, sweep), then exit"},
+			// How often a progress line is logged per running task; tests shorten it.
+			&cli.DurationFlag{Name: "progress-interval", Value: 30 * time.Second, Hidden: true},
 		}, refusedFlags()...),
 		ExitErrHandler: func(*cli.Context, error) {},
 		Before:         checkFlags,
@@ -145,6 +148,9 @@ func checkFlags(c *cli.Context) error {
 			return withCode(exitUsage, errors.New(refused[name]))
 		}
 	}
+	if c.Duration("progress-interval") <= 0 {
+		return withCode(exitUsage, fmt.Errorf("--progress-interval %s: give a duration above 0", c.Duration("progress-interval")))
+	}
 	for _, name := range []string{"upload-workers", "build-workers"} {
 		if c.IsSet(name) && c.Int(name) < 1 {
 			return withCode(exitUsage, fmt.Errorf("--%s %d: give 1 or more", name, c.Int(name)))
@@ -190,6 +196,11 @@ func version() string {
 var buildVersion string
 
 func newLogger(c *cli.Context) (*slog.Logger, error) {
+	return newLoggerTo(c, c.App.ErrWriter)
+}
+
+// newLoggerTo is newLogger writing to w.
+func newLoggerTo(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 	level := slog.LevelInfo
 	if c.Bool("debug") {
 		level = slog.LevelDebug
@@ -197,9 +208,9 @@ func newLogger(c *cli.Context) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch f := c.String("log-format"); f {
 	case "text":
-		return slog.New(slog.NewTextHandler(c.App.ErrWriter, opts)), nil
+		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(c.App.ErrWriter, opts)), nil
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	default:
 		return nil, withCode(exitUsage, fmt.Errorf("--log-format %q: use text or json", f))
 	}

@@ -1,27 +1,41 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
+	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/webapp"
 )
 
 // runBuilder is the builder itself: the daemon, or every step once.
 func runBuilder(c *cli.Context) error {
-	log, err := newLogger(c)
+	tracker := progress.NewTracker()
+	// --once on a terminal draws bars, and the log writes above them; elsewhere
+	// progress is a log line per task now and then.
+	var bars *progress.Bars
+	logOut := c.App.ErrWriter
+	if c.Bool("once") && isTerminal(logOut) {
+		bars = progress.NewBars(tracker, logOut)
+		logOut = bars
+	}
+	log, err := newLoggerTo(c, logOut)
 	if err != nil {
 		return err
 	}
@@ -91,6 +105,7 @@ func runBuilder(c *cli.Context) error {
 		Load:          func() (*config.Config, error) { return config.Load(cfg.Path) },
 		Reload:        reload,
 		Metrics:       m,
+		Progress:      tracker,
 	})
 	if err != nil {
 		if errors.Is(err, builder.ErrConfig) {
@@ -100,6 +115,17 @@ func runBuilder(c *cli.Context) error {
 	}
 	log.Info("config loaded", "config", cfg.Path, "diskimages", len(cfg.DiskImages),
 		"zuul_images", len(cfg.ZuulImages), "providers", len(cfg.Providers))
+	pctx, stopProgress := context.WithCancel(ctx)
+	var shown sync.WaitGroup
+	defer func() {
+		stopProgress()
+		shown.Wait()
+	}()
+	if bars != nil {
+		shown.Go(func() { bars.Run(pctx) })
+	} else {
+		shown.Go(func() { tracker.Log(pctx, log, c.Duration("progress-interval")) })
+	}
 	if c.Bool("once") {
 		if err := b.Once(ctx); err != nil {
 			n := len(unjoin(err))
@@ -109,7 +135,7 @@ func runBuilder(c *cli.Context) error {
 	}
 	if cfg.Webapp != nil {
 		stopWeb, err := serveWebapp(ctx, log, cfg, webapp.Options{Store: st, Config: b.Config, Health: b.Health,
-			Metrics: m.Handler(), Logger: log})
+			Progress: tracker, Metrics: m.Handler(), Logger: log})
 		if err != nil {
 			return err
 		}
@@ -118,6 +144,16 @@ func runBuilder(c *cli.Context) error {
 	err = b.Run(ctx)
 	log.Info("stopped")
 	return err
+}
+
+// isTerminal tells whether w is a terminal, where bars can be drawn.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // unjoin lists the errors an errors.Join made.
