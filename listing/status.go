@@ -193,6 +193,11 @@ func WriteImageStatus(w io.Writer, images []Image) {
 // gearman worker.
 func WriteImageStatusText(w io.Writer, st *store.Store, cfg *config.Config, images []Image) error {
 	WriteImageStatus(w, images)
+	ps, err := builder.ReadProgress(st)
+	if err != nil {
+		return fmt.Errorf("read progress status: %w", err)
+	}
+	WriteProgress(w, ps, time.Now())
 	if len(cfg.Builder.GearmanServers) == 0 {
 		return nil
 	}
@@ -202,6 +207,21 @@ func WriteImageStatusText(w io.Writer, st *store.Store, cfg *config.Config, imag
 	}
 	WriteGearmanStatus(w, gs, time.Now())
 	return nil
+}
+
+// WriteProgress prints the long work the daemon runs now, as it last said:
+// nothing when it runs none, or is not running.
+func WriteProgress(w io.Writer, ps *builder.ProgressStatus, now time.Time) {
+	if ps == nil || ps.Stale(now) || len(ps.Tasks) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Running now (daemon pid %d):\n", ps.PID)
+	t := Table{Header: []string{"Kind", "Subject", "Progress", "Age"}}
+	for _, k := range ps.Tasks {
+		t.Add(string(k.Kind), k.Subject, k.Summary(), Age(k.Started))
+	}
+	t.Write(w)
 }
 
 // WriteGearmanStatus prints what the daemon last said of its gearman worker.
