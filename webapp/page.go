@@ -28,6 +28,7 @@ const maxFailures = 50
 type pageData struct {
 	Now      when
 	Builder  string
+	Metrics  bool // /metrics is served
 	Images   []imageRow
 	Failures []failureRow
 	Running  []runningRow
@@ -134,7 +135,7 @@ func (h *handler) pageData(ctx context.Context) (pageData, error) {
 	if err != nil {
 		return pageData{}, err
 	}
-	d := pageData{Now: at(now, now), Builder: st.BuilderID()}
+	d := pageData{Now: at(now, now), Builder: st.BuilderID(), Metrics: h.opts.Metrics != nil}
 
 	// Uploads come by build, newest first, then by provider, newest first: the
 	// first seen of an image in a provider is its newest.

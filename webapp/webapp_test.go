@@ -238,6 +238,9 @@ func TestHealthAndMetrics(t *testing.T) {
 	if code, _, body := get(t, srv.URL+"/metrics"); code != 200 || body != "builds_total 2\n" {
 		t.Errorf("/metrics: %d %q", code, body)
 	}
+	if _, _, page := get(t, srv.URL+"/"); !strings.Contains(page, `<a href="metrics">metrics</a>`) {
+		t.Errorf("/ does not link /metrics, which is served:\n%s", page)
+	}
 	f.st.Close()
 	if code, _, body := get(t, srv.URL+"/healthz"); code != 503 || !strings.Contains(body, "the state does not answer") {
 		t.Errorf("/healthz with the state closed: %d %q", code, body)
@@ -247,6 +250,9 @@ func TestHealthAndMetrics(t *testing.T) {
 	}
 
 	bare := f.server(t, Options{})
+	if _, _, page := get(t, bare.URL+"/"); strings.Contains(page, `href="metrics"`) {
+		t.Errorf("/ links /metrics, which is not served:\n%s", page)
+	}
 	for _, p := range []string{"/healthz", "/metrics"} {
 		if code, _, _ := get(t, bare.URL+p); code != 404 {
 			t.Errorf("%s without its option: %d, want 404", p, code)
