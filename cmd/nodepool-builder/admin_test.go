@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
@@ -68,9 +69,9 @@ func writeAdminConfig(t *testing.T, dir, zuulURL, cloud string) string {
 }
 
 // buildsOf is dib-image-list --json for one image.
-func (e *env) buildsOf(image string) []buildJSON {
+func (e *env) buildsOf(image string) []listing.Build {
 	e.t.Helper()
-	var out []buildJSON
+	var out []listing.Build
 	for _, b := range e.buildsJSON() {
 		if b.Image == image {
 			out = append(out, b)
@@ -106,10 +107,10 @@ func decode[T any](t *testing.T, r result) T {
 }
 
 // status returns image-status --json by image, and the images in the order listed.
-func (e *env) status() (map[string]imageStatusJSON, []string) {
+func (e *env) status() (map[string]listing.ImageJSON, []string) {
 	e.t.Helper()
-	rows := decode[[]imageStatusJSON](e.t, e.must(0, []string{"image-status", "--json"}))
-	byImage := map[string]imageStatusJSON{}
+	rows := decode[[]listing.ImageJSON](e.t, e.must(0, []string{"image-status", "--json"}))
+	byImage := map[string]listing.ImageJSON{}
 	var order []string
 	for _, r := range rows {
 		byImage[r.Image] = r
@@ -192,8 +193,8 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 
 	builds := e.buildsOf("debian")
 	newest, oldest := builds[0], builds[1]
-	var newestR, newestQ uploadJSON
-	var oldestUps []uploadJSON
+	var newestR, newestQ listing.Upload
+	var oldestUps []listing.Upload
 	for _, u := range e.uploadsJSON() {
 		switch {
 		case u.BuildID == oldest.BuildID:
@@ -221,11 +222,11 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 		{[]string{"image-delete", "--provider", "cloud-q", "--image", "dib-image", "--build-id", newest.BuildID, "--upload-id", newestQ.UploadID},
 			exitUsage, []string{"no upload"}},
 	})
-	dr := decode[buildJSON](t, e.must(0, []string{"dib-image-delete", "--json", oldest.ID}))
+	dr := decode[listing.Build](t, e.must(0, []string{"dib-image-delete", "--json", oldest.ID}))
 	if dr.ID != oldest.ID || dr.State != "deleting" {
 		t.Errorf("dib-image-delete --json = %+v, want %s deleting", dr, oldest.ID)
 	}
-	ur := decode[uploadJSON](t, e.must(0, []string{"image-delete", "--json", "--provider", "cloud-r", "--image", "debian",
+	ur := decode[listing.Upload](t, e.must(0, []string{"image-delete", "--json", "--provider", "cloud-r", "--image", "debian",
 		"--build-id", newest.BuildID, "--upload-id", newestR.UploadID}))
 	if ur.ExternalID != newestR.ExternalID || ur.State != "deleting" {
 		t.Errorf("image-delete --json = %+v, want %s deleting", ur, newestR.ExternalID)
@@ -248,7 +249,7 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 	if st, _ := e.status(); st["dib-image"].BuildRequest != nil {
 		t.Fatalf("a refused image-build left a request: %+v", st["dib-image"])
 	}
-	br := decode[imageStatusJSON](t, e.must(0, []string{"image-build", "--json", "dib-image"}))
+	br := decode[listing.ImageJSON](t, e.must(0, []string{"image-build", "--json", "dib-image"}))
 	if br.BuildRequest == nil || *br.BuildRequest != "pending" || br.BuildRequestTime == nil {
 		t.Fatalf("image-build --json = %+v, want a pending request", br)
 	}

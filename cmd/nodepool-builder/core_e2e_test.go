@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
@@ -56,13 +57,13 @@ func (e *env) makeImageSized(seed int64, size int) image {
 }
 
 // readyUpload returns the ready upload of a build to a provider, if any.
-func (e *env) readyUpload(buildID, provider string) (uploadJSON, bool) {
+func (e *env) readyUpload(buildID, provider string) (listing.Upload, bool) {
 	for _, u := range e.uploadsJSON() {
 		if u.BuildID == buildID && u.Provider == provider && u.State == "ready" {
 			return u, true
 		}
 	}
-	return uploadJSON{}, false
+	return listing.Upload{}, false
 }
 
 // zuulUploaded tells whether the store build fetched from a Zuul build has a
@@ -80,13 +81,13 @@ func (e *env) zuulUploaded(zb zuultest.Build, providers ...string) func() bool {
 }
 
 // zuulBuildOf returns the store build fetched from a Zuul build, if any.
-func (e *env) zuulBuildOf(uuid string) (buildJSON, bool) {
+func (e *env) zuulBuildOf(uuid string) (listing.Build, bool) {
 	for _, b := range e.buildsJSON() {
 		if b.ZuulBuildUUID == uuid {
 			return b, true
 		}
 	}
-	return buildJSON{}, false
+	return listing.Build{}, false
 }
 
 const proxiedConfig = `images-dir: {{IMAGES}}
@@ -175,7 +176,7 @@ func TestDaemonUploadsOnceGlanceIsBack(t *testing.T) {
 
 // waitUploaded waits until a build has a ready upload to each provider, then
 // checks that each cloud holds the build's file, in the provider's format.
-func (e *env) waitUploaded(d *daemon, timeout time.Duration, when string, b buildJSON, providers ...string) {
+func (e *env) waitUploaded(d *daemon, timeout time.Duration, when string, b listing.Build, providers ...string) {
 	e.t.Helper()
 	waitFor(e.t, timeout, fmt.Sprintf("uploads of %s to %v %s", b.ID, providers, when), func() bool {
 		for _, p := range providers {
@@ -453,7 +454,7 @@ func (e *env) invariants(latest zuultest.Build) string {
 	ctx := context.Background()
 	builds := e.buildsJSON()
 	uploads := e.uploadsJSON()
-	var newest []buildJSON
+	var newest []listing.Build
 	if b, ok := e.zuulBuildOf(latest.UUID); ok && b.State == "ready" {
 		newest = append(newest, b)
 	} else {

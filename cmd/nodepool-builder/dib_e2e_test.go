@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
@@ -65,7 +66,7 @@ func (e *env) imagesDir() string   { return filepath.Join(e.dir, "images") }
 func (e *env) buildLogDir() string { return filepath.Join(e.dir, "logs", "builds") }
 
 // buildLog returns the DIB log of a build.
-func (e *env) buildLog(b buildJSON) string {
+func (e *env) buildLog(b listing.Build) string {
 	e.t.Helper()
 	data, err := os.ReadFile(filepath.Join(e.buildLogDir(), b.ID+".log"))
 	if err != nil {
@@ -76,7 +77,7 @@ func (e *env) buildLog(b buildJSON) string {
 
 // buildFiles lists what a build has in the images-dir: its formats, their
 // sidecars and DIB's .d directory.
-func (e *env) buildFiles(b buildJSON) []string {
+func (e *env) buildFiles(b listing.Build) []string {
 	e.t.Helper()
 	files, err := filepath.Glob(filepath.Join(e.imagesDir(), b.ID+".*"))
 	if err != nil {
@@ -114,7 +115,7 @@ func (e *env) storeUploads(f store.UploadFilter) []store.Upload {
 
 // checkUploaded fails the test unless the provider holds exactly one active
 // Glance image of the build, in format, whose data is the build's file.
-func (e *env) checkUploaded(provider string, b buildJSON, format string) uploader.Image {
+func (e *env) checkUploaded(provider string, b listing.Build, format string) uploader.Image {
 	e.t.Helper()
 	var mine []uploader.Image
 	for _, img := range e.images(provider) {
@@ -188,7 +189,7 @@ func TestOnceDIBBuildsFollowTheLifecycle(t *testing.T) {
 	}
 
 	// Requested rebuilds rotate as Zuul builds do.
-	all := []buildJSON{b}
+	all := []listing.Build{b}
 	first := append(e.images("cloud-q"), e.images("cloud-r")...)
 	for i := 2; i <= 4; i++ {
 		e.must(0, []string{"image-build", "dib-image"})
@@ -311,7 +312,7 @@ func TestOnceZuulAndDIBImagesWithPostUploadHook(t *testing.T) {
 	if !strings.Contains(r.stderr, "post-upload-hook") || !strings.Contains(r.stderr, "does not boot on cloud-r") {
 		t.Errorf("--once does not report the hook's failure and output:\n%s", r.stderr)
 	}
-	byImage := map[string]buildJSON{}
+	byImage := map[string]listing.Build{}
 	for _, b := range e.buildsJSON() {
 		byImage[b.Image] = b
 	}
@@ -330,7 +331,7 @@ func TestOnceZuulAndDIBImagesWithPostUploadHook(t *testing.T) {
 	}
 
 	// The hook ran for every upload, both sources, as <provider> <external_id> <file>.
-	want := func(provider, id string, b buildJSON, format string) {
+	want := func(provider, id string, b listing.Build, format string) {
 		t.Helper()
 		call := []string{provider, id, filepath.Join(e.imagesDir(), b.ID+"."+format)}
 		if calls := e.hookCalls(); !slices.ContainsFunc(calls, func(c []string) bool { return slices.Equal(c, call) }) {
@@ -489,14 +490,14 @@ providers:
 		return strings.Contains(d.logs.String(), "config loaded")
 	}, d.logs.String)
 	e.must(0, []string{"image-build", "dib-image"})
-	var second buildJSON
+	var second listing.Build
 	waitFor(t, 30*time.Second, "a new build and its upload after image-build", func() bool {
 		builds := e.buildsJSON()
 		if len(builds) != 2 || builds[0].State != "ready" {
 			return false
 		}
 		second = builds[0]
-		return slices.ContainsFunc(e.uploadsJSON(), func(u uploadJSON) bool {
+		return slices.ContainsFunc(e.uploadsJSON(), func(u listing.Upload) bool {
 			return u.BuildID == second.BuildID && u.Provider == "cloud-q" && u.State == "ready"
 		})
 	}, d.logs.String)

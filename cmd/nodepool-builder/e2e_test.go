@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
@@ -203,26 +204,26 @@ func (e *env) glanceData(id string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func (e *env) uploadsJSON() []uploadJSON {
+func (e *env) uploadsJSON() []listing.Upload {
 	e.t.Helper()
 	r := e.run("image-list", "--json")
 	if r.code != 0 {
 		e.t.Fatalf("image-list: %d %s", r.code, r.stderr)
 	}
-	var rows []uploadJSON
+	var rows []listing.Upload
 	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
 		e.t.Fatalf("image-list --json: %v\n%s", err, r.stdout)
 	}
 	return rows
 }
 
-func (e *env) buildsJSON() []buildJSON {
+func (e *env) buildsJSON() []listing.Build {
 	e.t.Helper()
 	r := e.run("dib-image-list", "--json")
 	if r.code != 0 {
 		e.t.Fatalf("dib-image-list: %d %s", r.code, r.stderr)
 	}
-	var rows []buildJSON
+	var rows []listing.Build
 	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
 		e.t.Fatalf("dib-image-list --json: %v\n%s", err, r.stdout)
 	}
@@ -373,7 +374,7 @@ func TestOnceRefusesCorruptArtifact(t *testing.T) {
 		t.Errorf("corrupt build not recorded as failed with its reason: %+v", builds[0])
 	}
 	st := e.run("image-status", "--json")
-	var rows []imageStatusJSON
+	var rows []listing.ImageJSON
 	if err := json.Unmarshal([]byte(st.stdout), &rows); err != nil || len(rows) != 1 {
 		t.Fatalf("image-status --json: %v\n%s", err, st.stdout)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
@@ -313,7 +314,7 @@ builder:
   gearman-unserved-after: 2
 `
 	var cfgs [2]string
-	var builds [2]buildJSON
+	var builds [2]listing.Build
 	base := e.cfgPath
 	for i, host := range []string{"host-a", "host-b"} {
 		image := "img-" + host

@@ -9,13 +9,6 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
-// The --json rows, as the listings (and the status pages) give them.
-type (
-	uploadJSON      = listing.Upload
-	buildJSON       = listing.Build
-	imageStatusJSON = listing.ImageJSON
-)
-
 func imageList(c *cli.Context) error {
 	a, err := openAdmin(c, store.ReadOnly)
 	if err != nil {

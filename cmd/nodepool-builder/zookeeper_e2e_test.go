@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
@@ -434,7 +435,7 @@ func (h *host) builderID(t *testing.T) string {
 }
 
 // holds tells whether the host's images-dir has a file of the build.
-func (h *host) holds(b buildJSON) bool {
+func (h *host) holds(b listing.Build) bool {
 	files, _ := filepath.Glob(filepath.Join(h.imagesDir, b.ID+".*"))
 	return len(files) > 0
 }
@@ -468,7 +469,7 @@ func TestZooKeeperTwoHosts(t *testing.T) {
 
 	// uploaded waits until the Zuul build is ready and uploaded to both
 	// providers, and returns its record.
-	uploaded := func(zb zuultest.Build, what string) buildJSON {
+	uploaded := func(zb zuultest.Build, what string) listing.Build {
 		t.Helper()
 		waitFor(t, 90*time.Second, what, e.zuulUploaded(zb, "cloud-q", "cloud-r"), func() string { return allLogs(hs, earlier...) })
 		bj, _ := e.zuulBuildOf(zb.UUID)
@@ -476,7 +477,7 @@ func TestZooKeeperTwoHosts(t *testing.T) {
 	}
 	// once checks that a build is in one images-dir, and its images in Glance
 	// once per provider, tagged by that host.
-	once := func(bj buildJSON, providers ...string) *host {
+	once := func(bj listing.Build, providers ...string) *host {
 		t.Helper()
 		var holder *host
 		for _, h := range hs {
@@ -629,7 +630,7 @@ func TestZooKeeperTwoHosts(t *testing.T) {
 // settled says what is wrong once the hosts settled, or "": the newest build
 // ready in every provider, every upload ready, every Glance image an upload's
 // and none twice, every host's files of a build the state holds.
-func (e *env) settled(hs []*host, newest buildJSON, providers ...string) string {
+func (e *env) settled(hs []*host, newest listing.Build, providers ...string) string {
 	for _, p := range providers {
 		if _, ok := e.readyUpload(newest.BuildID, p); !ok {
 			return "the newest build has no ready upload to " + p
@@ -847,7 +848,7 @@ func TestZooKeeperPythonBuildersRecords(t *testing.T) {
 			t.Errorf("the Python build's upload record is left: %+v", u)
 		}
 	}
-	var py *buildJSON
+	var py *listing.Build
 	for _, bj := range e.buildsJSON() {
 		if bj.BuildID == pyBuild {
 			py = &bj

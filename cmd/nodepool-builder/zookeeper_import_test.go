@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
@@ -28,7 +29,7 @@ func (e *env) cloudIDs() map[string][]string {
 
 // uploadKeys lists the uploads of image-list as build, provider, cloud image and
 // state: what an import keeps (upload ids it may not).
-func uploadKeys(rows []uploadJSON) []string {
+func uploadKeys(rows []listing.Upload) []string {
 	var out []string
 	for _, r := range rows {
 		out = append(out, strings.Join([]string{r.BuildID, r.Provider, r.ExternalID, r.State}, " "))
@@ -53,7 +54,7 @@ func TestZooKeeperImportKeepsUploads(t *testing.T) {
 		t.Fatalf("SQLite runs left %d builds, want 2", len(builds))
 	}
 	newest, older := builds[0].BuildID, builds[1].BuildID
-	var released uploadJSON
+	var released listing.Upload
 	for _, u := range e.uploadsJSON() {
 		if u.BuildID == older && u.Provider == "cloud-q" {
 			released = u
