@@ -146,14 +146,15 @@ func runBuilder(c *cli.Context) error {
 	return err
 }
 
-// isTerminal tells whether w is a terminal, where bars can be drawn.
+// isTerminal tells whether w is a terminal where bars can be drawn: one with
+// a width (a pseudo-terminal nobody sized has none, and would show no bars).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false
 	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	return err == nil && ws.Col > 0
 }
 
 // unjoin lists the errors an errors.Join made.
