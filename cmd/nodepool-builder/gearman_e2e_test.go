@@ -344,8 +344,10 @@ builder:
 	if ext := gearmanJob(t, gd, "image-upload:"+builds[1].BuildID, "cloud-q").ok(t, "upload of host-b's build"); ext != up.ExternalID {
 		t.Errorf("upload job of host-b's build answered %s, want its upload's image %s", ext, up.ExternalID)
 	}
-	if !strings.Contains(db.logs.String(), "image-upload:"+builds[1].BuildID) || strings.Contains(da.logs.String(), "image-upload:"+builds[1].BuildID) {
-		t.Errorf("the upload job was not served by host-b alone")
+	// The daemon logs a job once its answer is sent: the client may have it first.
+	db.waitLog(t, 10*time.Second, "image-upload:"+builds[1].BuildID)
+	if strings.Contains(da.logs.String(), "image-upload:"+builds[1].BuildID) {
+		t.Errorf("the upload job was not served by host-b alone:\n%s", da.logs.String())
 	}
 
 	// A delete job reaches host-a, which holds its build.
