@@ -59,6 +59,10 @@ func TestStatusPagesOfARunningDaemon(t *testing.T) {
 	}
 	held.Close()
 
+	// The daemon sends nodepool's statsd names to a socket of the test.
+	sd := testenv.NewStatsd(t)
+	t.Setenv("STATSD_HOST", sd.Host)
+	t.Setenv("STATSD_PORT", sd.Port)
 	d := startDaemon(t, e.cfgPath)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	d.waitLog(t, 10*time.Second, "url="+base+"/")
@@ -115,9 +119,29 @@ func TestStatusPagesOfARunningDaemon(t *testing.T) {
 		}, d.logs.String)
 	}
 
+	// statsd: nodepool's image_update timer and counter per ready upload, and
+	// nothing for the download, which nodepool has no name for.
+	want := []string{
+		"nodepool.image_update.debian.cloud-q:*", "nodepool.image_update.debian.cloud-q:1|c",
+		"nodepool.image_update.debian.cloud-r:*", "nodepool.image_update.debian.cloud-r:1|c",
+	}
+	got := sd.Wait(t, 10*time.Second, want...)
+	if extra := sd.Quiet(200 * time.Millisecond); len(got) != len(want) || len(extra) > 0 {
+		t.Errorf("statsd lines = %q then %q, want a timer and a counter per provider, nothing for the download", got, extra)
+	}
+
 	// The metrics followed: both uploads counted ready, their bytes and
 	// durations, the download, the poll.
 	after := metricstest.ScrapeURL(t, base+"/metrics")
+	if v, _ := after.Value("nodepool_builder_builds", "image", "debian", "source", "zuul", "state", "ready"); v != 1 {
+		t.Errorf("ready builds of debian = %v, want 1", v)
+	}
+	if v, _ := after.Value("nodepool_builder_downloaded_bytes_total", "image", "debian"); v <= 0 {
+		t.Errorf("downloaded bytes of debian = %v, want > 0", v)
+	}
+	if v, _ := after.Value("nodepool_builder_download_duration_seconds", "image", "debian", "state", "ready"); v < 1 {
+		t.Errorf("download durations of debian counted %v, want one per format fetched", v)
+	}
 	for _, p := range []string{"cloud-q", "cloud-r"} {
 		if v, _ := after.Value("nodepool_builder_uploads", "image", "debian", "provider", p, "state", "ready"); v != 1 {
 			t.Errorf("ready uploads of debian in %s = %v, want 1", p, v)
