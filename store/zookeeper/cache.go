@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -18,6 +19,13 @@ import (
 // every read, keep it fresh, so a pass over every image reads no znode; writes
 // of this process go into it as they succeed, so a step sees its own changes at
 // once. A node is read again whenever ZooKeeper reports a change of it.
+//
+// A write checks the version of a record's node only; its extra node is
+// written along without a check. So a cached record's extra node is never
+// older than its node: the two go in together, the extra node read after the
+// node, and a node is never replaced by an older state of it. A record read
+// with a version newer than its extra node would pass the check with fields
+// from before the change it raced, and undo them.
 //
 // A step reads every build and upload, tens of thousands of them in a large
 // installation, several times: records are decoded once, when a read first
@@ -454,19 +462,40 @@ func (c *cache) refresh(p string) ([]string, error) {
 		}
 		sort.Strings(kids)
 	}
+	// A record's extra node is read after it, so that it is no older, and
+	// cached with it: another builder's write of both must not show as the
+	// node's new version with the extra node's old fields.
+	var xdata []byte
+	var xstat *zk.Stat
+	if (k == kindBuild || k == kindUpload) && slices.Contains(kids, extraNode) {
+		xdata, xstat, err = c.b.getW(p + "/" + extraNode)
+		if errors.Is(err, zk.ErrNoNode) {
+			xdata, xstat = nil, nil // its own event drops it
+		} else if err != nil {
+			return nil, err
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if czxid, ok := c.gone[p]; ok && czxid == stat.Czxid {
 		return nil, nil // a read from before this process deleted it
 	}
 	old := c.nodes[p]
-	if old != nil && old.stat.Mzxid > stat.Mzxid && old.stat.Czxid == stat.Czxid {
+	if old != nil && later(old.stat, *stat) {
 		// A write of this process is newer than this read; the watch that
 		// this read set reports what comes after.
 		data, stat = old.data, &old.stat
 	}
 	n := &node{data: data, stat: *stat, children: kids, watched: true}
 	c.setNode(p, n)
+	if xstat != nil {
+		xp := p + "/" + extraNode
+		xn := &node{data: xdata, stat: *xstat, watched: true}
+		if xo := c.nodes[xp]; xo != nil && later(xo.stat, *xstat) {
+			xn.data, xn.stat = xo.data, xo.stat
+		}
+		c.setNode(xp, xn)
+	}
 	var fresh []string
 	seen := map[string]bool{}
 	for _, ch := range kids {
@@ -501,24 +530,46 @@ func (c *cache) removeLocked(p string) {
 	}
 }
 
-// put records what this process wrote. A node it had not read yet is queued
-// to be read, which sets the watches that tell of others' changes to it.
-func (c *cache) put(p string, data []byte, stat zk.Stat) {
+// later tells whether a is a later state of a node than b: the same node
+// (not one made again since), changed after. A stat of a node just created by
+// this process has no zxids and is never older.
+func later(a, b zk.Stat) bool {
+	return b.Mzxid != 0 && a.Czxid == b.Czxid && a.Mzxid > b.Mzxid
+}
+
+// written is a node as this process wrote or read it.
+type written struct {
+	path string
+	data []byte
+	stat zk.Stat
+}
+
+// put records what this process wrote or read, all at once: a record's node
+// and its extra node must not show apart. A node the cache has a later state
+// of keeps it (a write whose answer came late, a read from before a write). A
+// node it had not read yet is queued to be read, which sets the watches that
+// tell of others' changes to it.
+func (c *cache) put(nodes ...written) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old := c.nodes[p]
-	n := &node{data: data, stat: stat}
-	if old != nil {
-		n.children, n.watched = old.children, old.watched
-		if stat.Czxid == 0 {
-			n.stat.Czxid, n.stat.Ctime = old.stat.Czxid, old.stat.Ctime
+	for _, w := range nodes {
+		old := c.nodes[w.path]
+		if old != nil && later(old.stat, w.stat) {
+			continue
 		}
-	}
-	c.setNode(p, n)
-	delete(c.gone, p)
-	c.addChild(p)
-	if !n.watched {
-		c.enqueue(p)
+		n := &node{data: w.data, stat: w.stat}
+		if old != nil {
+			n.children, n.watched = old.children, old.watched
+			if w.stat.Czxid == 0 {
+				n.stat.Czxid, n.stat.Ctime = old.stat.Czxid, old.stat.Ctime
+			}
+		}
+		c.setNode(w.path, n)
+		delete(c.gone, w.path)
+		c.addChild(w.path)
+		if !n.watched {
+			c.enqueue(w.path)
+		}
 	}
 }
 

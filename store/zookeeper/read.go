@@ -38,15 +38,16 @@ func (b *Backend) Build(_ context.Context, id string) (store.Build, error) {
 	if err != nil {
 		return store.Build{}, fmt.Errorf("read build %s: %w", id, err)
 	}
+	put := []written{{p, data, *stat}}
 	extra, xstat, err := b.get(p + "/" + extraNode)
 	if errors.Is(err, zk.ErrNoNode) {
 		extra = nil
 	} else if err != nil {
 		return store.Build{}, fmt.Errorf("read build %s: %w", id, err)
 	} else {
-		b.cache.put(p+"/"+extraNode, extra, *xstat)
+		put = append(put, written{p + "/" + extraNode, extra, *xstat})
 	}
-	b.cache.put(p, data, *stat)
+	b.cache.put(put...)
 	return decodeBuild(image, id, data, stat, extra)
 }
 
@@ -83,7 +84,7 @@ func (b *Backend) flag(p string) error {
 	if err != nil {
 		return err
 	}
-	b.cache.put(p, data, *stat)
+	b.cache.put(written{p, data, *stat})
 	return nil
 }
 

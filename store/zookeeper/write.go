@@ -117,8 +117,7 @@ func (b *Backend) planPutBuild(bd *store.Build) (step, func() error, error) {
 			},
 			done: func([]zk.MultiResponse) {
 				bd.Version = 1
-				b.cache.put(p, data, zk.Stat{Ctime: b.now().UnixMilli()})
-				b.cache.put(xp, extra, zk.Stat{})
+				b.cache.put(written{p, data, zk.Stat{Ctime: b.now().UnixMilli()}}, written{xp, extra, zk.Stat{}})
 			},
 		}, nil, nil
 	}
@@ -139,17 +138,19 @@ func (b *Backend) planUpdate(p string, data, extra []byte, version *int64) step 
 	return step{
 		ops: ops,
 		done: func(res []zk.MultiResponse) {
+			// Both nodes at once: a reader that saw the new version with the
+			// old extra node would pass the version check with old fields.
+			put := []written{{xp, extra, zk.Stat{}}}
+			if s := res[1].Stat; s != nil {
+				put[0].stat = *s
+			}
 			if s := res[0].Stat; s != nil {
 				*version = int64(s.Version) + 1
-				b.cache.put(p, data, *s)
+				put = append(put, written{p, data, *s})
 			} else {
 				*version++
 			}
-			st := zk.Stat{}
-			if s := res[1].Stat; s != nil {
-				st = *s
-			}
-			b.cache.put(xp, extra, st)
+			b.cache.put(put...)
 		},
 	}
 }
@@ -216,7 +217,7 @@ func (b *Backend) planPutUpload(u *store.Upload) (step, func() error, error) {
 			if _, err := b.create(xp, extra, 0); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 				return fmt.Errorf("record the attempts of upload %s: %w", u, err)
 			}
-			b.cache.put(xp, extra, zk.Stat{})
+			b.cache.put(written{xp, extra, zk.Stat{}})
 			return nil
 		}
 		return step{
@@ -224,7 +225,7 @@ func (b *Backend) planPutUpload(u *store.Upload) (step, func() error, error) {
 			done: func(res []zk.MultiResponse) {
 				created = res[0].String
 				u.ID, u.Version = path.Base(created), 1
-				b.cache.put(created, data, zk.Stat{Ctime: b.now().UnixMilli()})
+				b.cache.put(written{created, data, zk.Stat{Ctime: b.now().UnixMilli()}})
 			},
 		}, later, nil
 	}

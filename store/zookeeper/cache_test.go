@@ -1,0 +1,132 @@
+package zookeeper
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// TestCacheRecordIsWhole: a cached record never has a version newer than the
+// extra node read with it. A writer that read such a record would pass the
+// version check with fields from before the change it raced, and undo them.
+func TestCacheRecordIsWhole(t *testing.T) {
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	root := "/test-cache-" + hex.EncodeToString(rnd[:])
+	open := func() *Backend {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		b, err := Open(ctx, Options{Servers: []string{z.Addr}, Chroot: root,
+			Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	ctx := context.Background()
+	ours, theirs := open(), open()
+
+	bd := store.Build{ID: "0000000001", Image: "debian", State: store.Ready, Source: store.SourceZuul, Created: time.Now()}
+	if err := ours.Write(ctx, store.PutBuild(&bd)); err != nil {
+		t.Fatal(err)
+	}
+	u := store.Upload{BuildID: bd.ID, Image: bd.Image, Provider: "cloud-a", State: store.Failed, Attempts: 1}
+	if err := ours.Write(ctx, store.PutUpload(&u)); err != nil {
+		t.Fatal(err)
+	}
+	up := uploadPath(u.Image, u.BuildID, u.Provider, u.ID)
+
+	t.Run("WatchOfTheRecordAlone", func(t *testing.T) {
+		// A cache whose steps the test takes one at a time: read everything,
+		// then another builder changes the record, then ZooKeeper's event for
+		// the record node is handled before the one for its extra node.
+		c := newCache(ours)
+		for _, p := range []string{bd.Image, "debian/builds"} {
+			if _, err := c.refresh(imageRoot + "/" + p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, p := range []string{buildPath(bd.Image, bd.ID), up, up + "/" + extraNode} {
+			if _, err := c.refresh(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cur := readUpload(t, theirs, u.ID, u.Version)
+		cur.Attempts++
+		if err := theirs.Write(ctx, store.PutUpload(&cur)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.refresh(up); err != nil {
+			t.Fatal(err)
+		}
+		got := viewUpload(t, c.records(), u.ID)
+		if got.Version != cur.Version || got.Attempts != cur.Attempts {
+			t.Fatalf("after the record's event: version %d, attempts %d; want %d, %d (the extra node read with it)",
+				got.Version, got.Attempts, cur.Version, cur.Attempts)
+		}
+	})
+
+	t.Run("LateWriteDoesNotGoBack", func(t *testing.T) {
+		// Two writes of this process; the first records itself in the cache
+		// after the second did.
+		first := readUpload(t, ours, u.ID, 0)
+		first.Attempts++
+		if err := ours.Write(ctx, store.PutUpload(&first)); err != nil {
+			t.Fatal(err)
+		}
+		n, _ := ours.cache.get(up)
+		x, _ := ours.cache.get(up + "/" + extraNode)
+		early, earlyX := *n, *x
+		second := first
+		second.Attempts++
+		if err := ours.Write(ctx, store.PutUpload(&second)); err != nil {
+			t.Fatal(err)
+		}
+		ours.cache.put(written{up, early.data, early.stat}, written{up + "/" + extraNode, earlyX.data, earlyX.stat})
+		got := readUpload(t, ours, u.ID, 0)
+		if got.Version != second.Version || got.Attempts != second.Attempts {
+			t.Fatalf("after two writes: version %d, attempts %d; want %d, %d", got.Version, got.Attempts, second.Version, second.Attempts)
+		}
+	})
+}
+
+// readUpload reads an upload from b's cache once it has at least the version
+// given: another backend learns of a write by a watch, a moment later.
+func readUpload(t *testing.T, b *Backend, id string, version int64) store.Upload {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ups, err := b.Uploads(context.Background(), store.UploadFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range ups {
+			if u.ID == id && u.Version >= version {
+				return u
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("upload %s at version %d not cached: %+v", id, version, ups)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func viewUpload(t *testing.T, v *view, id string) store.Upload {
+	t.Helper()
+	for _, u := range v.uploads {
+		if u.ID == id {
+			return u
+		}
+	}
+	t.Fatalf("upload %s not in the view", id)
+	return store.Upload{}
+}
