@@ -43,6 +43,7 @@ func TestCacheRecordIsWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := uploadPath(u.Image, u.BuildID, u.Provider, u.ID)
+	last := u.Version // the latest write of either backend
 
 	t.Run("WatchOfTheRecordAlone", func(t *testing.T) {
 		// A cache whose steps the test takes one at a time: read everything,
@@ -64,6 +65,7 @@ func TestCacheRecordIsWhole(t *testing.T) {
 		if err := theirs.Write(ctx, store.PutUpload(&cur)); err != nil {
 			t.Fatal(err)
 		}
+		last = cur.Version
 		if _, err := c.refresh(up); err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +79,7 @@ func TestCacheRecordIsWhole(t *testing.T) {
 	t.Run("LateWriteDoesNotGoBack", func(t *testing.T) {
 		// Two writes of this process; the first records itself in the cache
 		// after the second did.
-		first := readUpload(t, ours, u.ID, 0)
+		first := readUpload(t, ours, u.ID, last)
 		first.Attempts++
 		if err := ours.Write(ctx, store.PutUpload(&first)); err != nil {
 			t.Fatal(err)
