@@ -97,7 +97,7 @@ func TestGearmandLeavesNothingRunning(t *testing.T) {
 		}
 	})
 	if dir == "" {
-		t.Skip("no server was started")
+		return // the subtest said why no server was started
 	}
 	if pids := processesMentioning(t, dir); len(pids) > 0 {
 		t.Errorf("processes %v of %s still run after the test ended", pids, dir)
