@@ -60,6 +60,11 @@ func TestGearmanUploadAndDeleteJobs(t *testing.T) {
 	// An upload the job asks for: a newer build is what the planner uploads,
 	// and a's upload is released and deleted.
 	newer := r.build("img-a")
+	// Released before the planner has seen the newer build, a's upload would
+	// be missing from the newest build it knows, and made again.
+	waitFor(t, 10*time.Second, "the planner's upload of the newer img-a to pa", func() bool {
+		return len(r.uploads(store.UploadFilter{BuildID: newer.ID, State: store.Ready})) == 1
+	})
 	if _, err := r.st.ReleaseUpload(ctx, a.ID, "pa", ups[0].ID); err != nil {
 		t.Fatal(err)
 	}
