@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/metrics"
@@ -30,6 +32,9 @@ func (u *Uploader) write(ctx context.Context, what string, changes ...store.Chan
 // stays while one of its uploads does. Everything else is marked deleting, as are
 // the uploads of images a provider no longer lists and the builds of images no
 // longer in the config. Failed builds older than the image's newest build go too.
+// Only records this builder is responsible for are touched (see responsibility).
+// A pass that releases more uploads of an image in a provider than it keeps
+// there (a config change that drops the image, say) says so at warning level.
 func (u *Uploader) Retain(ctx context.Context) error {
 	st, cfg := u.opts.Store, u.opts.Config
 	builds, err := st.Builds(ctx, store.BuildFilter{})
@@ -40,36 +45,39 @@ func (u *Uploader) Retain(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	resp, err := u.responsibility(ctx, builds)
+	if err != nil {
+		return err
+	}
 	byImage := map[string][]store.Build{}
 	created := map[string]time.Time{}
 	for _, b := range builds {
 		byImage[b.Image] = append(byImage[b.Image], b)
 		created[b.ID] = b.Created
 	}
-	type key struct{ image, provider string }
-	upsBy := map[key][]store.Upload{}
+	upsBy := map[placement][]store.Upload{}
 	for _, up := range uploads {
-		k := key{up.Image, up.Provider}
+		k := placement{up.Image, up.Provider}
 		upsBy[k] = append(upsBy[k], up)
-	}
-	known := map[string]bool{}
-	for _, name := range cfg.ImageNames() {
-		known[name] = true
 	}
 	now := u.opts.Now()
 
 	var errs []error
 	released := map[string]bool{} // uploads this pass marked deleting
+	tally := releaseTally{}
 	markUpload := func(up store.Upload, why string) {
 		if up.State == store.Deleting || up.State == store.Uploading {
 			return
 		}
 		u.log.Info("releasing upload", "upload", up.String(), "external_id", up.ExternalID, "reason", why)
+		read := up
 		up.SetState(store.Deleting, now)
 		if err := u.write(ctx, "release upload "+up.String(), store.PutUpload(&up)); err != nil {
 			errs = append(errs, err)
+			return
 		}
 		released[up.String()] = true
+		tally.released(read, why)
 	}
 
 	// keptBuild holds builds that must stay because an upload of theirs does.
@@ -83,12 +91,18 @@ func (u *Uploader) Retain(ctx context.Context) error {
 			}
 			continue
 		}
-		if !known[k.image] || p.Image(k.image) == nil {
+		if !resp.configured[k.image] || p.Image(k.image) == nil {
+			why := "image no longer listed for this provider"
+			if !resp.configured[k.image] {
+				why = "image is no longer in the config"
+			}
 			for _, up := range ups {
 				if up.State == store.Uploading {
 					keptBuild[up.BuildID] = true
 				}
-				markUpload(up, "image no longer listed for this provider")
+				if resp.upload(up) {
+					markUpload(up, why)
+				}
 			}
 			continue
 		}
@@ -128,7 +142,11 @@ func (u *Uploader) Retain(ctx context.Context) error {
 			switch {
 			case b.State == store.Deleting || b.State == store.Building:
 				continue
-			case !known[image]:
+			case !resp.build(b):
+				// Another builder's build of an image this config does not
+				// have: that builder decides.
+				continue
+			case !resp.configured[image]:
 				release = "image is no longer in the config"
 			case b.State == store.Ready:
 				readySeen++
@@ -147,18 +165,78 @@ func (u *Uploader) Retain(ctx context.Context) error {
 			b.SetState(store.Deleting, now)
 			b.Reason = release
 			changes := []store.Change{store.PutBuild(&b)}
+			var taken []store.Upload
 			for _, up := range uploads {
-				if up.BuildID == b.ID && up.State != store.Uploading && up.State != store.Deleting && !released[up.String()] {
+				if up.BuildID == b.ID && up.State != store.Uploading && up.State != store.Deleting &&
+					!released[up.String()] && resp.upload(up) {
+					taken = append(taken, up)
 					up.SetState(store.Deleting, now)
 					changes = append(changes, store.PutUpload(&up))
 				}
 			}
 			if err := u.write(ctx, "release build "+b.Name(), changes...); err != nil {
 				errs = append(errs, err)
+				continue
+			}
+			for _, up := range taken {
+				released[up.String()] = true
+				tally.released(up, "its build was released: "+release)
 			}
 		}
 	}
+	tally.warn(u.log, uploads, released)
 	return errors.Join(errs...)
+}
+
+// placement is an image in a provider.
+type placement struct{ image, provider string }
+
+// releaseTally counts the ready uploads a Retain pass released, by image and
+// provider, with the reasons.
+type releaseTally map[placement]*released
+
+type released struct {
+	count   int
+	reasons []string
+}
+
+// released counts an upload, as read before it was released, when it was ready.
+func (t releaseTally) released(up store.Upload, why string) {
+	if up.State != store.Ready {
+		return
+	}
+	k := placement{up.Image, up.Provider}
+	r := t[k]
+	if r == nil {
+		r = &released{}
+		t[k] = r
+	}
+	r.count++
+	if !slices.Contains(r.reasons, why) {
+		r.reasons = append(r.reasons, why)
+	}
+}
+
+// warn logs, for each image and provider where the pass released more ready
+// uploads than stay ready, what it released and why: rotation never does that,
+// so it follows a change of the config (or of keep-uploads), which the operator
+// should see before the cloud images go.
+func (t releaseTally) warn(log *slog.Logger, before []store.Upload, released map[string]bool) {
+	for k, r := range t {
+		kept := 0
+		for _, up := range before {
+			if up.Image == k.image && up.Provider == k.provider && up.State == store.Ready && !released[up.String()] {
+				kept++
+			}
+		}
+		if r.count <= kept {
+			continue
+		}
+		log.Warn("releasing more uploads than are kept: their cloud images are deleted next; if the config change "+
+			"that caused it was a mistake, fix the config now",
+			"image", k.image, "provider", k.provider, "released", r.count, "kept", kept,
+			"reason", strings.Join(r.reasons, "; "))
+	}
 }
 
 // DropUploaded removes from disk the files of diskimages with delete-after-upload
@@ -236,23 +314,29 @@ func (u *Uploader) keepUploads() int { return max(u.opts.Config.Builder.KeepUplo
 
 // Delete carries out what was released: cloud images first (retried on every
 // step until the cloud agrees), then records; a deleting build's files go at once,
-// its record once none of its uploads is left.
+// its record once none of its uploads is left. Records this builder is not
+// responsible for are left to the builder that is.
 func (u *Uploader) Delete(ctx context.Context) error {
-	errs := u.deleteUploads(ctx)
-	took, berrs := u.deleteBuilds(ctx)
+	resp, err := u.responsibility(ctx, nil)
+	if err != nil {
+		return err
+	}
+	errs := u.deleteUploads(ctx, resp)
+	took, berrs := u.deleteBuilds(ctx, resp)
 	errs = append(errs, berrs...)
 	if took {
 		// Uploads a deleting build took with it (one released by a Python
 		// builder, which marks only the build) go now, not a pass later.
-		errs = append(errs, u.deleteUploads(ctx)...)
-		_, berrs = u.deleteBuilds(ctx)
+		errs = append(errs, u.deleteUploads(ctx, resp)...)
+		_, berrs = u.deleteBuilds(ctx, resp)
 		errs = append(errs, berrs...)
 	}
 	return errors.Join(errs...)
 }
 
-// deleteUploads deletes every deleting upload no other builder is on.
-func (u *Uploader) deleteUploads(ctx context.Context) []error {
+// deleteUploads deletes every deleting upload this builder is responsible for
+// and no other builder is on.
+func (u *Uploader) deleteUploads(ctx context.Context, resp responsibility) []error {
 	st := u.opts.Store
 	ups, err := st.Uploads(ctx, store.UploadFilter{State: store.Deleting})
 	if err != nil {
@@ -260,6 +344,9 @@ func (u *Uploader) deleteUploads(ctx context.Context) []error {
 	}
 	var errs []error
 	for _, up := range ups {
+		if !resp.upload(up) {
+			continue
+		}
 		// The upload's own lock, as nodepool takes it to delete one: another
 		// builder deleting it now leaves it to that builder.
 		held, err := st.TryLock(ctx, store.LockKey{Image: up.Image, BuildID: up.BuildID, Provider: up.Provider, UploadID: up.ID})
@@ -278,9 +365,9 @@ func (u *Uploader) deleteUploads(ctx context.Context) []error {
 	return errs
 }
 
-// deleteBuilds settles every deleting build no other builder is on, and
-// tells whether one took ready uploads with it.
-func (u *Uploader) deleteBuilds(ctx context.Context) (bool, []error) {
+// deleteBuilds settles every deleting build this builder is responsible for and
+// no other builder is on, and tells whether one took ready uploads with it.
+func (u *Uploader) deleteBuilds(ctx context.Context, resp responsibility) (bool, []error) {
 	st := u.opts.Store
 	builds, err := st.Builds(ctx, store.BuildFilter{State: store.Deleting})
 	if err != nil {
@@ -289,6 +376,9 @@ func (u *Uploader) deleteBuilds(ctx context.Context) (bool, []error) {
 	var errs []error
 	took := false
 	for _, b := range builds {
+		if !resp.build(b) {
+			continue
+		}
 		held, err := st.TryLock(ctx, store.LockKey{Image: b.Image, BuildID: b.ID})
 		if errors.Is(err, store.ErrHeld) || errors.Is(err, store.ErrNotFound) {
 			continue
@@ -297,7 +387,7 @@ func (u *Uploader) deleteBuilds(ctx context.Context) (bool, []error) {
 			errs = append(errs, err)
 			continue
 		}
-		t, err := u.deleteBuild(ctx, b)
+		t, err := u.deleteBuild(ctx, b, resp)
 		took = took || t
 		if err != nil {
 			errs = append(errs, err)
@@ -327,11 +417,11 @@ func (u *Uploader) deleteUpload(ctx context.Context, up store.Upload) error {
 }
 
 // deleteBuild takes a deleting build's finished uploads with it (any builder
-// does), and on the builder that holds its files, removes them and then the
-// record once no upload is left: as nodepool's builders do, so that no host
-// keeps the files of a build the state no longer holds. It tells whether it
-// took ready uploads with it.
-func (u *Uploader) deleteBuild(ctx context.Context, b store.Build) (bool, error) {
+// does, for the providers of its config), and on the builder that holds its
+// files, removes them and then the record once no upload is left: as nodepool's
+// builders do, so that no host keeps the files of a build the state no longer
+// holds. It tells whether it took ready uploads with it.
+func (u *Uploader) deleteBuild(ctx context.Context, b store.Build, resp responsibility) (bool, error) {
 	st := u.opts.Store
 	own := b.BuilderID == st.BuilderID()
 	if own {
@@ -346,6 +436,11 @@ func (u *Uploader) deleteBuild(ctx context.Context, b store.Build) (bool, error)
 	var errs []error
 	pending, took := false, false
 	for _, up := range left {
+		if !resp.upload(up) {
+			// To a provider of another builder's config: that builder deletes it.
+			pending = true
+			continue
+		}
 		switch up.State {
 		case store.Failed:
 			if err := u.write(ctx, "delete upload record "+up.String(), store.DeleteUpload(up)); err != nil {

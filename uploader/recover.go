@@ -14,14 +14,22 @@ import (
 // whose cloud image is active becomes ready once it passes the checks and the
 // post-upload hook that it may not have passed before; anything else of it in
 // the cloud is deleted and the upload is tried again. It runs on every pass, so
-// an upload the cloud could not be asked about is settled once it can.
+// an upload the cloud could not be asked about is settled once it can. Uploads
+// this builder is not responsible for are another builder's to settle.
 func (u *Uploader) Recover(ctx context.Context) error {
 	ups, err := u.opts.Store.Uploads(ctx, store.UploadFilter{State: store.Uploading})
+	if err != nil || len(ups) == 0 {
+		return err
+	}
+	resp, err := u.responsibility(ctx, nil)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, up := range ups {
+		if !resp.upload(up) {
+			continue
+		}
 		held, err := u.opts.Store.TryLock(ctx, store.LockKey{Image: up.Image, BuildID: up.BuildID, Provider: up.Provider})
 		if errors.Is(err, store.ErrHeld) || errors.Is(err, store.ErrNotFound) {
 			continue

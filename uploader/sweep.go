@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -70,7 +71,11 @@ func (u *Uploader) Leaks(ctx context.Context, provider string) ([]Leak, error) {
 
 // Sweep deletes leaked images: tagged with this builder's id, unknown to the store,
 // and seen so on two sweeps in a row (so an upload whose record is being written
-// is never taken for a leak). It does nothing when builder.leak-sweep is off.
+// is never taken for a leak). Images of an image this builder is not
+// responsible for (named by nodepool_image_name, neither in its config nor built
+// by it) are left alone, as every other record of such an image is;
+// alien-image-list still shows them. It does nothing when builder.leak-sweep
+// is off.
 func (u *Uploader) Sweep(ctx context.Context) error {
 	if !u.opts.Config.Builder.LeakSweep {
 		return nil
@@ -82,6 +87,19 @@ func (u *Uploader) Sweep(ctx context.Context) error {
 		u.opts.Metrics.Failed(metrics.StepSweep, err)
 		errs = append(errs, err)
 	}
+	resp, err := u.responsibility(ctx, nil)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	leaks = slices.DeleteFunc(leaks, func(l Leak) bool {
+		image, named := l.Image.Properties[PropImage]
+		if !named || resp.image(image) {
+			return false
+		}
+		u.log.Debug("leaving a cloud image of an image this builder is not responsible for",
+			"provider", l.Provider, "external_id", l.Image.ID, "image", image)
+		return true
+	})
 	byProvider := map[string]map[string]bool{}
 	for _, p := range u.opts.Config.Providers {
 		byProvider[p.Name] = map[string]bool{}
