@@ -24,12 +24,15 @@ type StateOptions struct {
 	// builder itself, not a listing or an admin command.
 	Register bool
 	Version  string
+	// TakeOver opens (with store.Create) an images-dir that another builder
+	// used as this builder's own: see store.Options.TakeOver.
+	TakeOver bool
 }
 
 // OpenState opens the images-dir and the state of a config: in ZooKeeper when
 // zookeeper-servers are set, else in SQLite.
 func OpenState(ctx context.Context, cfg *config.Config, opts StateOptions) (*store.Store, error) {
-	sopts := store.Options{ImagesDir: cfg.ImagesDir, DBPath: cfg.Builder.StateDB, Access: opts.Access}
+	sopts := store.Options{ImagesDir: cfg.ImagesDir, DBPath: cfg.Builder.StateDB, Access: opts.Access, TakeOver: opts.TakeOver}
 	if cfg.ZooKeeper == nil {
 		return openSQLiteState(ctx, cfg, sopts)
 	}

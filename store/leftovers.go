@@ -34,11 +34,19 @@ var (
 	partialName = regexp.MustCompile(`^(.+)-zuul-([0-9a-fA-F]+)\.[^.]+(\.download)?$`)
 )
 
-// RemoveLeftovers removes what a builder that stopped at a bad moment left in the
-// images-dir: temporary files of writes and conversions, files of builds the
-// state does not know, and partial downloads of Zuul builds that are settled or
-// of images no longer configured. It removes only names the builder makes, last
-// changed before l.Before, and returns the paths it removed.
+// ownFile tells whether a name in the images-dir is one of this program's own
+// files that it writes through a temporary file, builds' files aside.
+func ownFile(name string) bool {
+	return name == "builder_id.txt" || name == ownerFileName || strings.HasSuffix(name, "-status.json")
+}
+
+// RemoveLeftovers removes what this builder left in the images-dir when it
+// stopped at a bad moment: temporary files of its writes and conversions, and
+// partial downloads of Zuul builds that are settled or of images no longer
+// configured. It removes only what it made: names it writes, of its own files
+// or of builds it recorded as its own, last changed before l.Before. Files of
+// builds it has no record of (another builder's, an operator's) are never
+// removed, whatever their names. It returns the paths it removed.
 func (s *Store) RemoveLeftovers(ctx context.Context, l Leftovers) ([]string, error) {
 	busy := l.Busy
 	if busy == nil {
@@ -58,10 +66,12 @@ func (s *Store) RemoveLeftovers(ctx context.Context, l Leftovers) ([]string, err
 	if err != nil {
 		return nil, err
 	}
-	known := map[string]bool{}
+	ours := map[string]bool{}    // <image>-<build id> of this builder's builds
 	settled := map[string]bool{} // <image>/<zuul uuid> fetched or refused for good
 	for _, b := range builds {
-		known[b.ID] = true
+		if b.BuilderID == s.builderID {
+			ours[b.Name()] = true
+		}
 		if b.Zuul.UUID != "" && (b.State == Ready || b.State == Deleting) {
 			settled[b.Image+"/"+strings.ToLower(b.Zuul.UUID)] = true
 		}
@@ -80,19 +90,16 @@ func (s *Store) RemoveLeftovers(ctx context.Context, l Leftovers) ([]string, err
 		removed = append(removed, path)
 	}
 	for _, e := range entries {
-		name := e.Name()
-		if m := tempName.FindStringSubmatch(name); m != nil {
-			image, id := "", ""
-			if bm := buildFileName.FindStringSubmatch(m[1]); bm != nil {
-				image, id = bm[1], bm[2]
-			}
-			if !busy(image, id) {
-				remove(filepath.Join(s.dir, name), e)
-			}
+		m := tempName.FindStringSubmatch(e.Name())
+		if m == nil {
 			continue
 		}
-		if m := buildFileName.FindStringSubmatch(name); m != nil && !known[m[2]] && !busy(m[1], m[2]) {
-			remove(filepath.Join(s.dir, name), e)
+		if bm := buildFileName.FindStringSubmatch(m[1]); bm != nil {
+			if ours[bm[1]+"-"+bm[2]] && !busy(bm[1], bm[2]) {
+				remove(filepath.Join(s.dir, e.Name()), e)
+			}
+		} else if ownFile(m[1]) {
+			remove(filepath.Join(s.dir, e.Name()), e)
 		}
 	}
 	for _, e := range partials {

@@ -50,6 +50,10 @@ type Options struct {
 	Backend Backend
 	// Hostname is recorded on the builds this builder makes; default the host's.
 	Hostname string
+	// TakeOver lets Create use an images-dir that another builder used (its
+	// builder_id.txt and files), becoming that builder; without it such a
+	// directory is refused with ErrForeignImagesDir.
+	TakeOver bool
 }
 
 // Open opens the images-dir and its state.
@@ -60,24 +64,34 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	dbPath := opts.DBPath
+	if dbPath == "" {
+		dbPath = filepath.Join(opts.ImagesDir, "builder.db")
+	}
+	id, err := readBuilderID(opts.ImagesDir)
+	if err != nil {
+		return nil, err
+	}
 	if opts.Access == Create {
+		// Before anything is created: what is there tells whose the directory is.
+		var stateExisted *bool
+		if opts.Backend == nil {
+			_, err := os.Stat(dbPath)
+			existed := err == nil
+			stateExisted = &existed
+		}
+		if err := claim(opts.ImagesDir, id, stateExisted, opts.TakeOver); err != nil {
+			return nil, err
+		}
 		if err := os.MkdirAll(filepath.Join(opts.ImagesDir, partialDirName), 0o755); err != nil {
 			return nil, fmt.Errorf("create images-dir: %w", err)
 		}
 	} else if fi, err := os.Stat(opts.ImagesDir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("images-dir %s does not exist or is not a directory: %w", opts.ImagesDir, ErrNotInitialized)
 	}
-	id, err := readBuilderID(opts.ImagesDir)
-	if err != nil {
-		return nil, err
-	}
 	backend := opts.Backend
 	where := "the state"
 	if backend == nil {
-		dbPath := opts.DBPath
-		if dbPath == "" {
-			dbPath = filepath.Join(opts.ImagesDir, "builder.db")
-		}
 		if backend, err = OpenSQLite(ctx, dbPath, opts.Access, opts.Now); err != nil {
 			return nil, err
 		}
@@ -85,6 +99,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if opts.Access == Create {
 		if id, err = bindBuilder(ctx, backend, opts.ImagesDir, id, where); err != nil {
+			backend.Close()
+			return nil, err
+		}
+		if err := writeOwner(opts.ImagesDir, id); err != nil {
 			backend.Close()
 			return nil, err
 		}

@@ -176,17 +176,30 @@ func TestRemoveLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	unknown := NewBuildID()
+	// Another builder's build, recorded in a shared state, with files here.
+	theirs := Build{ID: NewBuildID(), Image: "centos", Source: SourceDIB, State: Failed, BuilderID: "python-builder"}
+	if err := s.Write(ctx, PutBuild(&theirs)); err != nil {
+		t.Fatal(err)
+	}
 	old := time.Now().Add(-time.Hour)
 	files := map[string]bool{ // name -> removed
-		"debian-" + known.ID + ".qcow2":                                 false,
-		"debian-" + known.ID + ".qcow2.sha256":                          false,
-		"debian-" + unknown + ".raw":                                    true,
-		"debian-" + unknown + ".raw.md5":                                true,
-		"debian-" + unknown + ".d":                                      true, // a directory
+		"debian-" + known.ID + ".qcow2":        false,
+		"debian-" + known.ID + ".qcow2.sha256": false,
+		// Files of builds this builder has no record of are not its own.
+		"debian-" + unknown + ".raw":                                    false,
+		"debian-" + unknown + ".raw.md5":                                false,
+		"debian-" + unknown + ".d":                                      false, // a directory
+		"backup-" + unknown + ".tar":                                    false, // an operator's
+		"notes-" + unknown + ".d":                                       false,
+		"centos-" + theirs.ID + ".qcow2":                                false,
+		"." + "centos-" + theirs.ID + ".qcow2.md5.tmp7":                 false,
+		"." + "debian-" + unknown + ".raw.converting-97":                false,
 		"." + "debian-" + known.ID + ".qcow2.sha256.tmp123":             true,
 		"." + "debian-" + known.ID + ".raw.converting-99":               true,
 		"." + "debian-" + busy.ID + ".raw.converting-98":                false, // busy
 		".builder_id.txt.tmp42":                                         true,
+		".gearman-status.json.tmp5":                                     true,
+		".notes.txt.tmp3":                                               false,
 		"notes.txt":                                                     false, // not ours
 		"debian-notahexid.qcow2":                                        false,
 		".partial/" + PartialKey("debian", "aa11", "raw"):               true,  // fetched

@@ -521,7 +521,7 @@ func (e *env) invariants(latest zuultest.Build) string {
 	for _, ent := range entries {
 		n := ent.Name()
 		switch {
-		case files[n], n == "builder.lock", n == "builder_id.txt", strings.HasPrefix(n, "builder.db"), n == "progress-status.json":
+		case files[n], n == "builder.lock", n == "builder_id.txt", n == "builder.owner", strings.HasPrefix(n, "builder.db"), n == "progress-status.json":
 		case n == ".partial":
 			if left, _ := os.ReadDir(filepath.Join(e.imagesDir(), n)); len(left) > 0 {
 				return fmt.Sprintf("partial downloads left of settled builds: %v", names(left))

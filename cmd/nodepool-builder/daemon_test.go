@@ -186,6 +186,21 @@ func startMain(t *testing.T, killOn string, args ...string) *daemon {
 	return d
 }
 
+// stop ends the child with SIGTERM, as systemd stops the unit, and fails the
+// test unless it exits cleanly within 30 s.
+func (d *daemon) stop(t *testing.T) {
+	t.Helper()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+		if d.err != nil {
+			t.Fatalf("daemon exited with %v after SIGTERM\n%s", d.err, d.logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("daemon did not stop within 30s of SIGTERM\n%s", d.logs.String())
+	}
+}
+
 // kill ends the child with SIGKILL and waits for it.
 func (d *daemon) kill() {
 	d.cmd.Process.Signal(syscall.SIGKILL)

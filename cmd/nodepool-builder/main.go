@@ -120,6 +120,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					"config's zookeeper-servers, so that the builder keeps its uploads there; run it once, with the builder stopped",
 				Action: zookeeperImport,
 			},
+			{
+				Name: "take-over-images-dir",
+				Usage: "make an images-dir that another builder used (a Python nodepool-builder's) this builder's: it " +
+					"becomes that builder, and leaves the files it has no record of as they are; run it once, with both builders stopped",
+				Action: takeOverImagesDir,
+			},
 		}, adminCommands()...),
 	}
 }

@@ -62,7 +62,7 @@ func runBuilder(c *cli.Context) error {
 	}
 	ctx := c.Context
 	st, err := builder.OpenState(ctx, cfg, builder.StateOptions{Access: store.Create, Logger: log, Register: true, Version: version()})
-	if errors.Is(err, store.ErrOtherBuilder) || errors.Is(err, builder.ErrConfig) {
+	if errors.Is(err, store.ErrOtherBuilder) || errors.Is(err, store.ErrForeignImagesDir) || errors.Is(err, builder.ErrConfig) {
 		return withCode(exitUsage, err)
 	}
 	if err != nil {
@@ -70,6 +70,12 @@ func runBuilder(c *cli.Context) error {
 	}
 	defer st.Close()
 	log.Info("builder ready", "builder_id", st.BuilderID(), "images_dir", cfg.ImagesDir)
+	if files, err := st.Unrecorded(ctx); err != nil {
+		log.Warn("could not list the images-dir", "error", err)
+	} else if len(files) > 0 {
+		log.Info("the images-dir holds files of builds this builder has no record of; they are not its own and are left "+
+			"as they are", "files", files)
+	}
 
 	hup := make(chan os.Signal, 1)
 	reload := make(chan struct{}, 1)

@@ -277,10 +277,22 @@ func TestReplacedStateDatabase(t *testing.T) {
 		t.Fatalf("a refused start changed Glance: %+v", imgs)
 	}
 
-	// The state lost: a new, empty one. The image is paused, so no new upload
-	// comes to replace the old one, which every sweep sees as leaked.
+	// The state lost: the builder stops, since the build files in the
+	// images-dir are of no state it has, until it is told to take the
+	// images-dir over; then it starts with a new, empty state. The image is
+	// paused, so no new upload comes to replace the old one, which every sweep
+	// sees as leaked.
 	os.Remove(db)
 	e.oneProvider("qcow2", "    pause: true\n", "")
+	files, _ := filepath.Glob(filepath.Join(e.imagesDir(), "debian-*.qcow2"))
+	if r := e.run("--once"); r.code != exitUsage || len(files) != 1 || !strings.Contains(r.stderr, filepath.Base(files[0])) ||
+		!strings.Contains(r.stderr, "take-over-images-dir") {
+		t.Fatalf("--once with the state lost: exit %d\n%s\nwant exit %d naming the build's file %v and what to do",
+			r.code, r.stderr, exitUsage, files)
+	}
+	if r := e.run("take-over-images-dir"); r.code != 0 || !strings.Contains(r.stdout, filepath.Base(files[0])) {
+		t.Fatalf("take-over-images-dir: exit %d\n%s%s\nwant it to list the file it leaves alone", r.code, r.stdout, r.stderr)
+	}
 	for range 3 {
 		e.once(0)
 	}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/nodepool-builder/nodepool-builder/builder"
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// takeOverImagesDir makes an images-dir that another builder used (a Python
+// nodepool-builder's, or this builder's with its state lost) this builder's,
+// under the images-dir lock, and prints what that means: the builds recorded
+// under its builder id become this builder's, and the files no build of it
+// records stay as they are.
+func takeOverImagesDir(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return withCode(exitUsage, fmt.Errorf("take-over-images-dir takes no arguments, not %q", c.Args().First()))
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
+	if cfg.ImagesDir == "" {
+		return withCode(exitUsage, fmt.Errorf("take-over-images-dir: %s: images-dir is not set", cfg.Path))
+	}
+	lock, err := store.LockDir(cfg.ImagesDir)
+	if errors.Is(err, store.ErrLocked) {
+		return withCode(exitLocked, fmt.Errorf("take-over-images-dir: %w", err))
+	}
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
+	defer lock.Unlock()
+	st, err := builder.OpenState(c.Context, cfg, builder.StateOptions{Access: store.Create, Logger: log, TakeOver: true})
+	switch {
+	case errors.Is(err, builder.ErrConfig), errors.Is(err, store.ErrOtherBuilder):
+		return withCode(exitUsage, fmt.Errorf("take-over-images-dir: %w", err))
+	case err != nil:
+		return withCode(exitFailed, fmt.Errorf("take-over-images-dir: %w", err))
+	}
+	defer st.Close()
+	builds, err := st.Builds(c.Context, store.BuildFilter{})
+	if err != nil {
+		return withCode(exitFailed, fmt.Errorf("take-over-images-dir: %w", err))
+	}
+	unrecorded, err := st.Unrecorded(c.Context)
+	if err != nil {
+		return withCode(exitFailed, fmt.Errorf("take-over-images-dir: %w", err))
+	}
+	printTakeOver(c.App.Writer, cfg, st, builds, unrecorded)
+	return nil
+}
+
+func printTakeOver(w io.Writer, cfg *config.Config, st *store.Store, builds []store.Build, unrecorded []string) {
+	fmt.Fprintf(w, "%s is this builder's now, as builder %s (its builder_id.txt).\n", cfg.ImagesDir, st.BuilderID())
+	images := cfg.ImageNames()
+	var ours, dropped []store.Build
+	for _, b := range builds {
+		if b.BuilderID != st.BuilderID() {
+			continue
+		}
+		ours = append(ours, b)
+		if !slices.Contains(images, b.Image) {
+			dropped = append(dropped, b)
+		}
+	}
+	if len(ours) > 0 {
+		fmt.Fprintf(w, "Builds recorded under that id, which this builder now uploads, rotates and deletes: %d.\n", len(ours))
+	}
+	if len(dropped) > 0 {
+		fmt.Fprintf(w, "Of them, these are of images not in %s; their uploads and files are deleted on the builder's next "+
+			"pass (add the images to the config first to keep them):\n", cfg.Path)
+		for _, b := range dropped {
+			fmt.Fprintf(w, "  %s (%s)\n", b.Name(), b.State)
+		}
+	}
+	if len(unrecorded) > 0 {
+		fmt.Fprintf(w, "These files belong to no build of this builder and are left as they are (remove them by hand "+
+			"when they are not needed):\n")
+		for _, name := range unrecorded {
+			fmt.Fprintf(w, "  %s\n", name)
+		}
+	}
+}
