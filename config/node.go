@@ -119,7 +119,7 @@ func (p *parser) readMapping(n *yaml.Node, path, what string, known []string, st
 		name := k.Value
 		if !slices.Contains(known, name) {
 			if strict {
-				p.errorf(k, childPath(path, name), "unknown key in %s; known keys are %s", what, strings.Join(known, ", "))
+				p.errorf(k, childPath(path, name), "%s", unknownKeyMsg(name, what, known))
 			}
 			continue
 		}
@@ -136,7 +136,7 @@ func (p *parser) readMapping(n *yaml.Node, path, what string, known []string, st
 		}
 		if !slices.Contains(known, name) {
 			if strict {
-				p.errorf(f.key, childPath(path, name), "unknown key in %s; known keys are %s", what, strings.Join(known, ", "))
+				p.errorf(f.key, childPath(path, name), "%s", unknownKeyMsg(name, what, known))
 			}
 			continue
 		}

@@ -101,7 +101,7 @@ func TestParseErrors(t *testing.T) {
 
 		// zuul-images.
 		{"zuul-images not a list", head + "zuul-images: x\n", 2, "zuul-images", "expected a list of zuul-images"},
-		{"zuul-image unknown key", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    pipeline: post\n", 7, "zuul-images[0].pipeline", "unknown key in a zuul-images entry; known keys are name, api-url"},
+		{"zuul-image unknown key", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    pipeline: post\n", 7, "zuul-images[0].pipeline", "unknown key in a zuul-images entry; did you mean pipelines?"},
 		{"zuul-image without name", head + "zuul-images:\n  - api-url: https://z/\n    project: p\n    job: j\n", 3, "zuul-images[0].name", "is required"},
 		{"zuul-image without api-url", head + "zuul-images:\n  - name: z\n    project: p\n    job: j\n", 3, "zuul-images[0].api-url", "is required; set it to the Zuul web root"},
 		{"zuul-image without project", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    job: j\n", 3, "zuul-images[0].project", "is required"},
@@ -145,7 +145,7 @@ func TestParseErrors(t *testing.T) {
 
 		// builder.
 		{"builder not a mapping", head + "builder: [a]\n", 2, "builder", "expected the builder section"},
-		{"builder unknown key", head + "builder:\n  keep-build: 3\n", 3, "builder.keep-build", "unknown key in the builder section; known keys are poll-interval, upload-workers, keep-builds"},
+		{"builder unknown key", head + "builder:\n  keep-build: 3\n", 3, "builder.keep-build", "unknown key in the builder section; did you mean keep-builds?"},
 		{"builder keep-builds zero", head + "builder:\n  keep-builds: 0\n", 3, "builder.keep-builds", "must be a number of ready builds to keep per image, 1 or more, not 0"},
 		{"builder keep-uploads zero", head + "builder:\n  keep-uploads: 0\n", 3, "builder.keep-uploads", "1 or more, not 0"},
 		{"builder upload-workers text", head + "builder:\n  upload-workers: many\n", 3, "builder.upload-workers", "must be a number of concurrent uploads"},
