@@ -1,5 +1,6 @@
 // Package config loads and validates nodepool.yaml: the keys this builder uses are
-// typed and checked, every other nodepool key is accepted and ignored.
+// typed and checked, nodepool's other keys are accepted and ignored, and any
+// other key is an error.
 package config
 
 import "time"

@@ -254,12 +254,19 @@ func sectionAt(lines []string, line int) string {
 	return ""
 }
 
-// Top-level keys this builder reads. All others are nodepool's and ignored.
+// topKeys are the top-level keys this builder reads: nodepool's, nodepool's
+// old gearman-servers, and its own zuul-images and builder.
 var topKeys = []string{
 	"images-dir", "build-log-dir", "build-log-retention", "elements-dir",
 	"webapp", "diskimages", "zuul-images", "providers", "builder",
 	"zookeeper-servers", "zookeeper-tls", "zookeeper-timeout", "gearman-servers",
 }
+
+// topNodepoolKeys are the rest of nodepool 10's top-level schema (its
+// Configuration documentation, and the schema of nodepool's config-validate):
+// the launcher's keys, accepted and ignored. drivers-dir is an older
+// nodepool's. Any other top-level key is an error, as it is in nodepool.
+var topNodepoolKeys = []string{"labels", "max-hold-age", "tenant-resource-limits", "drivers-dir"}
 
 // config reads the top-level mapping.
 func (p *parser) config(root *yaml.Node) *Config {
@@ -271,7 +278,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 	if isNull(root) {
 		return cfg
 	}
-	m, ok := p.readMapping(root, "", "a nodepool config", topKeys, false)
+	m, ok := p.readMapping(root, "", "a nodepool config", slices.Concat(topKeys, topNodepoolKeys), true)
 	if !ok {
 		return cfg
 	}
@@ -324,11 +331,12 @@ func (p *parser) config(root *yaml.Node) *Config {
 	return cfg
 }
 
+// webappKeys are nodepool's webapp keys, all of them.
 var webappKeys = []string{"listen_address", "port"}
 
 func (p *parser) webapp(n *yaml.Node, path string) *Webapp {
 	w := &Webapp{ListenAddress: DefaultWebappAddress, Port: DefaultWebappPort}
-	m, ok := p.readMapping(n, path, "the webapp section", webappKeys, false)
+	m, ok := p.readMapping(n, path, "the webapp section", webappKeys, true)
 	if !ok {
 		return w
 	}

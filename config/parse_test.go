@@ -422,10 +422,13 @@ diskimages:
 
 func TestParseMergeList(t *testing.T) {
 	// In a list of merged mappings the earlier one wins; keys written in the
-	// mapping win over both.
+	// mapping win over both. (The anchors are kept under a nodepool key whose
+	// contents the builder does not read: a top-level key of their own would
+	// be unknown.)
 	cfg := mustParse(t, `images-dir: /i
-fast: &fast {poll-interval: 10, keep-builds: 5, upload-workers: 9}
-slow: &slow {poll-interval: 600, keep-builds: 1, keep-uploads: 3}
+tenant-resource-limits:
+  - &fast {poll-interval: 10, keep-builds: 5, upload-workers: 9}
+  - &slow {poll-interval: 600, keep-builds: 1, keep-uploads: 3}
 builder:
   <<: [*fast, *slow]
   upload-workers: 2
@@ -501,5 +504,86 @@ func TestCheckNameFormat(t *testing.T) {
 		if (err == nil) != tt.ok {
 			t.Errorf("checkNameFormat(%q) = %v, want ok=%v", tt.format, err, tt.ok)
 		}
+	}
+}
+
+func TestParseUnknownKeys(t *testing.T) {
+	// Every section the builder reads refuses a key that neither nodepool's
+	// schema nor the builder knows, naming the key most likely meant.
+	const provider = "providers:\n  - name: p\n    cloud: c\n"
+	tests := []struct {
+		name string
+		text string
+		want string // the whole error
+	}{
+		{"diskimage for diskimages in a provider", head + "diskimages:\n  - name: d\n" + provider + "    diskimage:\n      - name: d\n",
+			"nodepool.yaml:7: providers[0].diskimage: unknown key in a provider; did you mean diskimages?"},
+		{"image_format in a provider", head + provider + "    image_format: raw\n",
+			"nodepool.yaml:5: providers[0].image_format: unknown key in a provider; did you mean image-format?"},
+		{"top-level provider", head + "provider:\n  - name: p\n    cloud: c\n",
+			"nodepool.yaml:2: provider: unknown key in a nodepool config; did you mean providers?"},
+		{"misspelt diskimages key", head + "diskimages:\n  - name: d\n    elemnts: [vm]\n",
+			"nodepool.yaml:4: diskimages[0].elemnts: unknown key in a diskimage; did you mean elements?"},
+		{"misspelt zuul-images key", head + "zuul-images:\n  - name: z\n    api_url: https://z/\n    project: p\n    job: j\n",
+			"nodepool.yaml:4: zuul-images[0].api_url: unknown key in a zuul-images entry; did you mean api-url?"},
+		{"misspelt provider diskimages entry key", head + "diskimages:\n  - name: d\n" + provider + "    diskimages:\n      - name: d\n        puase: true\n",
+			"nodepool.yaml:9: providers[0].diskimages[0].puase: unknown key in a provider diskimages entry; did you mean pause?"},
+		{"misspelt webapp key", head + "webapp:\n  listen-address: 127.0.0.1\n",
+			"nodepool.yaml:3: webapp.listen-address: unknown key in the webapp section; did you mean listen_address?"},
+		{"misspelt builder key", head + "builder:\n  upload-worker: 2\n",
+			"nodepool.yaml:3: builder.upload-worker: unknown key in the builder section; did you mean upload-workers?"},
+		{"misspelt zookeeper server key", head + "zookeeper-servers:\n  - host: zk\n    prot: 2181\n",
+			"nodepool.yaml:4: zookeeper-servers[0].prot: unknown key in a ZooKeeper server; did you mean port?"},
+		{"unknown key merged into a provider", head + "common: &c {cloud: c, rat: 2}\nproviders:\n  - <<: *c\n    name: p\n",
+			"nodepool.yaml:2: providers[0].rat: unknown key in a provider; did you mean rate?"},
+		{"nothing near: the known keys are listed", head + "zookeeper-tls:\n  cert: c\n  key: k\n  ca: a\n  verify: false\n",
+			"nodepool.yaml:6: zookeeper-tls.verify: unknown key in the zookeeper-tls section; known keys are cert, key, ca"},
+		{"nothing near at the top level", head + "colour: blue\n",
+			"nodepool.yaml:2: colour: unknown key in a nodepool config; known keys are images-dir, build-log-dir, build-log-retention, elements-dir, webapp, diskimages, zuul-images, providers, builder, zookeeper-servers, zookeeper-tls, zookeeper-timeout, gearman-servers, labels, max-hold-age, tenant-resource-limits, drivers-dir"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := parse(tt.text)
+			if err == nil {
+				t.Fatalf("Parse succeeded with %+v, want %q", cfg, tt.want)
+			}
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("error %v is not an Errors", err)
+			}
+			for _, e := range es {
+				if e.Error() == tt.want {
+					return
+				}
+			}
+			t.Errorf("no error %q; got:\n%v", tt.want, err)
+		})
+	}
+}
+
+func TestParseAcceptsNodepoolKeysItDoesNotUse(t *testing.T) {
+	// Keys of nodepool's schema that only the launcher uses are accepted and
+	// ignored, whatever their contents, in every section the builder reads.
+	tests := []struct {
+		name string
+		text string
+	}{
+		{"labels", "labels:\n  - name: l\n    min-ready: 1\n    anything: goes\n"},
+		{"max-hold-age", "max-hold-age: 86400\n"},
+		{"tenant-resource-limits", "tenant-resource-limits:\n  - tenant-name: t\n    max-cores: 8\n"},
+		{"drivers-dir of an older nodepool", "drivers-dir: /etc/nodepool/drivers\n"},
+		{"launcher keys of an openstack provider", "providers:\n  - name: p\n    cloud: c\n" +
+			"    boot-timeout: 120\n    launch-timeout: 900\n    launch-retries: 3\n    max-concurrency: 10\n" +
+			"    nodepool-id: x\n    clean-floating-ips: true\n    port-cleanup-interval: 600\n    hostname-format: '{node.id}'\n" +
+			"    upload-script: /bin/true\n    cloud-images:\n      - name: c\n        whatever: 1\n" +
+			"    pools:\n      - name: main\n        max-servers: 4\n        labels: [{name: l, diskimage: d}]\n"},
+		{"launcher keys of a provider diskimages entry", "diskimages:\n  - name: d\nproviders:\n  - name: p\n    cloud: c\n" +
+			"    diskimages:\n      - name: d\n        config-drive: true\n        connection-type: ssh\n        connection-port: 22\n"},
+		{"any key of another driver", "providers:\n  - name: k\n    driver: kubernetes\n    context: admin\n    colour: blue\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mustParse(t, head+tt.text)
+		})
 	}
 }
