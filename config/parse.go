@@ -21,8 +21,10 @@ import (
 const (
 	DefaultBuildLogDir       = "/var/log/nodepool/builds"
 	DefaultBuildLogRetention = 7
-	DefaultWebappPort        = 8005
-	DefaultWebappAddress     = "0.0.0.0"
+	// DefaultWebappPort and DefaultWebappAddress are nodepool-launcher's,
+	// for its webapp section.
+	DefaultWebappPort    = 8005
+	DefaultWebappAddress = "0.0.0.0"
 )
 
 // Load reads and validates the config file at path. Environment variables
@@ -295,7 +297,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 		cfg.ElementsDir = s
 	}
 	if n, ok := m.get("webapp"); ok {
-		cfg.Webapp = p.webapp(n, m.sub("webapp"))
+		cfg.LauncherWebapp = p.webapp(n, m.sub("webapp"))
 	}
 	if n, ok := m.get("builder"); ok {
 		cfg.Builder = p.builder(n, m.sub("builder"))
@@ -334,6 +336,8 @@ func (p *parser) config(root *yaml.Node) *Config {
 // webappKeys are nodepool's webapp keys, all of them.
 var webappKeys = []string{"listen_address", "port"}
 
+// webapp reads nodepool-launcher's webapp section, checked as nodepool's
+// schema says; the builder serves nothing there.
 func (p *parser) webapp(n *yaml.Node, path string) *Webapp {
 	w := &Webapp{ListenAddress: DefaultWebappAddress, Port: DefaultWebappPort}
 	m, ok := p.readMapping(n, path, "the webapp section", webappKeys, true)

@@ -165,6 +165,11 @@ func TestParseErrors(t *testing.T) {
 		{"top-level gearman server without host", head + "gearman-servers:\n  - port: 4730\n", 3, "gearman-servers[0].host", "is required"},
 		{"download-connections zero", head + "builder:\n  download-connections: 0\n", 3, "builder.download-connections", "a number of connections per download, 1 to 64"},
 		{"gearman-unserved-after zero", head + "builder:\n  gearman-unserved-after: 0\n", 3, "builder.gearman-unserved-after", "must be a positive number of seconds"},
+		{"builder webapp not a mapping", head + "builder:\n  webapp: 8006\n", 3, "builder.webapp", "expected the builder's webapp section"},
+		{"builder webapp port too big", head + "builder:\n  webapp:\n    port: 70000\n", 4, "builder.webapp.port", "must be a TCP port number from 1 to 65535, not 70000"},
+		{"builder webapp port a string", head + "builder:\n  webapp:\n    port: http\n", 4, "builder.webapp.port", `not "http"`},
+		{"builder webapp address a list", head + "builder:\n  webapp:\n    listen-address: [a]\n", 4, "builder.webapp.listen-address", "expected a string, not a list"},
+		{"builder webapp with nodepool's spelling", head + "builder:\n  webapp:\n    listen_address: 127.0.0.1\n", 4, "builder.webapp.listen_address", "unknown key in the builder's webapp section; did you mean listen-address?"},
 
 		// Text level.
 		{"unset variable", head + "webapp:\n  port: %(NODEPOOL_PORT)\n", 3, "webapp.port", "environment variable NODEPOOL_PORT is not set"},
@@ -233,6 +238,8 @@ providers:
 func TestParseDefaults(t *testing.T) {
 	cfg := mustParse(t, `images-dir: /opt/images
 webapp: {}
+builder:
+  webapp: {}
 diskimages:
   - name: d
 zuul-images:
@@ -252,7 +259,7 @@ providers:
 		ImagesDir:         "/opt/images",
 		BuildLogDir:       "/var/log/nodepool/builds",
 		BuildLogRetention: 7,
-		Webapp:            &Webapp{ListenAddress: "0.0.0.0", Port: 8005},
+		LauncherWebapp:    &Webapp{ListenAddress: "0.0.0.0", Port: 8005},
 		DiskImages: []DiskImage{{
 			Name:         "d",
 			RebuildAge:   86400 * time.Second,
@@ -287,6 +294,7 @@ providers:
 			MaxImageSize:   DefaultMaxImageSize,
 
 			GearmanUnservedAfter: DefaultGearmanUnservedAfter,
+			Webapp:               &Webapp{ListenAddress: "0.0.0.0", Port: 8006},
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -298,7 +306,7 @@ func TestParseEmpty(t *testing.T) {
 	for _, text := range []string{"", "# nothing\n", "diskimages:\nproviders:\nbuilder:\n"} {
 		cfg := mustParse(t, text)
 		if cfg.BuildLogRetention != 7 || cfg.Builder.KeepBuilds != 2 || !cfg.Builder.LeakSweep ||
-			cfg.Webapp != nil || cfg.Builder.StateDB != "" || len(cfg.ImageNames()) != 0 {
+			cfg.LauncherWebapp != nil || cfg.Builder.Webapp != nil || cfg.Builder.StateDB != "" || len(cfg.ImageNames()) != 0 {
 			t.Errorf("Parse(%q) = %+v, want defaults and no images", text, cfg)
 		}
 	}
@@ -451,8 +459,8 @@ webapp:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ImagesDir != "/srv/images" || cfg.Webapp.Port != 8022 || cfg.BuildLogDir != "/srv/images/logs-8022" {
-		t.Errorf("substituted config = %+v, webapp %+v", cfg, cfg.Webapp)
+	if cfg.ImagesDir != "/srv/images" || cfg.LauncherWebapp.Port != 8022 || cfg.BuildLogDir != "/srv/images/logs-8022" {
+		t.Errorf("substituted config = %+v, webapp %+v", cfg, cfg.LauncherWebapp)
 	}
 	// Only NODEPOOL_ variables are substituted, like nodepool.
 	if cfg.ElementsDir != "%(HOME)/elements" {
@@ -584,6 +592,36 @@ func TestParseAcceptsNodepoolKeysItDoesNotUse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			mustParse(t, head+tt.text)
+		})
+	}
+}
+
+func TestParseBuilderWebapp(t *testing.T) {
+	// The builder's pages are set in builder.webapp; nodepool's top-level
+	// webapp is the launcher's and never sets them.
+	tests := []struct {
+		name         string
+		text         string
+		want         *Webapp
+		wantLauncher *Webapp
+	}{
+		{"absent", "builder:\n  keep-builds: 2\n", nil, nil},
+		{"only the launcher's", "webapp:\n  port: 8005\n", nil, &Webapp{ListenAddress: "0.0.0.0", Port: 8005}},
+		{"empty: the defaults", "builder:\n  webapp:\n", &Webapp{ListenAddress: "0.0.0.0", Port: 8006}, nil},
+		{"an empty mapping: the defaults", "builder:\n  webapp: {}\n", &Webapp{ListenAddress: "0.0.0.0", Port: 8006}, nil},
+		{"a port", "builder:\n  webapp:\n    port: 9100\n", &Webapp{ListenAddress: "0.0.0.0", Port: 9100}, nil},
+		{"both", "webapp:\n  listen_address: 127.0.0.1\n  port: 8005\nbuilder:\n  webapp:\n    listen-address: 127.0.0.2\n    port: 8007\n",
+			&Webapp{ListenAddress: "127.0.0.2", Port: 8007}, &Webapp{ListenAddress: "127.0.0.1", Port: 8005}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := mustParse(t, head+tt.text)
+			if !reflect.DeepEqual(cfg.Builder.Webapp, tt.want) {
+				t.Errorf("builder.webapp = %+v, want %+v", cfg.Builder.Webapp, tt.want)
+			}
+			if !reflect.DeepEqual(cfg.LauncherWebapp, tt.wantLauncher) {
+				t.Errorf("launcher's webapp = %+v, want %+v", cfg.LauncherWebapp, tt.wantLauncher)
+			}
 		})
 	}
 }
