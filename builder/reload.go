@@ -145,8 +145,8 @@ func (b *Builder) reload(ctx context.Context, sources *supervisor) error {
 	if old := b.cur.Load().cfg; !slices.Equal(old.Builder.GearmanServers, cfg.Builder.GearmanServers) {
 		b.log.Warn("gearman-servers changed; the builder keeps the servers it started with until it is restarted")
 	}
-	if old := b.cur.Load().cfg.Webapp; (old == nil) != (cfg.Webapp == nil) || (old != nil && *old != *cfg.Webapp) {
-		b.log.Warn("webapp changed; the status pages stay where they are until the builder is restarted")
+	if old, now := b.cur.Load().cfg.Builder.Webapp, cfg.Builder.Webapp; (old == nil) != (now == nil) || (old != nil && *old != *now) {
+		b.log.Warn("builder.webapp changed; the status pages stay where they are until the builder is restarted")
 	}
 	b.cur.Store(p)
 	sources.reconcile(ctx)

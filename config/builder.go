@@ -22,6 +22,16 @@ const (
 	// DefaultMaxImageSize bounds an image file, decompressed: an artifact that
 	// would be larger is refused.
 	DefaultMaxImageSize int64 = 128 << 30
+	// DefaultBuilderWebappPort is where the builder serves its status pages
+	// when builder.webapp names no port. It is not nodepool-launcher's 8005,
+	// so that the two run side by side on one host with one nodepool.yaml,
+	// nor a port of zuul or its parts (zuul-web's 9000, gearman's 4730,
+	// ZooKeeper's 2181 and 2281, statsd's 8125); being next to 8005, it is
+	// easy to find.
+	DefaultBuilderWebappPort = 8006
+	// DefaultBuilderWebappAddress listens on every address, as nodepool's
+	// webapp does.
+	DefaultBuilderWebappAddress = "0.0.0.0"
 )
 
 func defaultBuilder() Builder {
@@ -41,10 +51,14 @@ func defaultBuilder() Builder {
 var builderKeys = []string{
 	"poll-interval", "upload-workers", "keep-builds", "keep-uploads",
 	"upload-attempts", "state-db", "gearman-servers", "leak-sweep", "max-image-size",
-	"gearman-unserved-after", "download-connections",
+	"gearman-unserved-after", "download-connections", "webapp",
 }
 
 var gearmanKeys = []string{"host", "port"}
+
+// builderWebappKeys are the keys of builder.webapp; dashed, as the rest of
+// the builder section.
+var builderWebappKeys = []string{"listen-address", "port"}
 
 // builder reads the builder section. It is ours, so unknown keys are errors:
 // they are most likely misspelt settings that would otherwise be lost.
@@ -82,7 +96,30 @@ func (p *parser) builder(n *yaml.Node, path string) Builder {
 	if v, ok := m.seconds("gearman-unserved-after", false); ok {
 		b.GearmanUnservedAfter = v
 	}
+	if f, ok := m.fields["webapp"]; ok {
+		b.Webapp = p.builderWebapp(f.val, m.sub("webapp"))
+	}
 	return b
+}
+
+// builderWebapp reads builder.webapp. Unlike nodepool's sections, the key
+// with no value counts: "webapp:" alone serves the pages on the defaults.
+func (p *parser) builderWebapp(n *yaml.Node, path string) *Webapp {
+	w := &Webapp{ListenAddress: DefaultBuilderWebappAddress, Port: DefaultBuilderWebappPort}
+	if isNull(n) {
+		return w
+	}
+	m, ok := p.readMapping(n, path, "the builder's webapp section", builderWebappKeys, true)
+	if !ok {
+		return w
+	}
+	if s, ok := m.str("listen-address"); ok {
+		w.ListenAddress = s
+	}
+	if v, ok := m.integer("port", 1, 65535, "a TCP port number from 1 to 65535"); ok {
+		w.Port = v
+	}
+	return w
 }
 
 // gearmanServers reads a gearman-servers list of a mapping: the builder

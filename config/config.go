@@ -1,5 +1,6 @@
 // Package config loads and validates nodepool.yaml: the keys this builder uses are
-// typed and checked, every other nodepool key is accepted and ignored.
+// typed and checked, nodepool's other keys are accepted and ignored, and any
+// other key is an error.
 package config
 
 import "time"
@@ -13,7 +14,10 @@ type Config struct {
 	BuildLogDir       string // default /var/log/nodepool/builds
 	BuildLogRetention int    // default 7; -1 keeps all
 	ElementsDir       string
-	Webapp            *Webapp // nil when absent
+	// LauncherWebapp is nodepool-launcher's webapp section: checked, but
+	// never served by the builder, whose pages are Builder.Webapp. nil when
+	// absent.
+	LauncherWebapp *Webapp
 	// ZooKeeper is where the state lives when set; nil keeps it in SQLite.
 	ZooKeeper *ZooKeeper
 
@@ -23,7 +27,8 @@ type Config struct {
 	Builder    Builder
 }
 
-// Webapp is the optional status and metrics endpoint.
+// Webapp is the address of status pages: the builder's own (builder.webapp)
+// or nodepool-launcher's (the top-level webapp).
 type Webapp struct {
 	ListenAddress string
 	Port          int
@@ -117,6 +122,8 @@ type Builder struct {
 	DownloadConnections int
 	LeakSweep           bool  // default true
 	MaxImageSize        int64 // bytes; default DefaultMaxImageSize
+	// Webapp is where the daemon serves its status pages; nil serves none.
+	Webapp *Webapp
 }
 
 // GearmanServer is a gearman job server address.

@@ -50,8 +50,11 @@ func TestCorpusGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Webapp == nil || *cfg.Webapp != (Webapp{ListenAddress: "0.0.0.0", Port: 8005}) {
-		t.Errorf("webapp = %+v, want 0.0.0.0:8005 from %%(NODEPOOL_PORT)", cfg.Webapp)
+	if cfg.LauncherWebapp == nil || *cfg.LauncherWebapp != (Webapp{ListenAddress: "0.0.0.0", Port: 8005}) {
+		t.Errorf("webapp = %+v, want 0.0.0.0:8005 from %%(NODEPOOL_PORT)", cfg.LauncherWebapp)
+	}
+	if cfg.Builder.Webapp != nil {
+		t.Errorf("builder.webapp = %+v, want none: nodepool's webapp is the launcher's", cfg.Builder.Webapp)
 	}
 	// Of nine providers only the two openstack ones are ours.
 	var names []string
@@ -140,7 +143,7 @@ func TestLoadZuulImagesExample(t *testing.T) {
 		ImagesDir:         "/var/lib/nodepool/images",
 		BuildLogDir:       "/var/log/nodepool/builds",
 		BuildLogRetention: 14,
-		Webapp:            &Webapp{ListenAddress: "127.0.0.1", Port: 8006},
+		LauncherWebapp:    &Webapp{ListenAddress: "0.0.0.0", Port: 8005},
 		ZooKeeper: &ZooKeeper{
 			Servers: []ZooKeeperServer{{Host: "zk.example.com", Port: 2281, Chroot: "/nodepool"}},
 			TLS:     &ZooKeeperTLS{Cert: "/etc/nodepool/zk-client.pem", Key: "/etc/nodepool/zk-client.key", CA: "/etc/nodepool/zk-ca.pem"},
@@ -214,6 +217,7 @@ func TestLoadZuulImagesExample(t *testing.T) {
 
 			GearmanUnservedAfter: 45 * time.Second,
 			DownloadConnections:  6,
+			Webapp:               &Webapp{ListenAddress: "127.0.0.1", Port: 8016},
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {

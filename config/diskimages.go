@@ -43,7 +43,8 @@ func (p *parser) claim(names imageNames, n *yaml.Node, path, name, kind string) 
 	return true
 }
 
-// diskImageKeys are the nodepool diskimages keys this builder reads.
+// diskImageKeys are the keys of a diskimages entry: every key of nodepool 10's
+// schema for it (its Configuration documentation, diskimages), all read here.
 var diskImageKeys = []string{
 	"name", "abstract", "parent", "elements", "env-vars", "formats", "keep-formats",
 	"delete-after-upload", "release", "rebuild-age", "build-timeout", "pause",
@@ -90,7 +91,7 @@ func (p *parser) diskImages(top *mapping, names imageNames) []DiskImage {
 }
 
 func (p *parser) diskImageEntry(item *yaml.Node, path string) *diskImageEntry {
-	m, ok := p.readMapping(item, path, "a diskimage", diskImageKeys, false)
+	m, ok := p.readMapping(item, path, "a diskimage", diskImageKeys, true)
 	if !ok {
 		return nil
 	}

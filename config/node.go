@@ -98,10 +98,13 @@ type mapping struct {
 // maxMergeDepth bounds "<<" merges that refer to each other.
 const maxMergeDepth = 32
 
-// readMapping reads n as a mapping. known lists the keys the caller reads:
-// they may appear only once. With strict, any other key is an error (our own
-// sections); otherwise other keys are ignored (nodepool's sections, which have
-// many keys this builder does not use). what names the mapping in messages.
+// readMapping reads n as a mapping. known lists the keys it may hold: those
+// the caller reads and, in nodepool's sections, the rest of nodepool's schema
+// for it; each may appear only once. With strict, any other key is an error,
+// as nodepool's schema makes it, naming the known key most likely meant.
+// Without it other keys are ignored: only for mappings whose schema is not
+// ours to check (providers of other drivers). what names the mapping in
+// messages.
 func (p *parser) readMapping(n *yaml.Node, path, what string, known []string, strict bool) (*mapping, bool) {
 	n = resolve(n)
 	m := &mapping{p: p, node: n, path: path, fields: map[string]field{}}
@@ -119,7 +122,7 @@ func (p *parser) readMapping(n *yaml.Node, path, what string, known []string, st
 		name := k.Value
 		if !slices.Contains(known, name) {
 			if strict {
-				p.errorf(k, childPath(path, name), "unknown key in %s; known keys are %s", what, strings.Join(known, ", "))
+				p.errorf(k, childPath(path, name), "%s", unknownKeyMsg(name, what, known))
 			}
 			continue
 		}
@@ -136,7 +139,7 @@ func (p *parser) readMapping(n *yaml.Node, path, what string, known []string, st
 		}
 		if !slices.Contains(known, name) {
 			if strict {
-				p.errorf(f.key, childPath(path, name), "unknown key in %s; known keys are %s", what, strings.Join(known, ", "))
+				p.errorf(f.key, childPath(path, name), "%s", unknownKeyMsg(name, what, known))
 			}
 			continue
 		}

@@ -21,8 +21,10 @@ import (
 const (
 	DefaultBuildLogDir       = "/var/log/nodepool/builds"
 	DefaultBuildLogRetention = 7
-	DefaultWebappPort        = 8005
-	DefaultWebappAddress     = "0.0.0.0"
+	// DefaultWebappPort and DefaultWebappAddress are nodepool-launcher's,
+	// for its webapp section.
+	DefaultWebappPort    = 8005
+	DefaultWebappAddress = "0.0.0.0"
 )
 
 // Load reads and validates the config file at path. Environment variables
@@ -254,12 +256,19 @@ func sectionAt(lines []string, line int) string {
 	return ""
 }
 
-// Top-level keys this builder reads. All others are nodepool's and ignored.
+// topKeys are the top-level keys this builder reads: nodepool's, nodepool's
+// old gearman-servers, and its own zuul-images and builder.
 var topKeys = []string{
 	"images-dir", "build-log-dir", "build-log-retention", "elements-dir",
 	"webapp", "diskimages", "zuul-images", "providers", "builder",
 	"zookeeper-servers", "zookeeper-tls", "zookeeper-timeout", "gearman-servers",
 }
+
+// topNodepoolKeys are the rest of nodepool 10's top-level schema (its
+// Configuration documentation, and the schema of nodepool's config-validate):
+// the launcher's keys, accepted and ignored. drivers-dir is an older
+// nodepool's. Any other top-level key is an error, as it is in nodepool.
+var topNodepoolKeys = []string{"labels", "max-hold-age", "tenant-resource-limits", "drivers-dir"}
 
 // config reads the top-level mapping.
 func (p *parser) config(root *yaml.Node) *Config {
@@ -271,7 +280,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 	if isNull(root) {
 		return cfg
 	}
-	m, ok := p.readMapping(root, "", "a nodepool config", topKeys, false)
+	m, ok := p.readMapping(root, "", "a nodepool config", slices.Concat(topKeys, topNodepoolKeys), true)
 	if !ok {
 		return cfg
 	}
@@ -288,7 +297,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 		cfg.ElementsDir = s
 	}
 	if n, ok := m.get("webapp"); ok {
-		cfg.Webapp = p.webapp(n, m.sub("webapp"))
+		cfg.LauncherWebapp = p.webapp(n, m.sub("webapp"))
 	}
 	if n, ok := m.get("builder"); ok {
 		cfg.Builder = p.builder(n, m.sub("builder"))
@@ -324,11 +333,14 @@ func (p *parser) config(root *yaml.Node) *Config {
 	return cfg
 }
 
+// webappKeys are nodepool's webapp keys, all of them.
 var webappKeys = []string{"listen_address", "port"}
 
+// webapp reads nodepool-launcher's webapp section, checked as nodepool's
+// schema says; the builder serves nothing there.
 func (p *parser) webapp(n *yaml.Node, path string) *Webapp {
 	w := &Webapp{ListenAddress: DefaultWebappAddress, Port: DefaultWebappPort}
-	m, ok := p.readMapping(n, path, "the webapp section", webappKeys, false)
+	m, ok := p.readMapping(n, path, "the webapp section", webappKeys, true)
 	if !ok {
 		return w
 	}

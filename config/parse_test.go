@@ -101,7 +101,7 @@ func TestParseErrors(t *testing.T) {
 
 		// zuul-images.
 		{"zuul-images not a list", head + "zuul-images: x\n", 2, "zuul-images", "expected a list of zuul-images"},
-		{"zuul-image unknown key", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    pipeline: post\n", 7, "zuul-images[0].pipeline", "unknown key in a zuul-images entry; known keys are name, api-url"},
+		{"zuul-image unknown key", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    pipeline: post\n", 7, "zuul-images[0].pipeline", "unknown key in a zuul-images entry; did you mean pipelines?"},
 		{"zuul-image without name", head + "zuul-images:\n  - api-url: https://z/\n    project: p\n    job: j\n", 3, "zuul-images[0].name", "is required"},
 		{"zuul-image without api-url", head + "zuul-images:\n  - name: z\n    project: p\n    job: j\n", 3, "zuul-images[0].api-url", "is required; set it to the Zuul web root"},
 		{"zuul-image without project", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    job: j\n", 3, "zuul-images[0].project", "is required"},
@@ -145,7 +145,7 @@ func TestParseErrors(t *testing.T) {
 
 		// builder.
 		{"builder not a mapping", head + "builder: [a]\n", 2, "builder", "expected the builder section"},
-		{"builder unknown key", head + "builder:\n  keep-build: 3\n", 3, "builder.keep-build", "unknown key in the builder section; known keys are poll-interval, upload-workers, keep-builds"},
+		{"builder unknown key", head + "builder:\n  keep-build: 3\n", 3, "builder.keep-build", "unknown key in the builder section; did you mean keep-builds?"},
 		{"builder keep-builds zero", head + "builder:\n  keep-builds: 0\n", 3, "builder.keep-builds", "must be a number of ready builds to keep per image, 1 or more, not 0"},
 		{"builder keep-uploads zero", head + "builder:\n  keep-uploads: 0\n", 3, "builder.keep-uploads", "1 or more, not 0"},
 		{"builder upload-workers text", head + "builder:\n  upload-workers: many\n", 3, "builder.upload-workers", "must be a number of concurrent uploads"},
@@ -165,6 +165,11 @@ func TestParseErrors(t *testing.T) {
 		{"top-level gearman server without host", head + "gearman-servers:\n  - port: 4730\n", 3, "gearman-servers[0].host", "is required"},
 		{"download-connections zero", head + "builder:\n  download-connections: 0\n", 3, "builder.download-connections", "a number of connections per download, 1 to 64"},
 		{"gearman-unserved-after zero", head + "builder:\n  gearman-unserved-after: 0\n", 3, "builder.gearman-unserved-after", "must be a positive number of seconds"},
+		{"builder webapp not a mapping", head + "builder:\n  webapp: 8006\n", 3, "builder.webapp", "expected the builder's webapp section"},
+		{"builder webapp port too big", head + "builder:\n  webapp:\n    port: 70000\n", 4, "builder.webapp.port", "must be a TCP port number from 1 to 65535, not 70000"},
+		{"builder webapp port a string", head + "builder:\n  webapp:\n    port: http\n", 4, "builder.webapp.port", `not "http"`},
+		{"builder webapp address a list", head + "builder:\n  webapp:\n    listen-address: [a]\n", 4, "builder.webapp.listen-address", "expected a string, not a list"},
+		{"builder webapp with nodepool's spelling", head + "builder:\n  webapp:\n    listen_address: 127.0.0.1\n", 4, "builder.webapp.listen_address", "unknown key in the builder's webapp section; did you mean listen-address?"},
 
 		// Text level.
 		{"unset variable", head + "webapp:\n  port: %(NODEPOOL_PORT)\n", 3, "webapp.port", "environment variable NODEPOOL_PORT is not set"},
@@ -233,6 +238,8 @@ providers:
 func TestParseDefaults(t *testing.T) {
 	cfg := mustParse(t, `images-dir: /opt/images
 webapp: {}
+builder:
+  webapp: {}
 diskimages:
   - name: d
 zuul-images:
@@ -252,7 +259,7 @@ providers:
 		ImagesDir:         "/opt/images",
 		BuildLogDir:       "/var/log/nodepool/builds",
 		BuildLogRetention: 7,
-		Webapp:            &Webapp{ListenAddress: "0.0.0.0", Port: 8005},
+		LauncherWebapp:    &Webapp{ListenAddress: "0.0.0.0", Port: 8005},
 		DiskImages: []DiskImage{{
 			Name:         "d",
 			RebuildAge:   86400 * time.Second,
@@ -287,6 +294,7 @@ providers:
 			MaxImageSize:   DefaultMaxImageSize,
 
 			GearmanUnservedAfter: DefaultGearmanUnservedAfter,
+			Webapp:               &Webapp{ListenAddress: "0.0.0.0", Port: 8006},
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -298,7 +306,7 @@ func TestParseEmpty(t *testing.T) {
 	for _, text := range []string{"", "# nothing\n", "diskimages:\nproviders:\nbuilder:\n"} {
 		cfg := mustParse(t, text)
 		if cfg.BuildLogRetention != 7 || cfg.Builder.KeepBuilds != 2 || !cfg.Builder.LeakSweep ||
-			cfg.Webapp != nil || cfg.Builder.StateDB != "" || len(cfg.ImageNames()) != 0 {
+			cfg.LauncherWebapp != nil || cfg.Builder.Webapp != nil || cfg.Builder.StateDB != "" || len(cfg.ImageNames()) != 0 {
 			t.Errorf("Parse(%q) = %+v, want defaults and no images", text, cfg)
 		}
 	}
@@ -422,10 +430,13 @@ diskimages:
 
 func TestParseMergeList(t *testing.T) {
 	// In a list of merged mappings the earlier one wins; keys written in the
-	// mapping win over both.
+	// mapping win over both. (The anchors are kept under a nodepool key whose
+	// contents the builder does not read: a top-level key of their own would
+	// be unknown.)
 	cfg := mustParse(t, `images-dir: /i
-fast: &fast {poll-interval: 10, keep-builds: 5, upload-workers: 9}
-slow: &slow {poll-interval: 600, keep-builds: 1, keep-uploads: 3}
+tenant-resource-limits:
+  - &fast {poll-interval: 10, keep-builds: 5, upload-workers: 9}
+  - &slow {poll-interval: 600, keep-builds: 1, keep-uploads: 3}
 builder:
   <<: [*fast, *slow]
   upload-workers: 2
@@ -448,8 +459,8 @@ webapp:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ImagesDir != "/srv/images" || cfg.Webapp.Port != 8022 || cfg.BuildLogDir != "/srv/images/logs-8022" {
-		t.Errorf("substituted config = %+v, webapp %+v", cfg, cfg.Webapp)
+	if cfg.ImagesDir != "/srv/images" || cfg.LauncherWebapp.Port != 8022 || cfg.BuildLogDir != "/srv/images/logs-8022" {
+		t.Errorf("substituted config = %+v, webapp %+v", cfg, cfg.LauncherWebapp)
 	}
 	// Only NODEPOOL_ variables are substituted, like nodepool.
 	if cfg.ElementsDir != "%(HOME)/elements" {
@@ -501,5 +512,116 @@ func TestCheckNameFormat(t *testing.T) {
 		if (err == nil) != tt.ok {
 			t.Errorf("checkNameFormat(%q) = %v, want ok=%v", tt.format, err, tt.ok)
 		}
+	}
+}
+
+func TestParseUnknownKeys(t *testing.T) {
+	// Every section the builder reads refuses a key that neither nodepool's
+	// schema nor the builder knows, naming the key most likely meant.
+	const provider = "providers:\n  - name: p\n    cloud: c\n"
+	tests := []struct {
+		name string
+		text string
+		want string // the whole error
+	}{
+		{"diskimage for diskimages in a provider", head + "diskimages:\n  - name: d\n" + provider + "    diskimage:\n      - name: d\n",
+			"nodepool.yaml:7: providers[0].diskimage: unknown key in a provider; did you mean diskimages?"},
+		{"image_format in a provider", head + provider + "    image_format: raw\n",
+			"nodepool.yaml:5: providers[0].image_format: unknown key in a provider; did you mean image-format?"},
+		{"top-level provider", head + "provider:\n  - name: p\n    cloud: c\n",
+			"nodepool.yaml:2: provider: unknown key in a nodepool config; did you mean providers?"},
+		{"misspelt diskimages key", head + "diskimages:\n  - name: d\n    elemnts: [vm]\n",
+			"nodepool.yaml:4: diskimages[0].elemnts: unknown key in a diskimage; did you mean elements?"},
+		{"misspelt zuul-images key", head + "zuul-images:\n  - name: z\n    api_url: https://z/\n    project: p\n    job: j\n",
+			"nodepool.yaml:4: zuul-images[0].api_url: unknown key in a zuul-images entry; did you mean api-url?"},
+		{"misspelt provider diskimages entry key", head + "diskimages:\n  - name: d\n" + provider + "    diskimages:\n      - name: d\n        puase: true\n",
+			"nodepool.yaml:9: providers[0].diskimages[0].puase: unknown key in a provider diskimages entry; did you mean pause?"},
+		{"misspelt webapp key", head + "webapp:\n  listen-address: 127.0.0.1\n",
+			"nodepool.yaml:3: webapp.listen-address: unknown key in the webapp section; did you mean listen_address?"},
+		{"misspelt builder key", head + "builder:\n  upload-worker: 2\n",
+			"nodepool.yaml:3: builder.upload-worker: unknown key in the builder section; did you mean upload-workers?"},
+		{"misspelt zookeeper server key", head + "zookeeper-servers:\n  - host: zk\n    prot: 2181\n",
+			"nodepool.yaml:4: zookeeper-servers[0].prot: unknown key in a ZooKeeper server; did you mean port?"},
+		{"unknown key merged into a provider", head + "common: &c {cloud: c, rat: 2}\nproviders:\n  - <<: *c\n    name: p\n",
+			"nodepool.yaml:2: providers[0].rat: unknown key in a provider; did you mean rate?"},
+		{"nothing near: the known keys are listed", head + "zookeeper-tls:\n  cert: c\n  key: k\n  ca: a\n  verify: false\n",
+			"nodepool.yaml:6: zookeeper-tls.verify: unknown key in the zookeeper-tls section; known keys are cert, key, ca"},
+		{"nothing near at the top level", head + "colour: blue\n",
+			"nodepool.yaml:2: colour: unknown key in a nodepool config; known keys are images-dir, build-log-dir, build-log-retention, elements-dir, webapp, diskimages, zuul-images, providers, builder, zookeeper-servers, zookeeper-tls, zookeeper-timeout, gearman-servers, labels, max-hold-age, tenant-resource-limits, drivers-dir"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := parse(tt.text)
+			if err == nil {
+				t.Fatalf("Parse succeeded with %+v, want %q", cfg, tt.want)
+			}
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("error %v is not an Errors", err)
+			}
+			for _, e := range es {
+				if e.Error() == tt.want {
+					return
+				}
+			}
+			t.Errorf("no error %q; got:\n%v", tt.want, err)
+		})
+	}
+}
+
+func TestParseAcceptsNodepoolKeysItDoesNotUse(t *testing.T) {
+	// Keys of nodepool's schema that only the launcher uses are accepted and
+	// ignored, whatever their contents, in every section the builder reads.
+	tests := []struct {
+		name string
+		text string
+	}{
+		{"labels", "labels:\n  - name: l\n    min-ready: 1\n    anything: goes\n"},
+		{"max-hold-age", "max-hold-age: 86400\n"},
+		{"tenant-resource-limits", "tenant-resource-limits:\n  - tenant-name: t\n    max-cores: 8\n"},
+		{"drivers-dir of an older nodepool", "drivers-dir: /etc/nodepool/drivers\n"},
+		{"launcher keys of an openstack provider", "providers:\n  - name: p\n    cloud: c\n" +
+			"    boot-timeout: 120\n    launch-timeout: 900\n    launch-retries: 3\n    max-concurrency: 10\n" +
+			"    nodepool-id: x\n    clean-floating-ips: true\n    port-cleanup-interval: 600\n    hostname-format: '{node.id}'\n" +
+			"    upload-script: /bin/true\n    cloud-images:\n      - name: c\n        whatever: 1\n" +
+			"    pools:\n      - name: main\n        max-servers: 4\n        labels: [{name: l, diskimage: d}]\n"},
+		{"launcher keys of a provider diskimages entry", "diskimages:\n  - name: d\nproviders:\n  - name: p\n    cloud: c\n" +
+			"    diskimages:\n      - name: d\n        config-drive: true\n        connection-type: ssh\n        connection-port: 22\n"},
+		{"any key of another driver", "providers:\n  - name: k\n    driver: kubernetes\n    context: admin\n    colour: blue\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mustParse(t, head+tt.text)
+		})
+	}
+}
+
+func TestParseBuilderWebapp(t *testing.T) {
+	// The builder's pages are set in builder.webapp; nodepool's top-level
+	// webapp is the launcher's and never sets them.
+	tests := []struct {
+		name         string
+		text         string
+		want         *Webapp
+		wantLauncher *Webapp
+	}{
+		{"absent", "builder:\n  keep-builds: 2\n", nil, nil},
+		{"only the launcher's", "webapp:\n  port: 8005\n", nil, &Webapp{ListenAddress: "0.0.0.0", Port: 8005}},
+		{"empty: the defaults", "builder:\n  webapp:\n", &Webapp{ListenAddress: "0.0.0.0", Port: 8006}, nil},
+		{"an empty mapping: the defaults", "builder:\n  webapp: {}\n", &Webapp{ListenAddress: "0.0.0.0", Port: 8006}, nil},
+		{"a port", "builder:\n  webapp:\n    port: 9100\n", &Webapp{ListenAddress: "0.0.0.0", Port: 9100}, nil},
+		{"both", "webapp:\n  listen_address: 127.0.0.1\n  port: 8005\nbuilder:\n  webapp:\n    listen-address: 127.0.0.2\n    port: 8007\n",
+			&Webapp{ListenAddress: "127.0.0.2", Port: 8007}, &Webapp{ListenAddress: "127.0.0.1", Port: 8005}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := mustParse(t, head+tt.text)
+			if !reflect.DeepEqual(cfg.Builder.Webapp, tt.want) {
+				t.Errorf("builder.webapp = %+v, want %+v", cfg.Builder.Webapp, tt.want)
+			}
+			if !reflect.DeepEqual(cfg.LauncherWebapp, tt.wantLauncher) {
+				t.Errorf("launcher's webapp = %+v, want %+v", cfg.LauncherWebapp, tt.wantLauncher)
+			}
+		})
 	}
 }

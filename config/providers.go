@@ -20,12 +20,30 @@ const (
 // nameFormatFields are the placeholders image-name-format may use.
 var nameFormatFields = []string{"image_name", "timestamp", "upload_id", "build_id"}
 
+// providerKeys are the openstack provider keys this builder reads.
 var providerKeys = []string{
 	"name", "driver", "cloud", "region-name", "image-format", "image-name-format",
 	"image-upload-timeout", "post-upload-hook", "rate", "diskimages",
 }
 
+// providerNodepoolKeys are the rest of nodepool 10's openstack driver schema
+// (its OpenStack driver documentation, providers.[openstack], and the schema
+// of nodepool's config-validate): the launcher's keys, accepted and ignored.
+// hostname-format and upload-script are older nodepools'. What pools and
+// cloud-images hold is the launcher's to check.
+var providerNodepoolKeys = []string{
+	"max-concurrency", "boot-timeout", "launch-timeout", "launch-retries", "nodepool-id",
+	"clean-floating-ips", "port-cleanup-interval", "pools", "cloud-images",
+	"hostname-format", "upload-script",
+}
+
+// providerImageKeys are the keys of a provider's diskimages entry this
+// builder reads.
 var providerImageKeys = []string{"name", "pause", "meta"}
+
+// providerImageNodepoolKeys are the rest of nodepool 10's schema for that
+// entry (providers.[openstack].diskimages): the launcher's, accepted and ignored.
+var providerImageNodepoolKeys = []string{"config-drive", "connection-type", "connection-port"}
 
 // providers reads the providers list. Only openstack providers (the default
 // driver) are kept; the others belong to nodepool's launcher and are left
@@ -42,7 +60,7 @@ func (p *parser) providers(top *mapping, names imageNames) []Provider {
 		if !p.isOpenStack(item, path) {
 			continue
 		}
-		m, ok := p.readMapping(item, path, "a provider", providerKeys, false)
+		m, ok := p.readMapping(item, path, "a provider", slices.Concat(providerKeys, providerNodepoolKeys), true)
 		if !ok {
 			continue
 		}
@@ -125,7 +143,7 @@ func (p *parser) providerImages(m *mapping, names imageNames) []ProviderImage {
 	seen := map[string]int{}
 	for i, item := range items {
 		path := indexPath(m.sub("diskimages"), i)
-		im, ok := p.readMapping(item, path, "a provider diskimages entry", providerImageKeys, false)
+		im, ok := p.readMapping(item, path, "a provider diskimages entry", slices.Concat(providerImageKeys, providerImageNodepoolKeys), true)
 		if !ok {
 			continue
 		}

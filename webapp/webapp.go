@@ -1,5 +1,5 @@
 // Package webapp owns the builder's status pages: the listings as text and JSON,
-// a page for people, /healthz and /metrics, served on nodepool's webapp address.
+// a page for people, /healthz and /metrics, served where builder.webapp says.
 package webapp
 
 import (
@@ -185,7 +185,7 @@ func Listen(addr string, opts Options) (*Server, error) {
 	return &Server{ln: ln, srv: srv}, nil
 }
 
-// URL is where the pages are, e.g. http://127.0.0.1:8005/.
+// URL is where the pages are, e.g. http://127.0.0.1:8006/.
 func (s *Server) URL() string { return "http://" + s.ln.Addr().String() + "/" }
 
 // Serve serves the pages until ctx ends, then lets the requests under way

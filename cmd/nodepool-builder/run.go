@@ -139,14 +139,12 @@ func runBuilder(c *cli.Context) error {
 		}
 		return nil
 	}
-	if cfg.Webapp != nil {
-		stopWeb, err := serveWebapp(ctx, log, cfg, webapp.Options{Store: st, Config: b.Config, Health: b.Health,
-			Progress: tracker, Metrics: m.Handler(), Logger: log})
-		if err != nil {
-			return err
-		}
-		defer stopWeb()
+	stopWeb, err := serveWebapp(ctx, log, cfg, webapp.Options{Store: st, Config: b.Config, Health: b.Health,
+		Progress: tracker, Metrics: m.Handler(), Logger: log})
+	if err != nil {
+		return err
 	}
+	defer stopWeb()
 	err = b.Run(ctx)
 	log.Info("stopped")
 	return err

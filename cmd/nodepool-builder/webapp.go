@@ -11,14 +11,25 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/webapp"
 )
 
-// serveWebapp serves the status pages on the config's webapp address until
-// stop is called. A port that cannot be bound fails here, before any loop runs.
+// serveWebapp serves the status pages where builder.webapp says until stop is
+// called; without builder.webapp it serves none. A port that cannot be bound
+// fails here, before any loop runs. nodepool's top-level webapp is the
+// launcher's: the builder never listens there.
 func serveWebapp(ctx context.Context, log *slog.Logger, cfg *config.Config, opts webapp.Options) (stop func(), err error) {
-	addr := net.JoinHostPort(cfg.Webapp.ListenAddress, strconv.Itoa(cfg.Webapp.Port))
+	w := cfg.Builder.Webapp
+	if w == nil {
+		if cfg.LauncherWebapp != nil {
+			log.Info("status pages not served: the top-level webapp section is nodepool-launcher's; "+
+				"set builder.webapp to serve the builder's own", "config", cfg.Path,
+				"default_port", config.DefaultBuilderWebappPort)
+		}
+		return func() {}, nil
+	}
+	addr := net.JoinHostPort(w.ListenAddress, strconv.Itoa(w.Port))
 	srv, err := webapp.Listen(addr, opts)
 	if err != nil {
-		return nil, withCode(exitUsage, fmt.Errorf("%w; stop what holds the port, or change webapp's port or listen_address in %s",
-			err, cfg.Path))
+		return nil, withCode(exitUsage, fmt.Errorf("%w; stop what holds %s, or set builder.webapp.port (or builder.webapp.listen-address) in %s to a free one",
+			err, addr, cfg.Path))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,13 +51,14 @@ func TestStatusPagesOfARunningDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(f, "webapp:\n  listen_address: 127.0.0.1\n  port: %d\n", port)
+	// The config ends with the builder section: the pages' address goes in it.
+	fmt.Fprintf(f, "  webapp:\n    listen-address: 127.0.0.1\n    port: %d\n", port)
 	f.Close()
 
 	// A port that cannot be had stops the daemon before its loops start.
 	r := e.run()
 	if r.code != exitUsage || !strings.Contains(r.stderr, fmt.Sprintf("127.0.0.1:%d", port)) ||
-		!strings.Contains(r.stderr, "change webapp's port") {
+		!strings.Contains(r.stderr, "set builder.webapp.port") || !strings.Contains(r.stderr, e.cfgPath) {
 		t.Fatalf("daemon with its webapp port taken exited %d, want %d and a hint:\n%s", r.code, exitUsage, r.stderr)
 	}
 	held.Close()
@@ -203,4 +207,88 @@ func TestStatusPagesOfARunningDaemon(t *testing.T) {
 		code, body := httpGet(t, base+"/healthz")
 		return code == 503 && strings.Contains(body, "the state does not answer")
 	}, d.logs.String)
+}
+
+func TestStatusPagesBesideALauncher(t *testing.T) {
+	// nodepool-launcher on the same host holds its webapp port; the builder
+	// reads the same nodepool.yaml and must neither need nor take that port.
+	launcher, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer launcher.Close()
+	launcherPort := launcher.Addr().(*net.TCPAddr).Port
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	builderPort := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "nodepool.yaml")
+	write := func(builderWebapp string) {
+		t.Helper()
+		cfg := fmt.Sprintf("images-dir: %s\nwebapp:\n  listen_address: 127.0.0.1\n  port: %d\nbuilder:\n  keep-builds: 2\n%s",
+			filepath.Join(dir, "images"), launcherPort, builderWebapp)
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := func(d *daemon) {
+		t.Helper()
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.exited:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the daemon did not stop within 30s of SIGTERM:\n%s", d.logs.String())
+		}
+	}
+	builderWebapp := func(port int) string {
+		return fmt.Sprintf("  webapp:\n    listen-address: 127.0.0.1\n    port: %d\n", port)
+	}
+
+	// Only the launcher's webapp: the daemon starts, serves no pages, and
+	// says once where the builder's own are set.
+	write("")
+	d := startDaemon(t, cfgPath)
+	d.waitLog(t, 10*time.Second, "the top-level webapp section is nodepool-launcher's; set builder.webapp")
+	if n := strings.Count(d.logs.String(), "nodepool-launcher's"); n != 1 {
+		t.Errorf("the launcher's webapp was mentioned %d times, want once:\n%s", n, d.logs.String())
+	}
+	stop(d)
+
+	// builder.webapp: the pages are served on its port while the launcher
+	// keeps its own.
+	write(builderWebapp(builderPort))
+	d = startDaemon(t, cfgPath)
+	base := fmt.Sprintf("http://127.0.0.1:%d", builderPort)
+	d.waitLog(t, 10*time.Second, "url="+base+"/")
+	if code, body := httpGet(t, base+"/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("/healthz on builder.webapp's port: %d %q\n%s", code, body, d.logs.String())
+	}
+	if strings.Contains(d.logs.String(), "nodepool-launcher's") {
+		t.Errorf("the launcher's webapp was mentioned with builder.webapp set:\n%s", d.logs.String())
+	}
+	// A changed builder.webapp takes effect at the next restart, and the
+	// reload says so.
+	write(builderWebapp(launcherPort + 1))
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	d.waitLog(t, 10*time.Second, "builder.webapp changed; the status pages stay where they are until the builder is restarted")
+	if code, _ := httpGet(t, base+"/healthz"); code != 200 {
+		t.Fatalf("/healthz after the reload: %d", code)
+	}
+	stop(d)
+
+	// builder.webapp on a port that is taken (here the launcher's): exit 2
+	// naming the setting, the address and the config.
+	write(builderWebapp(launcherPort))
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"nodepool-builder", "-c", cfgPath}, &out, &errb)
+	addr := fmt.Sprintf("127.0.0.1:%d", launcherPort)
+	if code != exitUsage || !strings.Contains(errb.String(), addr) || !strings.Contains(errb.String(), "builder.webapp.port") ||
+		!strings.Contains(errb.String(), cfgPath) {
+		t.Fatalf("daemon with builder.webapp's port taken exited %d, want %d naming %s, builder.webapp.port and %s:\n%s",
+			code, exitUsage, addr, cfgPath, errb.String())
+	}
 }

@@ -226,9 +226,10 @@ func meta(format string) map[string]any {
 }
 
 const configTemplate = `images-dir: %s
-webapp:
-  listen_address: 127.0.0.1
-  port: %d
+builder:
+  webapp:
+    listen-address: 127.0.0.1
+    port: %d
 zuul-images:
   - name: debian-bookworm
     api-url: %s
