@@ -130,8 +130,10 @@ func findSecureFile(cloudsFile string, explicit bool) string {
 	return ""
 }
 
-// readClouds returns the clouds section of a clouds.yaml or secure.yaml, with keys
-// normalised as openstacksdk does ("region-name" is "region_name").
+// readClouds returns the clouds section of a clouds.yaml or secure.yaml by cloud
+// name, each cloud's option names normalised as openstacksdk does ("region-name"
+// is "region_name"). Cloud names stay as written: openstacksdk looks a cloud up
+// by its exact name, so "cloud-a" and "cloud_a" are two clouds.
 func readClouds(path string) (map[string]any, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -143,7 +145,10 @@ func readClouds(path string) (map[string]any, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", path, err)
 	}
-	clouds, _ := normalizeKeys(doc.Clouds).(map[string]any)
+	clouds := make(map[string]any, len(doc.Clouds))
+	for name, cloud := range doc.Clouds {
+		clouds[name] = normalizeKeys(cloud)
+	}
 	return clouds, nil
 }
 

@@ -2,6 +2,7 @@ package openstack
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -536,6 +537,60 @@ func TestBodyDetail(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := bodyDetail([]byte(tt.body), tt.status); got != tt.want {
 				t.Errorf("bodyDetail = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCloudNamesAreTakenAsWritten: openstacksdk turns "-" into "_" in option
+// names only; a cloud's name is looked up exactly as clouds.yaml and
+// secure.yaml write it.
+func TestCloudNamesAreTakenAsWritten(t *testing.T) {
+	tests := []struct {
+		name    string
+		clouds  []string // names written in clouds.yaml, each a standalone Glance
+		secure  bool     // the first cloud's override is in secure.yaml under the same name
+		open    string
+		want    string // the override the opened cloud got; "" when Open must fail
+		wantErr string
+	}{
+		{name: "dash", clouds: []string{"cloud-a"}, open: "cloud-a", want: "http://cloud-a/"},
+		{name: "dash beside underscore", clouds: []string{"cloud-a", "cloud_a"}, open: "cloud-a", want: "http://cloud-a/"},
+		{name: "underscore beside dash", clouds: []string{"cloud-a", "cloud_a"}, open: "cloud_a", want: "http://cloud_a/"},
+		{name: "dot", clouds: []string{"ovh.gra1"}, open: "ovh.gra1", want: "http://ovh.gra1/"},
+		{name: "capitals", clouds: []string{"VexxHost-SJC1"}, open: "VexxHost-SJC1", want: "http://VexxHost-SJC1/"},
+		{name: "dash in secure.yaml", clouds: []string{"cloud-a"}, secure: true, open: "cloud-a", want: "http://secret-cloud-a/"},
+		{name: "no underscore for a dash", clouds: []string{"cloud_a"}, open: "cloud-a", wantErr: `cloud "cloud-a" is not defined`},
+		{name: "no other case", clouds: []string{"Cloud"}, open: "cloud", wantErr: `cloud "cloud" is not defined`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var b strings.Builder
+			b.WriteString("clouds:\n")
+			for i, name := range tt.clouds {
+				fmt.Fprintf(&b, "  %q:\n    auth-type: none\n", name)
+				if i > 0 || !tt.secure {
+					fmt.Fprintf(&b, "    image-endpoint-override: http://%s\n", name)
+				}
+			}
+			file := writeFile(t, filepath.Join(dir, "clouds.yaml"), b.String())
+			if tt.secure {
+				writeFile(t, filepath.Join(dir, "secure.yaml"), fmt.Sprintf(
+					"clouds:\n  %q:\n    image-endpoint-override: http://secret-%s\n", tt.clouds[0], tt.clouds[0]))
+			}
+			c, err := Open(context.Background(), Options{Cloud: tt.open, CloudsFile: file})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Open(%q) = %v, want an error saying %q", tt.open, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open(%q): %v", tt.open, err)
+			}
+			if c.override != tt.want || c.Name() != tt.open {
+				t.Errorf("Open(%q) got cloud %q at %q, want %q", tt.open, c.Name(), c.override, tt.want)
 			}
 		})
 	}
