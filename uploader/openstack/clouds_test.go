@@ -595,3 +595,71 @@ func TestCloudNamesAreTakenAsWritten(t *testing.T) {
 		})
 	}
 }
+
+// TestEachPlaceNamedOnce: when OS_CLIENT_CONFIG_FILE names a place the search
+// looks anyway (the systemd unit's /etc/openstack/clouds.yaml), or the working
+// directory is one of the search directories, an error names each file once;
+// and the file in use is not named again among those searched.
+func TestEachPlaceNamedOnce(t *testing.T) {
+	if _, err := os.Stat("/etc/openstack/clouds.yaml"); err == nil {
+		t.Skip("this machine has /etc/openstack/clouds.yaml")
+	}
+	const other = "clouds:\n  other: {auth_type: none, image_endpoint_override: http://x}\n"
+	tests := []struct {
+		name    string
+		files   []string // relative to the test root; home/ is $HOME
+		env     string   // OS_CLIENT_CONFIG_FILE: relative to the root, or absolute
+		cwd     string   // relative to the root
+		wantErr []string
+	}{
+		{name: "environment names the system file", env: "/etc/openstack/clouds.yaml", cwd: "work",
+			wantErr: []string{"no clouds.yaml found"}},
+		{name: "environment names the working directory's file", env: "work/clouds.yaml", cwd: "work",
+			wantErr: []string{"no clouds.yaml found"}},
+		{name: "working directory is the user's", cwd: "home/.config/openstack",
+			wantErr: []string{"no clouds.yaml found"}},
+		{name: "cloud missing from the file in use", files: []string{"work/clouds.yaml"}, env: "work/clouds.yaml", cwd: "work",
+			wantErr: []string{`cloud "mycloud" is not defined in`, "it defines: other", "the only one read"}},
+		{name: "cloud missing, another file not read", files: []string{"work/clouds.yaml", "home/.config/openstack/clouds.yaml"}, cwd: "work",
+			wantErr: []string{`cloud "mycloud" is not defined in`, "clouds.yaml is not)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			for _, f := range tt.files {
+				writeFile(t, filepath.Join(root, f), other)
+			}
+			if err := os.MkdirAll(filepath.Join(root, tt.cwd), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Chdir(filepath.Join(root, tt.cwd))
+			t.Setenv("HOME", filepath.Join(root, "home"))
+			t.Setenv("XDG_CONFIG_HOME", "")
+			t.Setenv("OS_CLIENT_CONFIG_FILE", "")
+			if tt.env != "" {
+				env := tt.env
+				if !filepath.IsAbs(env) {
+					env = filepath.Join(root, env)
+				}
+				t.Setenv("OS_CLIENT_CONFIG_FILE", env)
+			}
+			_, err := Open(context.Background(), Options{Cloud: "mycloud"})
+			if err == nil {
+				t.Fatal("Open succeeded, want an error")
+			}
+			for _, s := range tt.wantErr {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+			for _, p := range []string{filepath.Join(root, tt.cwd, "clouds.yaml"), filepath.Join(root, "home/.config/openstack/clouds.yaml"),
+				"/etc/openstack/clouds.yaml"} {
+				// Every place is named when none has a file; else those that matter.
+				n := strings.Count(err.Error(), p)
+				if n > 1 || (n == 0 && strings.Contains(err.Error(), "no clouds.yaml found")) {
+					t.Errorf("error names %s %d times, want once:\n%s", p, n, err)
+				}
+			}
+		})
+	}
+}
