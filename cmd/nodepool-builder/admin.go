@@ -20,7 +20,7 @@ import (
 // (a build request, a pause, a record marked deleting); the running daemon, or the
 // next --once, carries it out.
 func adminCommands() []*cli.Command {
-	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print JSON instead of text"}
+	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print JSON instead of text", DisableDefaultText: true}
 	return []*cli.Command{
 		{
 			Name:   "image-status",

@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
+	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table", DisableDefaultText: true}
 	return &cli.App{
 		Name:      "nodepool-builder",
 		Usage:     "keep clouds supplied with fresh disk images built by Zuul and diskimage-builder",
@@ -79,12 +79,13 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: "/etc/nodepool/nodepool.yaml", Usage: "nodepool.yaml to use"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json"},
-			&cli.BoolFlag{Name: "debug", Aliases: []string{"d"}, Usage: "log debug messages (nodepool's -d; the builder always runs in the foreground)"},
-			&cli.BoolFlag{Name: "foreground", Aliases: []string{"f"}, Usage: "accepted for nodepool's -f; the builder always runs in the foreground"},
+			&cli.BoolFlag{Name: "debug", Aliases: []string{"d"}, Usage: "log debug messages (nodepool's -d; the builder always runs in the foreground)", DisableDefaultText: true},
+			&cli.BoolFlag{Name: "foreground", Aliases: []string{"f"}, Usage: "accepted for nodepool's -f; the builder always runs in the foreground", DisableDefaultText: true},
 			&cli.StringFlag{Name: "pid-file", Aliases: []string{"p"}, Usage: "write the builder's pid to this file while it runs"},
-			&cli.IntFlag{Name: "upload-workers", Usage: "concurrent uploads (default: builder.upload-workers, 4)"},
+			// No Value: unset, builder.upload-workers applies.
+			&cli.IntFlag{Name: "upload-workers", Usage: "concurrent uploads", DefaultText: "builder.upload-workers of the config, else 4"},
 			&cli.IntFlag{Name: "build-workers", Value: 1, Usage: "concurrent diskimage-builder builds"},
-			&cli.BoolFlag{Name: "once", Usage: "do every due step once (poll, fetch, build, upload, retain, delete, sweep), then exit"},
+			&cli.BoolFlag{Name: "once", Usage: "do every due step once (poll, fetch, build, upload, retain, delete, sweep), then exit", DisableDefaultText: true},
 			// How often a progress line is logged per running task; tests shorten it.
 			&cli.DurationFlag{Name: "progress-interval", Value: 30 * time.Second, Hidden: true},
 		}, refusedFlags()...),
