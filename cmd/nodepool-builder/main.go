@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -73,7 +72,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
 		Name:      "nodepool-builder",
 		Usage:     "keep clouds supplied with fresh disk images built by Zuul and diskimage-builder",
-		Version:   version(),
+		Version:   versionText(),
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags: append([]cli.Flag{
@@ -159,42 +158,6 @@ func checkFlags(c *cli.Context) error {
 	}
 	return nil
 }
-
-// version is the program's version: set at build time with
-// -ldflags "-X main.buildVersion=...", else the module version or VCS revision.
-func version() string {
-	if buildVersion != "" {
-		return buildVersion
-	}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	if v := info.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	rev, dirty := "", false
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if rev == "" {
-		return "devel"
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if dirty {
-		rev += "-dirty"
-	}
-	return "devel-" + rev
-}
-
-var buildVersion string
 
 func newLogger(c *cli.Context) (*slog.Logger, error) {
 	return newLoggerTo(c, c.App.ErrWriter)
