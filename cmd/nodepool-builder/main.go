@@ -54,17 +54,48 @@ func main() {
 // run is the whole program: it parses args, does the work and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
+	// The error that ends the program is written in the --log-format of its
+	// logs, once the flags are read; before that, as text.
+	logFormat := "text"
+	checks := app.Before
+	app.Before = func(c *cli.Context) error {
+		if f := c.String("log-format"); f == "json" {
+			logFormat = f
+		}
+		return checks(c)
+	}
 	err := app.RunContext(ctx, args)
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(stderr, "nodepool-builder:", err)
+	code := exitUsage // anything urfave/cli reports itself is a usage error
 	var ee *exitError
 	if errors.As(err, &ee) {
-		return ee.code
+		code = ee.code
 	}
-	// Anything urfave/cli reports itself is a usage error.
-	return exitUsage
+	reportExit(stderr, logFormat, code, err)
+	return code
+}
+
+// reportExit writes the error that ends the program: a line of text, or with
+// --log-format json one JSON log record, as the logs before it. The failures of
+// a --once run are listed in it.
+func reportExit(w io.Writer, format string, code int, err error) {
+	if format != "json" {
+		fmt.Fprintln(w, "nodepool-builder:", err)
+		return
+	}
+	log := slog.New(slog.NewJSONHandler(w, nil))
+	var failed *stepsFailed
+	if errors.As(err, &failed) {
+		msgs := make([]string, 0, len(failed.errs))
+		for _, e := range failed.errs {
+			msgs = append(msgs, e.Error())
+		}
+		log.Error(fmt.Sprintf("%d step(s) failed", len(failed.errs)), "errors", msgs, "exit_code", code)
+		return
+	}
+	log.Error("nodepool-builder failed", "error", err.Error(), "exit_code", code)
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
