@@ -25,8 +25,8 @@ func (a *adminSession) status(c *cli.Context, name string) (listing.Image, error
 
 // imageStatus prints nodepool's image-status columns, then ours.
 func imageStatus(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return withCode(exitUsage, fmt.Errorf("image-status takes no arguments, not %q", c.Args().First()))
+	if err := noArgs(c); err != nil {
+		return err
 	}
 	a, err := openAdmin(c, store.ReadOnly)
 	if err != nil {

@@ -220,6 +220,9 @@ func loadConfig(c *cli.Context) (*config.Config, error) {
 }
 
 func configValidate(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
 	cfg, err := loadConfig(c)
 	if err != nil {
 		return err

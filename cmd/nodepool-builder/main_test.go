@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
 // TestHelpShowsEachDefaultOnce: a flag's help line names its default at most
@@ -98,6 +100,36 @@ diskimages:
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestCommandsWithoutArgumentsRefuseThem: nodepool's listings take no
+// arguments; ours refuse one instead of printing a list as if it were a filter
+// (an empty one for dib-image-list bogus).
+func TestCommandsWithoutArgumentsRefuseThem(t *testing.T) {
+	dir := t.TempDir()
+	images := filepath.Join(dir, "images")
+	cfg := writeFileT(t, filepath.Join(dir, "nodepool.yaml"), "images-dir: "+images+"\ndiskimages:\n  - name: debian\n    dib-cmd: /bin/false\n")
+	st, err := store.Open(t.Context(), store.Options{ImagesDir: images})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{args: []string{"dib-image-list", "bogus"}, want: `dib-image-list takes no arguments, not "bogus"`},
+		{args: []string{"dib-image-list", "debian"}, want: `dib-image-list takes no arguments, not "debian"`},
+		{args: []string{"image-list", "debian"}, want: `image-list takes no arguments, not "debian"`},
+		{args: []string{"image-list", "debian", "--json"}, want: "put flags such as --json before"},
+		{args: []string{"image-status", "debian"}, want: `image-status takes no arguments, not "debian"`},
+		{args: []string{"config-validate", "other.yaml"}, want: `config-validate takes no arguments, not "other.yaml"`},
+	} {
+		r := runCmd(append([]string{"-c", cfg}, tt.args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tt.want) || r.stdout != "" {
+			t.Errorf("%s exited %d, printed %q, want %d and %q:\n%s", strings.Join(tt.args, " "), r.code, r.stdout, exitUsage, tt.want, r.stderr)
 		}
 	}
 }
