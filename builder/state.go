@@ -24,6 +24,11 @@ type StateOptions struct {
 	// builder itself, not a listing or an admin command.
 	Register bool
 	Version  string
+	// StateOnly says the caller reads records only, none of the images-dir's
+	// files: with ZooKeeper the images-dir then need not exist (a listing run
+	// on an operator's workstation, or on the launcher's host). With SQLite the
+	// state is in the images-dir, which must exist all the same.
+	StateOnly bool
 }
 
 // OpenState opens the images-dir and the state of a config: in ZooKeeper when
@@ -34,7 +39,7 @@ func OpenState(ctx context.Context, cfg *config.Config, opts StateOptions) (*sto
 		return openSQLiteState(ctx, cfg, sopts)
 	}
 	// The images-dir is checked before a connection is made.
-	if opts.Access != store.Create {
+	if opts.Access != store.Create && !opts.StateOnly {
 		if fi, err := os.Stat(cfg.ImagesDir); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("images-dir %s does not exist or is not a directory: %w", cfg.ImagesDir, store.ErrNotInitialized)
 		}

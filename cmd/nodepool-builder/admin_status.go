@@ -6,7 +6,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodepool-builder/nodepool-builder/listing"
-	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
 // status returns one image's image-status row.
@@ -28,7 +27,7 @@ func imageStatus(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	a, err := openAdmin(c, store.ReadOnly)
+	a, err := openListing(c)
 	if err != nil {
 		return err
 	}

@@ -8,14 +8,13 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodepool-builder/nodepool-builder/listing"
-	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
 func imageList(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	a, err := openAdmin(c, store.ReadOnly)
+	a, err := openListing(c)
 	if err != nil {
 		return err
 	}
@@ -37,7 +36,7 @@ func dibImageList(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	a, err := openAdmin(c, store.ReadOnly)
+	a, err := openListing(c)
 	if err != nil {
 		return err
 	}

@@ -235,8 +235,10 @@ func configValidate(c *cli.Context) error {
 // openStore opens the images-dir's existing state without the images-dir lock,
 // so it works while a builder runs: read-only for listings, read-write for admin
 // requests. It creates nothing: a missing images-dir or state is a usage error
-// that names the path, since a mistyped images-dir is the likely cause.
-func openStore(c *cli.Context, cfg *config.Config, access store.Access) (*store.Store, error) {
+// that names the path, since a mistyped images-dir is the likely cause. With
+// stateOnly (the listings) and the state in ZooKeeper, the images-dir need not
+// exist: the listings then work on any host that reaches ZooKeeper.
+func openStore(c *cli.Context, cfg *config.Config, access store.Access, stateOnly bool) (*store.Store, error) {
 	if cfg.ImagesDir == "" {
 		return nil, withCode(exitUsage, fmt.Errorf("%s: images-dir is not set", cfg.Path))
 	}
@@ -244,7 +246,7 @@ func openStore(c *cli.Context, cfg *config.Config, access store.Access) (*store.
 	if err != nil {
 		return nil, err
 	}
-	st, err := builder.OpenState(c.Context, cfg, builder.StateOptions{Access: access, Logger: log})
+	st, err := builder.OpenState(c.Context, cfg, builder.StateOptions{Access: access, Logger: log, StateOnly: stateOnly})
 	if errors.Is(err, builder.ErrConfig) {
 		return nil, withCode(exitUsage, err)
 	}
