@@ -134,19 +134,25 @@ func zooKeeperServers(zc *config.ZooKeeper) []string {
 }
 
 // zooKeeperTLS is the TLS of nodepool's zookeeper-tls: the client certificate
-// and key, and the CA the servers' certificates are checked against.
+// and key, and the CA the servers' certificates are checked against. When both
+// are wrong, the error says both.
 func zooKeeperTLS(t *config.ZooKeeperTLS) (*tls.Config, error) {
+	var errs []error
 	cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
 	if err != nil {
-		return nil, fmt.Errorf("load the client certificate %s and key %s: %w", t.Cert, t.Key, err)
-	}
-	pem, err := os.ReadFile(t.CA)
-	if err != nil {
-		return nil, fmt.Errorf("read the CA %s: %w", t.CA, err)
+		errs = append(errs, fmt.Errorf("load the client certificate %s and key %s: %w", t.Cert, t.Key, err))
 	}
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("the CA file %s holds no PEM certificate", t.CA)
+	if pem, err := os.ReadFile(t.CA); err != nil {
+		errs = append(errs, fmt.Errorf("read the CA %s: %w", t.CA, err))
+	} else if !pool.AppendCertsFromPEM(pem) {
+		errs = append(errs, fmt.Errorf("the CA file %s holds no PEM certificate", t.CA))
+	}
+	switch len(errs) {
+	case 1:
+		return nil, errs[0]
+	case 2:
+		return nil, fmt.Errorf("%w; and %w", errs[0], errs[1])
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }

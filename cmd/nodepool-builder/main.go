@@ -130,7 +130,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Commands: append([]*cli.Command{
 			{
 				Name:   "config-validate",
-				Usage:  "check the config file and exit",
+				Usage:  "check the config file, and everything the builder checks on this host before its first step, and exit",
 				Action: configValidate,
 			},
 			{
@@ -226,6 +226,10 @@ func configValidate(c *cli.Context) error {
 	cfg, err := loadConfig(c)
 	if err != nil {
 		return err
+	}
+	// What the builder checks before its first step.
+	if err := builder.Check(c.Context, cfg); err != nil {
+		return withCode(exitUsage, err)
 	}
 	fmt.Fprintf(c.App.Writer, "%s is valid: %d diskimages, %d zuul-images, %d providers to upload to\n",
 		cfg.Path, len(cfg.DiskImages), len(cfg.ZuulImages), len(cfg.Providers))

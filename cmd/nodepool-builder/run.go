@@ -43,8 +43,9 @@ func runBuilder(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if cfg.ImagesDir == "" {
-		return withCode(exitUsage, fmt.Errorf("%s: images-dir is not set; the builder needs a directory for image files and its state", cfg.Path))
+	// What config-validate checks, before anything is created or locked.
+	if err := builder.Check(c.Context, cfg); err != nil {
+		return withCode(exitUsage, err)
 	}
 	lock, err := store.LockDir(cfg.ImagesDir)
 	if err != nil {

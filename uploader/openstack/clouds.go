@@ -98,6 +98,13 @@ func unique(paths []string) []string {
 	return out
 }
 
+// CloudsFile returns the clouds.yaml that Open reads when Options.CloudsFile is
+// empty, or an error that names every place searched and what to do.
+func CloudsFile() (string, error) {
+	path, _, err := findCloudsFile("")
+	return path, err
+}
+
 // findCloudsFile returns the clouds.yaml to use and the candidates it considered.
 // An explicit file is the only candidate; otherwise $OS_CLIENT_CONFIG_FILE comes first,
 // then clouds.yaml in each search directory.
