@@ -1,12 +1,19 @@
 GO ?= go
 BIN := bin/nodepool-builder
 
+# What --version prints: the tag-relative version and the commit of the
+# checkout (git describe marks one with changes -dirty). Outside a git checkout
+# both are empty, and the binary says what Go recorded instead.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.buildVersion=$(VERSION) -X main.buildCommit=$(COMMIT)
+
 .PHONY: all build deps deps-test test vet race bench demo clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/nodepool-builder
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/nodepool-builder
 
 # deps installs the real parts the demo runs (Glance, qemu-img, zstd) when they
 # are missing; deps-test adds diskimage-builder for the real DIB build test,

@@ -27,6 +27,11 @@ type StateOptions struct {
 	// TakeOver opens (with store.Create) an images-dir that another builder
 	// used as this builder's own: see store.Options.TakeOver.
 	TakeOver bool
+	// StateOnly says the caller reads records only, none of the images-dir's
+	// files: with ZooKeeper the images-dir then need not exist (a listing run
+	// on an operator's workstation, or on the launcher's host). With SQLite the
+	// state is in the images-dir, which must exist all the same.
+	StateOnly bool
 }
 
 // OpenState opens the images-dir and the state of a config: in ZooKeeper when
@@ -37,7 +42,7 @@ func OpenState(ctx context.Context, cfg *config.Config, opts StateOptions) (*sto
 		return openSQLiteState(ctx, cfg, sopts)
 	}
 	// The images-dir is checked before a connection is made.
-	if opts.Access != store.Create {
+	if opts.Access != store.Create && !opts.StateOnly {
 		if fi, err := os.Stat(cfg.ImagesDir); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("images-dir %s does not exist or is not a directory: %w", cfg.ImagesDir, store.ErrNotInitialized)
 		}
@@ -132,19 +137,25 @@ func zooKeeperServers(zc *config.ZooKeeper) []string {
 }
 
 // zooKeeperTLS is the TLS of nodepool's zookeeper-tls: the client certificate
-// and key, and the CA the servers' certificates are checked against.
+// and key, and the CA the servers' certificates are checked against. When both
+// are wrong, the error says both.
 func zooKeeperTLS(t *config.ZooKeeperTLS) (*tls.Config, error) {
+	var errs []error
 	cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
 	if err != nil {
-		return nil, fmt.Errorf("load the client certificate %s and key %s: %w", t.Cert, t.Key, err)
-	}
-	pem, err := os.ReadFile(t.CA)
-	if err != nil {
-		return nil, fmt.Errorf("read the CA %s: %w", t.CA, err)
+		errs = append(errs, fmt.Errorf("load the client certificate %s and key %s: %w", t.Cert, t.Key, err))
 	}
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("the CA file %s holds no PEM certificate", t.CA)
+	if pem, err := os.ReadFile(t.CA); err != nil {
+		errs = append(errs, fmt.Errorf("read the CA %s: %w", t.CA, err))
+	} else if !pool.AppendCertsFromPEM(pem) {
+		errs = append(errs, fmt.Errorf("the CA file %s holds no PEM certificate", t.CA))
+	}
+	switch len(errs) {
+	case 1:
+		return nil, errs[0]
+	case 2:
+		return nil, fmt.Errorf("%w; and %w", errs[0], errs[1])
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }

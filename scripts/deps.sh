@@ -6,7 +6,8 @@
 # for /usr/bin/python3 (an independent ZooKeeper client for the tests), and
 # gearmand with the gearman and gearadmin commands (the tests run their own
 # gearmand, not the service, and use the commands as an independent client).
-# Does nothing when they are present.
+# Does nothing when they are present. Of the services Debian starts when it
+# installs them, it stops and disables only those it installed itself.
 #   usage: deps.sh [demo|test]
 set -eu
 
@@ -41,16 +42,31 @@ if [ "$(id -u)" != 0 ]; then
 	echo "run as root, or: sudo apt-get install -y $pkgs" >&2
 	exit 1
 fi
+# Debian starts glance-api, ZooKeeper (on port 2181), gearmand (on port 4730)
+# and the memcached that glance-api pulls in as system services when it installs
+# them; the demo and the tests run their own. Those this run installs are
+# stopped and disabled again below. Those installed before it are someone's
+# services, which may be in use: they are left as they are.
+services="glance-api:glance-api zookeeper:zookeeperd gearman-job-server:gearman-job-server memcached:memcached"
+installed() { [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = installed ]; }
+had=""
+for s in $services; do
+	installed "${s#*:}" && had="$had ${s#*:}"
+done
+
 echo "installing: $pkgs (a few minutes the first time)"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 # shellcheck disable=SC2086
 apt-get install -y -q $pkgs
-# Debian starts glance-api, ZooKeeper (on port 2181), gearmand (on port 4730)
-# and the memcached it pulls in as system services on install; the tests run
-# their own. Where systemd is not running (a container), systemctl cannot stop
-# them, so the init script does.
-for svc in glance-api zookeeper gearman-job-server memcached; do
+
+# Where systemd is not running (a container), systemctl cannot stop a
+# service, so its init script does.
+for s in $services; do
+	svc=${s%%:*} pkg=${s#*:}
+	case " $had " in *" $pkg "*) continue ;; esac
+	installed "$pkg" || continue
+	echo "stopping and disabling $svc, which this run installed ($pkg) and so started"
 	if command -v systemctl >/dev/null 2>&1 &&
 		systemctl disable --now "$svc" >/dev/null 2>&1; then
 		continue

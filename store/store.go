@@ -86,6 +86,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		if err := os.MkdirAll(filepath.Join(opts.ImagesDir, partialDirName), 0o755); err != nil {
 			return nil, fmt.Errorf("create images-dir: %w", err)
 		}
+	} else if opts.Backend != nil {
+		// The state is elsewhere: whether the images-dir must exist is the
+		// caller's to say (a listing of ZooKeeper's records needs none).
 	} else if fi, err := os.Stat(opts.ImagesDir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("images-dir %s does not exist or is not a directory: %w", opts.ImagesDir, ErrNotInitialized)
 	}

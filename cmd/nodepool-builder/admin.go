@@ -20,7 +20,7 @@ import (
 // (a build request, a pause, a record marked deleting); the running daemon, or the
 // next --once, carries it out.
 func adminCommands() []*cli.Command {
-	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print JSON instead of text"}
+	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print JSON instead of text", DisableDefaultText: true}
 	return []*cli.Command{
 		{
 			Name:   "image-status",
@@ -84,14 +84,24 @@ type adminSession struct {
 	st  *store.Store
 }
 
-// openAdmin loads the config and opens the store: ReadOnly for listings,
-// Existing for the commands that record a request.
+// openAdmin loads the config and opens the store: ReadOnly for commands that
+// only read, Existing for the commands that record a request.
 func openAdmin(c *cli.Context, access store.Access) (*adminSession, error) {
+	return openSession(c, access, false)
+}
+
+// openListing is openAdmin for the listings, which read records only: in
+// ZooKeeper they need no images-dir on this host.
+func openListing(c *cli.Context) (*adminSession, error) {
+	return openSession(c, store.ReadOnly, true)
+}
+
+func openSession(c *cli.Context, access store.Access, stateOnly bool) (*adminSession, error) {
 	cfg, err := loadConfig(c)
 	if err != nil {
 		return nil, err
 	}
-	st, err := openStore(c, cfg, access)
+	st, err := openStore(c, cfg, access, stateOnly)
 	if err != nil {
 		return nil, err
 	}

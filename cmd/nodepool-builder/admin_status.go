@@ -6,7 +6,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodepool-builder/nodepool-builder/listing"
-	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
 // status returns one image's image-status row.
@@ -25,10 +24,10 @@ func (a *adminSession) status(c *cli.Context, name string) (listing.Image, error
 
 // imageStatus prints nodepool's image-status columns, then ours.
 func imageStatus(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return withCode(exitUsage, fmt.Errorf("image-status takes no arguments, not %q", c.Args().First()))
+	if err := noArgs(c); err != nil {
+		return err
 	}
-	a, err := openAdmin(c, store.ReadOnly)
+	a, err := openListing(c)
 	if err != nil {
 		return err
 	}

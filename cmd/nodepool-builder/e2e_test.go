@@ -13,10 +13,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -566,6 +568,10 @@ providers:
 	}
 }
 
+// TestConfigValidateExamplesAndCorpus: the example and the accepted configs of
+// the compatibility corpus validate on a host set up for them (their clouds in
+// clouds.yaml, an images-dir and build-log-dir it can make); the rejected ones
+// are refused with file and line.
 func TestConfigValidateExamplesAndCorpus(t *testing.T) {
 	t.Setenv("NODEPOOL_PORT", "8005")
 	check := func(path string, want int) string {
@@ -577,14 +583,13 @@ func TestConfigValidateExamplesAndCorpus(t *testing.T) {
 		}
 		return errb.String()
 	}
-	check(filepath.Join("..", "..", "examples", "nodepool.yaml"), exitOK)
 	accept, _ := filepath.Glob(filepath.Join("..", "..", "config", "testdata", "nodepool-configs", "accept", "*.yaml"))
 	reject, _ := filepath.Glob(filepath.Join("..", "..", "config", "testdata", "nodepool-configs", "reject", "*.yaml"))
 	if len(accept) == 0 || len(reject) == 0 {
 		t.Fatal("compatibility corpus not found")
 	}
-	for _, f := range accept {
-		check(f, exitOK)
+	for _, f := range append([]string{filepath.Join("..", "..", "examples", "nodepool.yaml")}, accept...) {
+		check(onThisHost(t, f), exitOK)
 	}
 	for _, f := range reject {
 		msg := check(f, exitUsage)
@@ -592,4 +597,29 @@ func TestConfigValidateExamplesAndCorpus(t *testing.T) {
 			t.Errorf("error for %s does not name the file and line: %s", f, msg)
 		}
 	}
+}
+
+// onThisHost copies a config into a directory of its own with its images-dir
+// and build-log-dir there (line numbers kept), and points OS_CLIENT_CONFIG_FILE
+// at a clouds.yaml that has each of its providers' clouds.
+func onThisHost(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatalf("%s does not load: %v", path, err)
+	}
+	dir := t.TempDir()
+	var clouds strings.Builder
+	clouds.WriteString("clouds:\n")
+	for _, p := range cfg.Providers {
+		fmt.Fprintf(&clouds, "  %q: {auth_type: none, image_endpoint_override: 'http://127.0.0.1:9/'}\n", p.Cloud)
+	}
+	t.Setenv("OS_CLIENT_CONFIG_FILE", writeFileT(t, filepath.Join(dir, "clouds.yaml"), clouds.String()))
+	text := regexp.MustCompile(`(?m)^(images-dir|build-log-dir):.*$`).ReplaceAllString(string(data), "# $1 is set below")
+	text += fmt.Sprintf("\nimages-dir: %s\nbuild-log-dir: %s\n", filepath.Join(dir, "images"), filepath.Join(dir, "logs"))
+	return writeFileT(t, filepath.Join(dir, filepath.Base(path)), text)
 }

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -55,36 +54,68 @@ func main() {
 // run is the whole program: it parses args, does the work and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
+	// The error that ends the program is written in the --log-format of its
+	// logs, once the flags are read; before that, as text.
+	logFormat := "text"
+	checks := app.Before
+	app.Before = func(c *cli.Context) error {
+		if f := c.String("log-format"); f == "json" {
+			logFormat = f
+		}
+		return checks(c)
+	}
 	err := app.RunContext(ctx, args)
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(stderr, "nodepool-builder:", err)
+	code := exitUsage // anything urfave/cli reports itself is a usage error
 	var ee *exitError
 	if errors.As(err, &ee) {
-		return ee.code
+		code = ee.code
 	}
-	// Anything urfave/cli reports itself is a usage error.
-	return exitUsage
+	reportExit(stderr, logFormat, code, err)
+	return code
+}
+
+// reportExit writes the error that ends the program: a line of text, or with
+// --log-format json one JSON log record, as the logs before it. The failures of
+// a --once run are listed in it.
+func reportExit(w io.Writer, format string, code int, err error) {
+	if format != "json" {
+		fmt.Fprintln(w, "nodepool-builder:", err)
+		return
+	}
+	log := slog.New(slog.NewJSONHandler(w, nil))
+	var failed *stepsFailed
+	if errors.As(err, &failed) {
+		msgs := make([]string, 0, len(failed.errs))
+		for _, e := range failed.errs {
+			msgs = append(msgs, e.Error())
+		}
+		log.Error(fmt.Sprintf("%d step(s) failed", len(failed.errs)), "errors", msgs, "exit_code", code)
+		return
+	}
+	log.Error("nodepool-builder failed", "error", err.Error(), "exit_code", code)
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
+	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table", DisableDefaultText: true}
 	return &cli.App{
 		Name:      "nodepool-builder",
 		Usage:     "keep clouds supplied with fresh disk images built by Zuul and diskimage-builder",
-		Version:   version(),
+		Version:   versionText(),
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: "/etc/nodepool/nodepool.yaml", Usage: "nodepool.yaml to use"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json"},
-			&cli.BoolFlag{Name: "debug", Aliases: []string{"d"}, Usage: "log debug messages (nodepool's -d; the builder always runs in the foreground)"},
-			&cli.BoolFlag{Name: "foreground", Aliases: []string{"f"}, Usage: "accepted for nodepool's -f; the builder always runs in the foreground"},
+			&cli.BoolFlag{Name: "debug", Aliases: []string{"d"}, Usage: "log debug messages (nodepool's -d; the builder always runs in the foreground)", DisableDefaultText: true},
+			&cli.BoolFlag{Name: "foreground", Aliases: []string{"f"}, Usage: "accepted for nodepool's -f; the builder always runs in the foreground", DisableDefaultText: true},
 			&cli.StringFlag{Name: "pid-file", Aliases: []string{"p"}, Usage: "write the builder's pid to this file while it runs"},
-			&cli.IntFlag{Name: "upload-workers", Usage: "concurrent uploads (default: builder.upload-workers, 4)"},
+			// No Value: unset, builder.upload-workers applies.
+			&cli.IntFlag{Name: "upload-workers", Usage: "concurrent uploads", DefaultText: "builder.upload-workers of the config, else 4"},
 			&cli.IntFlag{Name: "build-workers", Value: 1, Usage: "concurrent diskimage-builder builds"},
-			&cli.BoolFlag{Name: "once", Usage: "do every due step once (poll, fetch, build, upload, retain, delete, sweep), then exit"},
+			&cli.BoolFlag{Name: "once", Usage: "do every due step once (poll, fetch, build, upload, retain, delete, sweep), then exit", DisableDefaultText: true},
 			// How often a progress line is logged per running task; tests shorten it.
 			&cli.DurationFlag{Name: "progress-interval", Value: 30 * time.Second, Hidden: true},
 		}, refusedFlags()...),
@@ -99,7 +130,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Commands: append([]*cli.Command{
 			{
 				Name:   "config-validate",
-				Usage:  "check the config file and exit",
+				Usage:  "check the config file, and everything the builder checks on this host before its first step, and exit",
 				Action: configValidate,
 			},
 			{
@@ -165,42 +196,6 @@ func checkFlags(c *cli.Context) error {
 	return nil
 }
 
-// version is the program's version: set at build time with
-// -ldflags "-X main.buildVersion=...", else the module version or VCS revision.
-func version() string {
-	if buildVersion != "" {
-		return buildVersion
-	}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	if v := info.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	rev, dirty := "", false
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if rev == "" {
-		return "devel"
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if dirty {
-		rev += "-dirty"
-	}
-	return "devel-" + rev
-}
-
-var buildVersion string
-
 func newLogger(c *cli.Context) (*slog.Logger, error) {
 	return newLoggerTo(c, c.App.ErrWriter)
 }
@@ -231,9 +226,16 @@ func loadConfig(c *cli.Context) (*config.Config, error) {
 }
 
 func configValidate(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
 	cfg, err := loadConfig(c)
 	if err != nil {
 		return err
+	}
+	// What the builder checks before its first step.
+	if err := builder.Check(c.Context, cfg); err != nil {
+		return withCode(exitUsage, err)
 	}
 	fmt.Fprintf(c.App.Writer, "%s is valid: %d diskimages, %d zuul-images, %d providers to upload to\n",
 		cfg.Path, len(cfg.DiskImages), len(cfg.ZuulImages), len(cfg.Providers))
@@ -243,8 +245,10 @@ func configValidate(c *cli.Context) error {
 // openStore opens the images-dir's existing state without the images-dir lock,
 // so it works while a builder runs: read-only for listings, read-write for admin
 // requests. It creates nothing: a missing images-dir or state is a usage error
-// that names the path, since a mistyped images-dir is the likely cause.
-func openStore(c *cli.Context, cfg *config.Config, access store.Access) (*store.Store, error) {
+// that names the path, since a mistyped images-dir is the likely cause. With
+// stateOnly (the listings) and the state in ZooKeeper, the images-dir need not
+// exist: the listings then work on any host that reaches ZooKeeper.
+func openStore(c *cli.Context, cfg *config.Config, access store.Access, stateOnly bool) (*store.Store, error) {
 	if cfg.ImagesDir == "" {
 		return nil, withCode(exitUsage, fmt.Errorf("%s: images-dir is not set", cfg.Path))
 	}
@@ -252,7 +256,7 @@ func openStore(c *cli.Context, cfg *config.Config, access store.Access) (*store.
 	if err != nil {
 		return nil, err
 	}
-	st, err := builder.OpenState(c.Context, cfg, builder.StateOptions{Access: access, Logger: log})
+	st, err := builder.OpenState(c.Context, cfg, builder.StateOptions{Access: access, Logger: log, StateOnly: stateOnly})
 	if errors.Is(err, builder.ErrConfig) {
 		return nil, withCode(exitUsage, err)
 	}

@@ -43,8 +43,9 @@ func runBuilder(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if cfg.ImagesDir == "" {
-		return withCode(exitUsage, fmt.Errorf("%s: images-dir is not set; the builder needs a directory for image files and its state", cfg.Path))
+	// What config-validate checks, before anything is created or locked.
+	if err := builder.Check(c.Context, cfg); err != nil {
+		return withCode(exitUsage, err)
 	}
 	lock, err := store.LockDir(cfg.ImagesDir)
 	if err != nil {
@@ -134,8 +135,7 @@ func runBuilder(c *cli.Context) error {
 	}
 	if c.Bool("once") {
 		if err := b.Once(ctx); err != nil {
-			n := len(unjoin(err))
-			return withCode(exitFailed, fmt.Errorf("%d step(s) failed:\n%w", n, err))
+			return withCode(exitFailed, &stepsFailed{errs: unjoin(err), err: err})
 		}
 		return nil
 	}
@@ -160,6 +160,18 @@ func isTerminal(w io.Writer) bool {
 	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
 	return err == nil && ws.Col > 0
 }
+
+// stepsFailed is the summary of a --once run in which steps failed: errs are
+// their errors, err all of them joined.
+type stepsFailed struct {
+	errs []error
+	err  error
+}
+
+func (e *stepsFailed) Error() string {
+	return fmt.Sprintf("%d step(s) failed:\n%v", len(e.errs), e.err)
+}
+func (e *stepsFailed) Unwrap() error { return e.err }
 
 // unjoin lists the errors an errors.Join made.
 func unjoin(err error) []error {

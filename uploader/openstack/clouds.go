@@ -80,7 +80,29 @@ func searchDirs() []string {
 		dirs = append(dirs, filepath.Join(home, ".config", "openstack"))
 	}
 	dirs = append(dirs, "/etc/openstack")
-	return slices.Compact(dirs)
+	return dirs
+}
+
+// unique returns paths in order without the ones seen before: the working
+// directory may be one of the search directories, and OS_CLIENT_CONFIG_FILE
+// may name a file the search looks at anyway.
+func unique(paths []string) []string {
+	seen := make(map[string]bool, len(paths))
+	out := paths[:0:0]
+	for _, p := range paths {
+		if c := filepath.Clean(p); !seen[c] {
+			seen[c] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// CloudsFile returns the clouds.yaml that Open reads when Options.CloudsFile is
+// empty, or an error that names every place searched and what to do.
+func CloudsFile() (string, error) {
+	path, _, err := findCloudsFile("")
+	return path, err
 }
 
 // findCloudsFile returns the clouds.yaml to use and the candidates it considered.
@@ -97,6 +119,7 @@ func findCloudsFile(explicit string) (string, []string, error) {
 		for _, dir := range searchDirs() {
 			candidates = append(candidates, filepath.Join(dir, "clouds.yaml"))
 		}
+		candidates = unique(candidates)
 	}
 	for _, path := range candidates {
 		if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
@@ -121,6 +144,7 @@ func findSecureFile(cloudsFile string, explicit bool) string {
 		for _, dir := range searchDirs() {
 			candidates = append(candidates, filepath.Join(dir, "secure.yaml"))
 		}
+		candidates = unique(candidates)
 	}
 	for _, path := range candidates {
 		if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
@@ -130,8 +154,10 @@ func findSecureFile(cloudsFile string, explicit bool) string {
 	return ""
 }
 
-// readClouds returns the clouds section of a clouds.yaml or secure.yaml, with keys
-// normalised as openstacksdk does ("region-name" is "region_name").
+// readClouds returns the clouds section of a clouds.yaml or secure.yaml by cloud
+// name, each cloud's option names normalised as openstacksdk does ("region-name"
+// is "region_name"). Cloud names stay as written: openstacksdk looks a cloud up
+// by its exact name, so "cloud-a" and "cloud_a" are two clouds.
 func readClouds(path string) (map[string]any, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -143,7 +169,10 @@ func readClouds(path string) (map[string]any, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", path, err)
 	}
-	clouds, _ := normalizeKeys(doc.Clouds).(map[string]any)
+	clouds := make(map[string]any, len(doc.Clouds))
+	for name, cloud := range doc.Clouds {
+		clouds[name] = normalizeKeys(cloud)
+	}
 	return clouds, nil
 }
 
@@ -206,8 +235,8 @@ func loadCloud(name, explicitFile string) (cloudEntry, string, error) {
 			known = append(known, k)
 		}
 		slices.Sort(known)
-		return cloudEntry{}, "", fmt.Errorf("cloud %q is not defined in %s (the first clouds.yaml found; searched %s; it defines: %s): add it there, or set OS_CLIENT_CONFIG_FILE to a file that has it",
-			name, path, strings.Join(searched, ", "), strings.Join(known, ", "))
+		return cloudEntry{}, "", fmt.Errorf("cloud %q is not defined in %s (it defines: %s), %s: add the cloud there, or set "+
+			"OS_CLIENT_CONFIG_FILE to a file that has it", name, path, orNothing(strings.Join(known, ", ")), searchedAround(path, searched))
 	}
 	if secure := findSecureFile(path, explicitFile != ""); secure != "" {
 		secrets, err := readClouds(secure)
@@ -228,6 +257,47 @@ func loadCloud(name, explicitFile string) (cloudEntry, string, error) {
 		return cloudEntry{}, "", fmt.Errorf("load cloud %q from %s: %w", name, path, err)
 	}
 	return entry, path, nil
+}
+
+// searchedAround says how the search came to use the clouds.yaml at path, naming
+// each other candidate once: those looked at before it (which do not exist), and
+// those after it that exist but are not read.
+func searchedAround(path string, searched []string) string {
+	var before, shadowed []string
+	found := false
+	for _, c := range searched {
+		switch {
+		case c == path:
+			found = true
+		case !found:
+			before = append(before, c)
+		default:
+			if fi, err := os.Stat(c); err == nil && !fi.IsDir() {
+				shadowed = append(shadowed, c)
+			}
+		}
+	}
+	msg := "the first clouds.yaml found"
+	if len(before) > 0 {
+		msg += " (none at " + strings.Join(before, ", ") + ")"
+	}
+	msg += " and the only one read"
+	switch len(shadowed) {
+	case 0:
+	case 1:
+		msg += " (" + shadowed[0] + " is not)"
+	default:
+		msg += " (" + strings.Join(shadowed, ", ") + " are not)"
+	}
+	return msg
+}
+
+// orNothing is s, or "nothing" when s is empty.
+func orNothing(s string) string {
+	if s == "" {
+		return "nothing"
+	}
+	return s
 }
 
 // authType returns the keystoneauth plugin a cloud uses; openstacksdk's default is

@@ -2,6 +2,7 @@ package openstack
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -536,6 +537,128 @@ func TestBodyDetail(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := bodyDetail([]byte(tt.body), tt.status); got != tt.want {
 				t.Errorf("bodyDetail = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCloudNamesAreTakenAsWritten: openstacksdk turns "-" into "_" in option
+// names only; a cloud's name is looked up exactly as clouds.yaml and
+// secure.yaml write it.
+func TestCloudNamesAreTakenAsWritten(t *testing.T) {
+	tests := []struct {
+		name    string
+		clouds  []string // names written in clouds.yaml, each a standalone Glance
+		secure  bool     // the first cloud's override is in secure.yaml under the same name
+		open    string
+		want    string // the override the opened cloud got; "" when Open must fail
+		wantErr string
+	}{
+		{name: "dash", clouds: []string{"cloud-a"}, open: "cloud-a", want: "http://cloud-a/"},
+		{name: "dash beside underscore", clouds: []string{"cloud-a", "cloud_a"}, open: "cloud-a", want: "http://cloud-a/"},
+		{name: "underscore beside dash", clouds: []string{"cloud-a", "cloud_a"}, open: "cloud_a", want: "http://cloud_a/"},
+		{name: "dot", clouds: []string{"ovh.gra1"}, open: "ovh.gra1", want: "http://ovh.gra1/"},
+		{name: "capitals", clouds: []string{"VexxHost-SJC1"}, open: "VexxHost-SJC1", want: "http://VexxHost-SJC1/"},
+		{name: "dash in secure.yaml", clouds: []string{"cloud-a"}, secure: true, open: "cloud-a", want: "http://secret-cloud-a/"},
+		{name: "no underscore for a dash", clouds: []string{"cloud_a"}, open: "cloud-a", wantErr: `cloud "cloud-a" is not defined`},
+		{name: "no other case", clouds: []string{"Cloud"}, open: "cloud", wantErr: `cloud "cloud" is not defined`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var b strings.Builder
+			b.WriteString("clouds:\n")
+			for i, name := range tt.clouds {
+				fmt.Fprintf(&b, "  %q:\n    auth-type: none\n", name)
+				if i > 0 || !tt.secure {
+					fmt.Fprintf(&b, "    image-endpoint-override: http://%s\n", name)
+				}
+			}
+			file := writeFile(t, filepath.Join(dir, "clouds.yaml"), b.String())
+			if tt.secure {
+				writeFile(t, filepath.Join(dir, "secure.yaml"), fmt.Sprintf(
+					"clouds:\n  %q:\n    image-endpoint-override: http://secret-%s\n", tt.clouds[0], tt.clouds[0]))
+			}
+			c, err := Open(context.Background(), Options{Cloud: tt.open, CloudsFile: file})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Open(%q) = %v, want an error saying %q", tt.open, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open(%q): %v", tt.open, err)
+			}
+			if c.override != tt.want || c.Name() != tt.open {
+				t.Errorf("Open(%q) got cloud %q at %q, want %q", tt.open, c.Name(), c.override, tt.want)
+			}
+		})
+	}
+}
+
+// TestEachPlaceNamedOnce: when OS_CLIENT_CONFIG_FILE names a place the search
+// looks anyway (the systemd unit's /etc/openstack/clouds.yaml), or the working
+// directory is one of the search directories, an error names each file once;
+// and the file in use is not named again among those searched.
+func TestEachPlaceNamedOnce(t *testing.T) {
+	if _, err := os.Stat("/etc/openstack/clouds.yaml"); err == nil {
+		t.Skip("this machine has /etc/openstack/clouds.yaml")
+	}
+	const other = "clouds:\n  other: {auth_type: none, image_endpoint_override: http://x}\n"
+	tests := []struct {
+		name    string
+		files   []string // relative to the test root; home/ is $HOME
+		env     string   // OS_CLIENT_CONFIG_FILE: relative to the root, or absolute
+		cwd     string   // relative to the root
+		wantErr []string
+	}{
+		{name: "environment names the system file", env: "/etc/openstack/clouds.yaml", cwd: "work",
+			wantErr: []string{"no clouds.yaml found"}},
+		{name: "environment names the working directory's file", env: "work/clouds.yaml", cwd: "work",
+			wantErr: []string{"no clouds.yaml found"}},
+		{name: "working directory is the user's", cwd: "home/.config/openstack",
+			wantErr: []string{"no clouds.yaml found"}},
+		{name: "cloud missing from the file in use", files: []string{"work/clouds.yaml"}, env: "work/clouds.yaml", cwd: "work",
+			wantErr: []string{`cloud "mycloud" is not defined in`, "it defines: other", "the only one read"}},
+		{name: "cloud missing, another file not read", files: []string{"work/clouds.yaml", "home/.config/openstack/clouds.yaml"}, cwd: "work",
+			wantErr: []string{`cloud "mycloud" is not defined in`, "clouds.yaml is not)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			for _, f := range tt.files {
+				writeFile(t, filepath.Join(root, f), other)
+			}
+			if err := os.MkdirAll(filepath.Join(root, tt.cwd), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Chdir(filepath.Join(root, tt.cwd))
+			t.Setenv("HOME", filepath.Join(root, "home"))
+			t.Setenv("XDG_CONFIG_HOME", "")
+			t.Setenv("OS_CLIENT_CONFIG_FILE", "")
+			if tt.env != "" {
+				env := tt.env
+				if !filepath.IsAbs(env) {
+					env = filepath.Join(root, env)
+				}
+				t.Setenv("OS_CLIENT_CONFIG_FILE", env)
+			}
+			_, err := Open(context.Background(), Options{Cloud: "mycloud"})
+			if err == nil {
+				t.Fatal("Open succeeded, want an error")
+			}
+			for _, s := range tt.wantErr {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+			for _, p := range []string{filepath.Join(root, tt.cwd, "clouds.yaml"), filepath.Join(root, "home/.config/openstack/clouds.yaml"),
+				"/etc/openstack/clouds.yaml"} {
+				// Every place is named when none has a file; else those that matter.
+				n := strings.Count(err.Error(), p)
+				if n > 1 || (n == 0 && strings.Contains(err.Error(), "no clouds.yaml found")) {
+					t.Errorf("error names %s %d times, want once:\n%s", p, n, err)
+				}
 			}
 		})
 	}

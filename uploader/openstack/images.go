@@ -56,7 +56,7 @@ func (c *Cloud) Create(ctx context.Context, spec uploader.ImageSpec) (string, er
 		Properties:      spec.Properties,
 	}).Extract()
 	if err != nil {
-		return "", fmt.Errorf("create image %q in cloud %s: %w", spec.Name, c.name, classify(err))
+		return "", fmt.Errorf("create image %q in cloud %s: %w", spec.Name, c.name, c.classify(err))
 	}
 	c.log.Debug("created image", "id", img.ID, "name", spec.Name)
 	return img.ID, nil
@@ -100,7 +100,7 @@ func (c *Cloud) Upload(ctx context.Context, id string, data io.Reader, size int6
 	start := time.Now()
 	resp, err := sc.HTTPClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("upload image %s to cloud %s: %w", id, c.name, classify(err))
+		return fmt.Errorf("upload image %s to cloud %s: %w", id, c.name, c.classify(err))
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -164,7 +164,7 @@ func (c *Cloud) List(ctx context.Context, match map[string]string) ([]uploader.I
 		return true, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list images in cloud %s matching %v: %w", c.name, match, classify(err))
+		return nil, fmt.Errorf("list images in cloud %s matching %v: %w", c.name, match, c.classify(err))
 	}
 	return out, nil
 }
@@ -190,7 +190,7 @@ func (c *Cloud) Delete(ctx context.Context, id string) error {
 		c.log.Debug("image was already deleted", "id", id)
 		return nil
 	default:
-		return fmt.Errorf("delete image %s from cloud %s: %w", id, c.name, classify(err))
+		return fmt.Errorf("delete image %s from cloud %s: %w", id, c.name, c.classify(err))
 	}
 }
 
@@ -209,12 +209,17 @@ func alreadyDeleted(err error) bool {
 // classify shortens an error from Glance (glanceError) and marks one that says the
 // cloud could not serve now, a refused connection, a timeout or an HTTP 5xx, as
 // uploader.ErrUnavailable: the same request may well succeed later.
-func classify(err error) error {
+func (c *Cloud) classify(err error) error {
 	var code gophercloud.ErrUnexpectedResponseCode
 	var netErr net.Error
+	var reauth *gophercloud.ErrUnableToReauthenticate
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &reauth):
+		// Glance refused an expired token, and Keystone the login that would
+		// have renewed it: the login is what failed.
+		return c.identityError(reauth.ErrReauth)
 	case errors.Is(err, context.Canceled), errors.Is(err, uploader.ErrUnavailable):
 	case errors.As(err, &code):
 		if code.Actual >= 500 {
@@ -231,7 +236,7 @@ func (c *Cloud) getError(err error) error {
 	if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
 		return fmt.Errorf("%w: %w", uploader.ErrNotFound, glanceError(err))
 	}
-	return classify(err)
+	return c.classify(err)
 }
 
 // propertyFilter is a Glance list query: custom properties are filters in their own

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -44,7 +45,10 @@ type Cloud struct {
 	httpClient  http.Client
 
 	// auth is nil for auth_type none, where Glance is reached without a token.
-	auth         *gophercloud.AuthOptions
+	auth *gophercloud.AuthOptions
+	// authType is the keystoneauth plugin of auth, to say what to check when
+	// Keystone refuses it.
+	authType     string
 	endpointOpts gophercloud.EndpointOpts
 	// override is the image_endpoint_override root, used instead of the catalog.
 	override string
@@ -122,7 +126,7 @@ func newCloud(opts Options, entry cloudEntry) (*Cloud, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.auth = &ao
+		c.auth, c.authType = &ao, t
 	default:
 		return nil, fmt.Errorf("auth_type %q is not supported (use one of %s)", entry.AuthType, strings.Join(supportedAuthTypes, ", "))
 	}
@@ -173,7 +177,7 @@ func (c *Cloud) imageService(ctx context.Context) (*gophercloud.ServiceClient, e
 	provider.HTTPClient = c.httpClient
 	provider.UserAgent.Prepend(userAgent)
 	if err := openstack.Authenticate(ctx, provider, *c.auth); err != nil {
-		return nil, fmt.Errorf("authenticate to cloud %s at %s: %w", c.name, c.auth.IdentityEndpoint, classify(err))
+		return nil, fmt.Errorf("authenticate to cloud %s: %w", c.name, c.identityError(err))
 	}
 	if c.override != "" {
 		c.service = c.serviceAt(provider, c.override)
@@ -204,3 +208,73 @@ func (c *Cloud) serviceAt(provider *gophercloud.ProviderClient, root string) *go
 
 // userAgent names this program to the cloud, ahead of gophercloud's own.
 const userAgent = "nodepool-builder"
+
+// identityError is a failed login: Keystone, at the cloud's auth_url, answered
+// it, not Glance. A refusal says what in clouds.yaml to check; Keystone being
+// down or unreachable is marked uploader.ErrUnavailable, as Glance's is.
+func (c *Cloud) identityError(err error) error {
+	var code gophercloud.ErrUnexpectedResponseCode
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.Canceled):
+		return err
+	case errors.As(err, &code):
+		e := &identityStatusError{authURL: c.auth.IdentityEndpoint, status: code.Actual,
+			detail: bodyDetail(code.Body, code.Actual), err: err}
+		if code.Actual == http.StatusUnauthorized {
+			e.check = c.credentialsHint()
+		}
+		if code.Actual >= 500 {
+			return fmt.Errorf("%w: %w", uploader.ErrUnavailable, e)
+		}
+		return e
+	case errors.As(err, &netErr):
+		return fmt.Errorf("%w: reach Keystone at %s: %w", uploader.ErrUnavailable, c.auth.IdentityEndpoint, err)
+	}
+	return fmt.Errorf("log in at Keystone %s: %w", c.auth.IdentityEndpoint, err)
+}
+
+// credentialsHint says what to check in clouds.yaml when Keystone refuses the
+// login of this cloud's auth type.
+func (c *Cloud) credentialsHint() string {
+	where := "in the cloud's auth section of clouds.yaml (or secure.yaml)"
+	switch c.authType {
+	case authAppCred:
+		return "check auth.application_credential_id (or _name) and auth.application_credential_secret " + where +
+			", and that the application credential still exists and has not expired (openstack application credential show)"
+	case "token", "v3token":
+		return "auth.token " + where + " is not valid, or has expired: give a new one, or use a password or an application " +
+			"credential, with which the builder can log in again by itself"
+	default:
+		return "check auth.username (or auth.user_id), auth.password and the user's and project's domains " + where +
+			", and that the user is enabled and has a role in the project"
+	}
+}
+
+// identityStatusError is an answer from Keystone other than a token. Like
+// statusError it is short; the gophercloud error stays reachable through
+// errors.As. It never holds the credentials: Keystone does not echo them.
+type identityStatusError struct {
+	authURL string
+	status  int
+	detail  string
+	check   string
+	err     error
+}
+
+func (e *identityStatusError) Error() string {
+	what := fmt.Sprintf("answered HTTP %d %s", e.status, http.StatusText(e.status))
+	if e.status == http.StatusUnauthorized {
+		what = "refused the credentials (HTTP 401 Unauthorized)"
+	}
+	msg := "Keystone at " + e.authURL + " (auth_url) " + what
+	if e.detail != "" {
+		msg += ": " + strings.TrimRight(e.detail, ".")
+	}
+	if e.check != "" {
+		msg += "; " + e.check
+	}
+	return msg
+}
+
+func (e *identityStatusError) Unwrap() error { return e.err }

@@ -1,0 +1,108 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
+	"github.com/nodepool-builder/nodepool-builder/zuulapi"
+)
+
+// CheckError is what Check found wrong: every problem, each saying what it is
+// about and what to do. It wraps ErrConfig and each problem.
+type CheckError struct {
+	Path     string // the config file
+	Problems []error
+}
+
+func (e *CheckError) Error() string {
+	if len(e.Problems) == 1 {
+		return fmt.Sprintf("%s cannot be used on this host: %v", e.Path, e.Problems[0])
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s cannot be used on this host (%d problems):", e.Path, len(e.Problems))
+	for _, p := range e.Problems {
+		b.WriteString("\n- ")
+		b.WriteString(p.Error())
+	}
+	return b.String()
+}
+
+func (e *CheckError) Unwrap() []error { return append([]error{ErrConfig}, e.Problems...) }
+
+// Check finds what would stop the builder from running cfg on this host, before
+// anything runs: an images-dir that is not set or that this user cannot create or
+// write in, a build-log-dir it cannot write (when there are diskimages to build),
+// no clouds.yaml or a provider's cloud missing from it or unusable, a zuul-image's
+// api-url or ca-cert, and zookeeper-tls files that do not load. It reports every
+// problem it finds, as a *CheckError. It only reads: it touches no network,
+// takes no lock and creates nothing. config-validate runs it, and so does the
+// builder before its first step, so both say the same.
+func Check(ctx context.Context, cfg *config.Config) error {
+	var problems []error
+	add := func(err error) {
+		if err != nil {
+			problems = append(problems, err)
+		}
+	}
+	if cfg.ImagesDir == "" {
+		add(errors.New("images-dir is not set; the builder needs a directory for image files and its state"))
+	} else {
+		db := cfg.Builder.StateDB
+		if cfg.ZooKeeper != nil {
+			db = "" // the state is in ZooKeeper
+		}
+		add(store.CheckImagesDir(cfg.ImagesDir, db))
+	}
+	if len(cfg.DiskImages) > 0 {
+		add(store.CheckWritable("build-log-dir", cfg.BuildLogDir))
+	}
+	problems = append(problems, checkClouds(ctx, cfg)...)
+	for _, zi := range cfg.ZuulImages {
+		// Making the client checks the api-url and reads the ca-cert.
+		_, err := zuulapi.New(zuulapi.Options{APIURL: zi.APIURL, Tenant: zi.Tenant, TokenFile: zi.AuthTokenFile, CACertFile: zi.CACert})
+		if err != nil {
+			add(fmt.Errorf("zuul-image %s: %w", zi.Name, err))
+		}
+	}
+	if zc := cfg.ZooKeeper; zc != nil && zc.TLS != nil {
+		if _, err := zooKeeperTLS(zc.TLS); err != nil {
+			add(fmt.Errorf("zookeeper-tls: %w", err))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return &CheckError{Path: cfg.Path, Problems: problems}
+}
+
+// checkClouds opens every provider's cloud from clouds.yaml, as the builder
+// does; opening reads the file and logs in to nothing. Without a clouds.yaml
+// the providers share one problem.
+func checkClouds(ctx context.Context, cfg *config.Config) []error {
+	if len(cfg.Providers) == 0 {
+		return nil
+	}
+	if _, err := openstack.CloudsFile(); err != nil {
+		names := make([]string, 0, len(cfg.Providers))
+		for _, p := range cfg.Providers {
+			names = append(names, p.Name)
+		}
+		need := "provider " + names[0] + " needs"
+		if len(names) > 1 {
+			need = "providers " + strings.Join(names, ", ") + " need"
+		}
+		return []error{fmt.Errorf("%s a clouds.yaml: %w", need, err)}
+	}
+	var problems []error
+	for _, p := range cfg.Providers {
+		if _, err := openstack.Open(ctx, openstack.Options{Cloud: p.Cloud, Region: p.RegionName}); err != nil {
+			problems = append(problems, fmt.Errorf("provider %s: %w", p.Name, err))
+		}
+	}
+	return problems
+}

@@ -1,0 +1,79 @@
+package builder
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+)
+
+// TestCheck: every problem is reported, each wrapped in the error, which is
+// ErrConfig; a config the host can run passes; nothing is created.
+func TestCheck(t *testing.T) {
+	dir := t.TempDir()
+	clouds := filepath.Join(dir, "clouds.yaml")
+	if err := os.WriteFile(clouds, []byte("clouds:\n  c1: {auth_type: none, image_endpoint_override: 'http://127.0.0.1:9/'}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OS_CLIENT_CONFIG_FILE", clouds)
+	images := filepath.Join(dir, "images")
+	good := func() *config.Config {
+		return &config.Config{
+			Path:        filepath.Join(dir, "nodepool.yaml"),
+			ImagesDir:   images,
+			BuildLogDir: filepath.Join(dir, "logs"),
+			DiskImages:  []config.DiskImage{{Name: "d"}},
+			ZuulImages:  []config.ZuulImage{{Name: "z", APIURL: "https://zuul.example.com/"}},
+			Providers:   []config.Provider{{Name: "p1", Cloud: "c1"}, {Name: "p2", Cloud: "c1"}},
+			Builder:     config.Builder{StateDB: filepath.Join(images, "builder.db")},
+		}
+	}
+	tests := []struct {
+		name   string
+		change func(c *config.Config)
+		want   []string // one per problem; nil: no error
+	}{
+		{name: "runs here", change: func(*config.Config) {}},
+		{name: "no images-dir", change: func(c *config.Config) { c.ImagesDir = "" }, want: []string{"images-dir is not set"}},
+		{name: "two clouds missing", change: func(c *config.Config) { c.Providers[0].Cloud, c.Providers[1].Cloud = "x", "y" },
+			want: []string{`provider p1: cloud "x"`, `provider p2: cloud "y"`}},
+		{name: "ca-cert and zookeeper-tls", change: func(c *config.Config) {
+			c.ZuulImages[0].CACert = filepath.Join(dir, "absent-ca.pem")
+			c.ZooKeeper = &config.ZooKeeper{TLS: &config.ZooKeeperTLS{Cert: clouds, Key: clouds, CA: clouds}}
+		}, want: []string{"zuul-image z: read Zuul ca-cert", "zookeeper-tls: load the client certificate"}},
+		{name: "build-log-dir below a file", change: func(c *config.Config) { c.BuildLogDir = filepath.Join(clouds, "logs") },
+			want: []string{"build-log-dir " + filepath.Join(clouds, "logs") + " cannot be created"}},
+		{name: "build-log-dir unused without diskimages", change: func(c *config.Config) {
+			c.BuildLogDir = filepath.Join(clouds, "logs")
+			c.DiskImages = nil
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := good()
+			tt.change(cfg)
+			err := Check(t.Context(), cfg)
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("Check: %v", err)
+				}
+				return
+			}
+			var ce *CheckError
+			if !errors.As(err, &ce) || !errors.Is(err, ErrConfig) || len(ce.Problems) != len(tt.want) {
+				t.Fatalf("Check = %v; want a CheckError with %d problems, which is ErrConfig", err, len(tt.want))
+			}
+			for i, s := range tt.want {
+				if !strings.Contains(ce.Problems[i].Error(), s) {
+					t.Errorf("problem %d = %v, want it to say %q", i, ce.Problems[i], s)
+				}
+			}
+			if _, err := os.Stat(images); !os.IsNotExist(err) {
+				t.Errorf("Check made the images-dir: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+)
+
+// writeFileT writes a file for a test, making its directory.
+func writeFileT(t *testing.T, path, content string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runCmd runs the command with args and returns what it printed.
+func runCmd(args ...string) result {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), append([]string{"nodepool-builder"}, args...), &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+// TestCloudsSearchNamedOnce: with the systemd unit's OS_CLIENT_CONFIG_FILE,
+// /etc/openstack/clouds.yaml is both the file named and a place the search
+// looks anyway; what the command prints names every file once.
+func TestCloudsSearchNamedOnce(t *testing.T) {
+	if _, err := os.Stat("/etc/openstack/clouds.yaml"); err == nil {
+		t.Skip("this machine has /etc/openstack/clouds.yaml")
+	}
+	dir := t.TempDir()
+	work, home := filepath.Join(dir, "work"), filepath.Join(dir, "home")
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(work)
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", "")
+	t.Setenv("OS_CLIENT_CONFIG_FILE", "/etc/openstack/clouds.yaml")
+	cfg := writeFileT(t, filepath.Join(dir, "nodepool.yaml"), `images-dir: `+filepath.Join(dir, "images")+`
+zuul-images:
+  - name: debian
+    api-url: https://zuul.example.com/
+    tenant: example
+    project: org/images
+    job: build-debian
+providers:
+  - name: cloud-a
+    cloud: cloud-a
+    diskimages:
+      - name: debian
+`)
+	places := []string{"/etc/openstack/clouds.yaml", filepath.Join(work, "clouds.yaml"), filepath.Join(home, ".config/openstack/clouds.yaml")}
+	for _, tt := range []struct {
+		name  string
+		files []string // clouds.yaml files that exist, defining another cloud
+		want  string
+	}{
+		{name: "no clouds.yaml", want: "no clouds.yaml found"},
+		{name: "cloud missing", files: []string{places[1], places[2]}, want: `cloud "cloud-a" is not defined in ` + places[1]},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, f := range tt.files {
+				writeFileT(t, f, "clouds:\n  other: {auth_type: none, image_endpoint_override: http://x}\n")
+				t.Cleanup(func() { os.Remove(f) })
+			}
+			for _, args := range [][]string{{"-c", cfg, "--once"}, {"-c", cfg, "config-validate"}} {
+				r := runCmd(args...)
+				if r.code != exitUsage || !strings.Contains(r.stderr, tt.want) {
+					t.Fatalf("%s exited %d, want %d and %q:\n%s", strings.Join(args, " "), r.code, exitUsage, tt.want, r.stderr)
+				}
+				for _, p := range places {
+					if n := strings.Count(r.stderr, p); n != 1 {
+						t.Errorf("%s names %s %d times, want once:\n%s", strings.Join(args, " "), p, n, r.stderr)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestConfigValidateChecksWhatTheBuilderChecks: config-validate refuses (exit
+// 2) what would stop the builder on this host, with the message the builder
+// gives before its first step, and neither creates anything.
+func TestConfigValidateChecksWhatTheBuilderChecks(t *testing.T) {
+	dir := t.TempDir()
+	clouds := writeFileT(t, filepath.Join(dir, "clouds.yaml"),
+		"clouds:\n  cloud-a: {auth_type: none, image_endpoint_override: 'http://127.0.0.1:9/'}\n")
+	notPEM := writeFileT(t, filepath.Join(dir, "not-a-cert.pem"), "not a certificate\n")
+	aFile := writeFileT(t, filepath.Join(dir, "a-file"), "")
+	images := filepath.Join(dir, "images")
+	const (
+		dibImage  = "diskimages:\n  - name: dib\n    dib-cmd: /bin/false\n"
+		zuulImage = "zuul-images:\n  - name: zuul\n    api-url: https://zuul.example.com/\n    tenant: t\n    project: p\n    job: j\n"
+	)
+	provider := func(cloud string) string {
+		return "providers:\n  - name: p1\n    cloud: " + cloud + "\n    diskimages:\n      - name: dib\n      - name: zuul\n"
+	}
+	base := func(extra ...string) string {
+		s := "images-dir: " + images + "\nbuild-log-dir: " + filepath.Join(dir, "logs") + "\n" + dibImage + zuulImage + provider("cloud-a")
+		for _, e := range extra {
+			s += e
+		}
+		return s
+	}
+	tests := []struct {
+		name     string
+		config   string
+		noClouds bool     // no clouds.yaml anywhere
+		want     []string // in the message; nil: valid
+		problems int      // the message lists this many (0: one, on the first line)
+	}{
+		{name: "valid", config: base()},
+		{name: "cloud missing from clouds.yaml",
+			config: strings.Replace(base(), "cloud: cloud-a", "cloud: cloud-b", 1),
+			want:   []string{"provider p1", `cloud "cloud-b" is not defined in ` + clouds, "it defines: cloud-a"}},
+		{name: "no clouds.yaml", config: base(), noClouds: true,
+			want: []string{"provider p1 needs a clouds.yaml", "no clouds.yaml found", "OS_CLIENT_CONFIG_FILE"}},
+		{name: "zookeeper-tls files",
+			config: base("zookeeper-servers:\n  - host: 127.0.0.1\n    port: 2281\nzookeeper-tls:\n  cert: " + filepath.Join(dir, "absent.pem") +
+				"\n  key: " + filepath.Join(dir, "absent.key") + "\n  ca: " + notPEM + "\n"),
+			want: []string{"zookeeper-tls", "absent.pem", "absent.key", notPEM + " holds no PEM certificate"}},
+		{name: "build-log-dir cannot be made",
+			config: strings.Replace(base(), "build-log-dir: "+filepath.Join(dir, "logs"), "build-log-dir: "+filepath.Join(aFile, "logs"), 1),
+			want:   []string{"build-log-dir " + filepath.Join(aFile, "logs") + " cannot be created", aFile + " is not a directory"}},
+		{name: "zuul-image ca-cert",
+			config: strings.Replace(base(), "    job: j\n", "    job: j\n    ca-cert: "+filepath.Join(dir, "absent-ca.pem")+"\n", 1),
+			want:   []string{"zuul-image zuul", "ca-cert", "absent-ca.pem"}},
+		{name: "images-dir not set", config: provider("cloud-a")[:strings.Index(provider("cloud-a"), "    diskimages:")],
+			want: []string{"images-dir is not set"}},
+		{name: "every problem at once",
+			config: strings.NewReplacer("cloud: cloud-a", "cloud: cloud-b", "    job: j\n", "    job: j\n    ca-cert: "+notPEM+"\n",
+				"build-log-dir: "+filepath.Join(dir, "logs"), "build-log-dir: "+filepath.Join(aFile, "logs")).Replace(
+				base("zookeeper-servers:\n  - host: 127.0.0.1\n    port: 2281\nzookeeper-tls:\n  cert: " + notPEM + "\n  key: " + notPEM + "\n  ca: " + notPEM + "\n")),
+			want:     []string{`cloud "cloud-b"`, "zuul-image zuul", "build-log-dir", "zookeeper-tls"},
+			problems: 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("OS_CLIENT_CONFIG_FILE", clouds)
+			if tt.noClouds {
+				empty := t.TempDir()
+				t.Chdir(empty)
+				t.Setenv("HOME", empty)
+				t.Setenv("XDG_CONFIG_HOME", "")
+				t.Setenv("OS_CLIENT_CONFIG_FILE", filepath.Join(empty, "absent.yaml"))
+				if _, err := os.Stat("/etc/openstack/clouds.yaml"); err == nil {
+					t.Skip("this machine has /etc/openstack/clouds.yaml")
+				}
+			}
+			cfg := writeFileT(t, filepath.Join(t.TempDir(), "nodepool.yaml"), tt.config)
+			validate := runCmd("-c", cfg, "config-validate")
+			if tt.want == nil {
+				if validate.code != exitOK {
+					t.Fatalf("config-validate exited %d, want 0:\n%s", validate.code, validate.stderr)
+				}
+				return
+			}
+			once := runCmd("-c", cfg, "--once")
+			for _, r := range []result{validate, once} {
+				if r.code != exitUsage {
+					t.Errorf("exited %d, want %d:\n%s%s", r.code, exitUsage, r.stdout, r.stderr)
+				}
+			}
+			if validate.stderr != once.stderr {
+				t.Errorf("config-validate and the builder say different things:\n%s\n%s", validate.stderr, once.stderr)
+			}
+			for _, s := range tt.want {
+				if !strings.Contains(validate.stderr, s) {
+					t.Errorf("the message does not say %q:\n%s", s, validate.stderr)
+				}
+			}
+			if tt.problems > 0 && !strings.Contains(validate.stderr, fmt.Sprintf("(%d problems)", tt.problems)) {
+				t.Errorf("the message does not list %d problems:\n%s", tt.problems, validate.stderr)
+			}
+			if _, err := os.Stat(images); !os.IsNotExist(err) {
+				t.Errorf("the images-dir was created: %v", err)
+			}
+		})
+	}
+}
+
+// unprivileged runs the test binary's main as a user who owns none of the
+// test's files: nobody, when the tests run as root (as they do here). It
+// returns the user's name, its group's, and how to run the builder as it.
+func unprivileged(t *testing.T) (name, group string, runAs func(dir string, args ...string) result) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.Unavailable(t, "running the builder as another user needs root")
+	}
+	u, err := user.Lookup("nobody")
+	if err != nil {
+		testenv.Unavailable(t, "no user nobody to run the builder as: %v", err)
+	}
+	g, err := user.LookupGroupId(u.Gid)
+	if err != nil {
+		testenv.Unavailable(t, "no group %s for nobody: %v", u.Gid, err)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	// The test binary, where nobody may run it.
+	bin := filepath.Join(publicDir(t), "nodepool-builder.test")
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return u.Username, g.Name, func(dir string, args ...string) result {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = dir
+		cmd.Env = []string{"NODEPOOL_BUILDER_TEST_MAIN=1", "HOME=/nonexistent", "PATH=/usr/bin:/bin"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("run %s as %s: %v", bin, u.Username, err)
+		}
+		return result{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
+	}
+}
+
+// publicDir is a directory that every user may read and enter, removed when
+// the test ends; t.TempDir's are the test user's alone.
+func publicDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "nodepool-builder-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestImagesDirOfAnotherUser: a first start as root leaves the images-dir and
+// its state root's; the service's user then gets, from the builder and from
+// config-validate alike, exit code 2 and a message naming the paths, their
+// owner, the user running and the chown that fixes it, not a bare "permission
+// denied". An images-dir it cannot create is reported the same way, and
+// nothing is made.
+func TestImagesDirOfAnotherUser(t *testing.T) {
+	name, group, runAs := unprivileged(t)
+	base := publicDir(t)
+	images := filepath.Join(base, "images")
+	cfg := writeFileT(t, filepath.Join(base, "nodepool.yaml"), "images-dir: "+images+"\n")
+
+	// Left by root: the state, the lock, the builder id.
+	if r := runCmd("-c", cfg, "--once"); r.code != exitOK {
+		t.Fatalf("--once as root exited %d:\n%s", r.code, r.stderr)
+	}
+	var said []string
+	for _, args := range [][]string{{"-c", cfg, "--once"}, {"-c", cfg, "config-validate"}} {
+		r := runAs(base, args...)
+		if r.code != exitUsage {
+			t.Errorf("%s as %s exited %d, want %d:\n%s", strings.Join(args, " "), name, r.code, exitUsage, r.stderr)
+		}
+		for _, s := range []string{"images-dir " + images + " cannot be written by " + name + " (uid ",
+			images + " (owned by root", filepath.Join(images, "builder.db") + " (owned by root",
+			filepath.Join(images, "builder.lock"), "chown -R " + name + ": " + images} {
+			if !strings.Contains(r.stderr, s) {
+				t.Errorf("%s as %s does not say %q:\n%s", strings.Join(args, " "), name, s, r.stderr)
+			}
+		}
+		said = append(said, r.stderr)
+	}
+	if said[0] != said[1] {
+		t.Errorf("the builder and config-validate say different things:\n%s\n%s", said[0], said[1])
+	}
+
+	// An images-dir not made yet, in a directory of root's.
+	fresh := filepath.Join(base, "fresh", "images")
+	if err := os.Mkdir(filepath.Dir(fresh), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg = writeFileT(t, filepath.Join(base, "fresh.yaml"), "images-dir: "+fresh+"\n")
+	r := runAs(base, "-c", cfg, "--once")
+	for _, s := range []string{"images-dir " + fresh + " does not exist", name + " (uid ", "cannot create it in " + filepath.Dir(fresh) +
+		" (owned by root", "install -d -o " + name + " -g " + group + " " + fresh} {
+		if r.code != exitUsage || !strings.Contains(r.stderr, s) {
+			t.Errorf("--once as %s, images-dir not made: exited %d, want %d and %q:\n%s", name, r.code, exitUsage, s, r.stderr)
+		}
+	}
+	if _, err := os.Stat(fresh); !os.IsNotExist(err) {
+		t.Errorf("the images-dir was made: %v", err)
+	}
+}
