@@ -35,9 +35,10 @@ func (e *CheckError) Error() string {
 func (e *CheckError) Unwrap() []error { return append([]error{ErrConfig}, e.Problems...) }
 
 // Check finds what would stop the builder from running cfg on this host, before
-// anything runs: an images-dir that is not set or that this user cannot create or
-// write in, a build-log-dir it cannot write (when there are diskimages to build),
-// no clouds.yaml or a provider's cloud missing from it or unusable, a zuul-image's
+// anything runs: an images-dir that is not set, that this user cannot create or
+// write in, or that another builder used (see store.Options.TakeOver); a
+// build-log-dir it cannot write (when there are diskimages to build); no
+// clouds.yaml or a provider's cloud missing from it or unusable, a zuul-image's
 // api-url or ca-cert, and zookeeper-tls files that do not load. It reports every
 // problem it finds, as a *CheckError. It only reads: it touches no network,
 // takes no lock and creates nothing. config-validate runs it, and so does the
@@ -57,6 +58,7 @@ func Check(ctx context.Context, cfg *config.Config) error {
 			db = "" // the state is in ZooKeeper
 		}
 		add(store.CheckImagesDir(cfg.ImagesDir, db))
+		add(store.CheckClaim(cfg.ImagesDir, db))
 	}
 	if len(cfg.DiskImages) > 0 {
 		add(store.CheckWritable("build-log-dir", cfg.BuildLogDir))

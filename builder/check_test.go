@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
 // TestCheck: every problem is reported, each wrapped in the error, which is
@@ -75,5 +77,30 @@ func TestCheck(t *testing.T) {
 				t.Errorf("Check made the images-dir: %v", err)
 			}
 		})
+	}
+}
+
+// TestCheckAnotherBuildersImagesDir: an images-dir that a Python
+// nodepool-builder used is a problem config-validate reports, as the builder
+// would refuse it at start; nothing is written to it.
+func TestCheckAnotherBuildersImagesDir(t *testing.T) {
+	dir := t.TempDir()
+	images := filepath.Join(dir, "images")
+	os.MkdirAll(images, 0o755)
+	build := "centos-0123456789abcdef0123456789abcdef.qcow2"
+	for name, data := range map[string]string{"builder_id.txt": "python-builder\n", build: "data"} {
+		if err := os.WriteFile(filepath.Join(images, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := &config.Config{Path: filepath.Join(dir, "nodepool.yaml"), ImagesDir: images,
+		Builder: config.Builder{StateDB: filepath.Join(images, "builder.db")}}
+	err := Check(context.Background(), cfg)
+	if !errors.Is(err, store.ErrForeignImagesDir) || !strings.Contains(err.Error(), build) ||
+		!strings.Contains(err.Error(), "take-over-images-dir") {
+		t.Fatalf("Check = %v; want the images-dir refused as another builder's, naming %s and what to do", err, build)
+	}
+	if entries, _ := os.ReadDir(images); len(entries) != 2 {
+		t.Errorf("Check wrote to the images-dir: %d entries", len(entries))
 	}
 }

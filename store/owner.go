@@ -146,3 +146,23 @@ func isDir(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.IsDir()
 }
+
+// CheckClaim tells, creating nothing, whether Open with Create would refuse
+// the images-dir as another builder's (ErrForeignImagesDir). dbPath is the
+// SQLite state's path; empty when the state is shared (ZooKeeper).
+func CheckClaim(dir, dbPath string) error {
+	if !isDir(dir) {
+		return nil // a new images-dir is this builder's
+	}
+	id, err := readBuilderID(dir)
+	if err != nil {
+		return err
+	}
+	var stateExisted *bool
+	if dbPath != "" {
+		_, err := os.Stat(dbPath)
+		existed := err == nil
+		stateExisted = &existed
+	}
+	return claim(dir, id, stateExisted, false)
+}
