@@ -85,6 +85,7 @@ func (s *supervisor) loop(ctx context.Context, k loopKey) {
 	pass := b.loops.start(fmt.Sprintf("%s image %s", k.source, k.image), b.stepBound(k.image))
 	// A loop ends when its image leaves the config, which is no failure.
 	defer pass.exit(ctx, true)
+	held := "" // what was last said of due work held back, said once
 	for {
 		src, ok := b.cur.Load().sources[k.source]
 		if !ok {
@@ -96,7 +97,17 @@ func (s *supervisor) loop(ctx context.Context, k loopKey) {
 		pass.begin()
 		_, err := b.step(ctx, src, k.image)
 		pass.end()
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case err == nil || ctx.Err() != nil:
+			held = ""
+		case IsNotDone(err):
+			// Said again on every check until it changes, it would drown the log.
+			if msg := err.Error(); msg != held {
+				b.log.Warn("image not built", "image", k.image, "source", k.source, "reason", err)
+				held = msg
+			}
+		default:
+			held = ""
 			b.log.Error("step failed", "image", k.image, "source", k.source, "error", err)
 		}
 		last := time.Now()

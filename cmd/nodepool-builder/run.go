@@ -128,8 +128,7 @@ func runBuilder(c *cli.Context) error {
 	}
 	if c.Bool("once") {
 		if err := b.Once(ctx); err != nil {
-			n := len(unjoin(err))
-			return withCode(exitFailed, fmt.Errorf("%d step(s) failed:\n%w", n, err))
+			return withCode(exitFailed, onceSummary(err))
 		}
 		return nil
 	}
@@ -144,6 +143,28 @@ func runBuilder(c *cli.Context) error {
 	err = b.Run(ctx)
 	log.Info("stopped")
 	return err
+}
+
+// onceSummary is what --once says when it exits 1: how many steps failed and
+// how much due work it left undone (a build held back after a failed one),
+// then each of them and why.
+func onceSummary(err error) error {
+	failed, notDone := 0, 0
+	for _, e := range unjoin(err) {
+		if builder.IsNotDone(e) {
+			notDone++
+		} else {
+			failed++
+		}
+	}
+	var head []string
+	if failed > 0 {
+		head = append(head, fmt.Sprintf("%d step(s) failed", failed))
+	}
+	if notDone > 0 {
+		head = append(head, fmt.Sprintf("%d due step(s) not done", notDone))
+	}
+	return fmt.Errorf("%s:\n%w", strings.Join(head, ", "), err)
 }
 
 // isTerminal tells whether w is a terminal where bars can be drawn: one with
