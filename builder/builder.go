@@ -388,9 +388,12 @@ func (b *Builder) dispatch(ctx context.Context, untilIdle bool) {
 			case errors.Is(err, uploader.ErrDropped):
 				b.log.Info("upload dropped", "job", j.String(), "reason", err)
 			default:
+				// An upload interrupted while the builder runs on (its image
+				// left the provider's list, its lock was lost) is no failure,
+				// and the uploader has logged it.
 				if f := b.onJobError.Load(); f != nil {
 					(*f)(err)
-				} else if ctx.Err() == nil {
+				} else if ctx.Err() == nil && !IsNotDone(err) {
 					b.log.Error("upload failed", "job", j.String(), "error", err)
 				}
 			}
