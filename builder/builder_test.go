@@ -166,7 +166,9 @@ providers:
     diskimages: [{name: img-b}]
 `
 
-func newRig(t *testing.T, text string) *rig {
+// newRig makes a rig of a config; edit, when given, changes the builder's
+// options before it is made.
+func newRig(t *testing.T, text string, edit ...func(*Options)) *rig {
 	t.Helper()
 	dir := t.TempDir()
 	r := &rig{t: t, dir: dir, clouds: map[string]*gatedCloud{"pa": newGatedCloud(), "pb": newGatedCloud()}}
@@ -183,7 +185,7 @@ func newRig(t *testing.T, text string) *rig {
 	}
 	t.Cleanup(func() { st.Close() })
 	r.st = st
-	r.b, err = New(context.Background(), Options{
+	opts := Options{
 		Config:        cfg,
 		Store:         st,
 		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
@@ -194,7 +196,11 @@ func newRig(t *testing.T, text string) *rig {
 		},
 		Intervals:    Intervals{Plan: 20 * time.Millisecond, Cleanup: 20 * time.Millisecond, ConfigCheck: 20 * time.Millisecond},
 		CleanupGrace: 500 * time.Millisecond,
-	})
+	}
+	for _, e := range edit {
+		e(&opts)
+	}
+	r.b, err = New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
