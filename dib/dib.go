@@ -106,13 +106,12 @@ func (b *Builder) Images() map[string]time.Duration {
 // not built, and Step says so with a *HeldBack error: due work not done.
 func (b *Builder) Step(ctx context.Context, image string) (*store.Build, error) {
 	reason, back, err := b.check(ctx, image)
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	if back != nil {
+	case back != nil:
 		return nil, back
-	}
-	if reason == "" {
+	case reason == "":
 		return nil, nil
 	}
 	if b.opts.Slots != nil {
@@ -138,11 +137,14 @@ func (b *Builder) Step(ctx context.Context, image string) (*store.Build, error) 
 	defer cancel()
 	// The wait for a slot may have been long, and the lock's last holder may
 	// have just built it: the image may no longer be due.
-	if reason, back, err = b.check(ctx, image); err != nil || back != nil || reason == "" {
-		if back != nil {
-			return nil, back
-		}
+	reason, back, err = b.check(ctx, image)
+	switch {
+	case err != nil:
 		return nil, err
+	case back != nil:
+		return nil, back
+	case reason == "":
+		return nil, nil
 	}
 	b.log.Info("image build due", "image", image, "reason", reason)
 	built, err := b.Build(ctx, image)
