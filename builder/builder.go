@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/dib"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/poller"
 	"github.com/nodepool-builder/nodepool-builder/progress"
@@ -172,7 +173,8 @@ const onceParallel = 8
 
 // Once does every step once, to completion: recovery and leftovers, every
 // source's images, the uploads that are missing, retention and deletes, the leak
-// sweep. It returns every failure, joined.
+// sweep. It returns every failure, and every piece of due work it left undone
+// and why (IsNotDone tells them apart), joined.
 func (b *Builder) Once(ctx context.Context) error {
 	var mu sync.Mutex
 	var errs []error
@@ -297,6 +299,16 @@ func (b *Builder) every(ctx context.Context, interval time.Duration, wake <-chan
 	}
 }
 
+// IsNotDone tells whether an error of a step says that due work was left
+// undone for a reason that is no failure of the step itself: a build held back
+// after a failed one, say. It is reported as such, and still fails --once;
+// what is not due (a paused image, nothing new from Zuul, another builder on
+// it) is no error at all.
+func IsNotDone(err error) bool {
+	var nd interface{ NotDone() }
+	return errors.As(err, &nd)
+}
+
 // step runs one source step on an image, marked busy meanwhile, and wakes the
 // planner when it made a build. An image busy with a step asked for by an
 // operator (a gearman job) is left to it.
@@ -376,9 +388,12 @@ func (b *Builder) dispatch(ctx context.Context, untilIdle bool) {
 			case errors.Is(err, uploader.ErrDropped):
 				b.log.Info("upload dropped", "job", j.String(), "reason", err)
 			default:
+				// An upload interrupted while the builder runs on (its image
+				// left the provider's list, its lock was lost) is no failure,
+				// and the uploader has logged it.
 				if f := b.onJobError.Load(); f != nil {
 					(*f)(err)
-				} else if ctx.Err() == nil {
+				} else if ctx.Err() == nil && !IsNotDone(err) {
 					b.log.Error("upload failed", "job", j.String(), "error", err)
 				}
 			}
@@ -451,7 +466,7 @@ func (b *Builder) recoverBuild(ctx context.Context, p *parts, bd store.Build) er
 		}
 	}
 	b.log.Warn("build was interrupted; removing its files", "build", cur.Name())
-	if err := b.store.SetBuildState(ctx, &cur, store.Failed, "interrupted: the builder stopped during this build"); err != nil {
+	if err := b.store.SetBuildState(ctx, &cur, store.Failed, dib.InterruptedReason); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return nil
 		}

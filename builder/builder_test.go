@@ -166,7 +166,9 @@ providers:
     diskimages: [{name: img-b}]
 `
 
-func newRig(t *testing.T, text string) *rig {
+// newRig makes a rig of a config; edit, when given, changes the builder's
+// options before it is made.
+func newRig(t *testing.T, text string, edit ...func(*Options)) *rig {
 	t.Helper()
 	dir := t.TempDir()
 	r := &rig{t: t, dir: dir, clouds: map[string]*gatedCloud{"pa": newGatedCloud(), "pb": newGatedCloud()}}
@@ -183,7 +185,7 @@ func newRig(t *testing.T, text string) *rig {
 	}
 	t.Cleanup(func() { st.Close() })
 	r.st = st
-	r.b, err = New(context.Background(), Options{
+	opts := Options{
 		Config:        cfg,
 		Store:         st,
 		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
@@ -194,7 +196,11 @@ func newRig(t *testing.T, text string) *rig {
 		},
 		Intervals:    Intervals{Plan: 20 * time.Millisecond, Cleanup: 20 * time.Millisecond, ConfigCheck: 20 * time.Millisecond},
 		CleanupGrace: 500 * time.Millisecond,
-	})
+	}
+	for _, e := range edit {
+		e(&opts)
+	}
+	r.b, err = New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,44 +426,83 @@ func TestOnceDoesEveryStepToCompletion(t *testing.T) {
 }
 
 // TestStopInterruptsUploadsWithinTheGrace: stopping the daemon interrupts an
-// upload under way; its half-made image is deleted, or, when the cloud does not
-// answer, the stop still ends within the clean-up grace and recovery deletes it
-// on the next start. Neither counts as an attempt.
+// upload under way, which is no failure: its half-made image is deleted, and
+// its record goes back to what it was before the attempt (none for a first
+// attempt; the failed record of the last real attempt for a retry), or, when
+// the cloud does not answer, the stop still ends within the clean-up grace and
+// recovery deletes it on the next start. None counts as an attempt, and the
+// next start makes the upload at once.
 func TestStopInterruptsUploadsWithinTheGrace(t *testing.T) {
 	ctx := context.Background()
-	for _, hang := range []bool{false, true} {
-		t.Run(fmt.Sprintf("cloud hangs %v", hang), func(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		hang, retry bool
+	}{
+		{name: "first attempt"},
+		{name: "retry", retry: true},
+		{name: "cloud hangs", hang: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, twoImages)
-			a, stop := r.busy()
-			r.clouds["pa"].hangDeletes = hang
+			r.clouds["pa"].hold()
+			a := r.build("img-a")
+			var before store.Upload
+			if tc.retry {
+				// A real failure before: the retry is due at once.
+				var err error
+				if before, err = r.st.CreateUpload(ctx, &a, "pa", "raw"); err != nil {
+					t.Fatal(err)
+				}
+				before.SetState(store.Failed, r.st.Now().Add(-time.Hour))
+				before.LastError, before.NextAttempt = "glance said no", r.st.Now().Add(-time.Minute)
+				if err := r.st.Write(ctx, store.PutUpload(&before)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stop := r.run()
+			select {
+			case <-r.clouds["pa"].started:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the upload to pa did not start")
+			}
+			r.clouds["pa"].hangDeletes = tc.hang
 			began := time.Now()
 			stop()
 			if took := time.Since(began); took > 5*time.Second {
 				t.Fatalf("the stop took %s; the clean-up grace is 500ms", took)
 			}
 			ups := r.uploads(store.UploadFilter{BuildID: a.ID})
-			if len(ups) != 1 || ups[0].Attempts != 0 {
-				t.Fatalf("uploads after the stop: %+v; want one whose interrupted attempt does not count", ups)
-			}
 			images, _ := r.clouds["pa"].count()
 			switch {
-			case !hang && (images != 0 || ups[0].State != store.Failed):
-				t.Fatalf("after the stop: %d images in pa, upload %s; want none and failed", images, ups[0].State)
-			case hang && (images != 1 || ups[0].State != store.Uploading || ups[0].ExternalID == ""):
+			case tc.hang:
 				// Left for recovery, which knows where its image is.
-				t.Fatalf("after a stop whose delete hung: %d images in pa, upload %+v; want the image, and the upload uploading with it", images, ups[0])
+				if images != 1 || len(ups) != 1 || ups[0].State != store.Uploading || ups[0].ExternalID == "" || ups[0].Attempts != 0 {
+					t.Fatalf("after a stop whose delete hung: %d images in pa, uploads %+v; want the image, and the upload uploading with it, no attempt counted", images, ups)
+				}
+			case tc.retry:
+				if images != 0 || len(ups) != 1 || ups[0].ID != before.ID || ups[0].State != store.Failed ||
+					ups[0].Attempts != before.Attempts || ups[0].LastError != before.LastError || !ups[0].StateTime.Equal(before.StateTime) ||
+					ups[0].NextAttempt.After(r.st.Now()) {
+					t.Fatalf("after the stop: %d images in pa, uploads %+v; want none, and the upload as its last real attempt left it, %+v, due now", images, ups, before)
+				}
+			default:
+				if images != 0 || len(ups) != 0 {
+					t.Fatalf("after the stop: %d images in pa, uploads %+v; want none: a stop is not a failed upload", images, ups)
+				}
 			}
-			if hang {
-				// The next start settles it.
-				r.clouds["pa"].hangDeletes = false
-				r.clouds["pa"].release()
-				if err := r.b.Once(ctx); err != nil {
-					t.Fatal(err)
-				}
-				ups := r.uploads(store.UploadFilter{BuildID: a.ID})
-				if images, _ := r.clouds["pa"].count(); images != 1 || len(ups) != 1 || ups[0].State != store.Ready {
-					t.Fatalf("after the next run: %d images, uploads %+v", images, ups)
-				}
+			// The next start makes it at once.
+			r.clouds["pa"].hangDeletes = false
+			r.clouds["pa"].release()
+			if err := r.b.Once(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ups = r.uploads(store.UploadFilter{BuildID: a.ID})
+			want := 1
+			if tc.retry {
+				want = before.Attempts + 1
+			}
+			if images, _ := r.clouds["pa"].count(); images != 1 || len(ups) != 1 || ups[0].State != store.Ready || ups[0].Attempts != want {
+				t.Fatalf("after the next run: %d images, uploads %+v; want one ready after %d attempts", images, ups, want)
 			}
 		})
 	}

@@ -17,12 +17,17 @@ import (
 // so that a long build of one image holds up no other image, no poll, no upload.
 // On a reload it starts the loops of new images and cancels those of images the
 // config dropped; the other loops take the new config at their next step, and a
-// step already running finishes under the config it started with.
+// step already running finishes under the config it started with. A loop
+// waiting for its next step takes a changed interval at once: its next step is
+// due the new interval after its last one.
 type supervisor struct {
 	b     *Builder
 	mu    sync.Mutex
 	loops map[loopKey]context.CancelFunc
 	wg    sync.WaitGroup
+	// reloaded is closed, and replaced, when a reload made new parts: the
+	// loops read their intervals again.
+	reloaded chan struct{}
 }
 
 type loopKey struct {
@@ -31,7 +36,14 @@ type loopKey struct {
 }
 
 func newSupervisor(b *Builder) *supervisor {
-	return &supervisor{b: b, loops: map[loopKey]context.CancelFunc{}}
+	return &supervisor{b: b, loops: map[loopKey]context.CancelFunc{}, reloaded: make(chan struct{})}
+}
+
+// changed returns the channel that is closed at the next reload.
+func (s *supervisor) changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reloaded
 }
 
 // reconcile starts and stops loops to match the current config.
@@ -45,6 +57,8 @@ func (s *supervisor) reconcile(ctx context.Context) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	close(s.reloaded)
+	s.reloaded = make(chan struct{})
 	for k, cancel := range s.loops {
 		if !want[k] {
 			s.b.log.Info("image dropped from the config; stopping its work", "image", k.image, "source", k.source)
@@ -62,33 +76,75 @@ func (s *supervisor) reconcile(ctx context.Context) {
 	}
 }
 
-// loop steps one image until its context ends.
+// loop steps one image until its context ends. The next step is due its
+// image's interval after the last step ended, the interval as the config says
+// now: a reload that shortens it makes the step due at once when that time has
+// passed, rather than at the end of the old interval.
 func (s *supervisor) loop(ctx context.Context, k loopKey) {
 	b := s.b
 	pass := b.loops.start(fmt.Sprintf("%s image %s", k.source, k.image), b.stepBound(k.image))
 	// A loop ends when its image leaves the config, which is no failure.
 	defer pass.exit(ctx, true)
+	held := "" // what was last said of due work held back, said once
 	for {
 		src, ok := b.cur.Load().sources[k.source]
 		if !ok {
 			return
 		}
-		every, ok := src.Images()[k.image]
-		if !ok {
+		if _, ok := src.Images()[k.image]; !ok {
 			return
 		}
 		pass.begin()
 		_, err := b.step(ctx, src, k.image)
 		pass.end()
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case err == nil || ctx.Err() != nil:
+			held = ""
+		case IsNotDone(err):
+			// Said again on every check until it changes, it would drown the log.
+			if msg := err.Error(); msg != held {
+				b.log.Warn("image not built", "image", k.image, "source", k.source, "reason", err)
+				held = msg
+			}
+		default:
+			held = ""
 			b.log.Error("step failed", "image", k.image, "source", k.source, "error", err)
 		}
-		t := time.NewTimer(every)
+		last := time.Now()
+		if !s.wait(ctx, k, last) {
+			return
+		}
+	}
+}
+
+// wait waits until the image's next step is due, its interval after last; it
+// returns false when the loop is to end (ctx ended, or the image left the
+// config).
+func (s *supervisor) wait(ctx context.Context, k loopKey, last time.Time) bool {
+	for {
+		// Read before the interval, so that a reload in between is not missed.
+		reloaded := s.changed()
+		src, ok := s.b.cur.Load().sources[k.source]
+		if !ok {
+			return false
+		}
+		every, ok := src.Images()[k.image]
+		if !ok {
+			return false
+		}
+		due := time.Until(last.Add(every))
+		if due <= 0 {
+			return true
+		}
+		t := time.NewTimer(due)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return false
+		case <-reloaded:
+			t.Stop()
 		case <-t.C:
+			return true
 		}
 	}
 }

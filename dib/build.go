@@ -164,7 +164,7 @@ func (b *Builder) run(ctx context.Context, img *config.DiskImage, rec *store.Bui
 	case o.TimedOut:
 		res.err = fmt.Errorf("timed out after %s (build-timeout) and was killed; log: %s", img.BuildTimeout, logFile)
 	case o.Cancelled:
-		res.err = fmt.Errorf("cancelled (%w) and killed; log: %s", context.Cause(ctx), logFile)
+		res.err = fmt.Errorf("%s: DIB was cancelled (%w) and killed; log: %s", InterruptedReason, context.Cause(ctx), logFile)
 		res.cancelled = true
 	case o.ExitCode != 0:
 		res.err = fmt.Errorf("%s exited with code %d; log: %s", prog, o.ExitCode, logFile)

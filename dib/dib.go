@@ -101,10 +101,18 @@ func (b *Builder) Images() map[string]time.Duration {
 
 // Step builds an image when it is due, waiting for a build slot first, and
 // returns the ready build; nil when the image was not due.
+//
+// An image that is due but held back by the backoff after a failed build is
+// not built, and Step says so with a *HeldBack error: due work not done.
 func (b *Builder) Step(ctx context.Context, image string) (*store.Build, error) {
-	reason, err := b.Due(ctx, image)
-	if err != nil || reason == "" {
+	reason, back, err := b.check(ctx, image)
+	switch {
+	case err != nil:
 		return nil, err
+	case back != nil:
+		return nil, back
+	case reason == "":
+		return nil, nil
 	}
 	if b.opts.Slots != nil {
 		select {
@@ -129,8 +137,14 @@ func (b *Builder) Step(ctx context.Context, image string) (*store.Build, error) 
 	defer cancel()
 	// The wait for a slot may have been long, and the lock's last holder may
 	// have just built it: the image may no longer be due.
-	if reason, err = b.Due(ctx, image); err != nil || reason == "" {
+	reason, back, err = b.check(ctx, image)
+	switch {
+	case err != nil:
 		return nil, err
+	case back != nil:
+		return nil, back
+	case reason == "":
+		return nil, nil
 	}
 	b.log.Info("image build due", "image", image, "reason", reason)
 	built, err := b.Build(ctx, image)
@@ -190,52 +204,70 @@ func (b *Builder) BuildNow(ctx context.Context, image, request string) (store.Bu
 // rebuild-age or lacks a format the config needs, but not within FailureBackoff
 // of a failed build.
 func (b *Builder) Due(ctx context.Context, image string) (string, error) {
+	reason, _, err := b.check(ctx, image)
+	return reason, err
+}
+
+// check is Due, and says too when the image would be due but a failed build
+// holds it back.
+func (b *Builder) check(ctx context.Context, image string) (string, *HeldBack, error) {
 	cfg, st := b.opts.Config, b.opts.Store
 	img := cfg.DiskImage(image)
 	if img == nil {
-		return "", fmt.Errorf("check whether %s is due: %w", image, ErrUnknownImage)
+		return "", nil, fmt.Errorf("check whether %s is due: %w", image, ErrUnknownImage)
 	}
 	if img.Pause || b.isRunning(image) {
-		return "", nil
+		return "", nil, nil
 	}
 	paused, err := st.Paused(ctx)
 	if err != nil {
-		return "", fmt.Errorf("check whether %s is due: %w", image, err)
+		return "", nil, fmt.Errorf("check whether %s is due: %w", image, err)
 	}
 	if _, ok := paused[image]; ok {
-		return "", nil
+		return "", nil, nil
 	}
 	requests, err := st.BuildRequests(ctx)
 	if err != nil {
-		return "", fmt.Errorf("check whether %s is due: %w", image, err)
+		return "", nil, fmt.Errorf("check whether %s is due: %w", image, err)
 	}
 	if at, ok := requests[image]; ok {
-		return "manual build requested at " + at.Format(time.RFC3339), nil
+		return "manual build requested at " + at.Format(time.RFC3339), nil, nil
 	}
 
 	builds, err := st.Builds(ctx, store.BuildFilter{Image: image})
 	if err != nil {
-		return "", fmt.Errorf("check whether %s is due: %w", image, err)
+		return "", nil, fmt.Errorf("check whether %s is due: %w", image, err)
 	}
 	now := b.opts.Now()
+	reason := dueReason(cfg, img, builds, now)
+	if reason == "" {
+		return "", nil, nil
+	}
+	// A build that failed since the newest ready one: give whatever broke it
+	// time to mend rather than building again and again. A build the builder
+	// stopped did not fail, and holds nothing back.
+	if f := LastFailure(cfg, image, builds, b.opts.FailureBackoff); f != nil && now.Before(f.NextAttempt) {
+		return "", &HeldBack{Image: image, Failure: *f, Backoff: b.opts.FailureBackoff}, nil
+	}
+	return reason, nil, nil
+}
+
+// dueReason says why an image needs a build at a time, from its builds (newest
+// first), failures and requests aside; "" when it does not.
+func dueReason(cfg *config.Config, img *config.DiskImage, builds []store.Build, now time.Time) string {
+	image := img.Name
 	var newest *store.Build // the newest ready build
 	for i := range builds {
-		bd := &builds[i]
-		// A build that failed since the newest ready one: give whatever broke
-		// it time to mend rather than building again and again.
-		if bd.State == store.Failed && now.Sub(bd.StateTime) < b.opts.FailureBackoff {
-			return "", nil
-		}
-		if bd.State == store.Ready {
-			newest = bd
+		if builds[i].Image == image && builds[i].State == store.Ready {
+			newest = &builds[i]
 			break
 		}
 	}
 	if newest == nil {
-		return "no ready build", nil
+		return "no ready build"
 	}
 	if age := now.Sub(newest.StateTime); age >= img.RebuildAge {
-		return fmt.Sprintf("newest build %s is %s old (rebuild-age %s)", newest.Name(), age.Round(time.Second), img.RebuildAge), nil
+		return fmt.Sprintf("newest build %s is %s old (rebuild-age %s)", newest.Name(), age.Round(time.Second), img.RebuildAge)
 	}
 	// A build's recorded formats count even when a file was removed after
 	// upload (keep-formats, delete-after-upload), as in nodepool.
@@ -250,9 +282,9 @@ func (b *Builder) Due(ctx context.Context, image string) (string, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Sprintf("newest build %s lacks %s", newest.Name(), strings.Join(missing, ", ")), nil
+		return fmt.Sprintf("newest build %s lacks %s", newest.Name(), strings.Join(missing, ", "))
 	}
-	return "", nil
+	return ""
 }
 
 // claim marks image as being built; false when it already is.

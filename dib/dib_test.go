@@ -751,12 +751,27 @@ func TestFailureBackoff(t *testing.T) {
 	if err := stepAll(ctx, b); err == nil {
 		t.Fatal("step: no error from a failing build")
 	}
+	bs, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian"})
+	failedAt := bs[0].StateTime
 	f.clock.Add(9 * time.Minute)
 	if got := due(t, b, "debian"); got != "" {
 		t.Errorf("due 9m after a failure = %q, want a wait", got)
 	}
-	if err := stepAll(ctx, b); err != nil {
-		t.Errorf("step within the backoff: %v", err)
+	// The step builds nothing, and says why: due work not done.
+	err := stepAll(ctx, b)
+	var back *HeldBack
+	if !errors.As(err, &back) {
+		t.Fatalf("step within the backoff: %v, want a HeldBack", err)
+	}
+	log := logPath(f.logs, "debian", bs[0].ID)
+	next := failedAt.Add(DefaultFailureBackoff)
+	if back.Failure.Build.ID != bs[0].ID || back.Failure.Log != log || !back.Failure.NextAttempt.Equal(next) {
+		t.Errorf("held back by %+v, want build %s, log %s, next attempt %s", back.Failure, bs[0].ID, log, next)
+	}
+	for _, want := range []string{"debian: not built", "exited with code 3", log, "backoff", next.Format(time.RFC3339), "image-build debian"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("step error does not say %q: %v", want, err)
+		}
 	}
 	if bs, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian"}); len(bs) != 1 {
 		t.Errorf("builds within the backoff = %d, want 1", len(bs))
@@ -1016,5 +1031,114 @@ func TestStatsdNames(t *testing.T) {
 	got = sd.Wait(t, 5*time.Second, want...)
 	if extra := sd.Quiet(200 * time.Millisecond); len(got) != len(want) || len(extra) > 0 {
 		t.Errorf("statsd lines of a failed build = %q then %q, want one each of %q and no size", got, extra, want)
+	}
+}
+
+// TestLastFailure: what holds a diskimage's next build back is its newest
+// failed build since its newest ready one, unless the builder stopped that
+// build; the next attempt is when the backoff has passed, or, when the image has
+// a fresh ready build (an operator asked for the build that failed), when that
+// build is rebuild-age old.
+func TestLastFailure(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config(`
+images-dir: {{IMAGES}}
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: debian
+    elements: [debian-minimal]
+    formats: [raw]
+    rebuild-age: 3600
+`)
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	build := func(id string, state store.State, reason string, age time.Duration, formats ...string) store.Build {
+		b := store.Build{ID: id, Image: "debian", State: state, Reason: reason, StateTime: at.Add(-age)}
+		for _, ft := range formats {
+			b.SetFile(store.File{Format: ft, Present: true})
+		}
+		return b
+	}
+	if err := os.MkdirAll(f.logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(logPath(f.logs, "debian", id1), []byte("Exit code: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	backoff := 10 * time.Minute
+	for _, tc := range []struct {
+		name   string
+		builds []store.Build // newest first
+		want   string        // the failed build's id; "" for none
+		next   time.Time     // the next attempt
+	}{
+		{"none", nil, "", time.Time{}},
+		{"ready", []store.Build{build(id1, store.Ready, "", 0, "raw")}, "", time.Time{}},
+		{"failed", []store.Build{build(id1, store.Failed, "exited with code 1", time.Minute)}, id1, at.Add(9 * time.Minute)},
+		{"failed before the newest ready", []store.Build{build(id2, store.Ready, "", 0, "raw"), build(id1, store.Failed, "x", time.Hour)}, "", time.Time{}},
+		{"building after a failure", []store.Build{build(id2, store.Building, "", 0), build(id1, store.Failed, "x", time.Minute)}, id1, at.Add(9 * time.Minute)},
+		{"interrupted", []store.Build{build(id1, store.Failed, InterruptedReason+": DIB was cancelled", time.Minute)}, "", time.Time{}},
+		{"interrupted after a failure", []store.Build{build(id2, store.Failed, InterruptedReason, 0), build(id1, store.Failed, "x", time.Minute)}, id1, at.Add(9 * time.Minute)},
+		{"another image", []store.Build{{ID: id2, Image: "fedora", State: store.Failed, StateTime: at}}, "", time.Time{}},
+		{"failed after an old ready build", []store.Build{build(id1, store.Failed, "x", time.Minute), build(id2, store.Ready, "", 2*time.Hour, "raw")}, id1, at.Add(9 * time.Minute)},
+		{"failed after a fresh ready build", []store.Build{build(id1, store.Failed, "x", time.Minute), build(id2, store.Ready, "", 20*time.Minute, "raw")}, id1, at.Add(40 * time.Minute)},
+		{"failed after a fresh build that lacks a format", []store.Build{build(id1, store.Failed, "x", time.Minute), build(id2, store.Ready, "", 20*time.Minute, "qcow2")}, id1, at.Add(9 * time.Minute)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := LastFailure(cfg, "debian", tc.builds, backoff)
+			switch {
+			case tc.want == "" && got != nil:
+				t.Fatalf("LastFailure = %+v, want none", got)
+			case tc.want == "":
+				return
+			case got == nil || got.Build.ID != tc.want:
+				t.Fatalf("LastFailure = %+v, want build %s", got, tc.want)
+			}
+			if !got.NextAttempt.Equal(tc.next) {
+				t.Errorf("next attempt %s, want %s", got.NextAttempt, tc.next)
+			}
+			if want := logPath(f.logs, "debian", id1); got.Log != want {
+				t.Errorf("log %q, want %q", got.Log, want)
+			}
+		})
+	}
+}
+
+// TestInterruptedBuildHoldsNothingBack: a build cancelled because the builder
+// stopped is no failure: the next step builds the image at once.
+func TestInterruptedBuildHoldsNothingBack(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config(strings.Replace(failing, `FAKE_DIB_EXIT: "3"`, `FAKE_DIB_WAIT_FOR: {{RECORD}}.go`, 1))
+	b := f.builder(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- stepAll(ctx, b) }()
+	waitFile(t, f.record+".go.started")
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the build did not stop when its context ended")
+	}
+	bs, _ := f.st.Builds(context.Background(), store.BuildFilter{Image: "debian"})
+	if len(bs) != 1 || !Interrupted(bs[0]) {
+		t.Fatalf("builds = %+v, want one interrupted", bs)
+	}
+	if got := due(t, b, "debian"); got != "no ready build" {
+		t.Errorf("due after an interrupted build = %q, want no ready build", got)
+	}
+}
+
+// waitFile waits until path exists.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear", path)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

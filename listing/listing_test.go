@@ -3,12 +3,15 @@ package listing
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/dib"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -130,6 +133,125 @@ zuul-images:
 	for _, w := range []string{"| dib-image | True ", "config,image-pause", "| other-" + newest.ID + " |", "zb1 (failed)"} {
 		if !strings.Contains(b.String(), w) {
 			t.Errorf("image-status table lacks %q:\n%s", w, b.String())
+		}
+	}
+}
+
+// TestImageStatusLastFailure: a diskimage whose newest build failed shows the
+// failure, its build log and when it is next built; a paused image or one with
+// a pending request has no next attempt, and a later ready build, or a build
+// the builder stopped, shows no failure.
+func TestImageStatusLastFailure(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	logs := filepath.Join(dir, "logs")
+	cfg, err := config.Parse(filepath.Join(dir, "nodepool.yaml"), []byte(`images-dir: `+dir+`
+build-log-dir: `+logs+`
+diskimages:
+  - name: failed
+  - name: nolog
+  - name: paused
+    pause: true
+  - name: requested
+  - name: mended
+  - name: stopped
+zuul-images:
+  - name: zuul
+    api-url: http://zuul.invalid
+    project: org/images
+    job: build-zuul
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, store.Options{ImagesDir: dir, Access: store.Create})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(image string, state store.State, reason string, log bool) store.Build {
+		t.Helper()
+		b, err := st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceDIB})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetBuildState(ctx, &b, state, reason); err != nil {
+			t.Fatal(err)
+		}
+		if log {
+			if err := os.WriteFile(filepath.Join(logs, b.Name()+".log"), []byte("Exit code: 1\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return b
+	}
+	failed := map[string]store.Build{}
+	for _, image := range []string{"failed", "paused", "requested"} {
+		failed[image] = mk(image, store.Failed, "disk-image-create exited with code 1", true)
+	}
+	failed["nolog"] = mk("nolog", store.Failed, "create build log dir: permission denied", false)
+	mk("mended", store.Failed, "exited with code 1", true)
+	mk("mended", store.Ready, "", false)
+	mk("stopped", store.Failed, dib.InterruptedReason, true)
+	mk("zuul", store.Failed, "checksum mismatch", false)
+	if err := st.RequestBuild(ctx, "requested"); err != nil {
+		t.Fatal(err)
+	}
+
+	images, err := ImageStatus(ctx, st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]ImageJSON{}
+	for _, r := range ImagesJSON(images) {
+		rows[r.Image] = r
+	}
+	str := func(p *string) string {
+		if p == nil {
+			return "<null>"
+		}
+		return *p
+	}
+	for _, tc := range []struct {
+		image, log string
+		next       bool
+	}{
+		{"failed", filepath.Join(logs, failed["failed"].Name()+".log"), true},
+		{"nolog", "<null>", true},
+		{"paused", filepath.Join(logs, failed["paused"].Name()+".log"), false},
+		{"requested", filepath.Join(logs, failed["requested"].Name()+".log"), false},
+	} {
+		r, b := rows[tc.image], failed[tc.image]
+		next := "<null>"
+		if tc.next {
+			next = b.StateTime.Add(dib.DefaultFailureBackoff).Format(time.RFC3339)
+		}
+		if str(r.LastFailure) != b.Name() || str(r.LastFailureTime) != b.StateTime.Format(time.RFC3339) ||
+			str(r.LastFailureReason) != b.Reason || str(r.LastFailureLog) != tc.log || str(r.NextAttempt) != next {
+			t.Errorf("%s: last failure %s at %s (%s), log %s, next attempt %s; want %s at %s (%s), log %s, next attempt %s", tc.image,
+				str(r.LastFailure), str(r.LastFailureTime), str(r.LastFailureReason), str(r.LastFailureLog), str(r.NextAttempt),
+				b.Name(), b.StateTime.Format(time.RFC3339), b.Reason, tc.log, next)
+		}
+	}
+	for _, image := range []string{"mended", "stopped", "zuul"} {
+		if r := rows[image]; r.LastFailure != nil || r.LastFailureLog != nil || r.NextAttempt != nil {
+			t.Errorf("%s shows a failure: %+v", image, r)
+		}
+	}
+
+	var out bytes.Buffer
+	WriteImageStatus(&out, images)
+	if !slices.Contains(strings.Fields(strings.SplitN(out.String(), "\n", 3)[1]), "Attempt") {
+		t.Errorf("image-status table has no Next Attempt column:\n%s", out.String())
+	}
+	next := failed["failed"].StateTime.Add(dib.DefaultFailureBackoff).Format(time.RFC3339)
+	for _, w := range []string{next, "Last build failures", failed["failed"].Name(), filepath.Join(logs, failed["failed"].Name()+".log"),
+		"disk-image-create exited with code 1", "| nolog", "(none)"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("image-status text lacks %q:\n%s", w, out.String())
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/dib"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -30,6 +31,9 @@ type Image struct {
 	Newest   *store.Build // the newest ready build
 	// Cursor is, for a zuul-image, the newest Zuul build settled and how.
 	Cursor *store.Cursor
+	// Failure is, for a diskimage, its newest build since the newest ready
+	// one if that failed: what holds its next build back, and until when.
+	Failure *dib.Failure
 }
 
 // ImageJSON is an image-status row in --json output. The first four fields
@@ -50,6 +54,15 @@ type ImageJSON struct {
 	LastZuulBuild   *string `json:"last_zuul_build"`
 	LastZuulOutcome *string `json:"last_zuul_outcome"`
 	LastZuulReason  *string `json:"last_zuul_reason"`
+	// For a diskimage whose newest build failed: that build
+	// (<image>-<build_id>), when and why it failed, its build log (null when
+	// there is none), and when the image is next built (RFC 3339; null while
+	// it is paused or a build request is pending).
+	LastFailure       *string `json:"last_failure"`
+	LastFailureTime   *string `json:"last_failure_time"`
+	LastFailureReason *string `json:"last_failure_reason"`
+	LastFailureLog    *string `json:"last_failure_log"`
+	NextAttempt       *string `json:"next_attempt"`
 }
 
 // RequestState is the Build Request column: "pending", "building" or empty.
@@ -62,6 +75,17 @@ func (s Image) RequestState() string {
 	default:
 		return "pending"
 	}
+}
+
+// NextAttempt is when a diskimage whose last build failed is next built: nil
+// when no failure holds it back, while it is paused (it is built once it is
+// unpaused), and while a build request is pending (it is built at once).
+func (s Image) NextAttempt() *time.Time {
+	if s.Failure == nil || len(s.PausedBy) > 0 || s.Request != nil {
+		return nil
+	}
+	t := s.Failure.NextAttempt
+	return &t
 }
 
 // JSON is the row in --json form.
@@ -83,6 +107,18 @@ func (s Image) JSON() ImageJSON {
 		if c.Reason != "" {
 			row.LastZuulReason = &c.Reason
 		}
+	}
+	if f := s.Failure; f != nil {
+		name, at, reason := f.Build.Name(), f.Build.StateTime.Format(time.RFC3339), f.Build.Reason
+		row.LastFailure, row.LastFailureTime, row.LastFailureReason = &name, &at, &reason
+		if f.Log != "" {
+			log := f.Log
+			row.LastFailureLog = &log
+		}
+	}
+	if t := s.NextAttempt(); t != nil {
+		next := t.Format(time.RFC3339)
+		row.NextAttempt = &next
 	}
 	return row
 }
@@ -125,6 +161,7 @@ func ImageStatusOf(ctx context.Context, st *store.Store, cfg *config.Config, bui
 			if di.Pause {
 				s.PausedBy = append(s.PausedBy, PausedByConfig)
 			}
+			s.Failure = dib.LastFailure(cfg, name, builds, dib.DefaultFailureBackoff)
 		} else {
 			s.Source = store.SourceZuul
 			if cfg.ZuulImage(name).Pause {
@@ -163,13 +200,15 @@ func ImageStatusOf(ctx context.Context, st *store.Store, cfg *config.Config, bui
 	return out, nil
 }
 
-// WriteImageStatus prints image-status's table: nodepool's columns, then ours.
+// WriteImageStatus prints image-status's table: nodepool's columns, then ours;
+// under it, when a diskimage's last build failed, that failure and its log.
 func WriteImageStatus(w io.Writer, images []Image) {
 	t := Table{Header: []string{"Image", "Paused", "Build Request", "Build Request Age",
-		"Source", "Paused By", "Newest Ready Build", "Build Age", "Last Zuul Build"}}
+		"Source", "Paused By", "Newest Ready Build", "Build Age", "Last Zuul Build", "Last Build Failure", "Next Attempt"}}
+	failures := Table{Header: []string{"Image", "Failed Build", "Log", "Reason"}}
 	for _, s := range images {
 		// Paused is printed as nodepool prints it.
-		paused, reqAge, newest, newestAge, zuul := "False", "", "", "", ""
+		paused, reqAge, newest, newestAge, zuul, failed, next := "False", "", "", "", "", "", ""
 		if len(s.PausedBy) > 0 {
 			paused = "True"
 		}
@@ -183,9 +222,25 @@ func WriteImageStatus(w io.Writer, images []Image) {
 			// The reason of a refusal is long: image-status --json carries it.
 			zuul = s.Cursor.ZuulUUID + " (" + s.Cursor.Outcome + ")"
 		}
-		t.Add(s.Name, paused, s.RequestState(), reqAge, string(s.Source), strings.Join(s.PausedBy, ","), newest, newestAge, zuul)
+		if f := s.Failure; f != nil {
+			failed = Age(f.Build.StateTime)
+			log := f.Log
+			if log == "" {
+				log = "(none)"
+			}
+			failures.Add(s.Name, f.Build.Name(), log, Shorten(f.Build.Reason, ReasonWidth))
+		}
+		if at := s.NextAttempt(); at != nil {
+			next = at.Format(time.RFC3339)
+		}
+		t.Add(s.Name, paused, s.RequestState(), reqAge, string(s.Source), strings.Join(s.PausedBy, ","), newest, newestAge, zuul, failed, next)
 	}
 	t.Write(w)
+	if len(failures.rows) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Last build failures (each holds its image's next build back until Next Attempt; image-build <image> builds it at once):")
+		failures.Write(w)
+	}
 }
 
 // WriteImageStatusText prints image-status as the CLI does: the images' table

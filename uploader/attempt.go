@@ -25,6 +25,7 @@ type attempt struct {
 	build    store.Build
 	file     store.File
 	rec      *store.Upload
+	prev     *store.Upload // the failed upload this attempt retries, as it was; nil for a new one
 	log      *slog.Logger
 	created  bool // the cloud image exists (rec.ExternalID names it)
 }

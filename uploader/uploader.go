@@ -233,7 +233,7 @@ func (u *Uploader) Upload(ctx context.Context, j Job) (store.Upload, error) {
 	defer held.Release()
 	ctx, cancel := store.UnderLock(ctx, held)
 	defer cancel()
-	rec, b, err := u.claim(ctx, j)
+	rec, prev, b, err := u.claim(ctx, j)
 	if err != nil {
 		return store.Upload{}, err
 	}
@@ -242,10 +242,13 @@ func (u *Uploader) Upload(ctx context.Context, j Job) (store.Upload, error) {
 		log.Info("retrying upload", "attempt", rec.Attempts, "last_error", j.Retry.LastError)
 	}
 	file, _ := b.File(j.Format)
-	a := &attempt{u: u, job: j, cloud: cloud, provider: p, build: b, file: file, rec: &rec, log: log}
+	a := &attempt{u: u, job: j, cloud: cloud, provider: p, build: b, file: file, rec: &rec, prev: prev, log: log}
 	began := time.Now()
 	err = a.run(ctx)
-	u.opts.Metrics.Uploaded(b.Image, p.Name, file.Size, time.Since(began), err)
+	if ctx.Err() == nil {
+		// An attempt the builder stopped is no attempt: it is not counted.
+		u.opts.Metrics.Uploaded(b.Image, p.Name, file.Size, time.Since(began), err)
+	}
 	if err == nil {
 		rec.SetState(store.Ready, u.opts.Now())
 		rec.LastError, rec.NextAttempt = "", time.Time{}
@@ -261,42 +264,45 @@ func (u *Uploader) Upload(ctx context.Context, j Job) (store.Upload, error) {
 
 // claim turns a job into an upload record in state uploading, from a fresh read
 // of the build and its uploads: a new record, or the failed one to retry with its
-// attempt counted. The build is written too (compare-and-set), so that a release
-// of the build and the claim never both succeed.
-func (u *Uploader) claim(ctx context.Context, j Job) (store.Upload, store.Build, error) {
+// attempt counted, returned as it was before too (nil for a new record). The
+// build is written too (compare-and-set), so that a release of the build and the
+// claim never both succeed.
+func (u *Uploader) claim(ctx context.Context, j Job) (store.Upload, *store.Upload, store.Build, error) {
 	st := u.opts.Store
 	for range 5 {
 		b, err := st.Build(ctx, j.Build.ID)
 		if errors.Is(err, store.ErrNotFound) {
-			return store.Upload{}, b, fmt.Errorf("upload %s: %w: the build is gone", j, ErrDropped)
+			return store.Upload{}, nil, b, fmt.Errorf("upload %s: %w: the build is gone", j, ErrDropped)
 		}
 		if err != nil {
-			return store.Upload{}, b, err
+			return store.Upload{}, nil, b, err
 		}
 		if b.State != store.Ready {
-			return store.Upload{}, b, fmt.Errorf("upload %s: %w: the build is %s", j, ErrDropped, b.State)
+			return store.Upload{}, nil, b, fmt.Errorf("upload %s: %w: the build is %s", j, ErrDropped, b.State)
 		}
 		if f, ok := b.File(j.Format); !ok || !f.Present {
-			return store.Upload{}, b, fmt.Errorf("upload %s: %w: the build has no %s file", j, ErrDropped, j.Format)
+			return store.Upload{}, nil, b, fmt.Errorf("upload %s: %w: the build has no %s file", j, ErrDropped, j.Format)
 		}
 		ups, err := st.Uploads(ctx, store.UploadFilter{BuildID: b.ID, Provider: j.Provider})
 		if err != nil {
-			return store.Upload{}, b, err
+			return store.Upload{}, nil, b, err
 		}
 		fresh := j
 		if !u.needed(ups, u.opts.Now(), &fresh) {
-			return store.Upload{}, b, fmt.Errorf("upload %s: %w: it is made, running or waiting to be retried", j, ErrDropped)
+			return store.Upload{}, nil, b, fmt.Errorf("upload %s: %w: it is made, running or waiting to be retried", j, ErrDropped)
 		}
 		if j.Retry != nil && (fresh.Retry == nil || fresh.Retry.ID != j.Retry.ID) {
 			// The upload to retry was released or settled meanwhile: the next
 			// plan decides afresh.
-			return store.Upload{}, b, fmt.Errorf("upload %s: %w: upload %s changed meanwhile", j, ErrDropped, j.Retry.ID)
+			return store.Upload{}, nil, b, fmt.Errorf("upload %s: %w: upload %s changed meanwhile", j, ErrDropped, j.Retry.ID)
 		}
 		var rec store.Upload
+		var prev *store.Upload
 		if fresh.Retry == nil {
 			rec, err = st.CreateUpload(ctx, &b, j.Provider, j.Format)
 		} else {
 			rec = *fresh.Retry
+			prev = fresh.Retry
 			rec.SetState(store.Uploading, u.opts.Now())
 			// The attempt counts from its start, so one a crash interrupted counts too.
 			rec.Attempts++
@@ -309,19 +315,19 @@ func (u *Uploader) claim(ctx context.Context, j Job) (store.Upload, store.Build,
 			continue // changed meanwhile: read again
 		}
 		if err != nil {
-			return store.Upload{}, b, err
+			return store.Upload{}, nil, b, err
 		}
-		return rec, b, nil
+		return rec, prev, b, nil
 	}
-	return store.Upload{}, store.Build{}, fmt.Errorf("upload %s: %w: its records keep changing", j, store.ErrConflict)
+	return store.Upload{}, nil, store.Build{}, fmt.Errorf("upload %s: %w: its records keep changing", j, store.ErrConflict)
 }
 
 // failed settles a failed attempt: whatever it made in the cloud goes, and the
-// record says why and when to try again. A cloud that could not be reached, or
-// an attempt the builder interrupted, does not count towards upload-attempts.
-// When the half-made image cannot be deleted within CleanupGrace, the upload
-// stays uploading with its image recorded, for recovery to settle on a later
-// pass.
+// record says why and when to try again. A cloud that could not be reached does
+// not count towards upload-attempts. An attempt the builder interrupted is no
+// failure: see interrupted. When the half-made image cannot be deleted within
+// CleanupGrace, the upload stays uploading with its image recorded, for
+// recovery to settle on a later pass.
 func (u *Uploader) failed(ctx context.Context, a *attempt, err error) error {
 	rec, log := a.rec, a.log
 	interrupted := ctx.Err() != nil
@@ -337,10 +343,15 @@ func (u *Uploader) failed(ctx context.Context, a *attempt, err error) error {
 			log.Info("deleted half-made image", "external_id", rec.ExternalID)
 		}
 	}
+	if interrupted && !leftover {
+		return u.interrupted(ctx, a, err)
+	}
 	now := u.opts.Now()
 	next := "it stays failed until the next build"
 	switch {
 	case interrupted:
+		// Left uploading for recovery, which deletes the image and tries
+		// again at once; its reason then is recovery's own "interrupted".
 		rec.Attempts--
 		rec.NextAttempt = now
 		next = "it is tried again on the next pass"
@@ -353,8 +364,12 @@ func (u *Uploader) failed(ctx context.Context, a *attempt, err error) error {
 		rec.NextAttempt = now.Add(u.opts.RetryBase << min(rec.Attempts-1, 10))
 		next = "next try after " + rec.NextAttempt.Format(time.RFC3339)
 	}
-	log.Warn("upload failed", "attempt", rec.Attempts, "error", err, "next", next)
-	rec.LastError = err.Error()
+	if interrupted {
+		log.Info("upload interrupted; it is no failed attempt", "cause", context.Cause(ctx), "error", err, "next", next)
+	} else {
+		log.Warn("upload failed", "attempt", rec.Attempts, "error", err, "next", next)
+		rec.LastError = err.Error()
+	}
 	if !leftover {
 		rec.SetState(store.Failed, now)
 		rec.ExternalID = ""
@@ -366,9 +381,52 @@ func (u *Uploader) failed(ctx context.Context, a *attempt, err error) error {
 	if uerr := u.opts.Store.Write(wctx, store.PutUpload(rec)); uerr != nil {
 		return errors.Join(fmt.Errorf("upload %s-%s to %s: %w", a.build.Image, a.build.ID, a.provider.Name, err), uerr)
 	}
+	if interrupted {
+		return &interruptedError{fmt.Errorf("upload %s-%s to %s interrupted (%v), not failed; %s: %w",
+			a.build.Image, a.build.ID, a.provider.Name, context.Cause(ctx), next, err)}
+	}
 	return fmt.Errorf("upload %s-%s to %s failed (attempt %d of %d; %s): %w",
 		a.build.Image, a.build.ID, a.provider.Name, rec.Attempts, u.maxAttempts(), next, err)
 }
+
+// interrupted settles an attempt the builder stopped (it was stopping, the
+// config no longer asks for the upload, or the upload's lock was lost) once its
+// half-made cloud image is gone. A stop is no failure of the upload, so the
+// record goes back to what it was before the attempt: a new upload's record is
+// removed, and a retried one is failed again as its last real attempt left it,
+// due at once. Nothing shows the upload failed, to us or to nodepool (whose
+// launcher boots only ready uploads, and whose builders read no attempt
+// counts), no attempt is used, and the next pass makes it again at once.
+func (u *Uploader) interrupted(ctx context.Context, a *attempt, err error) error {
+	rec, log := a.rec, a.log
+	cause := context.Cause(ctx)
+	change := store.DeleteUpload(*rec)
+	if a.prev != nil {
+		back := *a.prev
+		back.Version = rec.Version
+		back.NextAttempt = u.opts.Now()
+		change = store.PutUpload(&back)
+	}
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCleanupGrace)
+	defer wcancel()
+	if uerr := u.opts.Store.Write(wctx, change); uerr != nil {
+		// Left uploading, with no image in the cloud: recovery settles it.
+		return errors.Join(fmt.Errorf("upload %s-%s to %s interrupted (%v): %w", a.build.Image, a.build.ID, a.provider.Name, cause, err), uerr)
+	}
+	log.Info("upload interrupted; it is no failed attempt and is made again on the next pass", "cause", cause, "error", err)
+	return &interruptedError{fmt.Errorf("upload %s-%s to %s interrupted (%v), not failed: it is made again on the next pass: %w",
+		a.build.Image, a.build.ID, a.provider.Name, cause, err)}
+}
+
+// interruptedError is the error of an upload the builder interrupted: due work
+// not done, rather than a failure.
+type interruptedError struct{ err error }
+
+func (e *interruptedError) Error() string { return e.err.Error() }
+func (e *interruptedError) Unwrap() error { return e.err }
+
+// NotDone marks the upload as due work left undone.
+func (e *interruptedError) NotDone() {}
 
 // ImageName fills a provider's image-name-format.
 func ImageName(format string, image, buildID, uploadID string, now time.Time) string {

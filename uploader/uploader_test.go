@@ -1104,3 +1104,63 @@ func TestUploadStatsdNames(t *testing.T) {
 		}
 	}
 }
+
+// TestInterruptedUploadIsNoFailure: an upload whose context ends (the builder
+// stops, the config drops it, its lock is lost) deletes its half-made image and
+// leaves no failed record, no used attempt and no failure in the metrics; it
+// says it is due work not done; the next step makes it at once.
+func TestInterruptedUploadIsNoFailure(t *testing.T) {
+	f := newFixture(t)
+	m, err := metrics.New(metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.metrics = m
+	f.newUploader()
+	b := f.addBuild("debian", "qcow2", "raw")
+	jobs, err := f.up.Plan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job Job
+	for _, j := range jobs {
+		if j.Provider == "a" {
+			job = j
+		}
+	}
+	// Glance takes the data but never makes the image active: the stop comes
+	// while the upload waits for it.
+	cloud := f.clouds["a"]
+	cloud.neverReady = true
+	ctx, cancel := context.WithCancel(context.Background())
+	cloud.sent = cancel
+	_, err = f.up.Upload(ctx, job)
+	var nd interface{ NotDone() }
+	if !errors.As(err, &nd) || !strings.Contains(err.Error(), "interrupted") {
+		t.Fatalf("Upload = %v, want an interruption, due work not done", err)
+	}
+	if ups := f.uploads(store.UploadFilter{BuildID: b.ID, Provider: "a"}); len(ups) != 0 {
+		t.Fatalf("uploads after the interruption: %+v; want none", ups)
+	}
+	if cloud.count() != 0 || cloud.creates != 1 {
+		t.Fatalf("cloud a holds %d images after %d creates; want the half-made one deleted", cloud.count(), cloud.creates)
+	}
+	fams := metricstest.Scrape(t, m.Handler())
+	for _, reason := range []string{"cancelled", "other", "cloud", "timeout"} {
+		if v, ok := fams.Value("nodepool_builder_failures_total", "step", "upload", "reason", reason); ok && v != 0 {
+			t.Errorf("failures_total{step=upload,reason=%s} = %v after an interrupted upload, want none", reason, v)
+		}
+	}
+	if v, ok := fams.Value("nodepool_builder_upload_duration_seconds", "image", "debian", "provider", "a", "state", "failed"); ok && v != 0 {
+		t.Errorf("an interrupted upload counts as %v failed upload attempts", v)
+	}
+
+	cloud.neverReady, cloud.sent = false, nil
+	if err := f.step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ups := f.uploads(store.UploadFilter{BuildID: b.ID, Provider: "a"})
+	if len(ups) != 1 || ups[0].State != store.Ready || ups[0].Attempts != 1 {
+		t.Fatalf("uploads after the next step: %+v; want one ready at its first attempt", ups)
+	}
+}

@@ -44,6 +44,12 @@ type imageRow struct {
 	Uploads      []uploadCell
 	Zuul         string // the newest Zuul build settled, and how
 	ZuulOutcome  string
+	// Failed is when the newest build of a diskimage failed, FailedLog its
+	// build log, and Next when the image is next built (nil while paused or
+	// requested).
+	Failed    *when
+	FailedLog string
+	Next      *when
 }
 
 type uploadCell struct {
@@ -73,6 +79,16 @@ func at(t, now time.Time) when {
 		return when{Age: "unknown"}
 	}
 	return when{Age: humanAge(now.Sub(t)) + " ago", RFC3339: t.UTC().Format(time.RFC3339)}
+}
+
+// ahead is a time to come as the page shows it: "in 7m 3s", or "due now" once
+// it has passed.
+func ahead(t, now time.Time) when {
+	w := when{Age: "due now", RFC3339: t.UTC().Format(time.RFC3339)}
+	if d := t.Sub(now); d >= time.Second {
+		w.Age = "in " + humanAge(d)
+	}
+	return w
 }
 
 // humanAge is a duration in its two largest units: "45s", "12m 3s", "3h 20m", "2d 4h".
@@ -161,6 +177,14 @@ func (h *handler) pageData(ctx context.Context) (pageData, error) {
 		}
 		if s.Cursor != nil {
 			row.Zuul, row.ZuulOutcome = s.Cursor.ZuulUUID, s.Cursor.Outcome
+		}
+		if f := s.Failure; f != nil {
+			t := at(f.Build.StateTime, now)
+			row.Failed, row.FailedLog = &t, f.Log
+			if next := s.NextAttempt(); next != nil {
+				w := ahead(*next, now)
+				row.Next = &w
+			}
 		}
 		for _, p := range cfg.Providers {
 			if p.Image(s.Name) == nil {

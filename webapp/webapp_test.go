@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/dib"
 	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -45,6 +46,7 @@ type fixture struct {
 	st      *store.Store
 	cfg     *config.Config
 	ready   store.Build
+	failed  store.Build // dib-image's newest build
 	tracker *progress.Tracker
 }
 
@@ -93,6 +95,7 @@ func newFixture(t *testing.T) *fixture {
 	if err := st.SetBuildState(ctx, &failed, store.Failed, "element failed: "+evil); err != nil {
 		t.Fatal(err)
 	}
+	f.failed = failed
 	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 7, ZuulUUID: "zb2", Outcome: "failed",
 		Reason: "checksum mismatch " + evil, Time: time.Now()})); err != nil {
 		t.Fatal(err)
@@ -166,11 +169,15 @@ func TestListings(t *testing.T) {
 		status[1].LastZuulOutcome == nil || *status[1].LastZuulOutcome != "failed" {
 		t.Errorf("/image-status.json = %s", body)
 	}
+	if next := f.failed.StateTime.Add(dib.DefaultFailureBackoff).Format(time.RFC3339); status[0].LastFailure == nil ||
+		*status[0].LastFailure != f.failed.Name() || status[0].NextAttempt == nil || *status[0].NextAttempt != next {
+		t.Errorf("/image-status.json does not show dib-image's failed build and next attempt %s: %s", next, body)
+	}
 
 	for path, want := range map[string][]string{
 		"/image-list":     {"| Build ID ", "| cloud-b ", "| failed ", "glance said " + evil},
 		"/dib-image-list": {"| ID ", "| dib-image-" + builds[0].BuildID + " ", "| debian-" + f.ready.ID + " "},
-		"/image-status":   {"| Image ", "| debian ", "zb2 (failed)", "| dib-image "},
+		"/image-status":   {"| Image ", "| debian ", "zb2 (failed)", "| dib-image ", "Last build failures", f.failed.Name()},
 	} {
 		code, ctype, body := get(t, srv.URL+path)
 		if code != 200 || ctype != "text/plain; charset=utf-8" {
@@ -208,6 +215,9 @@ func TestPage(t *testing.T) {
 		`<progress value="1024" max="4096">`, "1.0 KiB of 4.0 KiB (25%)",
 		"dib-image-next", "running element vm",
 		`title="` + f.ready.StateTime.UTC().Format(time.RFC3339) + `"`,
+		// The diskimage whose build failed: when, and when it is next built.
+		`<span class="state bad">last build failed</span>`,
+		`; next attempt <span title="` + f.failed.StateTime.Add(dib.DefaultFailureBackoff).UTC().Format(time.RFC3339) + `">in `,
 	} {
 		if !strings.Contains(body, w) {
 			t.Errorf("the page lacks %q", w)
@@ -303,6 +313,15 @@ func TestAges(t *testing.T) {
 	} {
 		if got := at(now.Add(-d), now).Age; got != want {
 			t.Errorf("age of %s = %q, want %q", d, got, want)
+		}
+	}
+	for d, want := range map[time.Duration]string{
+		7*time.Minute + 3*time.Second: "in 7m 3s",
+		0:                             "due now",
+		-time.Minute:                  "due now",
+	} {
+		if got := ahead(now.Add(d), now).Age; got != want {
+			t.Errorf("time %s ahead = %q, want %q", d, got, want)
 		}
 	}
 	if w := at(time.Time{}, now); w.Age != "unknown" || w.RFC3339 != "" {

@@ -598,3 +598,66 @@ func TestFlags(t *testing.T) {
 	}
 	e.must(exitUsage, []string{"--upload-workers", "0"}, "1 or more")
 }
+
+// TestSIGTERMMidUploadIsNoFailure: a daemon stopped with SIGTERM while it sends
+// an image to a real Glance (slowed so that the stop comes mid-upload) deletes
+// the half-made image and records no failure: image-list shows none, no attempt
+// is used, Glance holds nothing of the build, and the next start uploads it at
+// once.
+func TestSIGTERMMidUploadIsNoFailure(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	slow := e.proxiedClouds("slow")["slow"]
+	e.writeYAML(`images-dir: {{IMAGES}}
+zuul-images:
+{{DEBIAN}}providers:
+  - name: cloud-r
+    cloud: slow
+    image-format: raw
+    diskimages:
+      - name: debian
+`)
+	img := e.makeImageSized(1, 8<<20)
+	zb := e.addBuild(img, zuultest.BuildSpec{Artifacts: []zuultest.ArtifactSpec{
+		{Name: "debian raw", Path: img.raw, Compress: "zst", Metadata: zuulImageMeta("raw")}}})
+	slow.SetRate(256 << 10) // about 32 s for the upload: the stop comes in the middle
+	d := startDaemon(t, e.cfgPath)
+	d.waitLog(t, 60*time.Second, `msg="upload started"`)
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.exited:
+		if d.err != nil {
+			t.Fatalf("daemon exited with %v after SIGTERM\n%s", d.err, d.logs.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("daemon did not stop within 60s of SIGTERM\n%s", d.logs.String())
+	}
+	if !strings.Contains(d.logs.String(), `msg="upload interrupted`) {
+		t.Errorf("the daemon did not log the upload as interrupted:\n%s", d.logs.String())
+	}
+	b, ok := e.zuulBuildOf(zb.UUID)
+	if !ok {
+		t.Fatalf("the Zuul build was not fetched: %+v", e.buildsJSON())
+	}
+	for _, u := range e.uploadsJSON() {
+		if u.State == "failed" || u.Reason != "" {
+			t.Errorf("image-list after the stop shows %+v; a stop is not a failure", u)
+		}
+	}
+	if ups := e.storeUploads(store.UploadFilter{BuildID: b.BuildID}); len(ups) != 0 {
+		t.Errorf("upload records after the stop: %s; want none, no attempt used", describeUploads(ups))
+	}
+	if imgs := e.images("cloud-r"); len(imgs) != 0 {
+		t.Errorf("Glance holds %+v after the stop; want the half-made image deleted", imgs)
+	}
+
+	// The next start uploads it at once, at its first attempt.
+	slow.SetRate(0)
+	e.once(0)
+	ups := e.storeUploads(store.UploadFilter{BuildID: b.BuildID})
+	if len(ups) != 1 || ups[0].State != store.Ready || ups[0].Attempts != 1 {
+		t.Fatalf("uploads after the next run: %s; want one ready at its first attempt", describeUploads(ups))
+	}
+	e.checkUploaded("cloud-r", b, "raw")
+}

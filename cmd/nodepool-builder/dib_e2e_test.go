@@ -516,3 +516,69 @@ providers:
 		t.Errorf("image-status after a refused image-build = %+v, want paused with no request", st["dib-image"])
 	}
 }
+
+// TestOnceSaysWhatAFailedBuildHoldsBack: after a failed DIB build, the next
+// --once builds nothing for the backoff, and says so: it exits 1, and its
+// summary names the backoff, the failed build's log and the next attempt, as
+// image-status does. An image-build request builds it at once.
+func TestOnceSaysWhatAFailedBuildHoldsBack(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	e.writeYAML(strings.Replace(dibTwoProviders, "    elements: [debian-minimal, vm]\n",
+		"    elements: [debian-minimal, vm]\n    env-vars: {FAKE_DIB_EXIT: \"1\"}\n", 1))
+	if r := e.once(1); !strings.Contains(r.stderr, "exited with code 1") {
+		t.Fatalf("the first --once does not say DIB failed:\n%s", r.stderr)
+	}
+	builds := e.buildsJSON()
+	if len(builds) != 1 || builds[0].State != "failed" {
+		t.Fatalf("dib-image-list after the failed build = %+v", builds)
+	}
+	failed := builds[0]
+	log := filepath.Join(e.buildLogDir(), failed.ID+".log")
+	failedAt, err := time.Parse(time.RFC3339, failed.StateTime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := failedAt.Add(10 * time.Minute).Format(time.RFC3339)
+
+	r := e.once(1)
+	for _, want := range []string{"1 due step(s) not done", "dib-image: not built", failed.ID, "backoff", log,
+		"next attempt after " + next, "image-build dib-image"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("the second --once does not say %q:\n%s", want, r.stderr)
+		}
+	}
+	if strings.Contains(r.stderr, "step(s) failed") {
+		t.Errorf("the second --once counts the held-back build as a failure:\n%s", r.stderr)
+	}
+	if n := len(e.buildsJSON()); n != 1 {
+		t.Fatalf("the second --once built again within the backoff: %d builds", n)
+	}
+
+	st, _ := e.status()
+	row := st["dib-image"]
+	str := func(p *string) string {
+		if p == nil {
+			return "<null>"
+		}
+		return *p
+	}
+	if str(row.LastFailure) != failed.ID || str(row.LastFailureLog) != log || str(row.NextAttempt) != next ||
+		!strings.Contains(str(row.LastFailureReason), "exited with code 1") {
+		t.Errorf("image-status --json of dib-image = failure %s (%s), log %s, next attempt %s; want %s, %s, %s",
+			str(row.LastFailure), str(row.LastFailureReason), str(row.LastFailureLog), str(row.NextAttempt), failed.ID, log, next)
+	}
+	if out := e.must(0, []string{"image-status"}).stdout; !tableRowHas(out, "dib-image", next) || !strings.Contains(out, log) {
+		t.Errorf("image-status does not show the next attempt %s and the log %s:\n%s", next, log, out)
+	}
+
+	// Asked for, it is built at once, and fails again: a failure this time.
+	e.must(0, []string{"image-build", "dib-image"})
+	r = e.once(1)
+	if !strings.Contains(r.stderr, "1 step(s) failed") || strings.Contains(r.stderr, "not done") {
+		t.Errorf("--once with a request in the backoff:\n%s", r.stderr)
+	}
+	// The older failed build goes once a newer one exists.
+	if builds := e.buildsJSON(); len(builds) != 1 || builds[0].ID == failed.ID {
+		t.Errorf("the requested build was not made within the backoff: %+v\n%s", builds, r.stderr)
+	}
+}

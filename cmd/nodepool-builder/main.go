@@ -92,7 +92,7 @@ func reportExit(w io.Writer, format string, code int, err error) {
 		for _, e := range failed.errs {
 			msgs = append(msgs, e.Error())
 		}
-		log.Error(fmt.Sprintf("%d step(s) failed", len(failed.errs)), "errors", msgs, "exit_code", code)
+		log.Error(failed.head(), "errors", msgs, "exit_code", code)
 		return
 	}
 	log.Error("nodepool-builder failed", "error", err.Error(), "exit_code", code)

@@ -168,8 +168,27 @@ type stepsFailed struct {
 	err  error
 }
 
-func (e *stepsFailed) Error() string {
-	return fmt.Sprintf("%d step(s) failed:\n%v", len(e.errs), e.err)
+func (e *stepsFailed) Error() string { return e.head() + ":\n" + e.err.Error() }
+
+// head counts the steps that failed apart from the due ones not done (a
+// diskimage held back after a failed build, say).
+func (e *stepsFailed) head() string {
+	failed, notDone := 0, 0
+	for _, err := range e.errs {
+		if builder.IsNotDone(err) {
+			notDone++
+		} else {
+			failed++
+		}
+	}
+	var head []string
+	if failed > 0 {
+		head = append(head, fmt.Sprintf("%d step(s) failed", failed))
+	}
+	if notDone > 0 {
+		head = append(head, fmt.Sprintf("%d due step(s) not done", notDone))
+	}
+	return strings.Join(head, ", ")
 }
 func (e *stepsFailed) Unwrap() error { return e.err }
 

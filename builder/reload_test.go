@@ -1,0 +1,117 @@
+package builder
+
+import (
+	"bytes"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
+)
+
+// zuulImage is a config with one zuul-image polled every {{EVERY}} seconds
+// from the stand-in Zuul at {{ZUUL}}; it needs raw, so every poll asks Zuul.
+const zuulImage = `images-dir: %s
+zuul-images:
+  - name: zimg
+    api-url: {{ZUUL}}
+    tenant: example
+    project: org/images
+    job: build-zimg
+    poll-interval: {{EVERY}}
+    formats: [raw]
+`
+
+// TestReloadAppliesPollIntervalAtOnce: a zuul-image polled every hour whose
+// poll-interval a reload lowers is polled again the new interval after its last
+// poll, not at the end of the hour.
+func TestReloadAppliesPollIntervalAtOnce(t *testing.T) {
+	zuul := zuultest.NewServer(zuultest.ServerOptions{})
+	t.Cleanup(zuul.Close)
+	text := func(every string) string {
+		return strings.NewReplacer("{{ZUUL}}", zuul.URL(), "{{EVERY}}", every).Replace(zuulImage)
+	}
+	r := newRig(t, text("3600"))
+	polls := func() int { return len(zuul.BuildsCalls()) }
+	r.run()
+	waitFor(t, 10*time.Second, "the first poll", func() bool { return polls() == 1 })
+
+	r.write(strings.Replace(text("0.2"), "%s", r.st.Dir(), 1))
+	waitFor(t, 10*time.Second, "the reload", func() bool { return r.b.Config().ZuulImage("zimg").PollInterval == 200*time.Millisecond })
+	waitFor(t, 10*time.Second, "a poll at the new interval", func() bool { return polls() >= 3 })
+
+	// Raised again: the loop waits the new interval after its last poll.
+	r.write(strings.Replace(text("3600"), "%s", r.st.Dir(), 1))
+	waitFor(t, 10*time.Second, "the second reload", func() bool { return r.b.Config().ZuulImage("zimg").PollInterval == time.Hour })
+	settled := polls()
+	r.write(strings.Replace(text("3599"), "%s", r.st.Dir(), 1))
+	waitFor(t, 10*time.Second, "the third reload", func() bool { return r.b.Config().ZuulImage("zimg").PollInterval == 3599*time.Second })
+	if n := polls(); n > settled+1 {
+		t.Errorf("%d polls after poll-interval went back to an hour, want at most the one under way", n-settled)
+	}
+}
+
+// logBuffer holds what a logger wrote, safe for the loops and the test.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+// TestHeldBackBuildIsLoggedOnce: the daemon's loop of a diskimage whose build
+// failed says once that the next build is held back, not on every check, and
+// does not call it a failed step.
+func TestHeldBackBuildIsLoggedOnce(t *testing.T) {
+	script, err := filepath.Abs(filepath.Join("..", "dib", "testdata", "fake-disk-image-create"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuffer{}
+	r := newRig(t, `images-dir: %s
+build-log-dir: `+filepath.Join(t.TempDir(), "logs")+`
+diskimages:
+  - name: dimg
+    dib-cmd: `+strconv.Quote("bash '"+script+"'")+`
+    elements: [e]
+    formats: [raw]
+    env-vars: {FAKE_DIB_EXIT: "1"}
+`, func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		o.Intervals.DIBCheck = 10 * time.Millisecond
+	})
+	r.run()
+	waitFor(t, 20*time.Second, "the build to fail and the next to be held back", func() bool {
+		return logs.count(`msg="image not built"`) == 1
+	})
+	// Many checks later, it has said so once, and the one failed step was the build.
+	passes := func() time.Time {
+		r.b.loops.mu.Lock()
+		defer r.b.loops.mu.Unlock()
+		return r.b.loops.byName["dib image dimg"].ended
+	}
+	for range 20 {
+		last := passes()
+		waitFor(t, 10*time.Second, "another check of the image", func() bool { return passes().After(last) })
+	}
+	if n, failed := logs.count(`msg="image not built"`), logs.count(`msg="step failed"`); n != 1 || failed != 1 {
+		t.Errorf("after 20 checks in the backoff: %d lines say the build is held back and %d a step failed; want 1 and 1 (the build)", n, failed)
+	}
+	if logs.count("next attempt after") == 0 {
+		t.Errorf("the log does not say when the image is next built")
+	}
+}
