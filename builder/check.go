@@ -44,6 +44,32 @@ func (e *CheckError) Unwrap() []error { return append([]error{ErrConfig}, e.Prob
 // takes no lock and creates nothing. config-validate runs it, and so does the
 // builder before its first step, so both say the same.
 func Check(ctx context.Context, cfg *config.Config) error {
+	problems := checkDirs(cfg)
+	problems = append(problems, checkClouds(ctx, cfg)...)
+	for _, zi := range cfg.ZuulImages {
+		// Making the client checks the api-url and reads the ca-cert.
+		_, err := zuulapi.New(zuulapi.Options{APIURL: zi.APIURL, Tenant: zi.Tenant, TokenFile: zi.AuthTokenFile, CACertFile: zi.CACert})
+		if err != nil {
+			problems = append(problems, fmt.Errorf("zuul-image %s: %w", zi.Name, err))
+		}
+	}
+	problems = append(problems, checkZooKeeperTLS(cfg)...)
+	if len(problems) == 0 {
+		return nil
+	}
+	return &CheckError{Path: cfg.Path, Problems: problems}
+}
+
+// checkHost finds what Check finds that assembling the config does not: the
+// images-dir, the build-log-dir and the zookeeper-tls files. A reload asks it
+// too, before it assembles the new config.
+func checkHost(cfg *config.Config) []error {
+	return append(checkDirs(cfg), checkZooKeeperTLS(cfg)...)
+}
+
+// checkDirs checks the images-dir and, when there are diskimages, the
+// build-log-dir.
+func checkDirs(cfg *config.Config) []error {
 	var problems []error
 	add := func(err error) {
 		if err != nil {
@@ -63,23 +89,17 @@ func Check(ctx context.Context, cfg *config.Config) error {
 	if len(cfg.DiskImages) > 0 {
 		add(store.CheckWritable("build-log-dir", cfg.BuildLogDir))
 	}
-	problems = append(problems, checkClouds(ctx, cfg)...)
-	for _, zi := range cfg.ZuulImages {
-		// Making the client checks the api-url and reads the ca-cert.
-		_, err := zuulapi.New(zuulapi.Options{APIURL: zi.APIURL, Tenant: zi.Tenant, TokenFile: zi.AuthTokenFile, CACertFile: zi.CACert})
-		if err != nil {
-			add(fmt.Errorf("zuul-image %s: %w", zi.Name, err))
-		}
-	}
+	return problems
+}
+
+// checkZooKeeperTLS loads the zookeeper-tls files.
+func checkZooKeeperTLS(cfg *config.Config) []error {
 	if zc := cfg.ZooKeeper; zc != nil && zc.TLS != nil {
 		if _, err := zooKeeperTLS(zc.TLS); err != nil {
-			add(fmt.Errorf("zookeeper-tls: %w", err))
+			return []error{fmt.Errorf("zookeeper-tls: %w", err)}
 		}
 	}
-	if len(problems) == 0 {
-		return nil
-	}
-	return &CheckError{Path: cfg.Path, Problems: problems}
+	return nil
 }
 
 // checkClouds opens every provider's cloud from clouds.yaml, as the builder

@@ -194,6 +194,10 @@ func (b *Builder) reload(ctx context.Context, sources *supervisor) error {
 	if err != nil {
 		return err
 	}
+	// What the builder would refuse at start, a reload refuses too.
+	if problems := checkHost(cfg); len(problems) > 0 {
+		return &CheckError{Path: cfg.Path, Problems: problems}
+	}
 	p, err := b.assemble(ctx, cfg)
 	if err != nil {
 		return err

@@ -2,7 +2,9 @@ package builder
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -113,5 +115,26 @@ diskimages:
 	}
 	if logs.count("next attempt after") == 0 {
 		t.Errorf("the log does not say when the image is next built")
+	}
+}
+
+// TestReloadRefusesWhatStartRefuses: a reloaded config that the builder would
+// refuse at start (here a build-log-dir that is a file) is not taken; the
+// running one stays, and the log says why.
+func TestReloadRefusesWhatStartRefuses(t *testing.T) {
+	logs := &logBuffer{}
+	r := newRig(t, twoImages, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	defer r.run()()
+	notADir := filepath.Join(r.dir, "not-a-dir")
+	if err := os.WriteFile(notADir, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.write(strings.Replace(fmt.Sprintf(twoImages, r.st.Dir()), "diskimages:\n", "build-log-dir: "+notADir+"\ndiskimages:\n", 1))
+	waitFor(t, 10*time.Second, "the reload to be refused", func() bool { return logs.count("config not reloaded") == 1 })
+	if got := r.b.Config().BuildLogDir; got == notADir {
+		t.Fatalf("the refused config was taken: build-log-dir %s", got)
+	}
+	if logs.count("build-log-dir "+notADir+" is not a directory") != 1 {
+		t.Errorf("the log does not say why:\n%s", logs.b.String())
 	}
 }
