@@ -176,7 +176,7 @@ func TestZooKeeperBesideAnotherBuilder(t *testing.T) {
 	// The leak sweep ran at start, and the lifecycle since, on every upload
 	// made ready; one more pass for good measure after the rotation.
 	d.waitLog(t, time.Minute, `msg="deleted build"`)
-	d.stop(t)
+	d.stop(t, 30*time.Second)
 	stayed("after the daemon rotated our image")
 	if strings.Contains(d.logs.String(), "centos") || strings.Contains(d.logs.String(), "fedora") {
 		t.Errorf("the daemon acted on, or complained about, their images:\n%s", d.logs.String())

@@ -622,17 +622,7 @@ zuul-images:
 	slow.SetRate(256 << 10) // about 32 s for the upload: the stop comes in the middle
 	d := startDaemon(t, e.cfgPath)
 	d.waitLog(t, 60*time.Second, `msg="upload started"`)
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.exited:
-		if d.err != nil {
-			t.Fatalf("daemon exited with %v after SIGTERM\n%s", d.err, d.logs.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("daemon did not stop within 60s of SIGTERM\n%s", d.logs.String())
-	}
+	d.stop(t, 60*time.Second)
 	if !strings.Contains(d.logs.String(), `msg="upload interrupted`) {
 		t.Errorf("the daemon did not log the upload as interrupted:\n%s", d.logs.String())
 	}

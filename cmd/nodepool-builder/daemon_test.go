@@ -99,17 +99,7 @@ func TestDaemonUploadsAsBuildsArriveAndStopsOnSIGTERM(t *testing.T) {
 		return ready(4)() && len(builds) == 2 && builds[0].State == "ready"
 	}, logs.String)
 
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.exited:
-		if d.err != nil {
-			t.Fatalf("daemon exited with %v after SIGTERM\n%s", d.err, logs.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("daemon did not stop within 30s of SIGTERM\n%s", logs.String())
-	}
+	d.stop(t, 30*time.Second)
 	if !strings.Contains(logs.String(), "msg=stopped") {
 		t.Errorf("daemon did not log a clean stop:\n%s", logs.String())
 	}
@@ -187,17 +177,19 @@ func startMain(t *testing.T, killOn string, args ...string) *daemon {
 }
 
 // stop ends the child with SIGTERM, as systemd stops the unit, and fails the
-// test unless it exits cleanly within 30 s.
-func (d *daemon) stop(t *testing.T) {
+// test unless it exits cleanly within the time given.
+func (d *daemon) stop(t *testing.T, within time.Duration) {
 	t.Helper()
-	d.cmd.Process.Signal(syscall.SIGTERM)
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case <-d.exited:
 		if d.err != nil {
 			t.Fatalf("daemon exited with %v after SIGTERM\n%s", d.err, d.logs.String())
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("daemon did not stop within 30s of SIGTERM\n%s", d.logs.String())
+	case <-time.After(within):
+		t.Fatalf("daemon did not stop within %s of SIGTERM\n%s", within, d.logs.String())
 	}
 }
 

@@ -30,15 +30,10 @@ func takeOverImagesDir(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if cfg.ImagesDir == "" {
-		return withCode(exitUsage, fmt.Errorf("take-over-images-dir: %s: images-dir is not set", cfg.Path))
-	}
-	lock, err := store.LockDir(cfg.ImagesDir)
-	if errors.Is(err, store.ErrLocked) {
-		return withCode(exitLocked, fmt.Errorf("take-over-images-dir: %w", err))
-	}
+	lock, err := lockImagesDir("take-over-images-dir", cfg, "so there is nothing to take over",
+		"stop the builder that runs there; the take-over is for a directory no builder uses now")
 	if err != nil {
-		return withCode(exitFailed, err)
+		return err
 	}
 	defer lock.Unlock()
 	st, err := builder.OpenState(c.Context, cfg, builder.StateOptions{Access: store.Create, Logger: log, TakeOver: true})

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodepool-builder/nodepool-builder/builder"
+	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -30,15 +31,9 @@ func zookeeperImport(c *cli.Context) error {
 		return withCode(exitUsage, fmt.Errorf("zookeeper-import: %s has no zookeeper-servers: add the cluster to copy the "+
 			"state into (zookeeper-servers, and zookeeper-tls when it serves TLS), then run zookeeper-import again", cfg.Path))
 	}
-	if cfg.ImagesDir == "" {
-		return withCode(exitUsage, fmt.Errorf("zookeeper-import: %s: images-dir is not set, so there is no state to import", cfg.Path))
-	}
-	lock, err := store.LockDir(cfg.ImagesDir)
-	if errors.Is(err, store.ErrLocked) {
-		return withCode(exitLocked, fmt.Errorf("zookeeper-import: %w (the state must not change while it is copied)", err))
-	}
+	lock, err := lockImagesDir("zookeeper-import", cfg, "so there is no state to import", "the state must not change while it is copied")
 	if err != nil {
-		return withCode(exitFailed, err)
+		return err
 	}
 	defer lock.Unlock()
 	r, err := builder.ImportToZooKeeper(c.Context, cfg, builder.StateOptions{Logger: log})
@@ -84,4 +79,21 @@ func printImport(w io.Writer, r builder.ImportReport, cfgPath string) {
 	fmt.Fprintf(w, "The SQLite state is marked moved, and the builder now keeps its state in ZooKeeper: start it "+
 		"(nodepool-builder -c %s) with this images-dir and its builder_id.txt. The SQLite file is not used any more.\n",
 		cfgPath)
+}
+
+// lockImagesDir takes the images-dir lock for a command that must run with the
+// builder stopped; unset says why the command needs an images-dir, busy why it
+// needs the builder stopped.
+func lockImagesDir(command string, cfg *config.Config, unset, busy string) (*store.Lock, error) {
+	if cfg.ImagesDir == "" {
+		return nil, withCode(exitUsage, fmt.Errorf("%s: %s: images-dir is not set, %s", command, cfg.Path, unset))
+	}
+	lock, err := store.LockDir(cfg.ImagesDir)
+	if errors.Is(err, store.ErrLocked) {
+		return nil, withCode(exitLocked, fmt.Errorf("%s: %w (%s)", command, err, busy))
+	}
+	if err != nil {
+		return nil, withCode(exitFailed, err)
+	}
+	return lock, nil
 }
