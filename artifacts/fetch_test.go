@@ -662,11 +662,14 @@ func (b *lockedBuffer) String() string {
 
 func TestFetchTracksProgress(t *testing.T) {
 	// The server sends a chunk, then waits until the tracker shows it before the next:
-	// Done grows while the download runs, whatever the machine's speed.
+	// Done grows while the download runs, whatever the machine's speed. The last
+	// byte comes only once the tracker has shown every chunk, so the download
+	// (and with it its task) cannot end before the test has seen the last count.
 	const chunks, chunk = 5, 16 << 10
+	const total = chunks*chunk + 1
 	shown := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", strconv.Itoa(chunks*chunk))
+		w.Header().Set("Content-Length", strconv.Itoa(total))
 		for range chunks {
 			w.Write(make([]byte, chunk))
 			w.(http.Flusher).Flush()
@@ -676,6 +679,7 @@ func TestFetchTracksProgress(t *testing.T) {
 				return
 			}
 		}
+		w.Write([]byte{0})
 	}))
 	defer srv.Close()
 	tr := progress.NewTracker()
@@ -694,10 +698,15 @@ func TestFetchTracksProgress(t *testing.T) {
 			run := tr.Running()
 			if len(run) == 1 && run[0].Done >= int64((i+1)*chunk) {
 				s := run[0]
-				if s.Kind != progress.Download || s.Subject != "img-0001.raw" || s.Total != chunks*chunk {
-					t.Fatalf("task = %+v, want a download of img-0001.raw of %d bytes", s, chunks*chunk)
+				if s.Kind != progress.Download || s.Subject != "img-0001.raw" || s.Total != total {
+					t.Fatalf("task = %+v, want a download of img-0001.raw of %d bytes", s, total)
 				}
 				break
+			}
+			select {
+			case err := <-errc:
+				t.Fatalf("the download ended (%v) before the tracker showed chunk %d", err, i+1)
+			default:
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("after chunk %d the tracker shows %+v, want one task with %d bytes done", i+1, run, (i+1)*chunk)
