@@ -240,6 +240,19 @@ func (r *rig) run() (stop func()) {
 func (r *rig) build(image string) store.Build {
 	r.t.Helper()
 	ctx := context.Background()
+	// As a real build step does, under the image's build lock: without it the
+	// daemon's recovery rightly takes the building record for an interrupted
+	// build and settles it.
+	var held store.Held
+	waitFor(r.t, 10*time.Second, "the build lock of "+image, func() bool {
+		var err error
+		held, err = r.st.TryLock(ctx, store.LockKey{Image: image})
+		if err != nil && !errors.Is(err, store.ErrHeld) {
+			r.t.Fatal(err)
+		}
+		return err == nil
+	})
+	defer held.Release()
 	b, err := r.st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceDIB})
 	if err != nil {
 		r.t.Fatal(err)
