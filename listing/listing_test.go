@@ -62,8 +62,7 @@ func TestTable(t *testing.T) {
 func TestImageStatus(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	cfg, err := config.Parse(filepath.Join(dir, "nodepool.yaml"), []byte(`images-dir: `+dir+`
-diskimages:
+	cfg, st := openState(t, dir, `diskimages:
   - name: dib-image
     pause: true
   - name: other
@@ -72,15 +71,7 @@ zuul-images:
     api-url: http://zuul.invalid
     project: org/images
     job: build-debian
-`), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, store.Options{ImagesDir: dir, Access: store.Create})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+`)
 	mk := func(image string, state store.State) store.Build {
 		b, err := st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceDIB})
 		if err != nil {
@@ -145,8 +136,7 @@ func TestImageStatusLastFailure(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	logs := filepath.Join(dir, "logs")
-	cfg, err := config.Parse(filepath.Join(dir, "nodepool.yaml"), []byte(`images-dir: `+dir+`
-build-log-dir: `+logs+`
+	cfg, st := openState(t, dir, `build-log-dir: `+logs+`
 diskimages:
   - name: failed
   - name: nolog
@@ -160,15 +150,7 @@ zuul-images:
     api-url: http://zuul.invalid
     project: org/images
     job: build-zuul
-`), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, store.Options{ImagesDir: dir, Access: store.Create})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+`)
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -254,4 +236,20 @@ zuul-images:
 			t.Errorf("image-status text lacks %q:\n%s", w, out.String())
 		}
 	}
+}
+
+// openState parses a config of the images-dir dir with the given keys, and
+// opens its store, closed when the test ends.
+func openState(t *testing.T, dir, keys string) (*config.Config, *store.Store) {
+	t.Helper()
+	cfg, err := config.Parse(filepath.Join(dir, "nodepool.yaml"), []byte("images-dir: "+dir+"\n"+keys), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(context.Background(), store.Options{ImagesDir: dir, Access: store.Create})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return cfg, st
 }
