@@ -46,8 +46,10 @@ type Options struct {
 type Backend struct {
 	opts Options
 	log  *slog.Logger
-	conn *zk.Conn
-	now  func() time.Time
+	// logGate silences log once the backend is closed.
+	logGate *logGate
+	conn    *zk.Conn
+	now     func() time.Time
 
 	cache *cache
 	locks *lockSet
@@ -99,7 +101,9 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	b := &Backend{opts: opts, log: opts.Logger.With("zookeeper", strings.Join(opts.Servers, ",")), now: opts.Now, done: make(chan struct{})}
+	gate := &logGate{}
+	log := slog.New(quietAfterClose{opts.Logger.Handler(), gate}).With("zookeeper", strings.Join(opts.Servers, ","))
+	b := &Backend{opts: opts, log: log, logGate: gate, now: opts.Now, done: make(chan struct{})}
 	b.cache = newCache(b)
 	b.locks = newLockSet(b)
 	connected := make(chan struct{}, 1)
@@ -180,6 +184,7 @@ func (b *Backend) abort() {
 	close(b.done)
 	b.cache.stop()
 	b.conn.Close()
+	b.logGate.close()
 }
 
 // Close unregisters the builder and ends the session, which drops every lock.
@@ -197,6 +202,7 @@ func (b *Backend) Close() error {
 	close(b.done)
 	b.cache.stop()
 	b.conn.Close()
+	b.logGate.close()
 	return nil
 }
 

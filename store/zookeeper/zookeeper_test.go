@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -203,5 +204,62 @@ func TestSessionExpiry(t *testing.T) {
 	out := z.Kazoo(t, `print(len([c for c in zk.get_children("`+root+`/nodepool/components/builder") if c.startswith("cut-off")]))`)
 	if out != "1\n" {
 		t.Fatalf("registrations of the cut-off builder after the new session: %q, want 1", out)
+	}
+}
+
+// afterClose is a log writer that counts what is written to it once the
+// backend logging to it has been closed.
+type afterClose struct {
+	mu     sync.Mutex
+	closed bool
+	late   []string
+}
+
+func (w *afterClose) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		w.late = append(w.late, string(p))
+	}
+	return len(p), nil
+}
+
+// TestNoLogAfterClose: the ZooKeeper client's goroutines end a moment after
+// Close returns, and say so in the log; a command that reads what it logged
+// once its store is closed (the tests' in-process runs do) must find nothing
+// written after that.
+func TestNoLogAfterClose(t *testing.T) {
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
+	root := chroot(t)
+	var late []string
+	for range 3 {
+		w := &afterClose{}
+		b, err := zookeeper.Open(context.Background(), zookeeper.Options{Servers: []string{z.Addr}, Chroot: root,
+			Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+		w.mu.Lock()
+		w.closed = true
+		w.mu.Unlock()
+		// The client's loops end within its one-second close wait; give
+		// them that long to write, were they still able to.
+		deadline := time.Now().Add(2 * time.Second)
+		for time.Now().Before(deadline) {
+			w.mu.Lock()
+			n := len(w.late)
+			w.mu.Unlock()
+			if n > 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		w.mu.Lock()
+		late = append(late, w.late...)
+		w.mu.Unlock()
+	}
+	if len(late) > 0 {
+		t.Fatalf("logged after Close returned:\n%s", strings.Join(late, ""))
 	}
 }
