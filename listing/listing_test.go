@@ -57,12 +57,9 @@ func TestTable(t *testing.T) {
 	}
 }
 
-// TestImageStatus checks the rows' reading: pauses from both places, a
-// request pending until a build started after it runs, the newest ready build.
-func TestImageStatus(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	cfg, st := openState(t, dir, `diskimages:
+// statusImages are the images of the image-status tests: a paused diskimage,
+// another, and a zuul-image.
+const statusImages = `diskimages:
   - name: dib-image
     pause: true
   - name: other
@@ -71,7 +68,14 @@ zuul-images:
     api-url: http://zuul.invalid
     project: org/images
     job: build-debian
-`)
+`
+
+// TestImageStatus checks the rows' reading: pauses from both places, a
+// request pending until a build started after it runs, the newest ready build.
+func TestImageStatus(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg, st := openState(t, dir, statusImages)
 	mk := func(image string, state store.State) store.Build {
 		b, err := st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceDIB})
 		if err != nil {
@@ -245,16 +249,9 @@ zuul-images:
 func TestTablesEscapeControlCharacters(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	cfg, st := openState(t, dir, `diskimages:
-  - name: dib-image
-zuul-images:
-  - name: debian
-    api-url: http://zuul.invalid
-    project: org/images
-    job: build-debian
-`)
+	cfg, st := openState(t, dir, statusImages)
 	const evil = "\x1b[2J\nforged line \u009b31m"
-	b, err := st.CreateBuild(ctx, store.Build{Image: "dib-image", Source: store.SourceDIB})
+	b, err := st.CreateBuild(ctx, store.Build{Image: "other", Source: store.SourceDIB})
 	if err != nil {
 		t.Fatal(err)
 	}
