@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/escape"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -156,8 +157,16 @@ type Table struct {
 	rows   [][]string
 }
 
-// Add appends a row, one cell per header.
-func (t *Table) Add(cells ...string) { t.rows = append(t.rows, cells) }
+// Add appends a row, one cell per header. Cells hold what Zuul, the clouds and
+// the state said, so control characters in them are printed escaped: a cell
+// never clears the screen or starts a line of its own.
+func (t *Table) Add(cells ...string) {
+	row := make([]string, len(cells))
+	for i, c := range cells {
+		row[i] = escape.Controls(c)
+	}
+	t.rows = append(t.rows, row)
+}
 
 // Write prints the table.
 func (t *Table) Write(w io.Writer) {

@@ -57,12 +57,9 @@ func TestTable(t *testing.T) {
 	}
 }
 
-// TestImageStatus checks the rows' reading: pauses from both places, a
-// request pending until a build started after it runs, the newest ready build.
-func TestImageStatus(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	cfg, st := openState(t, dir, `diskimages:
+// statusImages are the images of the image-status tests: a paused diskimage,
+// another, and a zuul-image.
+const statusImages = `diskimages:
   - name: dib-image
     pause: true
   - name: other
@@ -71,7 +68,14 @@ zuul-images:
     api-url: http://zuul.invalid
     project: org/images
     job: build-debian
-`)
+`
+
+// TestImageStatus checks the rows' reading: pauses from both places, a
+// request pending until a build started after it runs, the newest ready build.
+func TestImageStatus(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg, st := openState(t, dir, statusImages)
 	mk := func(image string, state store.State) store.Build {
 		b, err := st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceDIB})
 		if err != nil {
@@ -234,6 +238,76 @@ zuul-images:
 		"disk-image-create exited with code 1", "| nolog", "(none)"} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("image-status text lacks %q:\n%s", w, out.String())
+		}
+	}
+}
+
+// TestTablesEscapeControlCharacters: what the state holds from outside (a Zuul
+// build's uuid, a cloud's image name and error, a failure's reason) is printed
+// with its control characters escaped, in every table: nothing clears the
+// screen or starts a line of its own.
+func TestTablesEscapeControlCharacters(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg, st := openState(t, dir, statusImages)
+	const evil = "\x1b[2J\nforged line \u009b31m"
+	b, err := st.CreateBuild(ctx, store.Build{Image: "other", Source: store.SourceDIB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetBuildState(ctx, &b, store.Failed, "exited: "+evil); err != nil {
+		t.Fatal(err)
+	}
+	z, err := st.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetBuildState(ctx, &z, store.Ready, ""); err != nil {
+		t.Fatal(err)
+	}
+	u, err := st.CreateUpload(ctx, &z, "cloud"+evil, "qcow2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.SetState(store.Failed, time.Now())
+	u.ExternalName, u.ExternalID, u.LastError = "name"+evil, "id"+evil, "glance said "+evil
+	if err := st.Write(ctx, store.PutUpload(&u), store.PutCursor(store.Cursor{Image: "debian", ZuulID: 1,
+		ZuulUUID: "0123" + evil, Outcome: "failed", Reason: evil})); err != nil {
+		t.Fatal(err)
+	}
+
+	var out bytes.Buffer
+	ups, err := Uploads(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	WriteUploads(&out, ups)
+	builds, err := Builds(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	WriteBuilds(&out, builds)
+	images, err := ImageStatus(ctx, st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	WriteImageStatus(&out, images)
+	text := out.String()
+	for i, r := range text {
+		if r != '\n' && (r < ' ' || r == 0x7f || r >= 0x80 && r < 0xa0) {
+			t.Fatalf("the tables hold %U at %d:\n%q", r, i, text)
+		}
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "forged") {
+			t.Errorf("a line of the tables is forged: %q", line)
+		}
+	}
+	// Reasons are shortened, their runs of white space made one space.
+	for _, w := range []string{`name\x1b[2J\nforged line \u009b31m`, `0123\x1b[2J\nforged line \u009b31m (failed)`,
+		`glance said \x1b[2J forged line \u009b31m`, `exited: \x1b[2J forged line \u009b31m`} {
+		if !strings.Contains(text, w) {
+			t.Errorf("the tables do not show %q:\n%s", w, text)
 		}
 	}
 }

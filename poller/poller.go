@@ -189,6 +189,7 @@ func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, erro
 		Result:    "SUCCESS",
 		Complete:  true,
 		Limit:     1,
+		Final:     true,
 	}
 	if !zi.AllowUnmergedChanges {
 		// Builds of changes are passed over: look a little further back for the
@@ -201,6 +202,7 @@ func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, erro
 		return out, fmt.Errorf("poll %s: ask Zuul for builds of %s: %w", image, zi.Job, err)
 	}
 	p.opts.Metrics.Polled(image)
+	zbs = p.answers(image, q, zbs)
 	if len(zbs) == 0 {
 		out.Skipped = "Zuul has no successful build of job " + zi.Job
 		return out, nil
@@ -256,6 +258,21 @@ func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, erro
 		p.opts.Backoff.clear(image)
 	}
 	return out, err
+}
+
+// answers keeps the builds Zuul answered that are what q asks for, in Zuul's
+// order: its filtering is not relied on. Each build skipped is logged, and why.
+func (p *Poller) answers(image string, q zuulapi.Query, zbs []zuulapi.Build) []zuulapi.Build {
+	var kept []zuulapi.Build
+	for _, zb := range zbs {
+		if err := q.Check(zb); err != nil {
+			p.log.Warn("skipping a build Zuul answered that is not one asked for", "image", image,
+				"zuul_build", zb.UUID, "zuul_id", zb.ID, "reason", err)
+			continue
+		}
+		kept = append(kept, zb)
+	}
+	return kept
 }
 
 // mergedWindow is how many of Zuul's newest successful builds a poll looks at

@@ -1,8 +1,10 @@
 package poller
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +27,7 @@ type fixture struct {
 	cfg     *config.Config
 	zuul    *zuultest.Server
 	p       *Poller
+	logs    bytes.Buffer // the poller's log; read it once a poll has returned
 }
 
 func newFixture(t *testing.T, providerFormats ...string) *fixture {
@@ -65,6 +68,7 @@ func (f *fixture) newPoller() {
 			"debian": {PartialDir: f.st.PartialDir(), Attempts: 2, Backoff: time.Millisecond},
 		},
 		Clients: map[string]Builds{"debian": client},
+		Logger:  slog.New(slog.NewTextHandler(&f.logs, nil)),
 	})
 }
 
@@ -309,6 +313,62 @@ func TestPollPassesOverUnmergedChanges(t *testing.T) {
 	out, err = g.p.Poll(context.Background(), "debian")
 	if err != nil || out.Ingested != nil || !strings.Contains(out.Skipped, "allow-unmerged-changes") {
 		t.Fatalf("poll of changes only = %+v, %v", out, err)
+	}
+}
+
+// TestPollSkipsAnswersNotAskedFor: a hostile Zuul answers every build whatever
+// the poll asks; the newest is, each time in another way, not what was asked.
+// It is skipped, and logged with its uuid escaped; the build behind it that is
+// what was asked is fetched.
+func TestPollSkipsAnswersNotAskedFor(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		bad  func(*zuultest.BuildSpec)
+		says string
+	}{
+		{"another project", func(b *zuultest.BuildSpec) { b.Project = "org/evil" }, `project \"org/evil\" is not \"org/images\"`},
+		{"another job", func(b *zuultest.BuildSpec) { b.Job = "build-evil" }, `job \"build-evil\" is not \"build-debian\"`},
+		{"FAILURE", func(b *zuultest.BuildSpec) { b.Result = "FAILURE" }, `result \"FAILURE\" is not \"SUCCESS\"`},
+		{"final false", func(b *zuultest.BuildSpec) { b.NonFinal = true }, "not final"},
+		{"another pipeline", func(b *zuultest.BuildSpec) { b.Pipeline = "check" }, `pipeline \"check\" is not one of`},
+		{"another branch", func(b *zuultest.BuildSpec) { b.Branch = "stable" }, `branch \"stable\" is not \"master\"`},
+		{"a uuid that is not hex", func(b *zuultest.BuildSpec) { b.UUID = "0123456789abcdef0123456789abcdef\x1b[2J\nforged" },
+			`zuul_build="0123456789abcdef0123456789abcdef\x1b[2J\nforged"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, "qcow2")
+			f.cfg.ZuulImages[0].Pipelines = []string{"periodic", "post"}
+			f.cfg.ZuulImages[0].Branch = "master"
+			f.zuul.SetIgnoreFilters(true)
+			spec := func(tag string) zuultest.BuildSpec {
+				return zuultest.BuildSpec{Job: "build-debian", Project: "org/images", Pipeline: "post", Branch: "master",
+					Artifacts: []zuultest.ArtifactSpec{{Name: "qcow2", Data: f.image("qcow2", tag), Metadata: meta("qcow2")}}}
+			}
+			good, err := f.zuul.AddBuild(spec("good"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			badSpec := spec("bad")
+			tt.bad(&badSpec)
+			bad, err := f.zuul.AddBuild(badSpec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := f.p.Poll(context.Background(), "debian")
+			if err != nil || out.Ingested == nil || out.Ingested.Zuul.UUID != good.UUID {
+				t.Fatalf("poll = %+v, %v; want the build asked for, %s\n%s", out, err, good.UUID, f.logs.String())
+			}
+			if n := f.zuul.BytesServed(bad.Artifacts[0].Path); n != 0 {
+				t.Errorf("%d bytes of the build not asked for were fetched", n)
+			}
+			logs := f.logs.String()
+			if !strings.Contains(logs, "skipping a build Zuul answered") || !strings.Contains(logs, tt.says) {
+				t.Errorf("the log does not say the build was skipped for %s:\n%s", tt.says, logs)
+			}
+			if strings.Contains(logs, "\x1b") {
+				t.Errorf("the log holds a raw escape:\n%q", logs)
+			}
+		})
 	}
 }
 

@@ -22,7 +22,7 @@ type Build struct {
 	StartTime time.Time
 	EndTime   time.Time
 	Duration  float64 // seconds
-	Final     bool
+	Final     bool    // false only when Zuul says so (a retried build); Zuul older than the field says nothing
 	Held      bool
 	Voting    bool
 	Ref       Ref
@@ -84,7 +84,7 @@ type wireBuild struct {
 	StartTime zuulTime        `json:"start_time"`
 	EndTime   zuulTime        `json:"end_time"`
 	Duration  float64         `json:"duration"`
-	Final     bool            `json:"final"`
+	Final     *bool           `json:"final"`
 	Held      bool            `json:"held"`
 	Voting    bool            `json:"voting"`
 	Ref       json.RawMessage `json:"ref"`
@@ -155,7 +155,7 @@ func (w wireBuild) build() (Build, error) {
 		StartTime: time.Time(w.StartTime),
 		EndTime:   time.Time(w.EndTime),
 		Duration:  w.Duration,
-		Final:     w.Final,
+		Final:     w.Final == nil || *w.Final,
 		Held:      w.Held,
 		Voting:    w.Voting,
 	}

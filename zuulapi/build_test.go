@@ -50,9 +50,9 @@ func TestDecodeBuilds(t *testing.T) {
 			},
 		},
 		{
-			name: "string change, RFC 3339 time with zone, no buildset",
+			name: "string change, RFC 3339 time with zone, no buildset, no final",
 			json: `[{"uuid": "u3", "change": "99", "patchset": 2, "start_time": "2024-03-04T07:06:07+02:00"}]`,
-			want: Build{UUID: "u3", StartTime: end, Ref: Ref{Change: "99", Patchset: "2"}},
+			want: Build{UUID: "u3", StartTime: end, Final: true, Ref: Ref{Change: "99", Patchset: "2"}},
 		},
 		{
 			name: "relative artifact URLs join onto log_url",
@@ -61,7 +61,7 @@ func TestDecodeBuilds(t *testing.T) {
 				{"name": "vhd", "url": "sub/image.vhd"},
 				{"name": "abs", "url": "https://cdn.example.com/x.qcow2"},
 				{"name": "root", "url": "/top.raw"}]}]`,
-			want: Build{UUID: "u4", LogURL: "https://logs.example.com/a/b/u4/", Artifacts: []Artifact{
+			want: Build{UUID: "u4", LogURL: "https://logs.example.com/a/b/u4/", Final: true, Artifacts: []Artifact{
 				{Name: "raw", URL: "https://logs.example.com/a/b/u4/image.raw.zst"},
 				{Name: "vhd", URL: "https://logs.example.com/a/b/u4/sub/image.vhd"},
 				{Name: "abs", URL: "https://cdn.example.com/x.qcow2"},

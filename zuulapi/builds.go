@@ -13,7 +13,8 @@ import (
 const DefaultPageSize = 50
 
 // Query filters the builds API. Empty fields are left out; several
-// pipelines are OR-ed by Zuul.
+// pipelines are OR-ed by Zuul. Zuul's answers are what it says they are, not
+// necessarily what was asked: Check each before using it.
 type Query struct {
 	Project   string
 	Branch    string
@@ -23,6 +24,10 @@ type Query struct {
 	Complete  bool   // only builds that have finished
 	Limit     int    // 0: Zuul's default (50)
 	Skip      int
+	// Final asks for builds Zuul does not report as retried. It is checked on
+	// the answers only, not sent: Zuul versions that do not know the parameter
+	// refuse the whole query.
+	Final bool
 }
 
 // Encode returns the query string, in the order Zuul's docs list the
@@ -54,8 +59,8 @@ func (q Query) Encode() string {
 	return strings.Join(parts, "&")
 }
 
-// Builds returns one page of builds matching q, newest first. The token
-// file is read afresh for the call.
+// Builds returns one page of the builds Zuul answers to q, newest first, as it
+// answers them (see Query.Check). The token file is read afresh for the call.
 func (c *Client) Builds(ctx context.Context, q Query) ([]Build, error) {
 	token, err := c.token()
 	if err != nil {
@@ -109,7 +114,7 @@ func (c *Client) getBuilds(ctx context.Context, endpoint, token, tenant string, 
 	return c.get(ctx, u, token, tenant)
 }
 
-// EachBuild calls fn for the builds matching q, newest first, paging with
+// EachBuild calls fn for the builds Zuul answers to q, newest first, paging with
 // skip and limit (q.Limit is the page size, DefaultPageSize when 0) until fn
 // returns false or an error, or a short page shows there are no more.
 // Builds that reappear because new ones arrived between pages are

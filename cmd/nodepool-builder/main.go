@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/escape"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -77,12 +79,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-// reportExit writes the error that ends the program: a line of text, or with
+// reportExit writes the error that ends the program: text, or with
 // --log-format json one JSON log record, as the logs before it. The failures of
-// a --once run are listed in it.
+// a --once run are listed in it. Errors carry what Zuul, clouds and the state
+// said: as text, their control characters are printed escaped, but for the
+// newlines that part an error's problems (a config's, say); a --once summary
+// has one line for each failed step, whatever its error holds.
 func reportExit(w io.Writer, format string, code int, err error) {
 	if format != "json" {
-		fmt.Fprintln(w, "nodepool-builder:", err)
+		lines := strings.Split(err.Error(), "\n")
+		for i, l := range lines {
+			lines[i] = escape.Controls(l)
+		}
+		fmt.Fprintln(w, "nodepool-builder:", strings.Join(lines, "\n"))
 		return
 	}
 	log := slog.New(slog.NewJSONHandler(w, nil))

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/escape"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -168,7 +169,16 @@ type stepsFailed struct {
 	err  error
 }
 
-func (e *stepsFailed) Error() string { return e.head() + ":\n" + e.err.Error() }
+// Error lists the failed steps a line each: a step's error is one line, its
+// control characters escaped, so that nothing Zuul or a cloud said in it
+// clears the screen or passes for a line of its own.
+func (e *stepsFailed) Error() string {
+	lines := []string{e.head() + ":"}
+	for _, err := range e.errs {
+		lines = append(lines, escape.Controls(err.Error()))
+	}
+	return strings.Join(lines, "\n")
+}
 
 // head counts the steps that failed apart from the due ones not done (a
 // diskimage held back after a failed build, say).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/escape"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -76,14 +77,15 @@ func printTakeOver(w io.Writer, cfg *config.Config, st *store.Store, builds []st
 		fmt.Fprintf(w, "Of them, these are of images not in %s; their uploads and files are deleted on the builder's next "+
 			"pass (add the images to the config first to keep them):\n", cfg.Path)
 		for _, b := range dropped {
-			fmt.Fprintf(w, "  %s (%s)\n", b.Name(), b.State)
+			fmt.Fprintf(w, "  %s (%s)\n", escape.Controls(b.Name()), b.State)
 		}
 	}
 	if len(unrecorded) > 0 {
 		fmt.Fprintf(w, "These files belong to no build of this builder and are left as they are (remove them by hand "+
 			"when they are not needed):\n")
 		for _, name := range unrecorded {
-			fmt.Fprintf(w, "  %s\n", name)
+			// Whoever can write in the images-dir names these files.
+			fmt.Fprintf(w, "  %s\n", escape.Controls(name))
 		}
 	}
 }

@@ -41,6 +41,10 @@ type ServerOptions struct {
 	ForbiddenToken string
 	// Unloaded makes the tenant answer 422, as before Zuul loaded it.
 	Unloaded bool
+	// IgnoreFilters makes a hostile Zuul: the builds API answers every build,
+	// newest first, whatever project, job, pipeline, branch, result or other
+	// filter the query names (limit and skip still count).
+	IgnoreFilters bool
 	// Addr is the listen address; "127.0.0.1:0" when empty.
 	Addr string
 }
@@ -171,6 +175,14 @@ func (s *Server) SetWhiteLabel(whiteLabel bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.opts.WhiteLabel = whiteLabel
+}
+
+// SetIgnoreFilters makes the builds API answer every build whatever the query
+// asks (true), or honour its filters again (false).
+func (s *Server) SetIgnoreFilters(ignore bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.IgnoreFilters = ignore
 }
 
 // FailBuilds makes the next n builds API requests answer status (e.g.

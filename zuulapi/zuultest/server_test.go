@@ -113,6 +113,32 @@ func TestBuildsFilters(t *testing.T) {
 	}
 }
 
+// TestBuildsIgnoreFilters: a hostile Zuul answers every build whatever the
+// query's filters, within limit and skip.
+func TestBuildsIgnoreFilters(t *testing.T) {
+	s := NewServer(ServerOptions{Tenant: "t1", IgnoreFilters: true})
+	defer s.Close()
+	mustAdd(t, s, BuildSpec{UUID: "a", Job: "build-debian", Project: "org/images"})
+	mustAdd(t, s, BuildSpec{UUID: "b", Job: "build-evil", Project: "org/evil", Pipeline: "check", Result: "FAILURE", NonFinal: true})
+	mustAdd(t, s, BuildSpec{UUID: "c", InProgress: true})
+	query := "/api/tenant/t1/builds?project=org/images&job_name=build-debian&pipeline=periodic&result=SUCCESS&complete=true"
+	for _, tt := range []struct {
+		ignore bool
+		page   string
+		want   []string
+	}{
+		{true, "", []string{"c", "b", "a"}},
+		{true, "&limit=1&skip=1", []string{"b"}},
+		{false, "", []string{"a"}},
+	} {
+		s.SetIgnoreFilters(tt.ignore)
+		_, body := get(t, "GET", s.URL()+query+tt.page, nil)
+		if got := uuids(t, body); !slices.Equal(got, tt.want) {
+			t.Errorf("ignore filters %v%s: got %v, want %v", tt.ignore, tt.page, got, tt.want)
+		}
+	}
+}
+
 func TestBuildsDefaultLimit(t *testing.T) {
 	s := NewServer(ServerOptions{})
 	defer s.Close()

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
+)
+
+// TestOnceTakesOnlyBuildsAskedFor: a hostile Zuul answers, whatever it is asked,
+// a failed, retried check build of another project and job, on another branch.
+// --once fetches nothing of it, and once the build asked for is there, behind a
+// newer such answer, it takes that one.
+func TestOnceTakesOnlyBuildsAskedFor(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example", IgnoreFilters: true})
+	e.oneProvider("qcow2", "    pipelines: [periodic, post]\n    branch: master\n", "")
+	hostile := zuultest.BuildSpec{Project: "org/evil", Job: "build-evil", Result: "FAILURE", NonFinal: true,
+		Pipeline: "check", Branch: "feature"}
+	first := e.addBuild(e.makeImage(1), hostile)
+	r := e.once(0)
+	if !strings.Contains(r.stderr, "skipping a build Zuul answered") || !strings.Contains(r.stderr, first.UUID) {
+		t.Errorf("--once does not say it skipped %s:\n%s", first.UUID, r.stderr)
+	}
+	if bs := e.buildsJSON(); len(bs) != 0 {
+		t.Fatalf("a build Zuul was not asked for was taken: %+v", bs)
+	}
+
+	asked := e.addBuild(e.makeImage(2), zuultest.BuildSpec{Pipeline: "post"})
+	second := e.addBuild(e.makeImage(3), hostile)
+	e.once(0)
+	b, ok := e.zuulBuildOf(asked.UUID)
+	if !ok || b.State != "ready" {
+		t.Fatalf("the build asked for, behind a hostile answer, was not taken: %+v", e.buildsJSON())
+	}
+	e.checkUploaded("cloud-x", b, "qcow2")
+	for _, zb := range []zuultest.Build{first, second} {
+		if n := e.zuul.BytesServed(e.artifact(zb, "debian qcow2").Path); n != 0 {
+			t.Errorf("%d bytes of %s, a build not asked for, were fetched", n, zb.UUID)
+		}
+		if _, ok := e.zuulBuildOf(zb.UUID); ok {
+			t.Errorf("%s, a build not asked for, is in the store", zb.UUID)
+		}
+	}
+	if imgs := e.images("cloud-x"); len(imgs) != 1 {
+		t.Errorf("cloud-x holds %d images, want the one of the build asked for", len(imgs))
+	}
+}
+
+// TestOnceUUIDWithControlCharacters: a build whose uuid would clear the screen
+// and forge a line is skipped; the --once summary (of the build behind it,
+// refused for lack of a format) and image-status show no raw control
+// character and no line of its making.
+func TestOnceUUIDWithControlCharacters(t *testing.T) {
+	const forged = "FORGED level=INFO msg=ready"
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	e.oneProvider("qcow2", "", "")
+	logsOnly := []zuultest.ArtifactSpec{{Name: "logs", Data: []byte("no image here"), Metadata: map[string]any{"type": "logs"}}}
+	behind := e.addBuild(image{}, zuultest.BuildSpec{Artifacts: logsOnly})
+	hostile := e.addBuild(image{}, zuultest.BuildSpec{UUID: "0123456789abcdef0123456789abcdef\x1b[2J\n" + forged, Artifacts: logsOnly})
+
+	r := e.once(exitFailed)
+	summary := r.stderr[strings.LastIndex(r.stderr, "nodepool-builder: "):]
+	if !strings.Contains(summary, "fetch Zuul build "+behind.UUID+" of debian") {
+		t.Errorf("the summary does not name the refused build %s:\n%s", behind.UUID, summary)
+	}
+	if !strings.Contains(r.stderr, `0123456789abcdef0123456789abcdef\x1b[2J\nFORGED`) {
+		t.Errorf("the log does not name the skipped build, escaped:\n%s", r.stderr)
+	}
+	status := e.run("image-status")
+	if status.code != 0 || !strings.Contains(status.stdout, behind.UUID+" (failed)") {
+		t.Errorf("image-status: exit %d, does not show %s failed:\n%s%s", status.code, behind.UUID, status.stdout, status.stderr)
+	}
+	list := e.run("dib-image-list")
+	for what, out := range map[string]string{"--once": r.stderr, "image-status": status.stdout, "dib-image-list": list.stdout} {
+		if strings.ContainsRune(out, '\x1b') {
+			t.Errorf("%s prints a raw escape:\n%q", what, out)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, forged) {
+				t.Errorf("%s prints a line of the uuid's making: %q", what, line)
+			}
+		}
+	}
+	if _, ok := e.zuulBuildOf(hostile.UUID); ok {
+		t.Errorf("the build with a hostile uuid is in the store")
+	}
+}

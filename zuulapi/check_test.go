@@ -1,0 +1,91 @@
+package zuulapi
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestQueryCheck: an answer is taken when it is what the query asked for, as
+// Zuul's own filters select builds, and refused, saying why, for each field
+// that differs.
+func TestQueryCheck(t *testing.T) {
+	q := Query{Project: "org/images", JobName: "build-debian", Pipelines: []string{"periodic", "post"},
+		Branch: "master", Result: "SUCCESS", Complete: true, Final: true}
+	good := Build{UUID: "0123456789abcdef0123456789ABCDEF", JobName: "build-debian", Result: "SUCCESS",
+		Pipeline: "post", Final: true, Ref: Ref{Project: "org/images", Branch: "master"}}
+	tests := []struct {
+		name   string
+		q      func(*Query)
+		b      func(*Build)
+		refuse string // "" when b answers q
+	}{
+		{name: "the build asked for"},
+		{name: "another project", b: func(b *Build) { b.Ref.Project = "org/other" }, refuse: `project "org/other" is not "org/images"`},
+		{name: "another job", b: func(b *Build) { b.JobName = "build-evil" }, refuse: `job "build-evil" is not "build-debian"`},
+		{name: "FAILURE", b: func(b *Build) { b.Result = "FAILURE" }, refuse: `result "FAILURE" is not "SUCCESS"`},
+		{name: "final false", b: func(b *Build) { b.Final = false }, refuse: "not final"},
+		{name: "another pipeline", b: func(b *Build) { b.Pipeline = "check" }, refuse: `pipeline "check" is not one of ["periodic" "post"]`},
+		{name: "another branch", b: func(b *Build) { b.Ref.Branch = "stable" }, refuse: `branch "stable" is not "master"`},
+		{name: "a uuid with control characters", b: func(b *Build) { b.UUID = "0123456789abcdef0123456789abcde\x1b[2J\n" },
+			refuse: `uuid "0123456789abcdef0123456789abcde\x1b[2J\n" is not 32 hex digits`},
+		{name: "a uuid too short", b: func(b *Build) { b.UUID = "0123456789abcdef" }, refuse: "not 32 hex digits"},
+		{name: "a uuid with a path", b: func(b *Build) { b.UUID = "../../../../etc/passwd0123456789a" }, refuse: "not 32 hex digits"},
+		{name: "unfinished, no result asked", q: func(q *Query) { q.Result = "" }, b: func(b *Build) { b.Result = "" },
+			refuse: "not finished"},
+		{name: "several mismatches at once", b: func(b *Build) { b.Ref.Project, b.Result = "org/other", "FAILURE" },
+			refuse: `project "org/other" is not "org/images"; result "FAILURE" is not "SUCCESS"`},
+
+		{name: "any pipeline when the query names none", q: func(q *Query) { q.Pipelines = nil }, b: func(b *Build) { b.Pipeline = "gate" }},
+		{name: "any branch when the query names none", q: func(q *Query) { q.Branch = "" }, b: func(b *Build) { b.Ref.Branch = "stable" }},
+		{name: "non-final builds when the query does not ask", q: func(q *Query) { q.Final = false }, b: func(b *Build) { b.Final = false }},
+		{name: "the project by its canonical name in the query", q: func(q *Query) { q.Project = "review.example.com/org/images" }},
+		{name: "the project by its canonical name in the answer", b: func(b *Build) { b.Ref.Project = "review.example.com/org/images" }},
+		{name: "a canonical name of another project", q: func(q *Query) { q.Project = "review.example.com/org/other" },
+			refuse: `project "org/images" is not "review.example.com/org/other"`},
+		{name: "org is no host", q: func(q *Query) { q.Project = "org/images" }, b: func(b *Build) { b.Ref.Project = "images" },
+			refuse: `project "images" is not "org/images"`},
+		{name: "wildcards as Zuul's", q: func(q *Query) { q.Project, q.JobName, q.Pipelines = "org/*", "build-*", []string{"peri*"} },
+			b: func(b *Build) { b.Pipeline = "periodic" }},
+		{name: "a wildcard matches no other", q: func(q *Query) { q.JobName = "build-*-image" },
+			refuse: `job "build-debian" is not "build-*-image"`},
+		{name: "only * is special", q: func(q *Query) { q.JobName = "build-deb.an" }, refuse: `job "build-debian" is not "build-deb.an"`},
+		{name: "case counts", b: func(b *Build) { b.JobName = "Build-Debian" }, refuse: `job "Build-Debian"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q, b := q, good
+			q.Pipelines = append([]string(nil), q.Pipelines...)
+			if tt.q != nil {
+				tt.q(&q)
+			}
+			if tt.b != nil {
+				tt.b(&b)
+			}
+			err := q.Check(b)
+			switch {
+			case tt.refuse == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.refuse != "" && err == nil:
+				t.Fatalf("taken; want it refused for %s", tt.refuse)
+			case tt.refuse != "" && !strings.Contains(err.Error(), tt.refuse):
+				t.Fatalf("refused for %q; want %q", err, tt.refuse)
+			}
+		})
+	}
+}
+
+// TestDecodeFinal: final is false only when Zuul says so; a Zuul older than
+// the field, which sends none, or null, is taken at its word.
+func TestDecodeFinal(t *testing.T) {
+	for body, want := range map[string]bool{
+		`[{"uuid": "u", "final": true}]`:  true,
+		`[{"uuid": "u", "final": false}]`: false,
+		`[{"uuid": "u", "final": null}]`:  true,
+		`[{"uuid": "u"}]`:                 true,
+	} {
+		bs, err := decodeBuilds([]byte(body))
+		if err != nil || len(bs) != 1 || bs[0].Final != want {
+			t.Errorf("%s: %+v, %v; want final %v", body, bs, err, want)
+		}
+	}
+}
