@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -96,6 +97,19 @@ func reportExit(w io.Writer, format string, code int, err error) {
 		return
 	}
 	log.Error("nodepool-builder failed", "error", err.Error(), "exit_code", code)
+}
+
+// reportWarnings writes what config-validate warns of, before its verdict: a
+// line of text each, or with --log-format json a JSON log record each.
+func reportWarnings(w io.Writer, format string, warnings []string) {
+	log := slog.New(redact.Handler(slog.NewJSONHandler(w, nil)))
+	for _, warning := range warnings {
+		if format == "json" {
+			log.Warn(warning)
+		} else {
+			fmt.Fprintln(w, "nodepool-builder: warning:", redact.Userinfo(warning))
+		}
+	}
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
@@ -234,7 +248,9 @@ func configValidate(c *cli.Context) error {
 		return err
 	}
 	// What the builder checks before its first step.
-	if err := builder.Check(c.Context, cfg); err != nil {
+	warnings, err := builder.Check(c.Context, cfg)
+	reportWarnings(c.App.ErrWriter, c.String("log-format"), warnings)
+	if err != nil {
 		return withCode(exitUsage, err)
 	}
 	fmt.Fprintf(c.App.Writer, "%s is valid: %d diskimages, %d zuul-images, %d providers to upload to\n",
