@@ -80,13 +80,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // reportExit writes the error that ends the program: a line of text, or with
 // --log-format json one JSON log record, as the logs before it. The failures of
-// a --once run are listed in it.
+// a --once run are listed in it. Like every log line, it shows no userinfo of a
+// URL.
 func reportExit(w io.Writer, format string, code int, err error) {
 	if format != "json" {
-		fmt.Fprintln(w, "nodepool-builder:", err)
+		fmt.Fprintln(w, "nodepool-builder:", redact.Userinfo(err.Error()))
 		return
 	}
-	log := slog.New(slog.NewJSONHandler(w, nil))
+	log := slog.New(redact.Handler(slog.NewJSONHandler(w, nil)))
 	var failed *stepsFailed
 	if errors.As(err, &failed) {
 		msgs := make([]string, 0, len(failed.errs))
@@ -223,9 +224,9 @@ func newLoggerTo(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch f := c.String("log-format"); f {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(redact.Handler(slog.NewTextHandler(w, opts))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(redact.Handler(slog.NewJSONHandler(w, opts))), nil
 	default:
 		return nil, withCode(exitUsage, fmt.Errorf("--log-format %q: use text or json", f))
 	}
