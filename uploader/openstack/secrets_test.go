@@ -14,14 +14,18 @@ import (
 
 // openWith writes a clouds.yaml with one cloud "c" and opens it, logging at
 // debug level into logs.
-func openWith(t *testing.T, cloud string, logs *bytes.Buffer) (*Cloud, error) {
+func openWith(t *testing.T, cloud string, logs *bytes.Buffer) *Cloud {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "clouds.yaml")
 	if err := os.WriteFile(file, []byte("clouds:\n  c:\n"+cloud), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	return Open(t.Context(), Options{Cloud: "c", CloudsFile: file, Logger: log})
+	c, err := Open(t.Context(), Options{Cloud: "c", CloudsFile: file, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // withUserinfo puts user:password@ into an http URL.
@@ -62,11 +66,7 @@ func TestURLPasswordNeverShown(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			c, err := openWith(t, tt.cloud, &logs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = c.List(t.Context(), map[string]string{"k": "v"})
+			_, err := openWith(t, tt.cloud, &logs).List(t.Context(), map[string]string{"k": "v"})
 			shown := logs.String()
 			switch {
 			case tt.fails == "" && err != nil:
@@ -110,11 +110,7 @@ func TestPlainHTTPWarnings(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			c, err := openWith(t, tt.cloud, &logs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := c.Warnings()
+			got := openWith(t, tt.cloud, &logs).Warnings()
 			if len(got) != len(tt.want) {
 				t.Fatalf("Warnings() = %q, want %d", got, len(tt.want))
 			}
