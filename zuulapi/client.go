@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -64,8 +65,7 @@ type Options struct {
 // Client talks to one Zuul API root for one tenant. It is safe for
 // concurrent use.
 type Client struct {
-	root   string // ends with "/"; without the userinfo, so that messages can show it
-	origin *url.URL
+	root string // ends with "/"; without the userinfo, so that messages can show it
 	// user is the api-url's userinfo: credentials, sent as HTTP basic auth when
 	// there is no token, and never shown.
 	user      *url.Userinfo
@@ -143,7 +143,6 @@ func New(opts Options) (*Client, error) {
 	}
 	c := &Client{
 		root:      u.String(),
-		origin:    &origin,
 		user:      user,
 		tenant:    opts.Tenant,
 		tokenFile: opts.TokenFile,
@@ -205,15 +204,11 @@ func checkRedirect(origin *url.URL, next func(*http.Request, []*http.Request) er
 			return fmt.Errorf("%w: %s redirected to %s, from https to %s: a Zuul API reached over https is never followed "+
 				"to plain http", errRedirect, redact.URL(from.String()), redact.URL(req.URL.String()), req.URL.Scheme)
 		}
-		if req.Header.Get("Authorization") != "" {
-			for _, r := range append(via, req) {
-				if !sameOrigin(r.URL, origin) {
-					req.Header.Del("Authorization")
-					log.Warn("zuul api: redirected to another scheme, host or port than api-url's; its credentials are not sent there",
-						"api_url", origin.String(), "to", redact.URL(req.URL.String()))
-					break
-				}
-			}
+		left := func(r *http.Request) bool { return !sameOrigin(r.URL, origin) }
+		if req.Header.Get("Authorization") != "" && (left(req) || slices.ContainsFunc(via, left)) {
+			req.Header.Del("Authorization")
+			log.Warn("zuul api: redirected to another scheme, host or port than api-url's; its credentials are not sent there",
+				"api_url", origin.String(), "to", redact.URL(req.URL.String()))
 		}
 		if next != nil {
 			return next(req, via)
