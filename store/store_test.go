@@ -254,7 +254,8 @@ func TestRemoveLeftovers(t *testing.T) {
 // TestRecordsStoredWithoutUserinfo: failure reasons and URLs of builds,
 // uploads and poll cursors are stored, and read back, without the userinfo of
 // any URL in them, whichever record holds them; the writer's record holds what
-// was stored, and a copy of it that shares its files and refusals is left as it was.
+// was stored, and a copy of it that shares its files and refusals is left as it
+// was. Records stored with userinfo (by an older builder) read without it.
 func TestRecordsStoredWithoutUserinfo(t *testing.T) {
 	const password = "pw-5d0e"
 	ctx := context.Background()
@@ -311,5 +312,22 @@ func TestRecordsStoredWithoutUserinfo(t *testing.T) {
 		if strings.Contains(string(data), password) {
 			t.Errorf("%s holds the password", f)
 		}
+	}
+
+	// Records an older builder stored with the userinfo in them read without it.
+	s = openTest(t, dir)
+	db := s.Backend.(*SQLite).db
+	for _, q := range []string{`UPDATE builds SET reason = ?`, `UPDATE uploads SET last_error = ?`, `UPDATE poll_cursors SET reason = ?`} {
+		if _, err := db.ExecContext(ctx, q, withPW("old")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err = s.Build(ctx, b.ID)
+	builds, berr := s.Builds(ctx, BuildFilter{})
+	ups, uerr := s.Uploads(ctx, UploadFilter{})
+	c, cerr := s.Cursor(ctx, "debian")
+	if err != nil || berr != nil || uerr != nil || cerr != nil || got.Reason != clean("old") || len(builds) != 1 ||
+		builds[0].Reason != clean("old") || len(ups) != 1 || ups[0].LastError != clean("old") || c.Reason != clean("old") {
+		t.Errorf("records stored with userinfo read as %q, %+v, %+v, %q (%v, %v, %v, %v)", got.Reason, builds, ups, c.Reason, err, berr, uerr, cerr)
 	}
 }
