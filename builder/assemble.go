@@ -76,7 +76,8 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 			Tenant:     zi.Tenant,
 			TokenFile:  zi.AuthTokenFile,
 			CACertFile: zi.CACert,
-			Logger:     b.log,
+			// The client warns, with this, of credentials it would send over http.
+			Logger: b.log.With("zuul_image", zi.Name),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: zuul-image %s: %w", ErrConfig, zi.Name, err)

@@ -31,6 +31,8 @@ type gatedCloud struct {
 	// hangDeletes makes deletes wait for their context to end, as a cloud that
 	// stopped answering does.
 	hangDeletes bool
+	// uploadErr, when set, is what every upload fails with.
+	uploadErr error
 }
 
 func newGatedCloud() *gatedCloud {
@@ -65,8 +67,11 @@ func (c *gatedCloud) Create(_ context.Context, spec uploader.ImageSpec) (string,
 
 func (c *gatedCloud) Upload(ctx context.Context, id string, r io.Reader, size int64) error {
 	c.mu.Lock()
-	gate := c.gate
+	gate, fail := c.gate, c.uploadErr
 	c.mu.Unlock()
+	if fail != nil {
+		return fail
+	}
 	c.started <- id
 	if gate != nil {
 		select {

@@ -43,21 +43,32 @@ func (e *CheckError) Unwrap() []error { return append([]error{ErrConfig}, e.Prob
 // problem it finds, as a *CheckError. It only reads: it touches no network,
 // takes no lock and creates nothing. config-validate runs it, and so does the
 // builder before its first step, so both say the same.
-func Check(ctx context.Context, cfg *config.Config) error {
+//
+// The warnings are what works but puts a credential at risk: a Zuul token or
+// an api-url's password, or a cloud's login, sent over plain http, and a cloud
+// that checks no TLS certificate; each names its zuul-image or provider. The
+// builder logs them when it opens the Zuul clients and the clouds, at start and
+// on every reload.
+func Check(ctx context.Context, cfg *config.Config) (warnings []string, err error) {
 	problems := checkDirs(cfg)
-	problems = append(problems, checkClouds(ctx, cfg)...)
+	cloudProblems, warnings := checkClouds(ctx, cfg)
+	problems = append(problems, cloudProblems...)
 	for _, zi := range cfg.ZuulImages {
 		// Making the client checks the api-url and reads the ca-cert.
-		_, err := zuulapi.New(zuulapi.Options{APIURL: zi.APIURL, Tenant: zi.Tenant, TokenFile: zi.AuthTokenFile, CACertFile: zi.CACert})
+		c, err := zuulapi.New(zuulapi.Options{APIURL: zi.APIURL, Tenant: zi.Tenant, TokenFile: zi.AuthTokenFile, CACertFile: zi.CACert})
 		if err != nil {
 			problems = append(problems, fmt.Errorf("zuul-image %s: %w", zi.Name, err))
+			continue
+		}
+		for _, w := range c.Warnings() {
+			warnings = append(warnings, "zuul-image "+zi.Name+": "+w)
 		}
 	}
 	problems = append(problems, checkZooKeeperTLS(cfg)...)
 	if len(problems) == 0 {
-		return nil
+		return warnings, nil
 	}
-	return &CheckError{Path: cfg.Path, Problems: problems}
+	return warnings, &CheckError{Path: cfg.Path, Problems: problems}
 }
 
 // checkHost finds what Check finds that assembling the config does not: the
@@ -104,10 +115,10 @@ func checkZooKeeperTLS(cfg *config.Config) []error {
 
 // checkClouds opens every provider's cloud from clouds.yaml, as the builder
 // does; opening reads the file and logs in to nothing. Without a clouds.yaml
-// the providers share one problem.
-func checkClouds(ctx context.Context, cfg *config.Config) []error {
+// the providers share one problem. It returns the clouds' warnings too.
+func checkClouds(ctx context.Context, cfg *config.Config) (problems []error, warnings []string) {
 	if len(cfg.Providers) == 0 {
-		return nil
+		return nil, nil
 	}
 	if _, err := openstack.CloudsFile(); err != nil {
 		names := make([]string, 0, len(cfg.Providers))
@@ -118,13 +129,17 @@ func checkClouds(ctx context.Context, cfg *config.Config) []error {
 		if len(names) > 1 {
 			need = "providers " + strings.Join(names, ", ") + " need"
 		}
-		return []error{fmt.Errorf("%s a clouds.yaml: %w", need, err)}
+		return []error{fmt.Errorf("%s a clouds.yaml: %w", need, err)}, nil
 	}
-	var problems []error
 	for _, p := range cfg.Providers {
-		if _, err := openstack.Open(ctx, openstack.Options{Cloud: p.Cloud, Region: p.RegionName}); err != nil {
+		c, err := openstack.Open(ctx, openstack.Options{Cloud: p.Cloud, Region: p.RegionName})
+		if err != nil {
 			problems = append(problems, fmt.Errorf("provider %s: %w", p.Name, err))
+			continue
+		}
+		for _, w := range c.Warnings() {
+			warnings = append(warnings, "provider "+p.Name+" (cloud "+p.Cloud+"): "+w)
 		}
 	}
-	return problems
+	return problems, warnings
 }

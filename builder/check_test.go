@@ -57,7 +57,7 @@ func TestCheck(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := good()
 			tt.change(cfg)
-			err := Check(t.Context(), cfg)
+			_, err := Check(t.Context(), cfg)
 			if tt.want == nil {
 				if err != nil {
 					t.Fatalf("Check: %v", err)
@@ -95,12 +95,66 @@ func TestCheckAnotherBuildersImagesDir(t *testing.T) {
 	}
 	cfg := &config.Config{Path: filepath.Join(dir, "nodepool.yaml"), ImagesDir: images,
 		Builder: config.Builder{StateDB: filepath.Join(images, "builder.db")}}
-	err := Check(context.Background(), cfg)
+	_, err := Check(context.Background(), cfg)
 	if !errors.Is(err, store.ErrForeignImagesDir) || !strings.Contains(err.Error(), build) ||
 		!strings.Contains(err.Error(), "take-over-images-dir") {
 		t.Fatalf("Check = %v; want the images-dir refused as another builder's, naming %s and what to do", err, build)
 	}
 	if entries, _ := os.ReadDir(images); len(entries) != 2 {
 		t.Errorf("Check wrote to the images-dir: %d entries", len(entries))
+	}
+}
+
+// TestCheckWarnings: what sends a credential over plain http, a Zuul token or
+// an api-url's password, or a cloud's login, is a warning, not a problem, and
+// names its zuul-image or provider; over https, or on a cloud without a login,
+// there is none, and a password never shows in one.
+func TestCheckWarnings(t *testing.T) {
+	dir := t.TempDir()
+	clouds := filepath.Join(dir, "clouds.yaml")
+	if err := os.WriteFile(clouds, []byte(`clouds:
+  glance: {auth_type: none, image_endpoint_override: 'http://127.0.0.1:9/'}
+  plain:
+    auth: {auth_url: 'http://keystone.example.org/v3', username: u, password: pw-c1, user_domain_name: Default, project_name: ci, project_domain_name: Default}
+  tls:
+    auth: {auth_url: 'https://keystone.example.org/v3', username: u, password: pw-c1, user_domain_name: Default, project_name: ci, project_domain_name: Default}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OS_CLIENT_CONFIG_FILE", clouds)
+	token := filepath.Join(dir, "token")
+	os.WriteFile(token, []byte("tok\n"), 0o600)
+	images := filepath.Join(dir, "images")
+	cfg := &config.Config{
+		Path:      filepath.Join(dir, "nodepool.yaml"),
+		ImagesDir: images,
+		ZuulImages: []config.ZuulImage{
+			{Name: "token-http", APIURL: "http://zuul.example.org/", AuthTokenFile: token},
+			{Name: "password-http", APIURL: "http://ci:pw-z1@zuul.example.org/"},
+			{Name: "https", APIURL: "https://ci:pw-z1@zuul.example.org/", AuthTokenFile: token},
+			{Name: "loopback", APIURL: "http://127.0.0.1:9000/"},
+		},
+		Providers: []config.Provider{{Name: "p-glance", Cloud: "glance"}, {Name: "p-plain", Cloud: "plain"}, {Name: "p-tls", Cloud: "tls"}},
+		Builder:   config.Builder{StateDB: filepath.Join(images, "builder.db")},
+	}
+	warnings, err := Check(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	want := []string{
+		"provider p-plain (cloud plain): a login to this cloud sends auth.password over plain http://",
+		"zuul-image token-http: the Zuul token of auth-token-file is sent over plain http://",
+		"zuul-image password-http: the credentials in api-url (user:password@) are sent over plain http:// to http://zuul.example.org/",
+	}
+	if len(warnings) != len(want) {
+		t.Fatalf("warnings = %q, want %d", warnings, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(warnings[i], w) {
+			t.Errorf("warning %d = %q, want it to begin %q", i, warnings[i], w)
+		}
+		if strings.Contains(warnings[i], "pw-") {
+			t.Errorf("warning %d shows a password: %q", i, warnings[i])
+		}
 	}
 }

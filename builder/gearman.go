@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/gearman"
+	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 )
@@ -193,7 +194,8 @@ func (g *gearmanService) handle(ctx context.Context, j *gearman.Job) ([]byte, er
 		err = fmt.Errorf("%s is not a function of this builder", quote(j.Function))
 	}
 	if err != nil {
-		return nil, err
+		// The answer goes to gearmand, in clear, to whoever asked.
+		return nil, redact.UserinfoError(err)
 	}
 	return []byte(res + "\n"), nil
 }

@@ -167,6 +167,25 @@ func TestGearmanBuildJobs(t *testing.T) {
 	wantErr(t, "unknown image", err, `"nope" is not an image of this builder's config`)
 }
 
+// TestGearmanAnswersShowNoUserinfo: a job's failure goes back to whoever asked,
+// in clear, through gearmand: it says what failed, without the userinfo of a
+// URL in the error.
+func TestGearmanAnswersShowNoUserinfo(t *testing.T) {
+	const password = "pw-2b9e"
+	r := newRig(t, twoImages)
+	r.clouds["pa"].mu.Lock()
+	r.clouds["pa"].uploadErr = errors.New(`PUT "https://ci:` + password + `@glance.example.org/v2/images/x/file": connection reset`)
+	r.clouds["pa"].mu.Unlock()
+	r.run()
+	g := newGearmanService(r.b)
+	a := r.build("img-a")
+	_, err := call(g, FnUpload+a.ID, "pa")
+	wantErr(t, "image-upload to a failing cloud", err, `"https://glance.example.org/v2/images/x/file": connection reset`)
+	if err != nil && strings.Contains(err.Error(), password) {
+		t.Errorf("the answer shows the password: %v", err)
+	}
+}
+
 func TestGearmanUnservedSaysWhy(t *testing.T) {
 	r := newRig(t, twoImages)
 	g := newGearmanService(r.b)

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 )
 
 // Errors of the state, wrapped by what a Backend returns.
@@ -237,8 +241,12 @@ func (c Change) Deletes() bool { return c.op == opDeleteBuild || c.op == opDelet
 
 // PutBuild creates b (Version 0; its ID must be new) or replaces the stored
 // record, files included, if it is still at b.Version. After the write,
-// b.Version is the new version.
-func PutBuild(b *Build) Change { return Change{op: opPutBuild, build: b} }
+// b.Version is the new version. What b says is stored without the userinfo of
+// any URL in it (see redact.Userinfo), and b holds it so from now.
+func PutBuild(b *Build) Change {
+	b.redact()
+	return Change{op: opPutBuild, build: b}
+}
 
 // DeleteBuild removes the build's record if it is still at b.Version. Its
 // uploads must be gone.
@@ -246,14 +254,56 @@ func DeleteBuild(b Build) Change { return Change{op: opDeleteBuild, build: &b} }
 
 // PutUpload creates u (Version 0: it gets the next id of its build and
 // provider, which must be empty) or replaces the stored record if it is still at
-// u.Version. After the write, u.ID and u.Version are set.
-func PutUpload(u *Upload) Change { return Change{op: opPutUpload, upload: u} }
+// u.Version. After the write, u.ID and u.Version are set. Its LastError is
+// stored without the userinfo of any URL, as PutBuild's reason.
+func PutUpload(u *Upload) Change {
+	u.LastError = redact.Userinfo(u.LastError)
+	return Change{op: opPutUpload, upload: u}
+}
 
 // DeleteUpload removes the upload's record if it is still at u.Version.
 func DeleteUpload(u Upload) Change { return Change{op: opDeleteUpload, upload: &u} }
 
-// PutCursor records an image's poll cursor, whatever it was.
-func PutCursor(c Cursor) Change { return Change{op: opPutCursor, cursor: &c} }
+// PutCursor records an image's poll cursor, whatever it was; its Reason without
+// the userinfo of any URL, as PutBuild's.
+func PutCursor(c Cursor) Change {
+	c.Reason = redact.Userinfo(c.Reason)
+	return Change{op: opPutCursor, cursor: &c}
+}
+
+// redact takes the userinfo of URLs out of what the build says. Failure reasons
+// are errors, which may quote a URL with a password in it (an api-url, an
+// auth_url), and the state is listed and served on the status pages. Files and
+// Refused may be shared with copies of the build that others read: they are
+// replaced, not changed, and only when something in them must go.
+func (b *Build) redact() {
+	b.Reason = redact.Userinfo(b.Reason)
+	b.Zuul.LogURL = redact.Userinfo(b.Zuul.LogURL)
+	var files []File
+	for i, f := range b.Files {
+		if clean := redact.Userinfo(f.URL); clean != f.URL {
+			if files == nil {
+				files = slices.Clone(b.Files)
+			}
+			files[i].URL = clean
+		}
+	}
+	if files != nil {
+		b.Files = files
+	}
+	var refused map[string]string
+	for format, reason := range b.Refused {
+		if clean := redact.Userinfo(reason); clean != reason {
+			if refused == nil {
+				refused = maps.Clone(b.Refused)
+			}
+			refused[format] = clean
+		}
+	}
+	if refused != nil {
+		b.Refused = refused
+	}
+}
 
 // Backend holds the records of builds, uploads, poll cursors and admin requests.
 // Every change of a build or an upload is compare-and-set on its version: a

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 )
 
 // Access says what opening a store may do.
@@ -178,6 +180,42 @@ func newUUID4() string {
 
 // NewBuildID returns a build id: a uuid4 in hex, as nodepool uses.
 func NewBuildID() string { return strings.ReplaceAll(newUUID4(), "-", "") }
+
+// Build reads a build as the Backend does, with what it says without the
+// userinfo of any URL, as PutBuild stores it: a record written before the
+// builder took it out, or by another program, shows none either.
+func (s *Store) Build(ctx context.Context, id string) (Build, error) {
+	b, err := s.Backend.Build(ctx, id)
+	b.redact()
+	return b, err
+}
+
+// Builds reads builds as the Backend does, each as Build shows it.
+func (s *Store) Builds(ctx context.Context, f BuildFilter) ([]Build, error) {
+	builds, err := s.Backend.Builds(ctx, f)
+	for i := range builds {
+		builds[i].redact()
+	}
+	return builds, err
+}
+
+// Uploads reads uploads as the Backend does, their LastError without the
+// userinfo of any URL, as Build shows a build's reason.
+func (s *Store) Uploads(ctx context.Context, f UploadFilter) ([]Upload, error) {
+	uploads, err := s.Backend.Uploads(ctx, f)
+	for i := range uploads {
+		uploads[i].LastError = redact.Userinfo(uploads[i].LastError)
+	}
+	return uploads, err
+}
+
+// Cursor reads a poll cursor as the Backend does, its Reason without the
+// userinfo of any URL, as Build shows a build's reason.
+func (s *Store) Cursor(ctx context.Context, image string) (Cursor, error) {
+	c, err := s.Backend.Cursor(ctx, image)
+	c.Reason = redact.Userinfo(c.Reason)
+	return c, err
+}
 
 // CreateBuild records a new build of this builder in state building and returns
 // it with its id and version.

@@ -250,3 +250,84 @@ func TestRemoveLeftovers(t *testing.T) {
 		t.Errorf("a file being written was removed: %v", err)
 	}
 }
+
+// TestRecordsStoredWithoutUserinfo: failure reasons and URLs of builds,
+// uploads and poll cursors are stored, and read back, without the userinfo of
+// any URL in them, whichever record holds them; the writer's record holds what
+// was stored, and a copy of it that shares its files and refusals is left as it
+// was. Records stored with userinfo (by an older builder) read without it.
+func TestRecordsStoredWithoutUserinfo(t *testing.T) {
+	const password = "pw-5d0e"
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, dir)
+	withPW := func(what string) string {
+		return what + " at https://ci:" + password + "@zuul.example.org/api/tenant/t/builds?job_name=j: refused"
+	}
+	clean := func(what string) string {
+		return what + " at https://zuul.example.org/api/tenant/t/builds?job_name=j: refused"
+	}
+	files := []File{{Format: "qcow2", URL: "https://ci:" + password + "@logs.example.org/1/d.qcow2"}, {Format: "raw"}}
+	b, err := s.CreateBuild(ctx, Build{Image: "debian", Source: SourceZuul,
+		Zuul: ZuulRef{UUID: "u1", LogURL: "https://ci:" + password + "@logs.example.org/1/"}, Files: files})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Refuse("vhd", withPW("vhd"))
+	shared := b // shares Refused
+	b.SetState(Failed, time.Now())
+	b.Reason = withPW("fetch")
+	if err := s.Write(ctx, PutBuild(&b)); err != nil {
+		t.Fatal(err)
+	}
+	up := Upload{BuildID: b.ID, Image: b.Image, Provider: "p", State: Failed, Format: "qcow2", LastError: withPW("upload")}
+	if err := s.Write(ctx, PutUpload(&up), PutCursor(Cursor{Image: "debian", ZuulID: 1, Outcome: "failed", Reason: withPW("poll")})); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := s.Build(ctx, b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Reason != clean("fetch") || got.Refused["vhd"] != clean("vhd") || got.Zuul.LogURL != "https://logs.example.org/1/" ||
+		got.Files[0].URL != "https://logs.example.org/1/d.qcow2" {
+		t.Errorf("stored build = %+v", got)
+	}
+	if b.Reason != got.Reason || b.Files[0].URL != got.Files[0].URL || b.Refused["vhd"] != got.Refused["vhd"] {
+		t.Errorf("the writer's build holds what was not stored: %+v", b)
+	}
+	if !strings.Contains(files[0].URL, password) || !strings.Contains(shared.Refused["vhd"], password) {
+		t.Errorf("the files or refusals of a copy of the build were changed: %+v, %+v", files, shared.Refused)
+	}
+	ups, err := s.Uploads(ctx, UploadFilter{BuildID: b.ID})
+	if err != nil || len(ups) != 1 || ups[0].LastError != clean("upload") {
+		t.Errorf("stored uploads = %+v, %v", ups, err)
+	}
+	if c, err := s.Cursor(ctx, "debian"); err != nil || c.Reason != clean("poll") {
+		t.Errorf("stored cursor = %+v, %v", c, err)
+	}
+	s.Close()
+	for _, f := range []string{"builder.db", "builder.db-wal"} {
+		data, _ := os.ReadFile(filepath.Join(dir, f))
+		if strings.Contains(string(data), password) {
+			t.Errorf("%s holds the password", f)
+		}
+	}
+
+	// Records an older builder stored with the userinfo in them read without it.
+	s = openTest(t, dir)
+	db := s.Backend.(*SQLite).db
+	for _, q := range []string{`UPDATE builds SET reason = ?`, `UPDATE uploads SET last_error = ?`, `UPDATE poll_cursors SET reason = ?`} {
+		if _, err := db.ExecContext(ctx, q, withPW("old")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err = s.Build(ctx, b.ID)
+	builds, berr := s.Builds(ctx, BuildFilter{})
+	ups, uerr := s.Uploads(ctx, UploadFilter{})
+	c, cerr := s.Cursor(ctx, "debian")
+	if err != nil || berr != nil || uerr != nil || cerr != nil || got.Reason != clean("old") || len(builds) != 1 ||
+		builds[0].Reason != clean("old") || len(ups) != 1 || ups[0].LastError != clean("old") || c.Reason != clean("old") {
+		t.Errorf("records stored with userinfo read as %q, %+v, %+v, %q (%v, %v, %v, %v)", got.Reason, builds, ups, c.Reason, err, berr, uerr, cerr)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
@@ -135,18 +136,73 @@ func waitErr(ctx context.Context, err error, timeout time.Duration) error {
 }
 
 // runHook runs the provider's post-upload-hook: <hook> <provider> <external_id> <file>.
+// A failure's error holds the tail of what the hook printed (see hookOutput).
 func runHook(ctx context.Context, hook, provider, id, path string) error {
 	cmd := exec.CommandContext(ctx, hook, provider, id, path)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &tail{max: hookOutputMax}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(out.String())
-		if len(msg) > 2000 {
-			msg = msg[len(msg)-2000:]
-		}
-		return fmt.Errorf("post-upload-hook %s: %w: %s", hook, err, msg)
+		return fmt.Errorf("post-upload-hook %s: %w%s", hook, err, out.shown())
 	}
 	return nil
+}
+
+// hookOutputMax bounds what of a failed post-upload-hook's output is kept: its
+// last lines, as the reason of the failed upload, which listings and the status
+// pages show.
+const hookOutputMax = 4 << 10
+
+// tail keeps the last max bytes written to it, and counts them all, in at most
+// twice max of memory whatever the hook prints.
+type tail struct {
+	max   int
+	buf   []byte
+	total int64
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.total += int64(len(p))
+	if len(p) >= t.max {
+		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
+		return len(p), nil
+	}
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+// shown is the output as a failure reason holds it: ": <output>", or "" when
+// there was none. A hook may print its environment or its config, and the
+// reason is stored and served on the status pages, so secrets are taken out
+// (the userinfo of URLs, and the values of PASSWORD=, TOKEN=, SECRET=, KEY=,
+// CREDENTIAL= and the like). Output longer than max is cut to its last whole
+// lines, never inside one: a line cut short would lose the key that says its
+// value is a secret, and show the value.
+func (t *tail) shown() string {
+	out := t.buf
+	cut := t.total > int64(len(out)) || len(out) > t.max
+	if len(out) > t.max {
+		out = out[len(out)-t.max:]
+	}
+	if cut {
+		if i := bytes.IndexByte(out, '\n'); i >= 0 {
+			out = out[i+1:]
+		} else {
+			out = nil
+		}
+	}
+	msg := strings.TrimSpace(redact.Assignments(redact.Userinfo(string(out))))
+	switch {
+	case cut && msg == "":
+		return fmt.Sprintf(": its output of %d bytes is not shown: the last %d hold no whole line", t.total, t.max)
+	case cut:
+		return fmt.Sprintf(": output cut to its last %d of %d bytes: %s", len(out), t.total, msg)
+	case msg == "":
+		return ""
+	}
+	return ": " + msg
 }
 
 // report is the attempt's progress callback, nil when nobody listens.

@@ -1164,3 +1164,92 @@ func TestInterruptedUploadIsNoFailure(t *testing.T) {
 		t.Fatalf("uploads after the next step: %+v; want one ready at its first attempt", ups)
 	}
 }
+
+// TestPostUploadHookOutputBoundedAndRedacted: a failed hook's output is kept as
+// the upload's reason only as its last whole lines, at most hookOutputMax bytes,
+// saying it was cut, and without secrets: neither the values of variables that
+// name one nor the userinfo of URLs, wherever in what is kept they are.
+func TestPostUploadHookOutputBoundedAndRedacted(t *testing.T) {
+	const (
+		password = "hunter2-e8a1"
+		early    = "early-secret-0c3f" // printed first, then cut away
+	)
+	f := newFixture(t)
+	dir := t.TempDir()
+	hook := filepath.Join(dir, "hook")
+	script := "#!/bin/sh\n" +
+		"echo OS_PASSWORD=" + early + "\n" +
+		"i=0; while [ $i -lt 2000 ]; do echo \"checking block $i of the image\"; i=$((i+1)); done\n" +
+		"echo OS_PASSWORD=" + password + "\n" +
+		"echo 'clouds: {c: {auth: {password: " + password + "}}}'\n" +
+		"echo export ZUUL_AUTH_TOKEN=" + password + "\n" +
+		"echo fetched https://ci:" + password + "@mirror.example.org/debian\n" +
+		"echo image is bad >&2\nexit 3\n"
+	os.WriteFile(hook, []byte(script), 0o755)
+	f.cfg.Providers[0].PostUploadHook = hook
+	f.addBuild("debian", "qcow2", "raw")
+	err := f.step(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "image is bad") {
+		t.Fatalf("failing hook: %v", err)
+	}
+	reason := f.uploads(store.UploadFilter{Provider: "a"})[0].LastError
+	for _, want := range []string{"post-upload-hook " + hook + ": exit status 3: output cut to its last ", "checking block 1999 of the image",
+		"OS_PASSWORD=REDACTED", "password: REDACTED", "ZUUL_AUTH_TOKEN=REDACTED", "fetched https://mirror.example.org/debian", "image is bad"} {
+		if !strings.Contains(reason, want) {
+			t.Errorf("the reason does not say %q:\n%s", want, reason)
+		}
+	}
+	for _, secret := range []string{password, early} {
+		if strings.Contains(reason, secret) || strings.Contains(err.Error(), secret) {
+			t.Errorf("%q shows in the reason or the error:\n%s", secret, reason)
+		}
+	}
+	if len(reason) > hookOutputMax+200 {
+		t.Errorf("the reason holds %d bytes, want about %d at most", len(reason), hookOutputMax)
+	}
+	if out := reason[strings.Index(reason, "bytes: ")+len("bytes: "):]; !strings.HasPrefix(out, "checking block ") {
+		t.Errorf("the kept output does not begin with a whole line: %.60q", out)
+	}
+}
+
+// TestHookOutputTail: what tail keeps of output of any length and however it
+// is written: all of a short one, the last whole lines of a long one, and
+// never more than twice its bound in memory.
+func TestHookOutputTail(t *testing.T) {
+	lines := func(from, to int) []string { // 10 bytes each
+		var out []string
+		for i := from; i < to; i++ {
+			out = append(out, fmt.Sprintf("line %04d\n", i))
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		writes []string
+		want   string
+	}{
+		{"nothing", nil, ""},
+		{"blank", []string{"\n \n"}, ""},
+		{"short", []string{"a\n", "b"}, ": a\nb"},
+		{"exactly the bound", []string{strings.Repeat("x", 99) + "\n"}, ": " + strings.Repeat("x", 99)},
+		{"cut to whole lines", lines(0, 50), ": output cut to its last 90 of 500 bytes: " + strings.TrimSpace(strings.Join(lines(41, 50), ""))},
+		{"one long line", []string{strings.Repeat("y", 1000)}, ": its output of 1000 bytes is not shown: the last 100 hold no whole line"},
+		{"a large write", []string{"first\n", strings.Repeat("z", 500) + "\nlast"}, ": output cut to its last 4 of 511 bytes: last"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tl := &tail{max: 100}
+			for _, w := range tt.writes {
+				if n, err := tl.Write([]byte(w)); n != len(w) || err != nil {
+					t.Fatalf("Write = %d, %v", n, err)
+				}
+				if len(tl.buf) > 2*tl.max {
+					t.Fatalf("tail holds %d bytes, more than twice its bound", len(tl.buf))
+				}
+			}
+			if got := tl.shown(); got != tt.want {
+				t.Errorf("shown() =\n  %q, want\n  %q", got, tt.want)
+			}
+		})
+	}
+}

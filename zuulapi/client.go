@@ -7,17 +7,21 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 )
 
 // Defaults used when the Options leave a field zero.
@@ -61,9 +65,13 @@ type Options struct {
 // Client talks to one Zuul API root for one tenant. It is safe for
 // concurrent use.
 type Client struct {
-	root      string // ends with "/"
+	root string // ends with "/"; without the userinfo, so that messages can show it
+	// user is the api-url's userinfo: credentials, sent as HTTP basic auth when
+	// there is no token, and never shown.
+	user      *url.Userinfo
 	tenant    string
 	tokenFile string
+	warnings  []string
 	http      *retryablehttp.Client
 	log       *slog.Logger
 
@@ -76,12 +84,13 @@ type Client struct {
 func New(opts Options) (*Client, error) {
 	u, err := url.Parse(strings.TrimSpace(opts.APIURL))
 	if err != nil {
-		return nil, fmt.Errorf("parse Zuul api-url %q: %w", opts.APIURL, err)
+		return nil, redact.UserinfoError(fmt.Errorf("parse Zuul api-url %q: %w", opts.APIURL, err))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("zuul api-url %q: want an http:// or https:// URL", opts.APIURL)
+		return nil, fmt.Errorf("zuul api-url %q: want an http:// or https:// URL", redact.Userinfo(opts.APIURL))
 	}
-	u.RawQuery, u.Fragment = "", ""
+	user := u.User
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
 	if !strings.HasSuffix(u.Path, "/") {
 		u.Path += "/"
 		if u.RawPath != "" {
@@ -112,6 +121,8 @@ func New(opts Options) (*Client, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	origin := *u
+	hc.CheckRedirect = checkRedirect(&origin, hc.CheckRedirect, logger)
 	rc := &retryablehttp.Client{
 		HTTPClient:   hc,
 		Logger:       retryLogger{logger},
@@ -130,13 +141,97 @@ func New(opts Options) (*Client, error) {
 	case opts.RetryMax < 0:
 		rc.RetryMax = 0
 	}
-	return &Client{
+	c := &Client{
 		root:      u.String(),
+		user:      user,
 		tenant:    opts.Tenant,
 		tokenFile: opts.TokenFile,
 		http:      rc,
 		log:       logger,
-	}, nil
+	}
+	c.warnings = plainHTTPWarnings(u, user, opts.TokenFile)
+	for _, w := range c.warnings {
+		logger.Warn(w, "api_url", c.root)
+	}
+	return c, nil
+}
+
+// plainHTTPWarnings says what credentials an http:// api-url sends in clear.
+// A warning, not an error: a Zuul on loopback, as in tests, is fine over http.
+func plainHTTPWarnings(u *url.URL, user *url.Userinfo, tokenFile string) []string {
+	if u.Scheme != "http" {
+		return nil
+	}
+	var out []string
+	if tokenFile != "" {
+		out = append(out, "the Zuul token of auth-token-file is sent over plain http:// to "+u.String()+
+			", where anyone on the way can read it: use an https:// api-url")
+	}
+	if user != nil {
+		out = append(out, "the credentials in api-url (user:password@) are sent over plain http:// to "+u.String()+
+			", where anyone on the way can read them: use an https:// api-url")
+	}
+	return out
+}
+
+// Warnings lists what in the client's settings puts a credential at risk
+// (a token or password sent over plain http); New logs each as a warning.
+func (c *Client) Warnings() []string { return c.warnings }
+
+// maxRedirects is how many redirects a request follows, as net/http does by default.
+const maxRedirects = 10
+
+// errRedirect is a redirect the client refuses to follow: one is never retried.
+var errRedirect = errors.New("redirect refused")
+
+// checkRedirect is the client's redirect policy. net/http keeps the
+// Authorization header on a redirect to another port or scheme of the same host
+// (and to a subdomain): here a redirect to anything but the api-url's own
+// scheme, host and port, at any hop, goes on without it, so that neither the
+// token nor the api-url's password reach a server they were not given to. The
+// redirect itself is followed, for public builds that need no credentials
+// there; a Zuul that needs them answers 401, and the warning logged says why.
+// A redirect from https to http is refused, credentials or not: what an
+// https:// api-url fetches stays encrypted. next is a CheckRedirect of the
+// caller's HTTP client, asked after this one.
+func checkRedirect(origin *url.URL, next func(*http.Request, []*http.Request) error, log *slog.Logger) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if len(via) >= maxRedirects {
+			return fmt.Errorf("%w: stopped after %d redirects", errRedirect, maxRedirects)
+		}
+		from := via[len(via)-1].URL
+		if from.Scheme == "https" && req.URL.Scheme != "https" {
+			return fmt.Errorf("%w: %s redirected to %s, from https to %s: a Zuul API reached over https is never followed "+
+				"to plain http", errRedirect, redact.URL(from.String()), redact.URL(req.URL.String()), req.URL.Scheme)
+		}
+		left := func(r *http.Request) bool { return !sameOrigin(r.URL, origin) }
+		if req.Header.Get("Authorization") != "" && (left(req) || slices.ContainsFunc(via, left)) {
+			req.Header.Del("Authorization")
+			log.Warn("zuul api: redirected to another scheme, host or port than api-url's; its credentials are not sent there",
+				"api_url", origin.String(), "to", redact.URL(req.URL.String()))
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		return nil
+	}
+}
+
+// sameOrigin tells whether u has the scheme, host and port of origin.
+func sameOrigin(u, origin *url.URL) bool {
+	return strings.EqualFold(u.Scheme, origin.Scheme) && strings.EqualFold(u.Hostname(), origin.Hostname()) &&
+		port(u) == port(origin)
+}
+
+// port is u's port, or its scheme's default.
+func port(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if strings.EqualFold(u.Scheme, "https") {
+		return "443"
+	}
+	return "80"
 }
 
 func orDuration(d, def time.Duration) time.Duration {
@@ -181,6 +276,9 @@ func countingRetryPolicy(ctx context.Context, resp *http.Response, err error) (b
 	if n, ok := ctx.Value(attemptsKey{}).(*int); ok {
 		*n++
 	}
+	if errors.Is(err, errRedirect) {
+		return false, err
+	}
 	return retryablehttp.DefaultRetryPolicy(ctx, resp, err)
 }
 
@@ -221,13 +319,17 @@ func (c *Client) get(ctx context.Context, u, token, tenant string) ([]byte, erro
 	req.Header.Set("User-Agent", "nodepool-builder")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	} else if c.user != nil {
+		// As net/http sends the userinfo of a URL, but under the redirect policy.
+		pass, _ := c.user.Password()
+		req.SetBasicAuth(c.user.Username(), pass)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, fmt.Errorf("GET %s: %w", u, ctxErr)
 		}
-		return nil, fmt.Errorf("GET %s (%s): %w", u, plural(attempts, "attempt"), err)
+		return nil, redact.UserinfoError(fmt.Errorf("GET %s (%s): %w", u, plural(attempts, "attempt"), err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))

@@ -19,6 +19,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/escape"
+	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -84,17 +85,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // a --once run are listed in it. Errors carry what Zuul, clouds and the state
 // said: as text, their control characters are printed escaped, but for the
 // newlines that part an error's problems (a config's, say); a --once summary
-// has one line for each failed step, whatever its error holds.
+// has one line for each failed step, whatever its error holds. Like every log
+// line, it shows no userinfo of a URL.
 func reportExit(w io.Writer, format string, code int, err error) {
 	if format != "json" {
-		lines := strings.Split(err.Error(), "\n")
+		lines := strings.Split(redact.Userinfo(err.Error()), "\n")
 		for i, l := range lines {
 			lines[i] = escape.Controls(l)
 		}
 		fmt.Fprintln(w, "nodepool-builder:", strings.Join(lines, "\n"))
 		return
 	}
-	log := slog.New(slog.NewJSONHandler(w, nil))
+	log := slog.New(redact.Handler(slog.NewJSONHandler(w, nil)))
 	var failed *stepsFailed
 	if errors.As(err, &failed) {
 		msgs := make([]string, 0, len(failed.errs))
@@ -105,6 +107,19 @@ func reportExit(w io.Writer, format string, code int, err error) {
 		return
 	}
 	log.Error("nodepool-builder failed", "error", err.Error(), "exit_code", code)
+}
+
+// reportWarnings writes what config-validate warns of, before its verdict: a
+// line of text each, or with --log-format json a JSON log record each.
+func reportWarnings(w io.Writer, format string, warnings []string) {
+	log := slog.New(redact.Handler(slog.NewJSONHandler(w, nil)))
+	for _, warning := range warnings {
+		if format == "json" {
+			log.Warn(warning)
+		} else {
+			fmt.Fprintln(w, "nodepool-builder: warning:", escape.Controls(redact.Userinfo(warning)))
+		}
+	}
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
@@ -218,9 +233,9 @@ func newLoggerTo(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch f := c.String("log-format"); f {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(redact.Handler(slog.NewTextHandler(w, opts))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(redact.Handler(slog.NewJSONHandler(w, opts))), nil
 	default:
 		return nil, withCode(exitUsage, fmt.Errorf("--log-format %q: use text or json", f))
 	}
@@ -243,7 +258,9 @@ func configValidate(c *cli.Context) error {
 		return err
 	}
 	// What the builder checks before its first step.
-	if err := builder.Check(c.Context, cfg); err != nil {
+	warnings, err := builder.Check(c.Context, cfg)
+	reportWarnings(c.App.ErrWriter, c.String("log-format"), warnings)
+	if err != nil {
 		return withCode(exitUsage, err)
 	}
 	fmt.Fprintf(c.App.Writer, "%s is valid: %d diskimages, %d zuul-images, %d providers to upload to\n",

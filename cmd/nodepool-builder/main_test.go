@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
@@ -101,6 +107,38 @@ diskimages:
 				}
 			})
 		}
+	}
+}
+
+// TestLogsAndExitShowNoUserinfo: whatever part logs a URL with a password in
+// it, at any level, and whatever error ends the program or a --once run, the
+// lines written show the URL without its userinfo, in text and JSON alike.
+func TestLogsAndExitShowNoUserinfo(t *testing.T) {
+	const password = "pw-3e9f"
+	raw := "https://ci:" + password + "@zuul.example.org/api/tenant/t/builds?job_name=j"
+	u, _ := url.Parse(raw)
+	poll := fmt.Errorf("list Zuul builds: GET %s: EOF", raw)
+	for _, format := range []string{"text", "json"} {
+		t.Run(format, func(t *testing.T) {
+			set := flag.NewFlagSet("test", flag.ContinueOnError)
+			set.String("log-format", format, "")
+			set.Bool("debug", true, "")
+			var out bytes.Buffer
+			log, err := newLoggerTo(cli.NewContext(newApp(nil, nil), set, nil), &out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log.Debug("polling "+raw, "url", u, "error", poll)
+			log.With("api_url", raw).Warn("poll failed", "errors", []string{raw})
+			reportExit(&out, format, exitFailed, &stepsFailed{errs: []error{poll, errors.New("other")}, err: errors.Join(poll, errors.New("other"))})
+			reportExit(&out, format, exitUsage, poll)
+			if strings.Contains(out.String(), password) {
+				t.Errorf("the password shows:\n%s", out.String())
+			}
+			if n := strings.Count(out.String(), "https://zuul.example.org/api/tenant/t/builds?job_name=j"); n < 7 {
+				t.Errorf("the URL shows %d times without its userinfo, want 7 or more:\n%s", n, out.String())
+			}
+		})
 	}
 }
 

@@ -306,3 +306,61 @@ func TestImagesDirOfAnotherUser(t *testing.T) {
 		t.Errorf("the images-dir was made: %v", err)
 	}
 }
+
+// TestConfigValidateWarnsOfCredentialsOverHTTP: a Zuul token, an api-url's
+// password or a cloud's login that would go over plain http is warned about by
+// config-validate, which still passes the config, in the log format asked for,
+// and without the password; --once, stopped by a problem, warns the same.
+func TestConfigValidateWarnsOfCredentialsOverHTTP(t *testing.T) {
+	const password = "pw-0a7d"
+	dir := t.TempDir()
+	t.Setenv("OS_CLIENT_CONFIG_FILE", writeFileT(t, filepath.Join(dir, "clouds.yaml"), `clouds:
+  cloud-a:
+    auth: {auth_url: 'http://ks:`+password+`@keystone.example.org:5000/v3', username: u, password: `+password+`,
+           user_domain_name: Default, project_name: ci, project_domain_name: Default}
+`))
+	token := writeFileT(t, filepath.Join(dir, "zuul.token"), "tok\n")
+	config := "images-dir: " + filepath.Join(dir, "images") + `
+zuul-images:
+  - name: zuul
+    api-url: http://ci:` + password + `@zuul.example.org/
+    tenant: t
+    project: p
+    job: j
+    auth-token-file: ` + token + `
+providers:
+  - name: p1
+    cloud: cloud-a
+    diskimages:
+      - name: zuul
+`
+	cfg := writeFileT(t, filepath.Join(dir, "nodepool.yaml"), config)
+	want := []string{
+		"nodepool-builder: warning: provider p1 (cloud cloud-a): a login to this cloud sends auth.password and the user:password@ of auth_url over plain http:// to Keystone at http://keystone.example.org:5000/v3",
+		"nodepool-builder: warning: zuul-image zuul: the Zuul token of auth-token-file is sent over plain http:// to http://zuul.example.org/",
+		"nodepool-builder: warning: zuul-image zuul: the credentials in api-url (user:password@) are sent over plain http:// to http://zuul.example.org/",
+	}
+	text := runCmd("-c", cfg, "config-validate")
+	if text.code != exitOK || !strings.Contains(text.stdout, "is valid") {
+		t.Fatalf("config-validate exited %d, want 0 and the config valid:\n%s%s", text.code, text.stdout, text.stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(text.stderr, w) {
+			t.Errorf("config-validate does not warn %q:\n%s", w, text.stderr)
+		}
+	}
+	js := runCmd("-c", cfg, "--log-format", "json", "config-validate")
+	if js.code != exitOK || strings.Count(js.stderr, `"level":"WARN"`) != len(want) || !strings.Contains(js.stderr, `"msg":"zuul-image zuul: the Zuul token`) {
+		t.Errorf("config-validate --log-format json exited %d, want 0 and %d JSON warnings:\n%s", js.code, len(want), js.stderr)
+	}
+	// A problem stops --once before it opens anything: it warns as config-validate does.
+	cfg = writeFileT(t, filepath.Join(dir, "broken.yaml"), strings.Replace(config, "    auth-token-file:", "    ca-cert: "+token+"\n    auth-token-file:", 1))
+	validate, once := runCmd("-c", cfg, "config-validate"), runCmd("-c", cfg, "--once")
+	if validate.code != exitUsage || once.stderr != validate.stderr || !strings.Contains(once.stderr, want[0]) {
+		t.Errorf("with a problem, config-validate (exit %d) and --once (exit %d) say different things, or no warning:\n%s\n%s",
+			validate.code, once.code, validate.stderr, once.stderr)
+	}
+	if all := text.stderr + js.stderr + once.stderr; strings.Contains(all, password) {
+		t.Errorf("the password shows:\n%s", all)
+	}
+}

@@ -44,8 +44,11 @@ func runBuilder(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	// What config-validate checks, before anything is created or locked.
-	if err := builder.Check(c.Context, cfg); err != nil {
+	// What config-validate checks, before anything is created or locked; and
+	// when it fails, said as config-validate says it. A builder that runs logs
+	// the warnings when it opens the Zuul clients and the clouds.
+	if warnings, err := builder.Check(c.Context, cfg); err != nil {
+		reportWarnings(c.App.ErrWriter, c.String("log-format"), warnings)
 		return withCode(exitUsage, err)
 	}
 	lock, err := store.LockDir(cfg.ImagesDir)

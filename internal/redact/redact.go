@@ -4,6 +4,7 @@ package redact
 
 import (
 	"net/url"
+	"regexp"
 	"strings"
 )
 
@@ -48,8 +49,10 @@ func fallback(raw string) string {
 }
 
 // Text applies URL to every http:// and https:// URL inside s, such as the one net/http
-// quotes in its errors (`Get "https://h/p?sig=abc": dial tcp ...`).
+// quotes in its errors (`Get "https://h/p?sig=abc": dial tcp ...`), and removes the
+// userinfo of URLs of other schemes (see Userinfo).
 func Text(s string) string {
+	s = Userinfo(s)
 	var b strings.Builder
 	rest := s
 	for {
@@ -72,6 +75,40 @@ func Text(s string) string {
 		b.WriteString(URL(token))
 		rest = rest[len(token):]
 	}
+}
+
+// Userinfo removes the userinfo (a user name, and the password that may follow it)
+// of every URL inside s, whatever its scheme, and leaves the rest of s as it is: the
+// query strings too, which say what was asked of an API and are secret only in
+// signed links (Text removes those). What a log line, an error shown to the operator
+// and a failure reason in the state hold goes through it.
+func Userinfo(s string) string {
+	if !strings.Contains(s, "@") {
+		return s // no userinfo anywhere: the common case costs no scan
+	}
+	var b strings.Builder
+	rest := s
+	for {
+		i := strings.Index(rest, "://")
+		if i < 0 {
+			break
+		}
+		b.WriteString(rest[:i+3])
+		rest = rest[i+3:]
+		// The authority ends where the path, query or fragment begins, or the URL does.
+		end := strings.IndexFunc(rest, func(r rune) bool { return r == '/' || r == '?' || r == '#' || endsURL(r) })
+		if end < 0 {
+			end = len(rest)
+		}
+		if at := strings.LastIndexByte(rest[:end], '@'); at >= 0 {
+			rest = rest[at+1:]
+		}
+	}
+	if b.Len() == 0 {
+		return s
+	}
+	b.WriteString(rest)
+	return b.String()
 }
 
 // indexURL returns the index of the first "http://" or "https://" in s, in any case.
@@ -115,19 +152,51 @@ func endsURL(r rune) bool {
 	return r < ' ' || r == 0x7f
 }
 
+// assignment is a KEY=VALUE (or "key": value) whose key names a secret, up to the end
+// of its line: the whole rest of the line, since a value may hold spaces, and a
+// value cut short would leak its tail.
+var assignment = regexp.MustCompile(`(?i)([a-z0-9_.-]*(?:password|passwd|token|secret|key|credential)[a-z0-9_.-]*["']?[ \t]*[=:][ \t]*)[^\s].*`)
+
+// Assignments replaces the value of every KEY=VALUE (or KEY: VALUE) in s whose key
+// names a secret, as environment variables and config files spell them
+// (OS_PASSWORD=..., api_key: ...): a key that holds PASSWORD, PASSWD, TOKEN, SECRET,
+// KEY or CREDENTIAL in any case. The value is taken to the end of its line. It is
+// meant for the output of programs that may print their environment or config, such
+// as a post-upload-hook, where it errs on the side of removing too much.
+func Assignments(s string) string {
+	return assignment.ReplaceAllString(s, "${1}"+placeholder)
+}
+
 // Error wraps err so that its message carries redacted URLs only (see Text), while
 // errors.Is and errors.As still see err. It returns nil for nil.
-func Error(err error) error {
+func Error(err error) error { return wrap(err, true) }
+
+// UserinfoError wraps err so that its message carries no userinfo of a URL (see
+// Userinfo), while errors.Is and errors.As still see err. It returns nil for nil.
+func UserinfoError(err error) error { return wrap(err, false) }
+
+func wrap(err error, queries bool) error {
 	if err == nil {
 		return nil
 	}
-	if e, ok := err.(*redacted); ok {
+	// Text removes userinfo too: an error Error redacted needs nothing more.
+	if e, ok := err.(*redacted); ok && (e.queries || !queries) {
 		return e
 	}
-	return &redacted{err: err}
+	return &redacted{err: err, queries: queries}
 }
 
-type redacted struct{ err error }
+// redacted is an error whose message goes through Text (queries) or Userinfo.
+type redacted struct {
+	err     error
+	queries bool
+}
 
-func (e *redacted) Error() string { return Text(e.err.Error()) }
+func (e *redacted) Error() string {
+	if e.queries {
+		return Text(e.err.Error())
+	}
+	return Userinfo(e.err.Error())
+}
+
 func (e *redacted) Unwrap() error { return e.err }

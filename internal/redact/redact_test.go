@@ -41,7 +41,7 @@ func TestText(t *testing.T) {
 		{"two: http://a/x?s=1 and HTTPS://u:p@b/y?t=2.", "two: http://a/x?REDACTED and https://b/y?REDACTED."},
 		{"url=https://h/p?s=1\nnext line", "url=https://h/p?REDACTED\nnext line"},
 		{"(see <https://h/p?s=1>)", "(see <https://h/p?REDACTED>)"},
-		{"ftp://u:p@h/x?s=1 is not ours", "ftp://u:p@h/x?s=1 is not ours"},
+		{"ftp://u:p@h/x?s=1 is not ours", "ftp://h/x?s=1 is not ours"},
 		{"ünïcödé before https://h/?s=1 after", "ünïcödé before https://h/?REDACTED after"},
 		{"ends with https://", "ends with https://"},
 	}
@@ -70,5 +70,70 @@ func TestError(t *testing.T) {
 	}
 	if Error(err) != err {
 		t.Errorf("redacting twice wraps twice")
+	}
+}
+
+func TestUserinfo(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"no url here", "no url here"},
+		{"mail me at someone@example.org", "mail me at someone@example.org"},
+		{"Zuul at https://user:s3cret@zuul.example.org/ has no tenant", "Zuul at https://zuul.example.org/ has no tenant"},
+		// Queries stay: they say what was asked.
+		{`GET "http://u:p@h:9000/api/tenant/t/builds?project=p&job_name=j": EOF`,
+			`GET "http://h:9000/api/tenant/t/builds?project=p&job_name=j": EOF`},
+		{"Keystone at http://ks:pw@127.0.0.1:5000/v3 (auth_url) refused", "Keystone at http://127.0.0.1:5000/v3 (auth_url) refused"},
+		{"HTTPS://A:B@H and ftp://u:p@f/x and redis://:pw@r:6379", "HTTPS://H and ftp://f/x and redis://r:6379"},
+		{"user only: https://token@h/x", "user only: https://h/x"},
+		// An '@' in the path or query is no userinfo.
+		{"https://h/~user@x?a=b@c", "https://h/~user@x?a=b@c"},
+		// A password holding an unescaped '@': everything up to the last '@' of the authority goes.
+		{"https://u:p@ss@h/x", "https://h/x"},
+		{"(https://u:p@h)", "(https://h)"},
+		{"ends with https://u:p@", "ends with https://"},
+	}
+	for _, tt := range tests {
+		if got := Userinfo(tt.in); got != tt.want {
+			t.Errorf("Userinfo(%q) =\n  %q, want\n  %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestUserinfoError(t *testing.T) {
+	if UserinfoError(nil) != nil {
+		t.Fatal("UserinfoError(nil) is not nil")
+	}
+	err := UserinfoError(fmt.Errorf("GET https://u:topsecret@h/p?q=1: %w", fs.ErrNotExist))
+	if got := err.Error(); got != "GET https://h/p?q=1: file does not exist" || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("UserinfoError = %q (errors.Is %v)", got, errors.Is(err, fs.ErrNotExist))
+	}
+	if UserinfoError(err) != err {
+		t.Errorf("redacting twice wraps twice")
+	}
+	// Error removes queries too: it wraps what only lost its userinfo, and is enough as it is.
+	all := Error(err)
+	if all == err || all.Error() != "GET https://h/p?REDACTED: file does not exist" {
+		t.Errorf("Error(UserinfoError) = %q", all)
+	}
+	if UserinfoError(all) != all {
+		t.Errorf("UserinfoError wraps an error Error redacted")
+	}
+}
+
+func TestAssignments(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"nothing secret=", "nothing secret="},
+		{"OS_PASSWORD=hunter2", "OS_PASSWORD=REDACTED"},
+		{"HOME=/root\nOS_PASSWORD=pass word\nPATH=/bin", "HOME=/root\nOS_PASSWORD=REDACTED\nPATH=/bin"},
+		{"export ZUUL_AUTH_TOKEN='abc def'", "export ZUUL_AUTH_TOKEN=REDACTED"},
+		{"  password: hunter2\n  username: ci", "  password: REDACTED\n  username: ci"},
+		{`{"application_credential_secret": "x", "id": 1}`, `{"application_credential_secret": REDACTED`},
+		{"AWS_SECRET_ACCESS_KEY = abc", "AWS_SECRET_ACCESS_KEY = REDACTED"},
+		{"api_key=abc&user=u", "api_key=REDACTED"},
+		{"OS_USERNAME=ci\nOS_AUTH_URL=https://ks/v3", "OS_USERNAME=ci\nOS_AUTH_URL=https://ks/v3"},
+	}
+	for _, tt := range tests {
+		if got := Assignments(tt.in); got != tt.want {
+			t.Errorf("Assignments(%q) =\n  %q, want\n  %q", tt.in, got, tt.want)
+		}
 	}
 }

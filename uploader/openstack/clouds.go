@@ -13,6 +13,8 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2"
 	"gopkg.in/yaml.v3"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 )
 
 // cloudEntry is one cloud of a clouds.yaml, as far as uploading images needs it.
@@ -392,6 +394,30 @@ func (e cloudEntry) authOptions() (gophercloud.AuthOptions, error) {
 		opts.Scope = &gophercloud.AuthScope{DomainName: a.DomainName}
 	}
 	return opts, nil
+}
+
+// plainHTTPWarnings says which credentials of the cloud a login sends to an
+// http:// auth_url, where anyone on the way can read them. A warning, not an
+// error: a Keystone on loopback, as in tests, is fine over http.
+func (e cloudEntry) plainHTTPWarnings() []string {
+	u, err := url.Parse(e.Auth.AuthURL)
+	if err != nil || u.Scheme != "http" || e.authType() == authNone {
+		return nil
+	}
+	var sent []string
+	switch e.authType() {
+	case authAppCred:
+		sent = append(sent, "auth.application_credential_secret")
+	case "token", "v3token":
+		sent = append(sent, "auth.token")
+	default:
+		sent = append(sent, "auth.password")
+	}
+	if u.User != nil {
+		sent = append(sent, "the user:password@ of auth_url")
+	}
+	return []string{fmt.Sprintf("a login to this cloud sends %s over plain http:// to Keystone at %s, where anyone on "+
+		"the way can read it: use an https:// auth_url", strings.Join(sent, " and "), redact.Userinfo(e.Auth.AuthURL))}
 }
 
 // availability maps clouds.yaml interface (or the older endpoint_type) to the catalog

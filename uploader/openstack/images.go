@@ -20,6 +20,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
 	"github.com/gophercloud/gophercloud/v2/pagination"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 )
 
@@ -208,14 +209,20 @@ func alreadyDeleted(err error) bool {
 
 // classify shortens an error from Glance (glanceError) and marks one that says the
 // cloud could not serve now, a refused connection, a timeout or an HTTP 5xx, as
-// uploader.ErrUnavailable: the same request may well succeed later.
+// uploader.ErrUnavailable: the same request may well succeed later. No userinfo
+// of a URL shows in it.
 func (c *Cloud) classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	return redact.UserinfoError(c.classified(err))
+}
+
+func (c *Cloud) classified(err error) error {
 	var code gophercloud.ErrUnexpectedResponseCode
 	var netErr net.Error
 	var reauth *gophercloud.ErrUnableToReauthenticate
 	switch {
-	case err == nil:
-		return nil
 	case errors.As(err, &reauth):
 		// Glance refused an expired token, and Keystone the login that would
 		// have renewed it: the login is what failed.
@@ -234,7 +241,7 @@ func (c *Cloud) classify(err error) error {
 // getError adds uploader.ErrNotFound to a 404 from Glance, and classifies the rest.
 func (c *Cloud) getError(err error) error {
 	if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
-		return fmt.Errorf("%w: %w", uploader.ErrNotFound, glanceError(err))
+		return redact.UserinfoError(fmt.Errorf("%w: %w", uploader.ErrNotFound, glanceError(err)))
 	}
 	return c.classify(err)
 }

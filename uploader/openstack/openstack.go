@@ -16,6 +16,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 )
 
@@ -46,6 +47,10 @@ type Cloud struct {
 
 	// auth is nil for auth_type none, where Glance is reached without a token.
 	auth *gophercloud.AuthOptions
+	// authURL is auth_url as messages show it: without userinfo.
+	authURL string
+	// warnings say what in the cloud's settings puts its credentials at risk.
+	warnings []string
 	// authType is the keystoneauth plugin of auth, to say what to check when
 	// Keystone refuses it.
 	authType     string
@@ -79,7 +84,7 @@ func Open(ctx context.Context, opts Options) (*Cloud, error) {
 	}
 	c, err := newCloud(opts, entry)
 	if err != nil {
-		return nil, fmt.Errorf("open cloud %q from %s: %w", opts.Cloud, file, err)
+		return nil, redact.UserinfoError(fmt.Errorf("open cloud %q from %s: %w", opts.Cloud, file, err))
 	}
 	return c, nil
 }
@@ -104,8 +109,12 @@ func newCloud(opts Options, entry cloudEntry) (*Cloud, error) {
 	}
 	c.log = c.log.With("cloud", c.name)
 	if entry.Verify != nil && !*entry.Verify {
-		c.log.Warn("clouds.yaml sets verify: false: TLS certificates of this cloud are not checked, so anyone on the way " +
-			"can read its credentials and change the images; give it a cacert instead")
+		c.warnings = append(c.warnings, "clouds.yaml sets verify: false: TLS certificates of this cloud are not checked, so anyone "+
+			"on the way can read its credentials and change the images; give it a cacert instead")
+	}
+	c.warnings = append(c.warnings, entry.plainHTTPWarnings()...)
+	for _, w := range c.warnings {
+		c.log.Warn(w)
 	}
 
 	if entry.ImageEndpointOverride != "" {
@@ -126,7 +135,7 @@ func newCloud(opts Options, entry cloudEntry) (*Cloud, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.auth, c.authType = &ao, t
+		c.auth, c.authType, c.authURL = &ao, t, redact.Userinfo(ao.IdentityEndpoint)
 	default:
 		return nil, fmt.Errorf("auth_type %q is not supported (use one of %s)", entry.AuthType, strings.Join(supportedAuthTypes, ", "))
 	}
@@ -154,6 +163,10 @@ func (c *Cloud) ImageFormat() string { return c.imageFormat }
 // Name is the clouds.yaml entry this Cloud was opened from.
 func (c *Cloud) Name() string { return c.name }
 
+// Warnings lists what in the cloud's clouds.yaml entry puts its credentials at
+// risk (verify: false, a password sent to an http:// auth_url); Open logs each.
+func (c *Cloud) Warnings() []string { return c.warnings }
+
 // imageService returns the Glance client, logging in first if this is the first use or
 // the last attempt failed.
 func (c *Cloud) imageService(ctx context.Context) (*gophercloud.ServiceClient, error) {
@@ -166,13 +179,13 @@ func (c *Cloud) imageService(ctx context.Context) (*gophercloud.ServiceClient, e
 		provider := &gophercloud.ProviderClient{HTTPClient: c.httpClient}
 		provider.UserAgent.Prepend(userAgent)
 		c.service = c.serviceAt(provider, c.override)
-		c.log.Debug("using Glance without authentication", "endpoint", c.override)
+		c.log.Debug("using Glance without authentication", "endpoint", redact.Userinfo(c.override))
 		return c.service, nil
 	}
 
 	provider, err := openstack.NewClient(c.auth.IdentityEndpoint)
 	if err != nil {
-		return nil, fmt.Errorf("cloud %s: auth_url %q: %w", c.name, c.auth.IdentityEndpoint, err)
+		return nil, redact.UserinfoError(fmt.Errorf("cloud %s: auth_url %q: %w", c.name, c.authURL, err))
 	}
 	provider.HTTPClient = c.httpClient
 	provider.UserAgent.Prepend(userAgent)
@@ -192,7 +205,7 @@ func (c *Cloud) imageService(ctx context.Context) (*gophercloud.ServiceClient, e
 		}
 		c.service = sc
 	}
-	c.log.Debug("authenticated", "auth_url", c.auth.IdentityEndpoint, "image_endpoint", c.service.Endpoint)
+	c.log.Debug("authenticated", "auth_url", c.authURL, "image_endpoint", redact.Userinfo(c.service.Endpoint))
 	return c.service, nil
 }
 
@@ -211,15 +224,20 @@ const userAgent = "nodepool-builder"
 
 // identityError is a failed login: Keystone, at the cloud's auth_url, answered
 // it, not Glance. A refusal says what in clouds.yaml to check; Keystone being
-// down or unreachable is marked uploader.ErrUnavailable, as Glance's is.
+// down or unreachable is marked uploader.ErrUnavailable, as Glance's is. No
+// userinfo of a URL shows in it.
 func (c *Cloud) identityError(err error) error {
+	return redact.UserinfoError(c.loginError(err))
+}
+
+func (c *Cloud) loginError(err error) error {
 	var code gophercloud.ErrUnexpectedResponseCode
 	var netErr net.Error
 	switch {
 	case errors.Is(err, context.Canceled):
 		return err
 	case errors.As(err, &code):
-		e := &identityStatusError{authURL: c.auth.IdentityEndpoint, status: code.Actual,
+		e := &identityStatusError{authURL: c.authURL, status: code.Actual,
 			detail: bodyDetail(code.Body, code.Actual), err: err}
 		if code.Actual == http.StatusUnauthorized {
 			e.check = c.credentialsHint()
@@ -229,9 +247,9 @@ func (c *Cloud) identityError(err error) error {
 		}
 		return e
 	case errors.As(err, &netErr):
-		return fmt.Errorf("%w: reach Keystone at %s: %w", uploader.ErrUnavailable, c.auth.IdentityEndpoint, err)
+		return fmt.Errorf("%w: reach Keystone at %s: %w", uploader.ErrUnavailable, c.authURL, err)
 	}
-	return fmt.Errorf("log in at Keystone %s: %w", c.auth.IdentityEndpoint, err)
+	return fmt.Errorf("log in at Keystone %s: %w", c.authURL, err)
 }
 
 // credentialsHint says what to check in clouds.yaml when Keystone refuses the
