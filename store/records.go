@@ -188,9 +188,16 @@ type Cursor struct {
 	Image    string
 	ZuulID   int64  // the newest Zuul build settled (ingested or refused)
 	ZuulUUID string // its uuid
-	Outcome  string // "ready" or "failed"
-	Reason   string
-	Time     time.Time
+	// ZuulEndTime is when that build ended, as Zuul said, but never later than
+	// Time; zero in a cursor recorded before end times were kept.
+	ZuulEndTime time.Time
+	Outcome     string // "ready" or "failed"; empty when reset
+	Reason      string
+	Time        time.Time
+	// BehindID is the id of Zuul's newest build when, at the last poll, it was
+	// below ZuulID and not newer by its end time: Zuul's ids restarted (its
+	// database was rebuilt) or the cursor came from a hostile answer. 0 otherwise.
+	BehindID int64
 }
 
 // BuildFilter selects builds; zero fields match everything.

@@ -206,6 +206,12 @@ ALTER TABLE uploads ADD COLUMN shell_type TEXT NOT NULL DEFAULT '';
 	`
 ALTER TABLE builds ADD COLUMN request TEXT NOT NULL DEFAULT '';
 `,
+	// 7: a poll cursor's end time of its Zuul build, and Zuul's newest id when
+	// it is behind the cursor.
+	`
+ALTER TABLE poll_cursors ADD COLUMN zuul_end_time INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE poll_cursors ADD COLUMN behind_id INTEGER NOT NULL DEFAULT 0;
+`,
 }
 
 func (s *SQLite) migrate(ctx context.Context) error {
@@ -460,11 +466,12 @@ func deleteUpload(ctx context.Context, tx *sql.Tx, u *Upload) error {
 }
 
 func putCursor(ctx context.Context, tx *sql.Tx, c *Cursor) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO poll_cursors (image, zuul_id, zuul_uuid, outcome, reason, time)
-		VALUES (?, ?, ?, ?, ?, ?)
+	_, err := tx.ExecContext(ctx, `INSERT INTO poll_cursors (image, zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (image) DO UPDATE SET zuul_id = excluded.zuul_id, zuul_uuid = excluded.zuul_uuid,
-			outcome = excluded.outcome, reason = excluded.reason, time = excluded.time`,
-		c.Image, c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, unixNano(c.Time))
+			outcome = excluded.outcome, reason = excluded.reason, time = excluded.time,
+			zuul_end_time = excluded.zuul_end_time, behind_id = excluded.behind_id`,
+		c.Image, c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, unixNano(c.Time), unixNano(c.ZuulEndTime), c.BehindID)
 	if err != nil {
 		return fmt.Errorf("record poll cursor of %s: %w", c.Image, err)
 	}
@@ -657,22 +664,24 @@ func (s *SQLite) Uploads(ctx context.Context, f UploadFilter) ([]Upload, error) 
 // Cursor returns an image's poll cursor; a zero Cursor when it has none.
 func (s *SQLite) Cursor(ctx context.Context, image string) (Cursor, error) {
 	c := Cursor{Image: image}
-	var t int64
-	err := s.db.QueryRowContext(ctx, `SELECT zuul_id, zuul_uuid, outcome, reason, time FROM poll_cursors WHERE image = ?`, image).
-		Scan(&c.ZuulID, &c.ZuulUUID, &c.Outcome, &c.Reason, &t)
+	var t, end int64
+	err := s.db.QueryRowContext(ctx, `SELECT zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id
+		FROM poll_cursors WHERE image = ?`, image).
+		Scan(&c.ZuulID, &c.ZuulUUID, &c.Outcome, &c.Reason, &t, &end, &c.BehindID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, nil
 	}
 	if err != nil {
 		return c, fmt.Errorf("read poll cursor of %s: %w", image, err)
 	}
-	c.Time = fromUnixNano(t)
+	c.Time, c.ZuulEndTime = fromUnixNano(t), fromUnixNano(end)
 	return c, nil
 }
 
 // Cursors returns every image's poll cursor, by image.
 func (s *SQLite) Cursors(ctx context.Context) ([]Cursor, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT image, zuul_id, zuul_uuid, outcome, reason, time FROM poll_cursors ORDER BY image`)
+	rows, err := s.db.QueryContext(ctx, `SELECT image, zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id
+		FROM poll_cursors ORDER BY image`)
 	if err != nil {
 		return nil, fmt.Errorf("list poll cursors: %w", err)
 	}
@@ -680,11 +689,11 @@ func (s *SQLite) Cursors(ctx context.Context) ([]Cursor, error) {
 	var out []Cursor
 	for rows.Next() {
 		var c Cursor
-		var t int64
-		if err := rows.Scan(&c.Image, &c.ZuulID, &c.ZuulUUID, &c.Outcome, &c.Reason, &t); err != nil {
+		var t, end int64
+		if err := rows.Scan(&c.Image, &c.ZuulID, &c.ZuulUUID, &c.Outcome, &c.Reason, &t, &end, &c.BehindID); err != nil {
 			return nil, fmt.Errorf("list poll cursors: %w", err)
 		}
-		c.Time = fromUnixNano(t)
+		c.Time, c.ZuulEndTime = fromUnixNano(t), fromUnixNano(end)
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
