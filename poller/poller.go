@@ -217,13 +217,13 @@ func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, erro
 	if err != nil {
 		return out, err
 	}
-	if zb.ID <= cur.ZuulID {
+	if judge(cur, zb) != newer {
 		ready, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: zi.Name, State: store.Ready})
 		if err != nil {
 			return out, err
 		}
-		if !p.lacks(ready, zb, needed) {
-			return p.complete(ctx, out, zi, zb, needed, ready) // nothing to fetch: it says why
+		if !due(cur, zb, ready) && !marks(cur, zb) && !p.lacks(ready, zb, needed) {
+			return p.settled(ctx, out, zi, zb, cur, needed, ready) // nothing to fetch: it says why
 		}
 	}
 	// The image's build lock: one builder fetches a Zuul build, the others
@@ -243,13 +243,26 @@ func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, erro
 	if cur, err = p.opts.Store.Cursor(ctx, image); err != nil {
 		return out, err
 	}
-	if zb.ID <= cur.ZuulID {
-		out, err = p.complete(ctx, out, zi, zb, needed, nil)
-	} else {
+	ready, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: zi.Name, State: store.Ready})
+	if err != nil {
+		return out, err
+	}
+	if v := judge(cur, zb); v == newer || due(cur, zb, ready) {
+		if v != newer {
+			p.log.Info("the zuul-image has no ready build: fetching Zuul's newest build again", "image", image,
+				"zuul_build", zb.UUID, "zuul_id", zb.ID)
+		}
 		var b store.Build
 		if b, err = p.ingest(ctx, zi, zb, needed, request); err == nil {
 			out.Ingested = &b
 		}
+	} else {
+		if marks(cur, zb) {
+			if err = p.markBehind(ctx, cur, zb); err != nil {
+				return out, err
+			}
+		}
+		out, err = p.settled(ctx, out, zi, zb, cur, needed, ready)
 	}
 	if errors.Is(err, artifacts.ErrNoSpace) {
 		wait := p.opts.Backoff.fail(image, p.opts.Now())
@@ -258,6 +271,95 @@ func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, erro
 		p.opts.Backoff.clear(image)
 	}
 	return out, err
+}
+
+// verdict is what a poll makes of Zuul's newest build against the cursor.
+type verdict int
+
+const (
+	// settled: the cursor's build, or one that is not newer than it.
+	settled verdict = iota
+	// newer: a build to fetch.
+	newer
+	// behind: not newer, and its id not above the cursor's either, though it
+	// is another build: Zuul's ids restarted (its database was rebuilt or
+	// restored) or the cursor came from a hostile answer.
+	behind
+)
+
+// judge tells whether zb, Zuul's newest build, is new to the cursor. It is
+// when there is no cursor, when its id is above the cursor's, or when it is
+// another build than the cursor's that ended later: Zuul's ids alone are not
+// trusted, as a database rebuilt starts them again and one hostile answer may
+// push the cursor to any id. A cursor recorded without an end time is
+// compared by when it was recorded.
+func judge(cur store.Cursor, zb zuulapi.Build) verdict {
+	switch {
+	case cur.ZuulID == 0 && cur.ZuulUUID == "":
+		return newer
+	case zb.UUID == cur.ZuulUUID:
+		return settled
+	case zb.ID > cur.ZuulID:
+		return newer
+	}
+	since := cur.ZuulEndTime
+	if since.IsZero() {
+		since = cur.Time
+	}
+	if !zb.EndTime.IsZero() && zb.EndTime.After(since) {
+		return newer
+	}
+	return behind
+}
+
+// due tells whether Zuul's newest build zb is to be fetched again though the
+// cursor has settled it: the zuul-image has no ready build left (all were
+// deleted), as a diskimage with none is built. A build refused for good is not
+// fetched again.
+func due(cur store.Cursor, zb zuulapi.Build, ready []store.Build) bool {
+	refused := cur.ZuulUUID == zb.UUID && cur.Outcome == string(store.Failed)
+	return len(ready) == 0 && !refused
+}
+
+// marks tells whether the cursor's mark of Zuul being behind it is not what
+// Zuul's newest build zb says: it is to be set, moved or cleared.
+func marks(cur store.Cursor, zb zuulapi.Build) bool {
+	if judge(cur, zb) == behind {
+		return cur.BehindID != zb.ID
+	}
+	return cur.BehindID != 0
+}
+
+// markBehind records on the cursor, under the image's build lock, whether
+// Zuul's newest build zb is behind it, and logs the change once.
+func (p *Poller) markBehind(ctx context.Context, cur store.Cursor, zb zuulapi.Build) error {
+	next := cur
+	next.BehindID = 0
+	if judge(cur, zb) == behind {
+		next.BehindID = zb.ID
+		p.log.Warn("Zuul's newest build is behind the poll cursor: its id is below the cursor's and it ended no later, "+
+			"so it is not fetched; builds that end later are. If Zuul's database was rebuilt or restored, or the cursor "+
+			"is wrong, run zuul-cursor-reset for the image", "image", cur.Image, "zuul_build", zb.UUID, "zuul_id", zb.ID,
+			"cursor_build", cur.ZuulUUID, "cursor_id", cur.ZuulID)
+	} else {
+		p.log.Info("Zuul's newest build is no longer behind the poll cursor", "image", cur.Image, "zuul_build", zb.UUID, "zuul_id", zb.ID)
+	}
+	if err := p.opts.Store.Write(ctx, store.PutCursor(next)); err != nil {
+		return fmt.Errorf("poll %s: record that Zuul is behind the poll cursor: %w", cur.Image, err)
+	}
+	return nil
+}
+
+// cursorAt is the cursor that settles zb, at now: its end time no later than
+// now, so that a hostile answer's end time far ahead does not hide the builds
+// that follow it.
+func cursorAt(image string, zb zuulapi.Build, outcome store.State, reason string, now time.Time) store.Cursor {
+	end := zb.EndTime
+	if end.After(now) {
+		end = now
+	}
+	return store.Cursor{Image: image, ZuulID: zb.ID, ZuulUUID: zb.UUID, ZuulEndTime: end, Outcome: string(outcome),
+		Reason: reason, Time: now}
 }
 
 // answers keeps the builds Zuul answered that are what q asks for, in Zuul's
@@ -318,7 +420,7 @@ func (p *Poller) ingest(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bu
 	if err == nil {
 		ready := b
 		ready.SetState(store.Ready, st.Now())
-		cur := store.Cursor{Image: zi.Name, ZuulID: zb.ID, ZuulUUID: zb.UUID, Outcome: "ready", Time: st.Now()}
+		cur := cursorAt(zi.Name, zb, store.Ready, "", st.Now())
 		if err = st.Write(ctx, store.PutBuild(&ready), store.PutCursor(cur)); err == nil {
 			log.Info("build ready", "build", b.ID)
 			p.prunePartials(zi.Name)
@@ -335,8 +437,7 @@ func (p *Poller) ingest(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bu
 	refused := errors.Is(err, ErrRefused)
 	if refused {
 		// Settled for good: the next poll waits for a newer Zuul build.
-		changes = append(changes, store.PutCursor(store.Cursor{Image: zi.Name, ZuulID: zb.ID, ZuulUUID: zb.UUID,
-			Outcome: "failed", Reason: err.Error(), Time: st.Now()}))
+		changes = append(changes, store.PutCursor(cursorAt(zi.Name, zb, store.Failed, err.Error(), st.Now())))
 	}
 	if serr := st.Write(ctx, changes...); serr != nil {
 		return b, errors.Join(werr, serr)
@@ -356,6 +457,18 @@ func (p *Poller) prunePartials(image string) {
 	if err := p.opts.Store.RemovePartials(image, ""); err != nil {
 		p.log.Warn("could not remove stale partial downloads", "image", image, "error", err)
 	}
+}
+
+// settled is complete for Zuul's newest build zb, which the cursor has
+// settled; when zb is behind the cursor, the outcome says so.
+func (p *Poller) settled(ctx context.Context, out Outcome, zi *config.ZuulImage, zb zuulapi.Build, cur store.Cursor,
+	needed []string, ready []store.Build) (Outcome, error) {
+	out, err := p.complete(ctx, out, zi, zb, needed, ready)
+	if err == nil && out.Skipped == noNewBuild && judge(cur, zb) == behind {
+		out.Skipped = fmt.Sprintf("%s: Zuul's newest build %s (id %d) is behind the poll cursor (id %d); see zuul-cursor-reset",
+			noNewBuild, zb.UUID, zb.ID, cur.ZuulID)
+	}
+	return out, err
 }
 
 // complete fetches formats that became needed after the newest build was

@@ -1,6 +1,7 @@
 package zuultest
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/sha1"
 	"encoding/hex"
@@ -28,6 +29,9 @@ type BuildSpec struct {
 	// NonFinal marks a build that Zuul retried (final: false).
 	NonFinal bool
 	UUID     string // a random uuid4 hex when empty
+	// ID is the build's _id; 0: one above the last given. Builds are
+	// answered by _id, highest first.
+	ID int64
 	// StartTime and EndTime default to ten minutes ago and now.
 	StartTime time.Time
 	EndTime   time.Time
@@ -122,9 +126,14 @@ func (s *Server) AddBuild(spec BuildSpec) (Build, error) {
 	}
 	s.mu.Lock()
 	maps.Copy(s.files, files)
-	s.nextID++
-	b.id = s.nextID
+	if spec.ID != 0 {
+		b.id = spec.ID
+	} else {
+		s.nextID++
+		b.id = s.nextID
+	}
 	s.builds = append(s.builds, b)
+	slices.SortStableFunc(s.builds, func(x, y *build) int { return cmp.Compare(x.id, y.id) })
 	s.mu.Unlock()
 	out := Build{ID: b.id, UUID: spec.UUID, LogURL: b.logURL}
 	for _, a := range b.arts {
@@ -280,6 +289,21 @@ func authError(w http.ResponseWriter, realm, errName, desc string) {
 		"error":       errName,
 		"realm":       realm,
 	})
+}
+
+// RemoveBuild forgets the build with uuid, as if Zuul had never answered it.
+func (s *Server) RemoveBuild(uuid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.builds = slices.DeleteFunc(s.builds, func(b *build) bool { return b.spec.UUID == uuid })
+}
+
+// Restart forgets every build and gives ids from 1 again, as a Zuul whose
+// database was rebuilt. Their artifacts are still served.
+func (s *Server) Restart() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.builds, s.nextID = nil, 0
 }
 
 func (s *Server) infoDoc(tenant string) map[string]any {
