@@ -327,3 +327,44 @@ func openState(t *testing.T, dir, keys string) (*config.Config, *store.Store) {
 	t.Cleanup(func() { st.Close() })
 	return cfg, st
 }
+
+// TestImageStatusZuulBehind: a zuul-image whose Zuul is behind its poll
+// cursor says so, in the table, under it with what to do, and in JSON.
+func TestImageStatusZuulBehind(t *testing.T) {
+	ctx := context.Background()
+	cfg, st := openState(t, t.TempDir(), statusImages)
+	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 1000, ZuulUUID: "zb1", Outcome: "ready",
+		BehindID: 7})); err != nil {
+		t.Fatal(err)
+	}
+	images, err := ImageStatus(ctx, st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := images[2].JSON()
+	if j.LastZuulID == nil || *j.LastZuulID != 1000 || j.ZuulBehindID == nil || *j.ZuulBehindID != 7 {
+		t.Errorf("debian = %+v; want last_zuul_id 1000, zuul_behind_id 7", j)
+	}
+	var b bytes.Buffer
+	WriteImageStatus(&b, images)
+	for _, w := range []string{"zb1 (ready) Zuul behind", "Zuul behind the poll cursor", "zuul-cursor-reset <image>",
+		"| debian | zb1          | 1000      | 7 "} {
+		if !strings.Contains(b.String(), w) {
+			t.Errorf("image-status table lacks %q:\n%s", w, b.String())
+		}
+	}
+
+	// Not behind: nothing said.
+	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 1000, ZuulUUID: "zb1", Outcome: "ready"})); err != nil {
+		t.Fatal(err)
+	}
+	images, _ = ImageStatus(ctx, st, cfg)
+	if j := images[2].JSON(); j.ZuulBehindID != nil {
+		t.Errorf("debian not behind: zuul_behind_id %d", *j.ZuulBehindID)
+	}
+	b.Reset()
+	WriteImageStatus(&b, images)
+	if strings.Contains(b.String(), "behind") {
+		t.Errorf("image-status of a cursor not behind says it is:\n%s", b.String())
+	}
+}

@@ -54,6 +54,12 @@ type ImageJSON struct {
 	LastZuulBuild   *string `json:"last_zuul_build"`
 	LastZuulOutcome *string `json:"last_zuul_outcome"`
 	LastZuulReason  *string `json:"last_zuul_reason"`
+	// LastZuulID is that build's _id; ZuulBehindID, when not null, the _id of
+	// Zuul's newest build, which is behind it (below it and ended no later):
+	// Zuul's database was rebuilt or restored, or an answer was hostile.
+	// zuul-cursor-reset makes the next poll fetch Zuul's newest build.
+	LastZuulID   *int64 `json:"last_zuul_id"`
+	ZuulBehindID *int64 `json:"zuul_behind_id"`
 	// For a diskimage whose newest build failed: that build
 	// (<image>-<build_id>), when and why it failed, its build log (null when
 	// there is none), and when the image is next built (RFC 3339; null while
@@ -103,7 +109,10 @@ func (s Image) JSON() ImageJSON {
 		row.NewestBuild, row.NewestBuildTime = &name, &at
 	}
 	if c := s.Cursor; c != nil {
-		row.LastZuulBuild, row.LastZuulOutcome = &c.ZuulUUID, &c.Outcome
+		row.LastZuulBuild, row.LastZuulOutcome, row.LastZuulID = &c.ZuulUUID, &c.Outcome, &c.ZuulID
+		if c.BehindID != 0 {
+			row.ZuulBehindID = &c.BehindID
+		}
 		if c.Reason != "" {
 			row.LastZuulReason = &c.Reason
 		}
@@ -206,6 +215,7 @@ func WriteImageStatus(w io.Writer, images []Image) {
 	t := Table{Header: []string{"Image", "Paused", "Build Request", "Build Request Age",
 		"Source", "Paused By", "Newest Ready Build", "Build Age", "Last Zuul Build", "Last Build Failure", "Next Attempt"}}
 	failures := Table{Header: []string{"Image", "Failed Build", "Log", "Reason"}}
+	behind := Table{Header: []string{"Image", "Cursor Build", "Cursor Id", "Zuul's Newest Id"}}
 	for _, s := range images {
 		// Paused is printed as nodepool prints it.
 		paused, reqAge, newest, newestAge, zuul, failed, next := "False", "", "", "", "", "", ""
@@ -221,6 +231,10 @@ func WriteImageStatus(w io.Writer, images []Image) {
 		if s.Cursor != nil {
 			// The reason of a refusal is long: image-status --json carries it.
 			zuul = s.Cursor.ZuulUUID + " (" + s.Cursor.Outcome + ")"
+			if c := s.Cursor; c.BehindID != 0 {
+				zuul += " Zuul behind"
+				behind.Add(s.Name, c.ZuulUUID, fmt.Sprint(c.ZuulID), fmt.Sprint(c.BehindID))
+			}
 		}
 		if f := s.Failure; f != nil {
 			failed = Age(f.Build.StateTime)
@@ -240,6 +254,12 @@ func WriteImageStatus(w io.Writer, images []Image) {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "Last build failures (each holds its image's next build back until Next Attempt; image-build <image> builds it at once):")
 		failures.Write(w)
+	}
+	if len(behind.rows) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Zuul behind the poll cursor (Zuul's newest build has a lower id and ended no later, so it is not fetched; "+
+			"if Zuul's database was rebuilt or restored, zuul-cursor-reset <image> fetches Zuul's newest build):")
+		behind.Write(w)
 	}
 }
 
