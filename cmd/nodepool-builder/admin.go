@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/escape"
 	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
@@ -67,6 +68,13 @@ func adminCommands() []*cli.Command {
 			ArgsUsage: "<image>",
 			Flags:     []cli.Flag{jsonFlag},
 			Action:    func(c *cli.Context) error { return imagePause(c, false) },
+		},
+		{
+			Name: "zuul-cursor-reset",
+			Usage: "forget which Zuul build a zuul-image's poller got to, so that its next poll fetches Zuul's newest " +
+				"successful build (after Zuul's database was rebuilt or restored: image-status shows Zuul behind the cursor)",
+			ArgsUsage: "<zuul-image>",
+			Action:    zuulCursorReset,
 		},
 		{
 			Name:      "alien-image-list",
@@ -425,6 +433,62 @@ func alienImageList(c *cli.Context) error {
 	if lerr != nil {
 		return withCode(exitFailed, fmt.Errorf("alien-image-list is incomplete: %w", lerr))
 	}
+	return nil
+}
+
+// zuulCursorReset resets a zuul-image's poll cursor under the image's build
+// lock, the lock a poll takes to fetch: the next poll takes Zuul's newest
+// successful build as new.
+func zuulCursorReset(c *cli.Context) error {
+	name, err := oneArg(c, "the name of a zuul-image")
+	if err != nil {
+		return err
+	}
+	a, err := openAdmin(c, store.Existing)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	src, err := a.knownImage("zuul-cursor-reset", name)
+	if err != nil {
+		return err
+	}
+	zi := a.cfg.ZuulImage(name)
+	if src != store.SourceZuul || zi == nil {
+		return withCode(exitUsage, fmt.Errorf("zuul-cursor-reset: %s is a diskimage, not a zuul-image: it has no poll cursor", name))
+	}
+	held, err := a.st.TryLock(c.Context, store.LockKey{Image: name})
+	if errors.Is(err, store.ErrHeld) {
+		return withCode(exitFailed, fmt.Errorf("zuul-cursor-reset: %s's build lock is held: a builder is fetching it; "+
+			"try again when the fetch is done (image-status shows it)", name))
+	}
+	if err != nil {
+		return withCode(exitFailed, fmt.Errorf("zuul-cursor-reset: %w", err))
+	}
+	defer held.Release()
+	ctx, cancel := store.UnderLock(c.Context, held)
+	defer cancel()
+	was, err := a.st.Cursor(ctx, name)
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
+	reset := store.Cursor{Image: name, Outcome: "reset", Reason: "reset by zuul-cursor-reset", Time: a.st.Now()}
+	if err := a.st.Write(ctx, store.PutCursor(reset)); err != nil {
+		return withCode(exitFailed, fmt.Errorf("zuul-cursor-reset: %w", err))
+	}
+	w := c.App.Writer
+	if was.ZuulUUID == "" {
+		fmt.Fprintf(w, "poll cursor of %s reset; it had settled no Zuul build\n", name)
+	} else {
+		fmt.Fprintf(w, "poll cursor of %s reset; it was at Zuul build %s (id %d, %s, recorded %s)",
+			name, escape.Controls(was.ZuulUUID), was.ZuulID, was.Outcome, was.Time.Format(time.RFC3339))
+		if was.BehindID != 0 {
+			fmt.Fprintf(w, ", and Zuul's newest build (id %d) was behind it", was.BehindID)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "the builder fetches Zuul's newest successful build of job %s in %s on its next poll of %s\n",
+		zi.Job, zi.Project, name)
 	return nil
 }
 
