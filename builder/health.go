@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,22 +116,61 @@ func (l *loops) check(now time.Time) error {
 }
 
 // Health says whether the daemon works: nil when Run's loops are alive (none
-// has stopped, no pass runs past its bound) and the state answers a read within
-// a few seconds; otherwise an error saying what is wrong.
+// has stopped, no pass runs past its bound), the state answers a read within a
+// few seconds and nothing waits for the operator; otherwise an error saying
+// what is wrong. When the daemon works but something waits for the operator (a
+// zuul-image's Zuul is behind its poll cursor), the error is a *Degraded.
 func (b *Builder) Health(ctx context.Context) error {
 	errs := []error{b.loops.check(time.Now())}
 	ctx, cancel := context.WithTimeout(ctx, storeProbeTime)
 	defer cancel()
+	cfg := b.Config()
 	probe := "health"
-	if names := b.Config().ImageNames(); len(names) > 0 {
+	if names := cfg.ImageNames(); len(names) > 0 {
 		probe = names[0]
 	}
 	// One poll cursor: a single small read in every backend.
 	if _, err := b.store.Cursor(ctx, probe); err != nil {
 		errs = append(errs, fmt.Errorf("the state does not answer: %w", err))
+		return errors.Join(errs...)
 	}
-	return errors.Join(errs...)
+	// Each zuul-image's cursor: one small read each.
+	var degraded Degraded
+	for _, zi := range cfg.ZuulImages {
+		cur, err := b.store.Cursor(ctx, zi.Name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("the state does not answer: %w", err))
+			break
+		}
+		if cur.BehindID != 0 {
+			degraded.Reasons = append(degraded.Reasons, fmt.Sprintf("zuul-image %s: Zuul's newest build (id %d) is behind the poll "+
+				"cursor (id %d) and is not fetched; if Zuul's database was rebuilt or restored, run zuul-cursor-reset %s",
+				zi.Name, cur.BehindID, cur.ZuulID, zi.Name))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		if len(degraded.Reasons) > 0 {
+			err = errors.Join(err, errors.New(degraded.Error()))
+		}
+		return err
+	}
+	if len(degraded.Reasons) > 0 {
+		return &degraded
+	}
+	return nil
 }
+
+// Degraded is Health's answer when the daemon works but something waits for
+// the operator: /healthz says so without calling the daemon unhealthy, as a
+// restart would not help.
+type Degraded struct {
+	Reasons []string
+}
+
+func (d *Degraded) Error() string { return strings.Join(d.Reasons, "; ") }
+
+// Degraded tells that the daemon works.
+func (d *Degraded) Degraded() bool { return true }
 
 // stepBound is how long a source's step on an image may run before Health
 // calls it stuck.

@@ -2,9 +2,13 @@ package builder
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
 func TestLoopsCheck(t *testing.T) {
@@ -55,5 +59,54 @@ func TestLoopsCheck(t *testing.T) {
 	l2.start("lifecycle", time.Minute).exit(ctx, false)
 	if err := l2.check(time.Now()); err != nil {
 		t.Fatalf("a loop that stopped with the daemon: %v", err)
+	}
+}
+
+// TestHealthZuulBehindCursor: a zuul-image whose Zuul is behind its poll
+// cursor makes Health degraded, naming the image and zuul-cursor-reset; once
+// the cursor is not behind, Health is nil again. A failing loop is still
+// unhealthy, not merely degraded.
+func TestHealthZuulBehindCursor(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Options{ImagesDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cfg := &config.Config{ZuulImages: []config.ZuulImage{{Name: "debian"}, {Name: "fedora"}}}
+	b := &Builder{store: st}
+	b.cur.Store(&parts{cfg: cfg})
+	b.loops.running.Store(true)
+	if err := b.Health(ctx); err != nil {
+		t.Fatalf("Health of a working builder = %v", err)
+	}
+
+	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "fedora", ZuulID: 1000, ZuulUUID: "abc", Outcome: "ready", BehindID: 7})); err != nil {
+		t.Fatal(err)
+	}
+	err = b.Health(ctx)
+	var d *Degraded
+	if !errors.As(err, &d) || !d.Degraded() {
+		t.Fatalf("Health with Zuul behind a cursor = %v (%T), want *Degraded", err, err)
+	}
+	for _, w := range []string{"zuul-image fedora", "id 7", "id 1000", "zuul-cursor-reset fedora"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("Health does not say %q: %v", w, err)
+		}
+	}
+
+	b.loops.running.Store(false)
+	err = b.Health(ctx)
+	if _, degraded := err.(*Degraded); degraded || err == nil || !strings.Contains(err.Error(), "not running") ||
+		!strings.Contains(err.Error(), "zuul-cursor-reset fedora") {
+		t.Fatalf("Health with the loops stopped and Zuul behind = %v (%T); want unhealthy, saying both", err, err)
+	}
+	b.loops.running.Store(true)
+
+	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "fedora", ZuulID: 1000, ZuulUUID: "abc", Outcome: "ready"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Health(ctx); err != nil {
+		t.Fatalf("Health once the cursor is not behind = %v", err)
 	}
 }

@@ -144,14 +144,20 @@ func (h *handler) statusJSON(ctx context.Context) (any, error) {
 	return listing.ImagesJSON(images), nil
 }
 
-// healthz is 200 "ok" when Health says the builder works, 503 and why not
-// otherwise.
+// healthz is 200 "ok" when Health says the builder works; 200 "degraded"
+// and why when it works but something waits for the operator (Health's error
+// has a method Degraded() bool that says true); 503 and why not otherwise.
 func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	if err := h.opts.Health(ctx); err != nil {
+	err := h.opts.Health(ctx)
+	if d, ok := err.(interface{ Degraded() bool }); ok && d.Degraded() {
+		fmt.Fprintf(w, "degraded: %v\n", err)
+		return
+	}
+	if err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "unhealthy: %v\n", err)
 		return

@@ -270,6 +270,23 @@ func TestHealthAndMetrics(t *testing.T) {
 	}
 }
 
+// degraded is a Health error that says the builder works.
+type degraded string
+
+func (d degraded) Error() string  { return string(d) }
+func (d degraded) Degraded() bool { return true }
+
+// TestHealthDegraded: a builder that works but waits for the operator is not
+// plain ok, nor unhealthy.
+func TestHealthDegraded(t *testing.T) {
+	f := newFixture(t)
+	health := func(context.Context) error { return degraded("zuul-image debian: Zuul is behind") }
+	srv := f.server(t, Options{Health: health})
+	if code, _, body := get(t, srv.URL+"/healthz"); code != 200 || body != "degraded: zuul-image debian: Zuul is behind\n" {
+		t.Errorf("/healthz of a degraded builder: %d %q", code, body)
+	}
+}
+
 func TestServeAndStop(t *testing.T) {
 	f := newFixture(t)
 	opts := Options{Store: f.st, Config: func() *config.Config { return f.cfg }}
