@@ -80,8 +80,12 @@ func TestPollAfterZuulIDsRestart(t *testing.T) {
 	if c, _ := f.st.Cursor(context.Background(), "debian"); c.ZuulID != second.ID || c.BehindID != 0 || !c.ZuulEndTime.Equal(now.Add(-20*time.Minute)) {
 		t.Fatalf("cursor = %+v", c)
 	}
-	if strings.Contains(f.logs.String(), "behind the poll cursor") {
-		t.Errorf("builds fetched were called behind the cursor:\n%s", f.logs.String())
+	logs := f.logs.String()
+	if strings.Contains(logs, "behind the poll cursor") {
+		t.Errorf("builds fetched were called behind the cursor:\n%s", logs)
+	}
+	if n := strings.Count(logs, "Zuul's ids went back"); n != 1 {
+		t.Errorf("the ids going back were logged %d times, want once:\n%s", n, logs)
 	}
 }
 

@@ -248,9 +248,15 @@ func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, erro
 		return out, err
 	}
 	if v := judge(cur, zb); v == newer || due(cur, zb, ready) {
-		if v != newer {
+		switch {
+		case v != newer:
 			p.log.Info("the zuul-image has no ready build: fetching Zuul's newest build again", "image", image,
 				"zuul_build", zb.UUID, "zuul_id", zb.ID)
+		case zb.ID < cur.ZuulID:
+			// Once: the cursor moves to this build.
+			p.log.Warn("Zuul's ids went back: its newest build's id is below the poll cursor's, but it ended later, so it is "+
+				"fetched; Zuul's database was rebuilt, or the cursor came from a hostile answer", "image", image,
+				"zuul_build", zb.UUID, "zuul_id", zb.ID, "cursor_build", cur.ZuulUUID, "cursor_id", cur.ZuulID)
 		}
 		var b store.Build
 		if b, err = p.ingest(ctx, zi, zb, needed, request); err == nil {
