@@ -31,9 +31,11 @@ const (
 	// ZooKeeper's 2181 and 2281, statsd's 8125); being next to 8005, it is
 	// easy to find.
 	DefaultBuilderWebappPort = 8006
-	// DefaultBuilderWebappAddress listens on every address, as nodepool's
-	// webapp does.
-	DefaultBuilderWebappAddress = "0.0.0.0"
+	// DefaultBuilderWebappAddress is the loopback address: the pages show
+	// the images, builds, clouds and jobs of the builder to whoever reaches
+	// them, so serving them beyond the host is the operator's choice
+	// (listen-address), best behind a proxy that authenticates.
+	DefaultBuilderWebappAddress = "127.0.0.1"
 	// DefaultGearmanMinBuildInterval is how young the newest ready build of a
 	// diskimage may be for an image-build gearman job to be refused: jobs in a
 	// row do not rotate the good builds out.

@@ -300,7 +300,7 @@ providers:
 
 			GearmanUnservedAfter:    DefaultGearmanUnservedAfter,
 			GearmanMinBuildInterval: time.Hour,
-			Webapp:                  &Webapp{ListenAddress: "0.0.0.0", Port: 8006},
+			Webapp:                  &Webapp{ListenAddress: "127.0.0.1", Port: 8006},
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -620,9 +620,9 @@ func TestParseBuilderWebapp(t *testing.T) {
 	}{
 		{"absent", "builder:\n  keep-builds: 2\n", nil, nil},
 		{"only the launcher's", "webapp:\n  port: 8005\n", nil, &Webapp{ListenAddress: "0.0.0.0", Port: 8005}},
-		{"empty: the defaults", "builder:\n  webapp:\n", &Webapp{ListenAddress: "0.0.0.0", Port: 8006}, nil},
-		{"an empty mapping: the defaults", "builder:\n  webapp: {}\n", &Webapp{ListenAddress: "0.0.0.0", Port: 8006}, nil},
-		{"a port", "builder:\n  webapp:\n    port: 9100\n", &Webapp{ListenAddress: "0.0.0.0", Port: 9100}, nil},
+		{"empty: the defaults", "builder:\n  webapp:\n", &Webapp{ListenAddress: "127.0.0.1", Port: 8006}, nil},
+		{"an empty mapping: the defaults", "builder:\n  webapp: {}\n", &Webapp{ListenAddress: "127.0.0.1", Port: 8006}, nil},
+		{"a port", "builder:\n  webapp:\n    port: 9100\n", &Webapp{ListenAddress: "127.0.0.1", Port: 9100}, nil},
 		{"both", "webapp:\n  listen_address: 127.0.0.1\n  port: 8005\nbuilder:\n  webapp:\n    listen-address: 127.0.0.2\n    port: 8007\n",
 			&Webapp{ListenAddress: "127.0.0.2", Port: 8007}, &Webapp{ListenAddress: "127.0.0.1", Port: 8005}},
 	}
