@@ -19,6 +19,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/escape"
+	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -219,7 +220,7 @@ func unjoin(err error) []error {
 // another file) is never written through, and readers never see half a pid.
 func writePIDFile(path string) error {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, perm.Dir); err != nil {
 		return fmt.Errorf("pid file: %w", err)
 	}
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
@@ -228,7 +229,7 @@ func writePIDFile(path string) error {
 	}
 	_, err = tmp.WriteString(strconv.Itoa(os.Getpid()) + "\n")
 	if err == nil {
-		err = tmp.Chmod(0o644)
+		err = tmp.Chmod(perm.File)
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
