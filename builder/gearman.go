@@ -288,7 +288,7 @@ func (g *gearmanService) tooSoon(ctx context.Context, image string) error {
 	if newest.ID == "" {
 		return nil
 	}
-	age := time.Since(newest.StateTime)
+	age := g.b.store.Now().Sub(newest.StateTime)
 	if age >= interval {
 		return nil
 	}
