@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 )
 
 // Convert turns src, an image in srcFmt, into dst in dstFmt with `qemu-img convert`
@@ -54,6 +56,10 @@ func Convert(ctx context.Context, qemuImg, src, srcFmt, dst, dstFmt string) erro
 			src, srcFmt, dst, dstFmt, qemuImg, err, strings.TrimSpace(output.String()))
 	}
 	if err := syncFile(tmpName); err != nil {
+		return fmt.Errorf("convert %s to %s: %w", src, dst, err)
+	}
+	// CreateTemp's 0600 would leave the group out: images are perm.File.
+	if err := os.Chmod(tmpName, perm.File); err != nil {
 		return fmt.Errorf("convert %s to %s: %w", src, dst, err)
 	}
 	if err := os.Rename(tmpName, dst); err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
 
@@ -53,6 +54,11 @@ func TestConvert(t *testing.T) {
 			conv := filepath.Join(dir, "img."+tt.format)
 			if err := Convert(ctx, qemuImg, raw, "raw", conv, tt.format); err != nil {
 				t.Fatalf("Convert raw to %s: %v", tt.format, err)
+			}
+			// Images are for the builder's user and group: 0640, not
+			// CreateTemp's 0600 nor the umask's 0644.
+			if fi, err := os.Stat(conv); err != nil || fi.Mode().Perm() != perm.File {
+				t.Errorf("converted image mode %v, %v; want %v", fi.Mode().Perm(), err, perm.File)
 			}
 			format, size := qemuInfo(t, qemuImg, conv)
 			if format != tt.qemuName || size != int64(len(disk)) {

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 )
@@ -185,7 +186,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		return Result{}, fmt.Errorf("download %s from %s: %w: declared size %d bytes is above the maximum of %d",
 			req.Key, safeURL, ErrTooLarge, req.Size, maxSize)
 	}
-	if err := os.MkdirAll(f.PartialDir, 0o755); err != nil {
+	if err := os.MkdirAll(f.PartialDir, perm.Dir); err != nil {
 		return Result{}, fmt.Errorf("download %s: create partial directory: %w", safeURL, err)
 	}
 	logger := f.Logger
@@ -691,7 +692,7 @@ func (a *attempt) copy(resp *http.Response, offset int64) (sums, error) {
 	if offset == 0 {
 		flag |= os.O_CREATE | os.O_TRUNC
 	}
-	f, err := os.OpenFile(d.dlPath, flag, 0o644)
+	f, err := os.OpenFile(d.dlPath, flag, perm.File)
 	if err != nil {
 		return sums{}, fmt.Errorf("open partial download: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/fanout"
+	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 )
 
 // sums is what one pass of the pipeline learnt about the data.
@@ -134,7 +135,7 @@ func overLimit(limit int64) int64 {
 // on its own goroutine, and syncs the file. Errors of the stream itself come back as
 // *decodeError.
 func (d *download) decompress(ctx context.Context, src *countReader, resumed bool, rm *room, hashes ...io.Writer) (int64, error) {
-	f, err := os.OpenFile(d.outPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(d.outPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm.File)
 	if err != nil {
 		return 0, fmt.Errorf("create decompressed output: %w", err)
 	}

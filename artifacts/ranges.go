@@ -37,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 )
 
@@ -190,7 +191,7 @@ func (d *download) startRanges(a *attempt, resp *http.Response) (*rangeState, er
 	if err := d.saveState(st, nil); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(d.dlPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(d.dlPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm.File)
 	if err != nil {
 		return nil, fmt.Errorf("create partial download: %w", err)
 	}
@@ -336,7 +337,7 @@ func (d *download) saveState(st *rangeState, data *os.File) error {
 		return fmt.Errorf("encode range state: %w", err)
 	}
 	tmp := d.stPath + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm.File)
 	if err != nil {
 		return fmt.Errorf("save range state: %w", err)
 	}

@@ -325,10 +325,18 @@ func (b *Builder) step(ctx context.Context, src Source, image string) (*store.Bu
 }
 
 // buildNow makes a build of an image now, as an operator asked (request names
-// the asking), after the step running on it, if any, is done.
-func (b *Builder) buildNow(ctx context.Context, src Source, image, request string) (store.Build, error) {
+// the asking), after the step running on it, if any, is done. allow, when not
+// nil, is asked once that step is done, so that it sees the build the step
+// made: an error from it refuses the build.
+func (b *Builder) buildNow(ctx context.Context, src Source, image, request string, allow func(context.Context) error) (store.Build, error) {
 	if err := b.images.enter(ctx, image); err != nil {
 		return store.Build{}, err
+	}
+	if allow != nil {
+		if err := allow(ctx); err != nil {
+			b.images.leave(image)
+			return store.Build{}, err
+		}
 	}
 	built, err := src.BuildNow(ctx, image, request)
 	b.images.leave(image)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/gearman"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -21,10 +22,21 @@ import (
 // The gearman functions a builder serves (DESIGN §12), each followed by its
 // argument: an image name or a build id.
 const (
-	FnBuild  = "image-build:"
-	FnUpload = "image-upload:"
-	FnDelete = "image-delete:"
+	FnBuild  = config.GearmanBuild + ":"
+	FnUpload = config.GearmanUpload + ":"
+	FnDelete = config.GearmanDelete + ":"
 )
+
+// kindOf is the kind of a function name, as builder.gearman-functions names
+// it: "image-build" for "image-build:debian"; "" when it is none of ours.
+func kindOf(function string) string {
+	for _, prefix := range []string{FnBuild, FnUpload, FnDelete} {
+		if strings.HasPrefix(function, prefix) {
+			return strings.TrimSuffix(prefix, ":")
+		}
+	}
+	return ""
+}
 
 var (
 	// validBuildID is what a build id in a function name may be: nodepool's
@@ -165,6 +177,10 @@ func (g *gearmanService) functions(ctx context.Context) ([]string, error) {
 		out = append(out, FnDelete+id)
 	}
 	g.mu.Unlock()
+	// The kinds the operator left out of builder.gearman-functions are never
+	// registered: gearmand hands none of their jobs to this builder.
+	served := p.cfg.Builder
+	out = slices.DeleteFunc(out, func(fn string) bool { return !served.ServesGearman(kindOf(fn)) })
 	slices.Sort(out)
 	return slices.Compact(out), nil
 }
@@ -183,7 +199,11 @@ func (g *gearmanService) setFunctions(ctx context.Context) error {
 func (g *gearmanService) handle(ctx context.Context, j *gearman.Job) ([]byte, error) {
 	var res string
 	var err error
+	kind := kindOf(j.Function)
 	switch {
+	case kind != "" && !g.b.cur.Load().cfg.Builder.ServesGearman(kind):
+		// Left out of the config after the job was handed out.
+		err = fmt.Errorf("this builder does not take %s jobs (builder.gearman-functions)", kind)
 	case strings.HasPrefix(j.Function, FnBuild):
 		res, err = g.build(ctx, j, strings.TrimPrefix(j.Function, FnBuild))
 	case strings.HasPrefix(j.Function, FnUpload):
@@ -230,7 +250,9 @@ func (g *gearmanService) build(ctx context.Context, j *gearman.Job, image string
 				return id, err
 			}
 		}
-		built, err := g.b.buildNow(ctx, src, image, request)
+		built, err := g.b.buildNow(ctx, src, image, request, func(ctx context.Context) error {
+			return g.tooSoon(ctx, image)
+		})
 		if built.State == store.Ready {
 			if err != nil {
 				g.log.Warn("build is ready, with a failure after it", "build", built.Name(), "error", err)
@@ -239,6 +261,40 @@ func (g *gearmanService) build(ctx context.Context, j *gearman.Job, image string
 		}
 		return "", err
 	})
+}
+
+// tooSoon refuses an image-build job for a diskimage whose newest ready build
+// is younger than builder.gearman-min-build-interval: jobs in a row would
+// otherwise each make a build, and keep-builds would rotate the good ones out
+// as fast as anyone who reaches gearmand asks. A zuul-image's job is not
+// bounded: it makes a build only of the Zuul build that the poller fetches
+// within its poll-interval anyway.
+func (g *gearmanService) tooSoon(ctx context.Context, image string) error {
+	cfg := g.b.cur.Load().cfg
+	interval := cfg.Builder.GearmanMinBuildInterval
+	if interval <= 0 || cfg.DiskImage(image) == nil {
+		return nil
+	}
+	builds, err := g.b.store.Builds(ctx, store.BuildFilter{Image: image, State: store.Ready})
+	if err != nil {
+		return fmt.Errorf("image-build %s: %w", image, err)
+	}
+	var newest store.Build
+	for _, bd := range builds {
+		if newest.ID == "" || bd.StateTime.After(newest.StateTime) {
+			newest = bd
+		}
+	}
+	if newest.ID == "" {
+		return nil
+	}
+	age := g.b.store.Now().Sub(newest.StateTime)
+	if age >= interval {
+		return nil
+	}
+	return fmt.Errorf("image-build %s refused: its newest ready build %s is %s old, younger than builder.gearman-min-build-interval (%s); "+
+		"ask again after %s, or request a build on the builder's host with image-build",
+		image, newest.Name(), max(age, 0).Round(time.Second), interval, newest.StateTime.Add(interval).UTC().Format(time.RFC3339))
 }
 
 // requested looks for the build a request made before; done says it found one
@@ -451,6 +507,11 @@ func (g *gearmanService) unserved(function string) (string, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	none := "no builder connected to this gearman server serves " + quote(function) + ": "
+	if kind := kindOf(function); kind != "" && !g.b.cur.Load().cfg.Builder.ServesGearman(kind) {
+		// Answered, so that the client does not wait forever, without saying
+		// whether the image or build exists.
+		return none + "the builder answering does not take " + kind + " jobs (builder.gearman-functions)", true
+	}
 	switch {
 	case strings.HasPrefix(function, FnBuild):
 		image := strings.TrimPrefix(function, FnBuild)
@@ -519,13 +580,15 @@ func (g *gearmanService) served(r gearman.JobResult) {
 	}
 	switch {
 	case r.Err != nil:
-		g.log.Warn("gearman job failed", "function", rec.Function, "server", r.Server, "duration", took, "error", rec.Error)
+		g.log.Warn("gearman job failed", "function", rec.Function, "handle", r.Handle, "unique", r.Unique,
+			"server", r.Server, "duration", took, "error", rec.Error)
 	default:
-		g.log.Info("gearman job done", "function", rec.Function, "server", r.Server, "duration", took, "result", rec.Result)
+		g.log.Info("gearman job done", "function", rec.Function, "handle", r.Handle, "unique", r.Unique,
+			"server", r.Server, "duration", took, "result", rec.Result)
 	}
 	if !r.Delivered {
 		g.log.Warn("the gearman job's connection was lost before its answer; its outcome is in the state, and the same job asked again returns it",
-			"function", rec.Function, "server", r.Server)
+			"function", rec.Function, "handle", r.Handle, "unique", r.Unique, "server", r.Server)
 	}
 	g.mu.Lock()
 	g.recent = append(g.recent, rec)

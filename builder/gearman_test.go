@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -253,5 +256,91 @@ func TestFlightsShareOneCall(t *testing.T) {
 	// Done: the next call runs anew.
 	if r, _ := f.do("k", func() (string, error) { return "again", nil }); r != "again" {
 		t.Errorf("a call after the first ended got %q", r)
+	}
+}
+
+// dibImage is one diskimage built by the fake disk-image-create, kept one
+// ready build at a time: a second build would rotate the first out.
+const dibImage = `images-dir: %s
+build-log-dir: {{LOGS}}
+diskimages:
+  - name: dimg
+    dib-cmd: {{DIB}}
+    elements: [e]
+    formats: [raw]
+    rebuild-age: 604800
+builder:
+  keep-builds: 1
+`
+
+func dibConfig(t *testing.T, extra string) string {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("..", "dib", "testdata", "fake-disk-image-create"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(dibImage, "{{DIB}}", strconv.Quote("bash '"+script+"'"))
+	return strings.ReplaceAll(text, "{{LOGS}}", filepath.Join(t.TempDir(), "logs")) + extra
+}
+
+// TestGearmanBuildJobsInARow: an image-build job while the newest ready build
+// is younger than gearman-min-build-interval is refused, saying until when;
+// the build stays, and no rotation happens.
+func TestGearmanBuildJobsInARow(t *testing.T) {
+	r := newRig(t, dibConfig(t, ""))
+	g := newGearmanService(r.b)
+	ctx := context.Background()
+
+	first, err := call(g, FnBuild+"dimg", "")
+	if err != nil {
+		t.Fatalf("the first image-build: %v", err)
+	}
+	_, err = call(g, FnBuild+"dimg", "")
+	wantErr(t, "a second image-build at once", err, "image-build dimg refused", "dimg-"+first,
+		"younger than builder.gearman-min-build-interval (1h0m0s)", "ask again after")
+	if err := r.b.lifecycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	builds, err := r.st.Builds(ctx, store.BuildFilter{Image: "dimg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(builds) != 1 || builds[0].ID != first || builds[0].State != store.Ready {
+		t.Errorf("builds after two image-build jobs in a row: %+v; want %s alone, ready", builds, first)
+	}
+
+	// With the bound set to 0, each job makes a build.
+	r2 := newRig(t, dibConfig(t, "  gearman-min-build-interval: 0\n"))
+	g2 := newGearmanService(r2.b)
+	a, errA := call(g2, FnBuild+"dimg", "")
+	b, errB := call(g2, FnBuild+"dimg", "")
+	if errA != nil || errB != nil || a == b {
+		t.Errorf("image-build twice with no bound = %q, %v and %q, %v; want two builds", a, errA, b, errB)
+	}
+}
+
+// TestGearmanFunctionsOfTheConfig: the kinds left out of gearman-functions
+// are neither registered nor run, and their unserved jobs are answered.
+func TestGearmanFunctionsOfTheConfig(t *testing.T) {
+	r := newRig(t, twoImages+"builder:\n  gearman-functions: [image-build]\n")
+	g := newGearmanService(r.b)
+	ctx := context.Background()
+	a := r.build("img-a")
+	fns, err := g.functions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{FnBuild + "img-a", FnBuild + "img-b"}; !slices.Equal(fns, want) {
+		t.Errorf("functions = %v, want %v", fns, want)
+	}
+	_, err = call(g, FnDelete+a.ID, "")
+	wantErr(t, "image-delete left out of the config", err, "does not take image-delete jobs")
+	_, err = call(g, FnUpload+a.ID, "pa")
+	wantErr(t, "image-upload left out of the config", err, "does not take image-upload jobs")
+	if bd, err := r.st.Build(ctx, a.ID); err != nil || bd.State != store.Ready {
+		t.Errorf("build after a refused image-delete: %+v, %v; want it ready", bd, err)
+	}
+	if msg, bad := g.unserved(FnDelete + a.ID); !bad || !strings.Contains(msg, "does not take image-delete jobs") {
+		t.Errorf("unserved(image-delete of a build here) = %q, %v; want it answered as not taken", msg, bad)
 	}
 }

@@ -2,6 +2,8 @@ package config
 
 import (
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -29,10 +31,27 @@ const (
 	// ZooKeeper's 2181 and 2281, statsd's 8125); being next to 8005, it is
 	// easy to find.
 	DefaultBuilderWebappPort = 8006
-	// DefaultBuilderWebappAddress listens on every address, as nodepool's
-	// webapp does.
-	DefaultBuilderWebappAddress = "0.0.0.0"
+	// DefaultBuilderWebappAddress is the loopback address: the pages show
+	// the images, builds, clouds and jobs of the builder to whoever reaches
+	// them, so serving them beyond the host is the operator's choice
+	// (listen-address), best behind a proxy that authenticates.
+	DefaultBuilderWebappAddress = "127.0.0.1"
+	// DefaultGearmanMinBuildInterval is how young the newest ready build of a
+	// diskimage may be for an image-build gearman job to be refused: jobs in a
+	// row do not rotate the good builds out.
+	DefaultGearmanMinBuildInterval = time.Hour
 )
+
+// The kinds of gearman functions a builder serves, as builder.gearman-functions
+// names them: each is registered as "<kind>:<image or build id>".
+const (
+	GearmanBuild  = "image-build"
+	GearmanUpload = "image-upload"
+	GearmanDelete = "image-delete"
+)
+
+// GearmanFunctionKinds are the kinds of gearman functions there are.
+var GearmanFunctionKinds = []string{GearmanBuild, GearmanUpload, GearmanDelete}
 
 func defaultBuilder() Builder {
 	return Builder{
@@ -44,7 +63,8 @@ func defaultBuilder() Builder {
 		LeakSweep:      true,
 		MaxImageSize:   DefaultMaxImageSize,
 
-		GearmanUnservedAfter: DefaultGearmanUnservedAfter,
+		GearmanUnservedAfter:    DefaultGearmanUnservedAfter,
+		GearmanMinBuildInterval: DefaultGearmanMinBuildInterval,
 	}
 }
 
@@ -52,6 +72,7 @@ var builderKeys = []string{
 	"poll-interval", "upload-workers", "keep-builds", "keep-uploads",
 	"upload-attempts", "state-db", "gearman-servers", "leak-sweep", "max-image-size",
 	"gearman-unserved-after", "download-connections", "webapp",
+	"gearman-functions", "gearman-min-build-interval",
 }
 
 var gearmanKeys = []string{"host", "port"}
@@ -96,10 +117,47 @@ func (p *parser) builder(n *yaml.Node, path string) Builder {
 	if v, ok := m.seconds("gearman-unserved-after", false); ok {
 		b.GearmanUnservedAfter = v
 	}
+	if v, ok := m.seconds("gearman-min-build-interval", true); ok {
+		b.GearmanMinBuildInterval = v
+	}
+	if fns, ok := p.gearmanFunctions(m); ok {
+		b.GearmanFunctions = fns
+	}
 	if f, ok := m.fields["webapp"]; ok {
 		b.Webapp = p.builderWebapp(f.val, m.sub("webapp"))
 	}
 	return b
+}
+
+// gearmanFunctions reads builder.gearman-functions: the kinds of gearman
+// functions the builder serves. ok is false when the key is absent or wrong.
+func (p *parser) gearmanFunctions(m *mapping) ([]string, bool) {
+	const example = "[image-build, image-upload]"
+	items, ok := m.list("gearman-functions", "gearman function kinds", example)
+	if !ok {
+		return nil, false
+	}
+	known := strings.Join(GearmanFunctionKinds, ", ")
+	if len(items) == 0 {
+		n, _ := m.get("gearman-functions")
+		p.errorf(n, m.sub("gearman-functions"), "lists no gearman function; list one or more of %s, or leave out gearman-servers to serve none", known)
+		return nil, false
+	}
+	out := []string{}
+	good := true
+	for i, item := range items {
+		item = resolve(item)
+		path := indexPath(m.sub("gearman-functions"), i)
+		if isNull(item) || item.Kind != yaml.ScalarNode || !slices.Contains(GearmanFunctionKinds, item.Value) {
+			p.errorf(item, path, "%s is not a gearman function of the builder; they are %s", describe(item), known)
+			good = false
+			continue
+		}
+		if !slices.Contains(out, item.Value) {
+			out = append(out, item.Value)
+		}
+	}
+	return out, good
 }
 
 // builderWebapp reads builder.webapp. Unlike nodepool's sections, the key

@@ -3,7 +3,10 @@
 // other key is an error.
 package config
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Config is a loaded, validated nodepool.yaml.
 type Config struct {
@@ -117,6 +120,13 @@ type Builder struct {
 	// GearmanUnservedAfter: a job for a builder function nobody serves is
 	// answered as failed after waiting this long; default 30s.
 	GearmanUnservedAfter time.Duration
+	// GearmanFunctions are the kinds of gearman functions the builder serves
+	// (GearmanBuild, GearmanUpload, GearmanDelete); nil serves them all.
+	GearmanFunctions []string
+	// GearmanMinBuildInterval: an image-build job for a diskimage whose newest
+	// ready build is younger than this is refused; 0 refuses none. Default
+	// DefaultGearmanMinBuildInterval.
+	GearmanMinBuildInterval time.Duration
 	// DownloadConnections is how many connections fetch one artifact when its
 	// server takes Range requests; 0 means the fetcher's default.
 	DownloadConnections int
@@ -124,6 +134,12 @@ type Builder struct {
 	MaxImageSize        int64 // bytes; default DefaultMaxImageSize
 	// Webapp is where the daemon serves its status pages; nil serves none.
 	Webapp *Webapp
+}
+
+// ServesGearman tells whether the builder serves gearman functions of a kind
+// (GearmanBuild, GearmanUpload, GearmanDelete).
+func (b Builder) ServesGearman(kind string) bool {
+	return b.GearmanFunctions == nil || slices.Contains(b.GearmanFunctions, kind)
 }
 
 // GearmanServer is a gearman job server address.

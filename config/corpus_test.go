@@ -215,9 +215,10 @@ func TestLoadZuulImagesExample(t *testing.T) {
 			LeakSweep:    false,
 			MaxImageSize: 64 << 30,
 
-			GearmanUnservedAfter: 45 * time.Second,
-			DownloadConnections:  6,
-			Webapp:               &Webapp{ListenAddress: "127.0.0.1", Port: 8016},
+			GearmanUnservedAfter:    45 * time.Second,
+			GearmanMinBuildInterval: DefaultGearmanMinBuildInterval,
+			DownloadConnections:     6,
+			Webapp:                  &Webapp{ListenAddress: "127.0.0.1", Port: 8016},
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {

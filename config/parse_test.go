@@ -165,6 +165,11 @@ func TestParseErrors(t *testing.T) {
 		{"top-level gearman server without host", head + "gearman-servers:\n  - port: 4730\n", 3, "gearman-servers[0].host", "is required"},
 		{"download-connections zero", head + "builder:\n  download-connections: 0\n", 3, "builder.download-connections", "a number of connections per download, 1 to 64"},
 		{"gearman-unserved-after zero", head + "builder:\n  gearman-unserved-after: 0\n", 3, "builder.gearman-unserved-after", "must be a positive number of seconds"},
+		{"gearman-functions unknown", head + "builder:\n  gearman-functions: [image-build, image-destroy]\n", 3, "builder.gearman-functions[1]", `"image-destroy" is not a gearman function of the builder; they are image-build, image-upload, image-delete`},
+		{"gearman-functions with an image", head + "builder:\n  gearman-functions:\n    - image-build:debian\n", 4, "builder.gearman-functions[0]", `"image-build:debian" is not a gearman function`},
+		{"gearman-functions empty", head + "builder:\n  gearman-functions: []\n", 3, "builder.gearman-functions", "lists no gearman function; list one or more of image-build, image-upload, image-delete"},
+		{"gearman-functions a string", head + "builder:\n  gearman-functions: image-build\n", 3, "builder.gearman-functions", "expected a list of gearman function kinds like [image-build, image-upload]"},
+		{"gearman-min-build-interval negative", head + "builder:\n  gearman-min-build-interval: -1\n", 3, "builder.gearman-min-build-interval", "zero or a positive number of seconds"},
 		{"builder webapp not a mapping", head + "builder:\n  webapp: 8006\n", 3, "builder.webapp", "expected the builder's webapp section"},
 		{"builder webapp port too big", head + "builder:\n  webapp:\n    port: 70000\n", 4, "builder.webapp.port", "must be a TCP port number from 1 to 65535, not 70000"},
 		{"builder webapp port a string", head + "builder:\n  webapp:\n    port: http\n", 4, "builder.webapp.port", `not "http"`},
@@ -293,8 +298,9 @@ providers:
 			LeakSweep:      true,
 			MaxImageSize:   DefaultMaxImageSize,
 
-			GearmanUnservedAfter: DefaultGearmanUnservedAfter,
-			Webapp:               &Webapp{ListenAddress: "0.0.0.0", Port: 8006},
+			GearmanUnservedAfter:    DefaultGearmanUnservedAfter,
+			GearmanMinBuildInterval: time.Hour,
+			Webapp:                  &Webapp{ListenAddress: "127.0.0.1", Port: 8006},
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -342,6 +348,8 @@ providers:
     pools: [{name: main}]
 builder:
   poll-interval: 0.5
+  gearman-functions: [image-upload, image-build, image-upload]
+  gearman-min-build-interval: 0
 `)
 	d := cfg.DiskImage("d")
 	if got := fmt.Sprint(d.Formats, d.KeepFormats); got != "[qcow2 raw] [qcow2]" {
@@ -363,6 +371,11 @@ builder:
 	}
 	if cfg.BuildLogRetention != -1 || cfg.Builder.PollInterval != 500*time.Millisecond {
 		t.Errorf("build-log-retention %d, poll-interval %v", cfg.BuildLogRetention, cfg.Builder.PollInterval)
+	}
+	if b := cfg.Builder; !reflect.DeepEqual(b.GearmanFunctions, []string{"image-upload", "image-build"}) || b.GearmanMinBuildInterval != 0 ||
+		!b.ServesGearman(GearmanBuild) || b.ServesGearman(GearmanDelete) {
+		t.Errorf("gearman-functions %v, gearman-min-build-interval %v; want [image-upload image-build] without image-delete, and 0",
+			b.GearmanFunctions, b.GearmanMinBuildInterval)
 	}
 }
 
@@ -607,9 +620,9 @@ func TestParseBuilderWebapp(t *testing.T) {
 	}{
 		{"absent", "builder:\n  keep-builds: 2\n", nil, nil},
 		{"only the launcher's", "webapp:\n  port: 8005\n", nil, &Webapp{ListenAddress: "0.0.0.0", Port: 8005}},
-		{"empty: the defaults", "builder:\n  webapp:\n", &Webapp{ListenAddress: "0.0.0.0", Port: 8006}, nil},
-		{"an empty mapping: the defaults", "builder:\n  webapp: {}\n", &Webapp{ListenAddress: "0.0.0.0", Port: 8006}, nil},
-		{"a port", "builder:\n  webapp:\n    port: 9100\n", &Webapp{ListenAddress: "0.0.0.0", Port: 9100}, nil},
+		{"empty: the defaults", "builder:\n  webapp:\n", &Webapp{ListenAddress: "127.0.0.1", Port: 8006}, nil},
+		{"an empty mapping: the defaults", "builder:\n  webapp: {}\n", &Webapp{ListenAddress: "127.0.0.1", Port: 8006}, nil},
+		{"a port", "builder:\n  webapp:\n    port: 9100\n", &Webapp{ListenAddress: "127.0.0.1", Port: 9100}, nil},
 		{"both", "webapp:\n  listen_address: 127.0.0.1\n  port: 8005\nbuilder:\n  webapp:\n    listen-address: 127.0.0.2\n    port: 8007\n",
 			&Webapp{ListenAddress: "127.0.0.2", Port: 8007}, &Webapp{ListenAddress: "127.0.0.1", Port: 8005}},
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -112,10 +113,14 @@ func (b *Builder) run(ctx context.Context, img *config.DiskImage, rec *store.Bui
 	if err != nil {
 		return runResult{err: err}
 	}
-	if err := os.MkdirAll(filepath.Dir(logFile), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(logFile), perm.Dir); err != nil {
 		return runResult{err: fmt.Errorf("create build log dir: %w", err)}
 	}
-	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	// Build logs show the elements, env-vars and paths of the builds.
+	if err := perm.Tighten(filepath.Dir(logFile)); err != nil {
+		return runResult{err: fmt.Errorf("build log dir: %w", err)}
+	}
+	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm.File)
 	if err != nil {
 		return runResult{err: fmt.Errorf("create build log: %w", err)}
 	}
@@ -209,6 +214,12 @@ func (b *Builder) collect(ctx context.Context, rec store.Build, format string) (
 	}
 	if !info.Mode().IsRegular() {
 		return store.File{}, fmt.Errorf("DIB exited 0 but %s is not a regular file", path)
+	}
+	// DIB writes its files as its umask says: readable by everyone, most often.
+	for _, p := range []string{path, path + ".sha256", path + ".md5", st.BuildPath(rec.Image, rec.ID) + ".d"} {
+		if err := perm.TightenTree(p); err != nil {
+			return store.File{}, fmt.Errorf("DIB's %s output: %w", format, err)
+		}
 	}
 	// As for a fetched image: the format claimed, and no file outside it referenced.
 	if err := artifacts.Inspect(ctx, b.opts.QemuImg, path, format); err != nil {

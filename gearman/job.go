@@ -100,6 +100,10 @@ type jobRun struct {
 // reserved until it is answered, except a wait for the same job, which does no work.
 func (w *Worker) startJob(ctx context.Context, s *serverConn, j *Job, unserved bool, message string) {
 	r := &jobRun{job: j, server: s.addr, started: time.Now()}
+	// Every job is logged as it arrives, before anything is done for it: who
+	// asked gearmand for what is on record even when the job never ends.
+	w.log.Info("gearman job received", "address", s.addr, "function", j.Function,
+		"handle", j.Handle, "unique", j.Unique, "data_bytes", len(j.Data), "unserved", unserved)
 	var f *flight
 	dup := false
 	w.mu.Lock()

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -370,5 +372,66 @@ func TestGearmanUnserved(t *testing.T) {
 	all := res.get()
 	if len(all) != 1 || !all[0].Unserved || !all[0].Delivered || all[0].Function != "image-upload:0099" {
 		t.Errorf("OnJob: %v; want only the unserved job, delivered", res)
+	}
+}
+
+// syncBuffer is a log sink that tests read while the worker writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestGearmanJobLoggedOnArrival: a job is logged with its function, handle and
+// unique as soon as it is assigned, while its handler still runs.
+func TestGearmanJobLoggedOnArrival(t *testing.T) {
+	g := newRealServer(t)
+	logs := &syncBuffer{}
+	release := make(chan struct{})
+	w := New(Options{
+		Servers: []Server{g.server()},
+		Logger:  slog.New(slog.NewTextHandler(logs, nil)),
+		Handler: func(ctx context.Context, j *Job) ([]byte, error) {
+			<-release
+			return []byte("done"), nil
+		},
+	})
+	w.SetFunctions([]string{"slow"})
+	runWorker(t, w)
+	g.waitAdmin(t, map[string]string{"slow": "0 0 1"})
+	done := g.client(t, "-u", "nightly-7", "-f", "slow", "data")
+	var line string
+	deadline := time.Now().Add(waitTimeout)
+	for line == "" {
+		for l := range strings.SplitSeq(logs.String(), "\n") {
+			if strings.Contains(l, `msg="gearman job received"`) {
+				line = l
+			}
+		}
+		if line == "" && time.Now().After(deadline) {
+			close(release)
+			t.Fatalf("no log line of the job's arrival while it runs:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	for _, want := range []string{"function=slow", "handle=H:", "unique=nightly-7"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the arrival's log line %q does not say %s", line, want)
+		}
+	}
+	if r := wait(t, done); r.exit != 0 || !strings.Contains(r.stdout, "done") {
+		t.Errorf("gearman -f slow: exit %d, stdout %q", r.exit, r.stdout)
 	}
 }

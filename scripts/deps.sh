@@ -5,7 +5,8 @@
 # host), ZooKeeper (the tests run its jars with java, not the service), kazoo
 # for /usr/bin/python3 (an independent ZooKeeper client for the tests), and
 # gearmand with the gearman and gearadmin commands (the tests run their own
-# gearmand, not the service, and use the commands as an independent client).
+# gearmand, not the service, and use the commands as an independent client),
+# and systemd-analyze, which checks the example systemd unit.
 # Does nothing when they are present. Of the services Debian starts when it
 # installs them, it stops and disables only those it installed itself.
 #   usage: deps.sh [demo|test]
@@ -30,6 +31,8 @@ if [ "${1:-demo}" = test ]; then
 	# gearmand lives in sbin too; internal/testenv runs it, the service stays off.
 	[ -x /usr/sbin/gearmand ] || missing="$missing gearman-job-server"
 	need gearman gearman-tools
+	# systemd-analyze checks the example systemd unit and its sandboxing.
+	need systemd-analyze systemd
 	# A real browser renders the status page once (fonts so that it shows text).
 	need chromium chromium
 	[ -d /usr/share/fonts/truetype/dejavu ] || missing="$missing fonts-dejavu-core"

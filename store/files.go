@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/fanout"
+	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 )
 
 const partialDirName = ".partial"
@@ -153,7 +154,7 @@ func writeFileAtomic(path string, data []byte) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+	if err := os.Chmod(tmp.Name(), perm.File); err != nil {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 )
 
 // ErrLocked means another builder process holds the images-dir.
@@ -21,11 +23,11 @@ type Lock struct {
 // LockDir takes the images-dir lock without waiting. It fails with an error
 // wrapping ErrLocked when another process holds it, naming that process when known.
 func LockDir(imagesDir string) (*Lock, error) {
-	if err := os.MkdirAll(imagesDir, 0o755); err != nil {
+	if err := os.MkdirAll(imagesDir, perm.Dir); err != nil {
 		return nil, fmt.Errorf("create images-dir: %w", err)
 	}
 	path := filepath.Join(imagesDir, "builder.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, perm.File)
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -155,6 +156,11 @@ func CheckClaim(dir, dbPath string) error {
 		return nil // a new images-dir is this builder's
 	}
 	id, err := readBuilderID(dir)
+	if errors.Is(err, fs.ErrPermission) {
+		// An images-dir of another user's, closed to others (perm.Dir):
+		// CheckImagesDir says whose it is and what to do.
+		return nil
+	}
 	if err != nil {
 		return err
 	}

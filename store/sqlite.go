@@ -12,6 +12,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 )
 
 // SQLite is the embedded Backend: one database file in WAL mode, so admin
@@ -36,6 +38,11 @@ func OpenSQLite(ctx context.Context, path string, access Access, now func() time
 	if access != Create {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("state database %s does not exist: %w", path, ErrNotInitialized)
+		}
+	}
+	if access == Create {
+		if err := createPrivate(path); err != nil {
+			return nil, fmt.Errorf("create state database %s: %w", path, err)
 		}
 	}
 	q := url.Values{}
@@ -866,4 +873,23 @@ func fromUnixNano(n int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, n).UTC()
+}
+
+// createPrivate makes the database file with perm.File before SQLite opens
+// it: SQLite would make it readable by everyone, and gives its -wal and -shm
+// files the database file's mode. A file an older builder made is tightened.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm.File)
+	if err == nil {
+		return f.Close()
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := perm.Tighten(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }

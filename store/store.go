@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 )
 
@@ -85,8 +86,13 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		if err := claim(opts.ImagesDir, id, stateExisted, opts.TakeOver); err != nil {
 			return nil, err
 		}
-		if err := os.MkdirAll(filepath.Join(opts.ImagesDir, partialDirName), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(opts.ImagesDir, partialDirName), perm.Dir); err != nil {
 			return nil, fmt.Errorf("create images-dir: %w", err)
+		}
+		// An images-dir an older builder made is open to every user of the
+		// host: its images, their manifests and the state are not for them.
+		if err := perm.Tighten(opts.ImagesDir); err != nil {
+			return nil, fmt.Errorf("images-dir: %w", err)
 		}
 	} else if opts.Backend != nil {
 		// The state is elsewhere: whether the images-dir must exist is the

@@ -331,3 +331,45 @@ func TestRecordsStoredWithoutUserinfo(t *testing.T) {
 		t.Errorf("records stored with userinfo read as %q, %+v, %+v, %q (%v, %v, %v, %v)", got.Reason, builds, ups, c.Reason, err, berr, uerr, cerr)
 	}
 }
+
+// TestOpenKeepsOthersOut: a new images-dir and its state are for the builder's
+// user and group; one an older builder left open to everyone is closed on open.
+func TestOpenKeepsOthersOut(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "images")
+	s := openTest(t, dir)
+	if err := WriteSidecars(filepath.Join(dir, "img-1.raw"), strings.Repeat("a", 64), strings.Repeat("b", 32)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	check := func(when string) {
+		t.Helper()
+		err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if fi.Mode().Perm()&0o007 != 0 {
+				t.Errorf("%s: %s has mode %v", when, path, fi.Mode().Perm())
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("a new images-dir")
+	for _, p := range []string{dir, filepath.Join(dir, "builder.db")} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, fi.Mode().Perm()|0o005); err != nil {
+			t.Fatal(err)
+		}
+	}
+	openTest(t, dir)
+	check("an images-dir open to everyone, opened again")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,6 +65,36 @@ func (e *env) writeYAML(text string) {
 
 func (e *env) imagesDir() string   { return filepath.Join(e.dir, "images") }
 func (e *env) buildLogDir() string { return filepath.Join(e.dir, "logs", "builds") }
+
+// checkPrivate fails the test when anything in the images-dir (images,
+// sidecars, manifests, the state, status files) or the build-log-dir is open
+// to every user of the host: a file they may read, a directory they may enter.
+func (e *env) checkPrivate() {
+	e.t.Helper()
+	seen := 0
+	for _, root := range []string{e.imagesDir(), e.buildLogDir()} {
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			seen++
+			if fi.Mode()&fs.ModeSymlink == 0 && fi.Mode().Perm()&0o007 != 0 {
+				e.t.Errorf("%s has mode %v: open to every user", path, fi.Mode().Perm())
+			}
+			return nil
+		})
+		if err != nil {
+			e.t.Fatalf("walk %s: %v", root, err)
+		}
+	}
+	if seen < 10 {
+		e.t.Errorf("found %d files and directories to check; want the images, the state and the logs", seen)
+	}
+}
 
 // buildLog returns the DIB log of a build.
 func (e *env) buildLog(b listing.Build) string {
@@ -402,6 +433,7 @@ func TestOnceZuulAndDIBImagesWithPostUploadHook(t *testing.T) {
 	if n := len(e.images("cloud-q")); n != 2 {
 		t.Errorf("cloud-q holds %d images after the retry, want its two uploads", n)
 	}
+	e.checkPrivate()
 }
 
 // describeUploads shows upload records for a failure message.

@@ -104,7 +104,8 @@ func waitWorkers(t *testing.T, gd *testenv.Gearmand, d *daemon, function string,
 	}, d.logs.String)
 }
 
-// gearmanConfig is a builder with a fake DIB image, a zuul-image polled once
+// gearmanConfig is a builder with a fake DIB image that image-build jobs may
+// build at any time (gearman-min-build-interval: 0), a zuul-image polled once
 // an hour (so that only image-build fetches it), and providers for the
 // bad-input cases: cloud-p paused for dib-image, cloud-z taking only debian.
 const gearmanConfig = `images-dir: {{IMAGES}}
@@ -147,6 +148,7 @@ providers:
 builder:
   keep-uploads: 2
   gearman-unserved-after: 2
+  gearman-min-build-interval: 0
 `
 
 func (e *env) writeGearmanConfig(gd *testenv.Gearmand) {
@@ -289,6 +291,59 @@ func TestGearmanFunctions(t *testing.T) {
 		}
 	}
 	d.waitLog(t, 10*time.Second, "gearman job done")
+}
+
+// TestGearmanOnlyListedFunctions: a builder with gearman-functions:
+// [image-build] registers no upload or delete function, and an image-delete
+// job for its build is answered without deleting anything; an image-build job
+// right after a build is refused by the default gearman-min-build-interval.
+// Every job is logged as it arrives.
+func TestGearmanOnlyListedFunctions(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	gd := testenv.NewGearmand(t)
+	e.writeYAML(strings.ReplaceAll(strings.ReplaceAll(gearmanConfig, "{{GEARMAN}}", strconv.Itoa(gd.Port)),
+		"  gearman-min-build-interval: 0\n", "  gearman-functions: [image-build]\n"))
+	e.letBuildsFinish()
+	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
+	e.once(0)
+	first := e.buildsOf("dib-image")[0]
+
+	d := startDaemon(t, e.cfgPath)
+	waitWorkers(t, gd, d, "image-build:dib-image", 1)
+	waitWorkers(t, gd, d, "image-build:debian", 1)
+	for fn := range workers(t, gd) {
+		if !strings.HasPrefix(fn, "image-build:") {
+			t.Errorf("gearadmin --status lists %s; the builder serves image-build alone", fn)
+		}
+	}
+
+	// image-build right after the build: refused, and no new build.
+	gearmanJob(t, gd, "image-build:dib-image", "").failed(t, "image-build at once",
+		"image-build dib-image refused", "dib-image-"+first.BuildID, "gearman-min-build-interval")
+	if builds := e.buildsOf("dib-image"); len(builds) != 1 || builds[0].BuildID != first.BuildID {
+		t.Errorf("builds after a refused image-build: %+v; want %s alone", builds, first.BuildID)
+	}
+
+	// image-delete: nobody runs it; after gearman-unserved-after it is
+	// answered, and the build is still there with its files.
+	gearmanJob(t, gd, "image-delete:"+first.BuildID, "").failed(t, "image-delete left out", "does not take image-delete jobs")
+	if !e.listed(first.BuildID) || len(e.buildFiles(first)) == 0 {
+		t.Errorf("build %s is gone after an image-delete job the builder does not take", first.BuildID)
+	}
+	if strings.Contains(d.logs.String(), "released by a gearman job") {
+		t.Errorf("the builder ran the image-delete job:\n%s", d.logs.String())
+	}
+	for _, fn := range []string{"image-build:dib-image", "image-delete:" + first.BuildID} {
+		waitFor(t, 10*time.Second, "the log to say the job of "+fn+" was received", func() bool {
+			for line := range strings.SplitSeq(d.logs.String(), "\n") {
+				if strings.Contains(line, `msg="gearman job received"`) && strings.Contains(line, " function="+fn+" handle=H:") &&
+					strings.Contains(line, " unique=") {
+					return true
+				}
+			}
+			return false
+		}, d.logs.String)
+	}
 }
 
 func TestGearmanTwoBuilders(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/escape"
+	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -213,16 +214,31 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
-// writePIDFile writes this process's pid, as nodepool's -p does.
+// writePIDFile writes this process's pid, as nodepool's -p does. It is
+// written to a new file of a fresh name beside it, created exclusively, then
+// renamed into place: whatever sits at a name known in advance (a symlink to
+// another file) is never written through, and readers never see half a pid.
 func writePIDFile(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, perm.Dir); err != nil {
 		return fmt.Errorf("pid file: %w", err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
 		return fmt.Errorf("pid file: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	_, err = tmp.WriteString(strconv.Itoa(os.Getpid()) + "\n")
+	if err == nil {
+		err = tmp.Chmod(perm.File)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
 		return fmt.Errorf("pid file: %w", err)
 	}
 	return nil

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+)
+
+// exampleUnit is the systemd unit operators install.
+var exampleUnit = filepath.Join("..", "..", "examples", "nodepool-builder.service")
+
+// unitUnderTest copies the example unit into a directory of its own with
+// ExecStart pointing at a program that exists (systemd-analyze verify refuses
+// a missing one), and returns the copy's path.
+func unitUnderTest(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(exampleUnit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const installed = "ExecStart=/usr/local/bin/nodepool-builder "
+	if !bytes.Contains(data, []byte(installed)) {
+		t.Fatalf("%s has no %q line", exampleUnit, installed)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = bytes.Replace(data, []byte(installed), []byte("ExecStart="+self+" "), 1)
+	path := filepath.Join(t.TempDir(), "nodepool-builder.service")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// systemdAnalyze runs systemd-analyze and returns its exit code and output.
+func systemdAnalyze(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.RequireBinary(t, "systemd-analyze"), args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), out.String()
+	}
+	if err != nil {
+		t.Fatalf("systemd-analyze %s: %v", strings.Join(args, " "), err)
+	}
+	return 0, out.String()
+}
+
+// TestExampleUnitIsSandboxed: the example systemd unit is one systemd reads
+// without a complaint, with its sandboxing (an exposure of 2.0 or less, where
+// the unit without it scored 9.2), and so is the drop-in its comments give for
+// a builder that runs diskimage-builder.
+func TestExampleUnitIsSandboxed(t *testing.T) {
+	unit := unitUnderTest(t)
+	// verify exits 0 for unknown keys too: any word from it is a defect.
+	if code, out := systemdAnalyze(t, "verify", unit); code != 0 || strings.TrimSpace(out) != "" {
+		t.Errorf("systemd-analyze verify exited %d saying:\n%s", code, out)
+	}
+	if code, out := systemdAnalyze(t, "security", "--offline=yes", "--threshold=20", unit); code != 0 {
+		t.Errorf("systemd-analyze security exited %d: the unit is exposed above 2.0:\n%s", code, out)
+	}
+	data, err := os.ReadFile(unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"\nNoNewPrivileges=yes\n", "\nProtectSystem=strict\n", "\nPrivateTmp=yes\n", "\nProtectHome=yes\n",
+		"\nReadWritePaths=/opt/nodepool/images /var/log/nodepool\n"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("the unit lacks %q", strings.TrimSpace(want))
+		}
+	}
+
+	// The drop-in for DIB, as the comments give it: "#   " lines from its
+	// [Service] to the line that says what to run next.
+	var dropIn []string
+	in := false
+	for line := range strings.SplitSeq(string(data), "\n") {
+		switch {
+		case line == "#   [Service]":
+			in = true
+		case in && !strings.HasPrefix(line, "#   "):
+			in = false
+		}
+		if in {
+			dropIn = append(dropIn, strings.TrimPrefix(line, "#   "))
+		}
+	}
+	if len(dropIn) < 5 || !strings.Contains(strings.Join(dropIn, "\n"), "NoNewPrivileges=no") {
+		t.Fatalf("the unit's comments give no DIB drop-in that relaxes NoNewPrivileges: %q", dropIn)
+	}
+	dir := unit + ".d"
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dib.conf"), []byte(strings.Join(dropIn, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := systemdAnalyze(t, "verify", unit); code != 0 || strings.TrimSpace(out) != "" {
+		t.Errorf("systemd-analyze verify with the DIB drop-in exited %d saying:\n%s\ndrop-in:\n%s", code, out, strings.Join(dropIn, "\n"))
+	}
+}
