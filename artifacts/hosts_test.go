@@ -51,7 +51,7 @@ func TestParseHostPattern(t *testing.T) {
 	bad := map[string]string{ // entry: what the error says
 		"":                          "no host name",
 		"*":                         "is not a host name",
-		"*.":                        "no host name",
+		"*.":                        "is not a host name",
 		"a.*.example.com":           "is not a host name",
 		"logs.example.com:":         "empty port",
 		"logs.example.com:0":        "not a number from 1 to 65535",
