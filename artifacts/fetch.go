@@ -166,10 +166,11 @@ type Result struct {
 // range resumed on its own, while its in-order front streams through the same pipeline. A failed or cancelled Fetch keeps the
 // partial download for that, except after a checksum mismatch (ErrChecksum, whose Result
 // still carries the digests found), a corrupt compressed stream, an image too large
-// (ErrTooLarge) or a refused host, address or redirect (ErrUnsafe). Running short of space (ErrNoSpace)
-// ends the Fetch at once; the caller decides when to try again. URLs in the error and in
-// log messages are redacted (no userinfo, no query string). Userinfo in a URL is never
-// sent: it is removed from URL and from every redirect, as is the Referer of a redirect.
+// (ErrTooLarge) or a refused host, address or redirect (ErrUnsafe). Running short of
+// space (ErrNoSpace) ends the Fetch at once; the caller decides when to try again. URLs in
+// the error and in log messages are redacted (no userinfo, no query string). Userinfo in a
+// URL is never sent: it is removed from URL and from every redirect, as is the Referer of
+// a redirect.
 func (f *Fetcher) Fetch(ctx context.Context, req Request) (Result, error) {
 	res, err := f.fetch(ctx, req)
 	// The messages below use redacted URLs already; this catches those that net/http
