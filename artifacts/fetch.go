@@ -85,6 +85,8 @@ type Fetcher struct {
 	// cut long downloads short; StallTimeout is the guard against hung transfers. Fetch
 	// uses a copy that follows redirects only on http and https, never from https to http,
 	// and at most 10 of them; the client's own CheckRedirect, if any, is asked after that.
+	// Its Transport must be an *http.Transport without DialTLSContext: Fetch dials the
+	// connections itself, to check the addresses they go to (see Request.Hosts).
 	HTTPClient *http.Client
 	// Logger receives retry messages; nil means slog.Default().
 	Logger *slog.Logger
@@ -140,6 +142,11 @@ type Request struct {
 	// Label names the download in progress reports, e.g. "<image>-<build_id>.<format>";
 	// empty means Key. Never the URL: it may carry a token or a signature.
 	Label string
+	// Hosts is what the download may reach: URL and every redirect must match it, and
+	// only hosts it names may be on internal addresses (see the rule in hosts.go). nil
+	// allows the host and port of URL alone, as named: right for a URL the caller chose
+	// itself, wrong for one taken from a job.
+	Hosts *Hosts
 }
 
 // Result describes a finished download.
@@ -160,9 +167,11 @@ type Result struct {
 // range resumed on its own, while its in-order front streams through the same pipeline. A failed or cancelled Fetch keeps the
 // partial download for that, except after a checksum mismatch (ErrChecksum, whose Result
 // still carries the digests found), a corrupt compressed stream, an image too large
-// (ErrTooLarge) or a refused redirect (ErrUnsafe). Running short of space (ErrNoSpace)
-// ends the Fetch at once; the caller decides when to try again. URLs in the error and in
-// log messages are redacted (no userinfo, no query string).
+// (ErrTooLarge) or a refused host, address or redirect (ErrUnsafe). Running short of
+// space (ErrNoSpace) ends the Fetch at once; the caller decides when to try again. URLs in
+// the error and in log messages are redacted (no userinfo, no query string). Userinfo in a
+// URL is never sent: it is removed from URL and from every redirect, as is the Referer of
+// a redirect.
 func (f *Fetcher) Fetch(ctx context.Context, req Request) (Result, error) {
 	res, err := f.fetch(ctx, req)
 	// The messages below use redacted URLs already; this catches those that net/http
@@ -172,9 +181,25 @@ func (f *Fetcher) Fetch(ctx context.Context, req Request) (Result, error) {
 
 func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	safeURL := redact.URL(req.URL)
-	if err := checkRequest(req); err != nil {
+	u, err := checkRequest(req)
+	if err != nil {
 		return Result{}, fmt.Errorf("download %s: %w", safeURL, err)
 	}
+	hosts := req.Hosts
+	if hosts == nil {
+		hosts = &Hosts{}
+		hosts.Name(HostPattern{host: canonicalHost(u.Hostname()), port: urlPort(u)})
+	}
+	if err := hosts.check(u, "URL"); err != nil {
+		return Result{}, fmt.Errorf("download %s: %w", req.Key, err)
+	}
+	// The job's userinfo is no credential of ours: never sent as Basic auth.
+	u.User = nil
+	client, err := f.client(hosts)
+	if err != nil {
+		return Result{}, fmt.Errorf("download %s: %w", safeURL, err)
+	}
+	defer client.CloseIdleConnections()
 	if f.PartialDir == "" {
 		return Result{}, fmt.Errorf("download %s: no partial directory configured", safeURL)
 	}
@@ -197,7 +222,8 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		f:       f,
 		req:     req,
 		url:     safeURL,
-		client:  f.client(),
+		target:  u.String(),
+		client:  client,
 		log:     logger.With("key", req.Key),
 		dlPath:  filepath.Join(f.PartialDir, req.Key+".download"),
 		stPath:  filepath.Join(f.PartialDir, req.Key+".ranges"),
@@ -214,24 +240,37 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	return d.run(ctx)
 }
 
-// client returns a copy of the Fetcher's HTTP client, leaving the caller's untouched,
-// whose redirects obey checkRedirect.
-func (f *Fetcher) client() *http.Client {
+// client returns a copy of the Fetcher's HTTP client for one download, leaving the
+// caller's untouched: its connections obey hosts (guardedTransport), and its redirects
+// checkRedirect and hosts, without userinfo or Referer.
+func (f *Fetcher) client(hosts *Hosts) (*http.Client, error) {
 	c := &http.Client{}
 	if f.HTTPClient != nil {
 		*c = *f.HTTPClient
 	}
+	t, err := guardedTransport(c.Transport, hosts)
+	if err != nil {
+		return nil, err
+	}
+	c.Transport = t
 	next := c.CheckRedirect
 	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
 		if err := checkRedirect(req, via); err != nil {
 			return err
 		}
+		if err := hosts.check(req.URL, "redirect to"); err != nil {
+			return err
+		}
+		// net/http would send the target's userinfo as Basic auth, and the URL redirected
+		// from, query and all, as Referer.
+		req.URL.User = nil
+		req.Header.Del("Referer")
 		if next != nil {
 			return next(req, via)
 		}
 		return nil
 	}
-	return c
+	return c, nil
 }
 
 // checkRedirect refuses a redirect that leaves http and https, that goes back to http
@@ -250,7 +289,8 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 	return nil
 }
 
-func checkRequest(req Request) error {
+// checkRequest checks the request and returns its parsed URL.
+func checkRequest(req Request) (*url.URL, error) {
 	u, err := url.Parse(req.URL)
 	if err != nil {
 		// url.Error repeats the URL whole, secrets and all.
@@ -258,24 +298,24 @@ func checkRequest(req Request) error {
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return fmt.Errorf("parse URL: %w", err)
+		return nil, fmt.Errorf("parse URL: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("unsupported URL scheme %q: only http and https are fetched", u.Scheme)
+		return nil, fmt.Errorf("unsupported URL scheme %q: only http and https are fetched", u.Scheme)
 	}
-	if u.Host == "" {
-		return errors.New("URL has no host")
+	if u.Hostname() == "" {
+		return nil, errors.New("URL has no host")
 	}
 	if req.Dest == "" {
-		return errors.New("no destination path")
+		return nil, errors.New("no destination path")
 	}
 	if req.Size < 0 {
-		return fmt.Errorf("negative declared size %d", req.Size)
+		return nil, fmt.Errorf("negative declared size %d", req.Size)
 	}
 	if req.Key == "" || req.Key == "." || req.Key == ".." || filepath.Base(req.Key) != req.Key {
-		return fmt.Errorf("key %q is not a plain file name", req.Key)
+		return nil, fmt.Errorf("key %q is not a plain file name", req.Key)
 	}
-	return nil
+	return u, nil
 }
 
 // download is the state of one Fetch call.
@@ -283,6 +323,7 @@ type download struct {
 	f       *Fetcher
 	req     Request
 	url     string // req.URL redacted, for messages
+	target  string // req.URL without userinfo, to request
 	client  *http.Client
 	log     *slog.Logger
 	dlPath  string // the bytes as served, possibly compressed; resumed across attempts
@@ -784,7 +825,7 @@ func (d *download) checkFed(s sums) error {
 
 // request builds a request for the artifact.
 func (d *download) request(ctx context.Context, method string) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, d.req.URL, nil)
+	req, err := http.NewRequestWithContext(ctx, method, d.target, nil)
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,8 +15,17 @@ import (
 
 // ErrUnsafe is wrapped by the errors for an artifact that must not be used at all: an image
 // that is not the format it claims or that references other files (which would make
-// qemu-img or the cloud read host files), or a download redirected off http and https.
+// qemu-img or the cloud read host files), a raw image no disk could be, or a download
+// that would reach a host or address it may not.
 var ErrUnsafe = errors.New("unsafe artifact")
+
+// A raw image is a disk: whole 512-byte sectors, and no disk worth booting is smaller than
+// a MiB. Anything qemu-img cannot place reads as raw, so without these bounds a page of
+// text from some server would pass for an image.
+const (
+	minRawSize = 1 << 20
+	sectorSize = 512
+)
 
 const (
 	// The limits keep a crafted image from making qemu-img eat the host: its probe should
@@ -30,7 +40,8 @@ const (
 // PATH) that the file at path is the format it claims and references no other file: no
 // backing file, no external data file, no vmdk extent beyond the file itself. A claimed
 // format that qemu does not know, such as tar or squashfs, must probe as raw. The error
-// for a file that fails the check wraps ErrUnsafe and names what was found; a failure to
+// for a file that fails the check wraps ErrUnsafe and names what was found; a file claimed
+// raw must also be at least 1 MiB and a whole number of 512-byte sectors. A failure to
 // run qemu-img is an ordinary error.
 func Inspect(ctx context.Context, qemuImg, path, format string) error {
 	if qemuImg == "" {
@@ -49,10 +60,29 @@ func Inspect(ctx context.Context, qemuImg, path, format string) error {
 	if err != nil {
 		return fmt.Errorf("inspect %s (%s): %w", path, claimed, err)
 	}
-	if problems := info.problems(claimed, abs); len(problems) > 0 {
+	problems := info.problems(claimed, abs)
+	if claimed == "raw" {
+		fi, err := os.Stat(abs)
+		if err != nil {
+			return fmt.Errorf("inspect %s: %w", path, err)
+		}
+		if p := rawSizeProblem(fi.Size()); p != "" {
+			problems = append(problems, p)
+		}
+	}
+	if len(problems) > 0 {
 		return fmt.Errorf("inspect %s: %w: %s", path, ErrUnsafe, strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// rawSizeProblem says why a raw image of size bytes is no disk, or "".
+func rawSizeProblem(size int64) string {
+	if size < minRawSize || size%sectorSize != 0 {
+		return fmt.Sprintf("a raw image of %d bytes is no disk image: a raw image must be at least %d bytes (1 MiB) and a whole number of %d-byte sectors",
+			size, minRawSize, sectorSize)
+	}
+	return ""
 }
 
 // imageInfo is the part of `qemu-img info --output=json` that tells whether an image

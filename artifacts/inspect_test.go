@@ -39,6 +39,17 @@ func TestInspect(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("just some text\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Raw images by size, sparse: only their length matters.
+	for name, size := range map[string]int64{"odd.raw": 1<<20 + 1, "short.raw": 1<<20 - 512, "sectors.raw": 2<<20 + 512} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
 
 	tests := []struct {
 		file, format string
@@ -51,7 +62,10 @@ func TestInspect(t *testing.T) {
 		{file: "plain.vhd", format: "vhd"},
 		{file: "plain.vmdk", format: "vmdk"},
 		{file: "notes.txt", format: "squashfs"},
-		{file: "notes.txt", format: "raw"},
+		{file: "sectors.raw", format: "raw"},
+		{file: "notes.txt", format: "raw", unsafe: []string{"a raw image of 15 bytes is no disk image", "at least 1048576 bytes"}},
+		{file: "odd.raw", format: "raw", unsafe: []string{"a raw image of 1048577 bytes", "whole number of 512-byte sectors"}},
+		{file: "short.raw", format: "raw", unsafe: []string{"a raw image of 1048064 bytes"}},
 		{file: "backed.qcow2", format: "qcow2", unsafe: []string{`backing file "/etc/nodepool/clouds.yaml"`}},
 		{file: "datafile.qcow2", format: "qcow2", unsafe: []string{`external data file "` + filepath.Join(dir, "host.data") + `"`}},
 		{file: "plain.qcow2", format: "raw", unsafe: []string{"claims raw but qemu-img reads qcow2"}},
@@ -108,7 +122,7 @@ func fakeQemuImg(t *testing.T, body string) string {
 
 func TestInspectFailures(t *testing.T) {
 	img := filepath.Join(t.TempDir(), "img.raw")
-	if err := os.WriteFile(img, make([]byte, 4096), 0o644); err != nil {
+	if err := os.WriteFile(img, make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -162,7 +176,7 @@ func TestInspectLimits(t *testing.T) {
 	testenv.RequireBinary(t, "prlimit")
 	// The stand-in reports its limits as the format it "reads".
 	qemuImg := fakeQemuImg(t, `printf '{"format": "as=%s,cpu=%s"}' "$(ulimit -v)" "$(ulimit -t)"`)
-	err := Inspect(context.Background(), qemuImg, "/dev/null", "raw")
+	err := Inspect(context.Background(), qemuImg, "/dev/null", "iso")
 	if want := "qemu-img reads as=1048576,cpu=30"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Inspect error = %v, want one saying %q", err, want)
 	}

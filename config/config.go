@@ -6,6 +6,8 @@ package config
 import (
 	"slices"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/artifacts"
 )
 
 // Config is a loaded, validated nodepool.yaml.
@@ -77,6 +79,10 @@ type ZuulImage struct {
 	// AllowUnmergedChanges lets builds of changes (a ref with a change number,
 	// as in check) be fetched; only builds of merged refs are, by default.
 	AllowUnmergedChanges bool
+	// ArtifactHosts, when set, are the only hosts artifacts are fetched from,
+	// and all of them may be on internal addresses. nil allows the api-url's
+	// host and port and each build's log_url host (not on internal addresses).
+	ArtifactHosts []artifacts.HostPattern
 }
 
 // ArtifactMapping says which Zuul artifact holds a format.

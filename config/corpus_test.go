@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/artifacts"
 )
 
 func corpusEnv(name string) (string, bool) {
@@ -163,6 +165,7 @@ func TestLoadZuulImagesExample(t *testing.T) {
 				CACert:               "/etc/ssl/zuul-ca.pem",
 				RequireChecksum:      true,
 				AllowUnmergedChanges: true,
+				ArtifactHosts:        hostPatterns(t, "zuul.example.com", "*.logs.example.com", "swift.internal:8080"),
 				Formats:              []string{"vhd"},
 				Artifacts: []ArtifactMapping{
 					{Format: "qcow2", Type: "image-qcow"},
@@ -250,4 +253,17 @@ func TestLoadNamesFileInErrors(t *testing.T) {
 	if !errors.As(err, &e) || e.File != path || e.Line != 3 || e.Path != "builder.keep-builds" {
 		t.Errorf("Load error = %v, want %s:3: builder.keep-builds", err, path)
 	}
+}
+
+func hostPatterns(t *testing.T, entries ...string) []artifacts.HostPattern {
+	t.Helper()
+	out := make([]artifacts.HostPattern, len(entries))
+	for i, e := range entries {
+		p, err := artifacts.ParseHostPattern(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = p
+	}
+	return out
 }

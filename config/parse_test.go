@@ -116,6 +116,12 @@ func TestParseErrors(t *testing.T) {
 		{"artifact without format", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifacts:\n      - type: image-raw\n", 8, "zuul-images[0].artifacts[0].format", "is required"},
 		{"artifact unknown key", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifacts:\n      - format: raw\n        type: image-raw\n        url: x\n", 10, "zuul-images[0].artifacts[0].url", "unknown key in an artifacts entry; known keys are format, type, name"},
 		{"artifact format twice", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifacts:\n      - {format: qcow2, type: a}\n      - {format: qcow, type: b}\n", 9, "zuul-images[0].artifacts[1].format", "qcow2 is mapped twice (first on line 8)"},
+		{"artifact-hosts a string", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifact-hosts:  logs.example.com\n", 7, "zuul-images[0].artifact-hosts", "expected a list of host names or addresses like [logs.example.com"},
+		{"artifact-hosts empty", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifact-hosts:  []\n", 7, "zuul-images[0].artifact-hosts", "is empty, so no artifact could be fetched; list the hosts, or remove the key"},
+		{"artifact-hosts entry a mapping", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifact-hosts: \n      - logs.example.com\n      - {host: x}\n", 9, "zuul-images[0].artifact-hosts[1]", "expected a host name or address"},
+		{"artifact-hosts bare wildcard", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifact-hosts: \n      - logs.example.com\n      - '*'\n", 9, "zuul-images[0].artifact-hosts[1]", `"*": "*" is not a host name`},
+		{"artifact-hosts bad port", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifact-hosts:  ['logs.example.com:99999']\n", 7, "zuul-images[0].artifact-hosts[0]", "is not a number from 1 to 65535; write a host name, an IP address or *.domain, optionally with :port"},
+		{"artifact-hosts a URL", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifact-hosts:  ['https://logs.example.com/']\n", 7, "zuul-images[0].artifact-hosts[0]", "write a host name, an IP address or *.domain"},
 
 		// providers.
 		{"providers not a list", head + "providers: {name: a}\n", 2, "providers", "expected a list of providers"},
@@ -636,5 +642,28 @@ func TestParseBuilderWebapp(t *testing.T) {
 				t.Errorf("launcher's webapp = %+v, want %+v", cfg.LauncherWebapp, tt.wantLauncher)
 			}
 		})
+	}
+}
+
+func TestParseArtifactHosts(t *testing.T) {
+	cfg := mustParse(t, `images-dir: /opt/images
+zuul-images:
+  - name: z
+    api-url: https://zuul.example.com/
+    project: org/images
+    job: build-z
+    artifact-hosts:
+      - Logs.Example.com
+      - '*.swift.example.com:443'
+      - 192.0.2.7:8080
+      - '[2001:db8::7]'
+`)
+	var got []string
+	for _, p := range cfg.ZuulImages[0].ArtifactHosts {
+		got = append(got, p.String())
+	}
+	want := []string{"logs.example.com", "*.swift.example.com:443", "192.0.2.7:8080", "[2001:db8::7]"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("artifact-hosts = %q, want %q", got, want)
 	}
 }

@@ -3,12 +3,16 @@ package config
 import (
 	"net/url"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/artifacts"
+	"gopkg.in/yaml.v3"
 )
 
 var zuulImageKeys = []string{
 	"name", "api-url", "tenant", "project", "branch", "pipelines", "job",
 	"poll-interval", "auth-token-file", "ca-cert", "require-checksum",
 	"formats", "artifacts", "pause", "metadata", "allow-unmerged-changes",
+	"artifact-hosts",
 }
 
 var artifactKeys = []string{"format", "type", "name"}
@@ -75,7 +79,39 @@ func (p *parser) zuulImage(m *mapping, pollInterval time.Duration) (ZuulImage, b
 	z.Pause, _ = m.boolean("pause")
 	z.Metadata, _ = m.strMap("metadata", "os_distro: debian")
 	z.Artifacts = p.artifactMappings(m)
+	z.ArtifactHosts = p.artifactHosts(m)
 	return z, z.Name != ""
+}
+
+// artifactHosts reads artifact-hosts: the hosts artifacts may be fetched from.
+// nil when absent.
+func (p *parser) artifactHosts(m *mapping) []artifacts.HostPattern {
+	const example = "[logs.example.com, '*.swift.example.com', '192.0.2.7:8080']"
+	items, ok := m.list("artifact-hosts", "host names or addresses", example)
+	if !ok {
+		return nil
+	}
+	if len(items) == 0 {
+		n, _ := m.get("artifact-hosts")
+		p.errorf(n, m.sub("artifact-hosts"), "is empty, so no artifact could be fetched; list the hosts, or remove the key to allow the api-url's host and the builds' log hosts")
+		return nil
+	}
+	out := make([]artifacts.HostPattern, 0, len(items))
+	for i, item := range items {
+		item = resolve(item)
+		path := indexPath(m.sub("artifact-hosts"), i)
+		if isNull(item) || item.Kind != yaml.ScalarNode || item.ShortTag() != "!!str" || item.Value == "" {
+			p.errorf(item, path, "expected a host name or address like %s; this entry is %s", example, describe(item))
+			continue
+		}
+		hp, err := artifacts.ParseHostPattern(item.Value)
+		if err != nil {
+			p.errorf(item, path, "%v; write a host name, an IP address or *.domain, optionally with :port", err)
+			continue
+		}
+		out = append(out, hp)
+	}
+	return out
 }
 
 // artifactMappings reads the artifacts list: which artifact holds which format.

@@ -576,6 +576,10 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 	if !ok {
 		return fmt.Errorf("no downloader for zuul-image %s", zi.Name)
 	}
+	hosts, err := artifactHosts(zi, zb)
+	if err != nil {
+		return err
+	}
 	available := artifacts.Available(cands, mappings)
 	plan, convert, err := planFormats(needed, available)
 	if err != nil {
@@ -601,6 +605,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 			MD5:    md5,
 			Size:   declaredSize(c),
 			Label:  b.Name() + "." + format,
+			Hosts:  hosts,
 		})
 		p.opts.Metrics.Downloaded(b.Image, res.Downloaded, time.Since(began), err)
 		switch {
@@ -630,6 +635,32 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		}
 	}
 	return nil
+}
+
+// artifactHosts is what the downloads of a build may reach: the zuul-image's
+// artifact-hosts, all named by the operator; or, without them, the api-url's host
+// and port, named by the operator, and the build's log_url host on any port, which
+// Zuul's answer names and which may therefore not be on an internal address.
+func artifactHosts(zi *config.ZuulImage, zb zuulapi.Build) (*artifacts.Hosts, error) {
+	hosts := &artifacts.Hosts{}
+	if zi.ArtifactHosts != nil {
+		for _, p := range zi.ArtifactHosts {
+			hosts.Name(p)
+		}
+		return hosts, nil
+	}
+	api, err := artifacts.URLHostPattern(zi.APIURL, true)
+	if err != nil {
+		return nil, fmt.Errorf("api-url of zuul-image %s: %w", zi.Name, err)
+	}
+	hosts.Name(api)
+	if zb.LogURL != "" {
+		// A log_url that is no URL allows nothing more; its artifacts are refused.
+		if logs, err := artifacts.URLHostPattern(zb.LogURL, false); err == nil {
+			hosts.Allow(logs)
+		}
+	}
+	return hosts, nil
 }
 
 // planFormats picks what to download: every needed format that is published, and for

@@ -34,6 +34,7 @@ zuul-images:
     project: org/images
     job: build-debian
     formats: [raw]
+    artifact-hosts: [127.0.0.1] # the slow proxy is on another port of loopback
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}

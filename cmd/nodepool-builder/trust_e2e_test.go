@@ -123,7 +123,8 @@ func TestRedirectToHTTPRefused(t *testing.T) {
 	defer redirector.Close()
 	ca := filepath.Join(e.dir, "ca.pem")
 	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: redirector.Certificate().Raw}), 0o644)
-	e.oneProvider("qcow2", "    ca-cert: "+ca+"\n", "")
+	// The redirector is the operator's, on another port of loopback: named.
+	e.oneProvider("qcow2", "    ca-cert: "+ca+"\n    artifact-hosts: [127.0.0.1]\n", "")
 	img := e.makeImage(1)
 	zb := e.addBuild(img, zuultest.BuildSpec{Artifacts: []zuultest.ArtifactSpec{{
 		Name: "debian qcow2", Path: img.qcow2, Metadata: zuulImageMeta("qcow2"),

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -67,6 +68,7 @@ type Server struct {
 	failN    int
 	failCode int
 	tmpDir   string
+	redirs   map[string]string // by path under /redirect/: the target
 }
 
 // RequestInfo is one request for an artifact file.
@@ -108,6 +110,7 @@ func NewServer(opts ServerOptions) *Server {
 		served:   map[string]int64{},
 		requests: map[string][]RequestInfo{},
 		drops:    map[string]int64{},
+		redirs:   map[string]string{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/info", s.handleInfo)
@@ -115,6 +118,7 @@ func NewServer(opts ServerOptions) *Server {
 	mux.HandleFunc("GET /api/tenant/{tenant}/builds", s.handleTenantBuilds)
 	mux.HandleFunc("GET /api/builds", s.handleRootBuilds)
 	mux.HandleFunc("GET /logs/", s.handleFile)
+	mux.HandleFunc("GET /redirect/{id}", s.handleRedirect)
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(s.done)
@@ -236,4 +240,26 @@ func (s *Server) DropAfter(path string, n int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.drops[artifactPath(path)] = n
+}
+
+// Redirect makes the server answer a URL of its own with a 302 to target, as a
+// log server in front of object storage does, and returns that URL. Publish it
+// with ArtifactSpec.Publish to send an artifact's download through it.
+func (s *Server) Redirect(target string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := strconv.Itoa(len(s.redirs) + 1)
+	s.redirs[id] = target
+	return s.url + "/redirect/" + id
+}
+
+func (s *Server) handleRedirect(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	target, ok := s.redirs[r.PathValue("id")]
+	s.mu.Unlock()
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	http.Redirect(w, r, target, http.StatusFound)
 }

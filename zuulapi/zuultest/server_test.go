@@ -552,3 +552,29 @@ func TestAddBuildErrors(t *testing.T) {
 		t.Errorf("failed AddBuild calls left %d builds", n)
 	}
 }
+
+func TestRedirect(t *testing.T) {
+	s := NewServer(ServerOptions{})
+	defer s.Close()
+	u := s.Redirect("http://files.example.com/disk.raw?sig=x")
+	if !strings.HasPrefix(u, s.URL()+"/") {
+		t.Fatalf("Redirect URL %s is not on the server %s", u, s.URL())
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "http://files.example.com/disk.raw?sig=x" {
+		t.Fatalf("GET %s: %s to %q", u, resp.Status, resp.Header.Get("Location"))
+	}
+	resp, err = client.Get(s.URL() + "/redirect/99")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("an unknown redirect answered %s", resp.Status)
+	}
+}

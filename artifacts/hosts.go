@@ -1,0 +1,340 @@
+package artifacts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/redact"
+)
+
+// The rule, in one place. An artifact URL comes from a job, so it may name any host:
+//
+//   - Every URL a download reaches, the first and each redirect, must match Hosts: the
+//     artifact-hosts the operator listed or, without that list, the host and port of Zuul's
+//     api-url and the host (any port) of the build's log_url.
+//   - A connection to a loopback, link-local (cloud metadata at 169.254.169.254 among
+//     them), private, shared (CGNAT), unspecified or multicast address is refused, unless
+//     the host being connected to was named by the operator: an artifact-hosts entry, or
+//     the api-url's host and port. The log_url's host is allowed but not exempt: it comes
+//     from Zuul's answer, and a job's Zuul answer is not the operator's word. The address
+//     is checked after name resolution, on the address actually dialled, so a name that
+//     resolves to loopback (or re-resolves to it later) is refused too.
+//   - Through an HTTP proxy, the connection is to the proxy, which the operator configured;
+//     the proxy resolves the artifact's host, so only the host check holds there.
+
+// HostPattern is one allowed host: a host name, an IP address or a "*.domain" wildcard
+// (any name below domain, not domain itself), with a port or, when it has none, any port.
+type HostPattern struct {
+	host     string // lower case, without a trailing dot; an IP address in canonical form
+	wildcard bool   // host is a domain; names below it match
+	port     string // "" for any port
+}
+
+// String is the pattern as it would be written in artifact-hosts.
+func (p HostPattern) String() string {
+	h := p.host
+	if p.wildcard {
+		h = "*." + h
+	}
+	if p.port == "" {
+		if strings.Contains(h, ":") {
+			return "[" + h + "]"
+		}
+		return h
+	}
+	return net.JoinHostPort(h, p.port)
+}
+
+// ParseHostPattern reads an artifact-hosts entry: "logs.example.com", "*.example.com",
+// "192.0.2.7", "[2001:db8::7]" or "2001:db8::7", each optionally with ":port" (an IPv6
+// address with a port in brackets).
+func ParseHostPattern(s string) (HostPattern, error) {
+	host, port := s, ""
+	switch {
+	case strings.HasPrefix(s, "["):
+		end := strings.Index(s, "]")
+		if end < 0 {
+			return HostPattern{}, fmt.Errorf("%q has no closing ]", s)
+		}
+		host = s[1:end]
+		rest := s[end+1:]
+		if rest != "" {
+			p, ok := strings.CutPrefix(rest, ":")
+			if !ok {
+				return HostPattern{}, fmt.Errorf("%q: expected :port after ]", s)
+			}
+			port = p
+		}
+		if _, err := netip.ParseAddr(host); err != nil || !strings.Contains(host, ":") {
+			return HostPattern{}, fmt.Errorf("%q: only an IPv6 address goes in brackets", s)
+		}
+	case strings.Count(s, ":") == 1:
+		host, port, _ = strings.Cut(s, ":")
+		if port == "" {
+			return HostPattern{}, fmt.Errorf("%q: empty port after :", s)
+		}
+	}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+			return HostPattern{}, fmt.Errorf("%q: port %q is not a number from 1 to 65535", s, port)
+		}
+	}
+	if addr, err := netip.ParseAddr(host); err == nil {
+		if addr.Zone() != "" {
+			return HostPattern{}, fmt.Errorf("%q: an address with a zone cannot be matched", s)
+		}
+		return HostPattern{host: addr.Unmap().String(), port: port}, nil
+	}
+	p := HostPattern{port: port}
+	name := strings.ToLower(strings.TrimSuffix(host, "."))
+	if rest, ok := strings.CutPrefix(name, "*."); ok {
+		p.wildcard, name = true, rest
+	}
+	if err := checkHostName(name); err != nil {
+		return HostPattern{}, fmt.Errorf("%q: %w", s, err)
+	}
+	p.host = name
+	return p, nil
+}
+
+// checkHostName accepts what DNS names look like: dot-separated labels of letters,
+// digits, '-' and '_', at most 253 characters.
+func checkHostName(name string) error {
+	if name == "" {
+		return errors.New("no host name")
+	}
+	if len(name) > 253 {
+		return errors.New("host name longer than 253 characters")
+	}
+	for label := range strings.SplitSeq(name, ".") {
+		if label == "" || len(label) > 63 {
+			return fmt.Errorf("%q is not a host name label", label)
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return fmt.Errorf("%q is not a host name (a wildcard is only allowed as \"*.\" at the start)", name)
+			}
+		}
+	}
+	return nil
+}
+
+// URLHostPattern is the host of an absolute http or https URL as a pattern: with the
+// URL's port (its default port when it names none) when withPort is set, else any port.
+func URLHostPattern(rawURL string, withPort bool) (HostPattern, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return HostPattern{}, errors.New("not an absolute http or https URL")
+	}
+	host, port := canonicalHost(u.Hostname()), ""
+	if withPort {
+		port = urlPort(u)
+	}
+	return HostPattern{host: host, port: port}, nil
+}
+
+// canonicalHost is a URL's or a dialled address's host as patterns hold it.
+func canonicalHost(h string) string {
+	if addr, err := netip.ParseAddr(h); err == nil {
+		return addr.Unmap().String()
+	}
+	return strings.ToLower(strings.TrimSuffix(h, "."))
+}
+
+// urlPort is the port a URL connects to.
+func urlPort(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if u.Scheme == "https" {
+		return "443"
+	}
+	return "80"
+}
+
+func (p HostPattern) matches(host, port string) bool {
+	if p.port != "" && p.port != port {
+		return false
+	}
+	if !p.wildcard {
+		return p.host == host
+	}
+	return strings.HasSuffix(host, "."+p.host) && !isIP(host)
+}
+
+func isIP(h string) bool {
+	_, err := netip.ParseAddr(h)
+	return err == nil
+}
+
+// Hosts is what an artifact download may reach: the hosts it may fetch from, and those
+// of them the operator named, which alone may be on internal addresses. The zero value
+// allows nothing; a Request without Hosts allows only its own URL's host and port.
+type Hosts struct {
+	rules []hostRule
+}
+
+type hostRule struct {
+	HostPattern
+	named bool
+}
+
+// Name allows p as named by the operator: its connections may go to any address.
+func (h *Hosts) Name(p HostPattern) { h.rules = append(h.rules, hostRule{p, true}) }
+
+// Allow allows p as a host learnt from elsewhere (Zuul's log_url): its connections must
+// go to public addresses.
+func (h *Hosts) Allow(p HostPattern) { h.rules = append(h.rules, hostRule{p, false}) }
+
+// String lists the patterns, for messages.
+func (h *Hosts) String() string {
+	if h == nil || len(h.rules) == 0 {
+		return "none"
+	}
+	s := make([]string, len(h.rules))
+	for i, r := range h.rules {
+		s[i] = r.HostPattern.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// allows tells whether a download may fetch u.
+func (h *Hosts) allows(u *url.URL) bool {
+	host, port := canonicalHost(u.Hostname()), urlPort(u)
+	for _, r := range h.rules {
+		if r.matches(host, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// named tells whether host:port, as dialled, is one the operator named.
+func (h *Hosts) named(host, port string) bool {
+	host = canonicalHost(host)
+	for _, r := range h.rules {
+		if r.named && r.matches(host, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// check refuses u when it is not allowed, naming it redacted.
+func (h *Hosts) check(u *url.URL, what string) error {
+	if h.allows(u) {
+		return nil
+	}
+	return fmt.Errorf("%w: refused %s %s: host %s is not among the allowed artifact hosts (%s); add it to the zuul-image's artifact-hosts if it is yours",
+		ErrUnsafe, what, redact.URL(u.String()), u.Host, h)
+}
+
+// ErrInternalAddress is wrapped by the error of a connection refused because it would go
+// to an internal address (loopback, link-local, private, shared, unspecified, multicast)
+// for a host the operator did not name.
+var ErrInternalAddress = errors.New("internal address")
+
+// internalPrefixes are ranges netip's predicates do not cover.
+var internalPrefixes = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),     // "this network": Linux connects it to the host itself
+	netip.MustParsePrefix("100.64.0.0/10"), // shared address space (carrier-grade NAT)
+}
+
+// checkAddress refuses an internal address; it is the net.Dialer.Control of connections
+// to hosts the operator did not name, and so sees the address after name resolution.
+func checkAddress(network, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("%w: cannot read dialled address %q: %w", ErrUnsafe, address, err)
+	}
+	if internalAddr(ap.Addr()) {
+		return fmt.Errorf("%w: refused to connect to %s: %w; name the host in the zuul-image's artifact-hosts if it is yours",
+			ErrUnsafe, ap.Addr(), ErrInternalAddress)
+	}
+	return nil
+}
+
+func internalAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() ||
+		a.IsPrivate() || a.IsUnspecified() || a.IsMulticast() || !a.IsValid() {
+		return true
+	}
+	for _, p := range internalPrefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// guardedTransport returns a copy of base (nil: http.DefaultTransport) whose connections
+// obey hosts, dialled as http.DefaultTransport dials (base's own DialContext is not
+// used; a TLS dialer of its own is refused, as it would bypass the check): a dial to a host the operator did not name, nor to the configured proxy,
+// runs checkAddress on the resolved address. The caller closes its idle connections.
+func guardedTransport(base http.RoundTripper, hosts *Hosts) (*http.Transport, error) {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	t, ok := base.(*http.Transport)
+	if !ok {
+		return nil, fmt.Errorf("the HTTP client's transport is %T, not *http.Transport: its connections cannot be checked", base)
+	}
+	if t.DialTLSContext != nil || t.DialTLS != nil { //nolint:staticcheck // DialTLS too would bypass the check
+		return nil, errors.New("the HTTP client's transport has its own TLS dialer: its connections cannot be checked")
+	}
+	t = t.Clone()
+	t.Dial = nil //nolint:staticcheck // replaced by DialContext below, as the doc of Fetcher.HTTPClient says
+	g := &dialGuard{hosts: hosts, proxies: map[string]bool{}}
+	if proxy := t.Proxy; proxy != nil {
+		t.Proxy = func(r *http.Request) (*url.URL, error) {
+			u, err := proxy(r)
+			if u != nil {
+				g.addProxy(u.Hostname())
+			}
+			return u, err
+		}
+	}
+	t.DialContext = g.dial
+	return t, nil
+}
+
+// dialGuard dials for one download.
+type dialGuard struct {
+	hosts   *Hosts
+	mu      sync.Mutex
+	proxies map[string]bool // hosts of the proxies the transport chose
+}
+
+func (g *dialGuard) addProxy(host string) {
+	g.mu.Lock()
+	g.proxies[canonicalHost(host)] = true
+	g.mu.Unlock()
+}
+
+func (g *dialGuard) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	// As http.DefaultTransport dials.
+	d := net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	proxy := g.proxies[canonicalHost(host)]
+	g.mu.Unlock()
+	if !proxy && !g.hosts.named(host, port) {
+		d.Control = checkAddress
+	}
+	return d.DialContext(ctx, network, addr)
+}

@@ -1,0 +1,389 @@
+package artifacts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func mustPattern(t testing.TB, s string) HostPattern {
+	t.Helper()
+	p, err := ParseHostPattern(s)
+	if err != nil {
+		t.Fatalf("ParseHostPattern(%q): %v", s, err)
+	}
+	return p
+}
+
+func TestParseHostPattern(t *testing.T) {
+	good := map[string]string{ // entry: as String writes it back
+		"logs.example.com":      "logs.example.com",
+		"Logs.Example.COM.":     "logs.example.com",
+		"logs.example.com:8080": "logs.example.com:8080",
+		"*.example.com":         "*.example.com",
+		"*.example.com:443":     "*.example.com:443",
+		"192.0.2.7":             "192.0.2.7",
+		"192.0.2.7:80":          "192.0.2.7:80",
+		"[2001:db8::7]":         "[2001:db8::7]",
+		"[2001:db8::7]:8443":    "[2001:db8::7]:8443",
+		"2001:db8:0::7":         "[2001:db8::7]",
+		"::ffff:192.0.2.7":      "192.0.2.7",
+		"swift_1.internal":      "swift_1.internal",
+	}
+	for in, want := range good {
+		p, err := ParseHostPattern(in)
+		if err != nil {
+			t.Errorf("ParseHostPattern(%q): %v", in, err)
+			continue
+		}
+		if p.String() != want {
+			t.Errorf("ParseHostPattern(%q) = %s, want %s", in, p, want)
+		}
+	}
+	bad := map[string]string{ // entry: what the error says
+		"":                          "no host name",
+		"*":                         "is not a host name",
+		"*.":                        "is not a host name",
+		"a.*.example.com":           "is not a host name",
+		"logs.example.com:":         "empty port",
+		"logs.example.com:0":        "not a number from 1 to 65535",
+		"logs.example.com:http":     "not a number from 1 to 65535",
+		"logs.example.com:080":      "not a number from 1 to 65535",
+		"host:65536":                "not a number from 1 to 65535",
+		"https://logs.example.com/": "",
+		"[192.0.2.7]":               "only an IPv6 address goes in brackets",
+		"[2001:db8::7":              "no closing ]",
+		"[2001:db8::7]8080":         "expected :port",
+		"fe80::1%eth0":              "zone",
+		"logs..example.com":         "is not a host name label",
+		"logs example.com":          "is not a host name",
+		"user@logs.example.com":     "is not a host name",
+	}
+	for in, says := range bad {
+		p, err := ParseHostPattern(in)
+		if err == nil {
+			t.Errorf("ParseHostPattern(%q) = %s, want an error", in, p)
+			continue
+		}
+		if !strings.Contains(err.Error(), says) {
+			t.Errorf("ParseHostPattern(%q) error %q does not say %q", in, err, says)
+		}
+	}
+}
+
+func TestHostsMatch(t *testing.T) {
+	var h Hosts
+	for _, s := range []string{"zuul.example.com:443", "*.swift.example.com", "192.0.2.7:8080", "2001:db8::7"} {
+		h.Name(mustPattern(t, s))
+	}
+	h.Allow(mustPattern(t, "logs.example.com"))
+	tests := []struct {
+		url            string
+		allowed, named bool
+	}{
+		{"https://zuul.example.com/api", true, true},
+		{"https://ZUUL.example.com.:443/api", true, true},
+		{"http://zuul.example.com/api", false, false}, // port 80, not the 443 named
+		{"https://zuul.example.com:8443/", false, false},
+		{"https://a.swift.example.com/x", true, true},
+		{"http://a.b.swift.example.com:9000/x", true, true},
+		{"https://swift.example.com/x", false, false}, // the wildcard is for names below it
+		{"https://evilswift.example.com/x", false, false},
+		{"http://192.0.2.7:8080/x", true, true},
+		{"http://192.0.2.7/x", false, false},
+		{"http://[::ffff:192.0.2.7]:8080/x", true, true},
+		{"http://[2001:db8::7]:1234/x", true, true},
+		{"http://[2001:db8:0:0::7]/x", true, true},
+		{"https://logs.example.com/x", true, false},
+		{"http://logs.example.com:8080/x", true, false},
+		{"https://a.logs.example.com/x", false, false},
+		{"https://example.com/x", false, false},
+	}
+	for _, tt := range tests {
+		u, err := url.Parse(tt.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := h.allows(u); got != tt.allowed {
+			t.Errorf("allows(%s) = %v, want %v", tt.url, got, tt.allowed)
+		}
+		if got := h.named(u.Hostname(), urlPort(u)); got != tt.named {
+			t.Errorf("named(%s) = %v, want %v", tt.url, got, tt.named)
+		}
+	}
+	var none Hosts
+	if u, _ := url.Parse("https://zuul.example.com/"); none.allows(u) {
+		t.Error("the zero Hosts allows a URL")
+	}
+}
+
+func TestURLHostPattern(t *testing.T) {
+	for _, tt := range []struct {
+		url      string
+		withPort bool
+		want     string
+	}{
+		{"https://Zuul.Example.com/", true, "zuul.example.com:443"},
+		{"http://zuul.example.com/", true, "zuul.example.com:80"},
+		{"http://zuul.example.com:9000/t/x/", true, "zuul.example.com:9000"},
+		{"https://logs.example.com:8443/a/b/", false, "logs.example.com"},
+		{"http://[::1]:9000/", true, "[::1]:9000"},
+	} {
+		p, err := URLHostPattern(tt.url, tt.withPort)
+		if err != nil || p.String() != tt.want {
+			t.Errorf("URLHostPattern(%s, %v) = %s, %v; want %s", tt.url, tt.withPort, p, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"", "logs/", "ftp://logs.example.com/", "https:///x"} {
+		if p, err := URLHostPattern(bad, false); err == nil {
+			t.Errorf("URLHostPattern(%q) = %s, want an error", bad, p)
+		}
+	}
+}
+
+func TestCheckAddress(t *testing.T) {
+	refused := []string{
+		"127.0.0.1:80", "127.1.2.3:8080", "[::1]:80", "[::ffff:127.0.0.1]:80",
+		"169.254.169.254:80", "[fe80::1]:80",
+		"10.0.0.1:443", "172.16.5.4:80", "192.168.1.1:80", "[fc00::1]:80", "[fd12:3456::1]:80",
+		"100.64.0.1:80", "100.127.255.254:80",
+		"0.0.0.0:80", "0.1.2.3:80", "[::]:80",
+		"224.0.0.1:80", "[ff02::1]:80",
+	}
+	for _, a := range refused {
+		if err := checkAddress("tcp", a, nil); !errors.Is(err, ErrInternalAddress) || !errors.Is(err, ErrUnsafe) {
+			t.Errorf("checkAddress(%s) = %v, want ErrInternalAddress", a, err)
+		}
+	}
+	for _, a := range []string{"192.0.2.1:80", "8.8.8.8:443", "100.128.0.1:80", "172.32.0.1:80", "[2001:4860:4860::8888]:443"} {
+		if err := checkAddress("tcp", a, nil); err != nil {
+			t.Errorf("checkAddress(%s) = %v, want nil", a, err)
+		}
+	}
+}
+
+// recordingServer serves image at any path and records each request's headers.
+type recordingServer struct {
+	*httptest.Server
+	mu      sync.Mutex
+	headers []http.Header
+}
+
+func newRecordingServer(t *testing.T, image []byte, redirect func(r *http.Request) string) *recordingServer {
+	rs := &recordingServer{}
+	rs.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rs.mu.Lock()
+		rs.headers = append(rs.headers, r.Header.Clone())
+		rs.mu.Unlock()
+		if redirect != nil {
+			if to := redirect(r); to != "" {
+				http.Redirect(w, r, to, http.StatusFound)
+				return
+			}
+		}
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(image))
+	}))
+	t.Cleanup(rs.Close)
+	return rs
+}
+
+func (rs *recordingServer) seen() []http.Header {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return append([]http.Header(nil), rs.headers...)
+}
+
+func hostPort(t *testing.T, rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
+
+// TestFetchRefusesHosts: an artifact URL, or a redirect, to a host not allowed is refused
+// before anything is sent to it; so is an allowed host that the operator did not name
+// when it resolves to an internal address. Here "zuul" is the operator's (named by host
+// and port), "localhost" is a log host learnt from Zuul, and "secret" a service on
+// loopback that only the builder host can reach.
+func TestFetchRefusesHosts(t *testing.T) {
+	image := testImage(64 << 10)
+	secret := newRecordingServer(t, image, nil)
+	su, _ := url.Parse(secret.URL)
+	secretPort := ":" + su.Port()
+	var zuulURL string
+	zuul := newRecordingServer(t, image, func(r *http.Request) string {
+		switch r.URL.Path {
+		case "/to-secret":
+			return secret.URL + "/img.raw"
+		case "/to-localhost":
+			return "http://localhost" + secretPort + "/img.raw"
+		}
+		return ""
+	})
+	zuulURL = zuul.URL
+	hosts := &Hosts{}
+	hosts.Name(mustPattern(t, hostPort(t, zuulURL)))
+	hosts.Allow(mustPattern(t, "localhost"))
+
+	tests := []struct {
+		name, url string
+		says      []string
+		internal  bool
+	}{
+		{name: "URL to another port of the named host", url: secret.URL + "/img.raw",
+			says: []string{"refused URL " + secret.URL + "/img.raw", "not among the allowed artifact hosts (" + hostPort(t, zuulURL) + ", localhost)"}},
+		{name: "URL to another host", url: "http://127.0.0.2" + secretPort + "/img.raw", says: []string{"refused URL http://127.0.0.2"}},
+		{name: "redirect to a host not allowed", url: zuulURL + "/to-secret",
+			says: []string{"refused redirect to " + secret.URL + "/img.raw"}},
+		{name: "allowed host on loopback", url: "http://localhost" + secretPort + "/img.raw", internal: true,
+			says: []string{"refused to connect to"}},
+		{name: "redirect to an allowed host on loopback", url: zuulURL + "/to-localhost", internal: true,
+			says: []string{"refused to connect to"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(secret.seen())
+			f := testFetcher(t)
+			dest := filepath.Join(t.TempDir(), "img.raw")
+			_, err := f.Fetch(context.Background(), Request{URL: tt.url, Dest: dest, Key: "img.raw", Hosts: hosts})
+			if !errors.Is(err, ErrUnsafe) || errors.Is(err, ErrInternalAddress) != tt.internal {
+				t.Fatalf("Fetch error = %v, want ErrUnsafe (internal address: %v)", err, tt.internal)
+			}
+			for _, s := range tt.says {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not say %q", err, s)
+				}
+			}
+			if n := len(secret.seen()) - before; n != 0 {
+				t.Errorf("the service not allowed got %d requests", n)
+			}
+			checkNoPartials(t, f)
+		})
+	}
+
+	// The same URLs, with the hosts named by the operator, are fetched.
+	named := &Hosts{}
+	named.Name(mustPattern(t, "127.0.0.1"))
+	named.Name(mustPattern(t, "localhost"))
+	for _, u := range []string{zuulURL + "/to-secret", zuulURL + "/to-localhost"} {
+		f := testFetcher(t)
+		dest := filepath.Join(t.TempDir(), "img.raw")
+		res, err := f.Fetch(context.Background(), Request{URL: u, Dest: dest, Key: "img.raw", Hosts: named})
+		if err != nil {
+			t.Fatalf("Fetch %s with the hosts named: %v", u, err)
+		}
+		checkFetched(t, f, res, dest, image)
+	}
+}
+
+// TestFetchSendsNoCredentialsOrReferer: userinfo in the URL or in a redirect becomes no
+// Authorization header, and a redirect's target sees no Referer (the first URL's query
+// may be a signature).
+func TestFetchSendsNoCredentialsOrReferer(t *testing.T) {
+	image := testImage(64 << 10)
+	target := newRecordingServer(t, image, nil)
+	first := newRecordingServer(t, image, func(r *http.Request) string {
+		if r.URL.Path == "/redirect" {
+			return strings.Replace(target.URL, "http://", "http://joe:target-secret@", 1) + "/img.raw"
+		}
+		return ""
+	})
+	hosts := &Hosts{}
+	hosts.Name(mustPattern(t, "127.0.0.1"))
+	for _, u := range []string{
+		strings.Replace(first.URL, "http://", "http://ann:first-secret@", 1) + "/redirect?sig=first-signature",
+		strings.Replace(target.URL, "http://", "http://ann:first-secret@", 1) + "/img.raw",
+	} {
+		f := testFetcher(t)
+		dest := filepath.Join(t.TempDir(), "img.raw")
+		res, err := f.Fetch(context.Background(), Request{URL: u, Dest: dest, Key: "img.raw", Hosts: hosts})
+		if err != nil {
+			t.Fatalf("Fetch: %v", err)
+		}
+		checkFetched(t, f, res, dest, image)
+	}
+	seen := append(first.seen(), target.seen()...)
+	if len(target.seen()) == 0 || len(first.seen()) == 0 {
+		t.Fatalf("requests: %d to the first server, %d to the target", len(first.seen()), len(target.seen()))
+	}
+	for _, h := range seen {
+		if a := h.Get("Authorization"); a != "" {
+			t.Errorf("a server got Authorization %q", a)
+		}
+		if r := h.Get("Referer"); r != "" {
+			t.Errorf("a server got Referer %q", r)
+		}
+	}
+}
+
+// TestFetchThroughProxy: through an HTTP proxy the connection goes to the proxy, which
+// the operator set up: it is not refused for its internal address, while the host of
+// the URL must still be allowed.
+func TestFetchThroughProxy(t *testing.T) {
+	image := testImage(64 << 10)
+	var mu sync.Mutex
+	var hostsAsked []string
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hostsAsked = append(hostsAsked, r.URL.Host)
+		mu.Unlock()
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(image))
+	}))
+	defer proxy.Close()
+	proxyURL, _ := url.Parse(proxy.URL)
+	f := testFetcher(t)
+	f.HTTPClient = &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+	hosts := &Hosts{}
+	hosts.Allow(mustPattern(t, "logs.example.com"))
+
+	dest := filepath.Join(t.TempDir(), "img.raw")
+	res, err := f.Fetch(context.Background(), Request{URL: "http://logs.example.com/img.raw", Dest: dest, Key: "img.raw", Hosts: hosts})
+	if err != nil {
+		t.Fatalf("Fetch through the proxy: %v", err)
+	}
+	checkFetched(t, f, res, dest, image)
+	_, err = f.Fetch(context.Background(), Request{URL: "http://files.example.com/img.raw", Dest: dest, Key: "img.raw", Hosts: hosts})
+	if !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("Fetch of a host not allowed through the proxy: %v, want ErrUnsafe", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, h := range hostsAsked {
+		if h != "logs.example.com" {
+			t.Errorf("the proxy was asked for %s", h)
+		}
+	}
+}
+
+// TestFetchWithoutHosts: a Request without Hosts may fetch its own URL's host and port,
+// even on loopback, and nothing else.
+func TestFetchWithoutHosts(t *testing.T) {
+	image := testImage(64 << 10)
+	other := newRecordingServer(t, image, nil)
+	srv := newRecordingServer(t, image, func(r *http.Request) string {
+		if r.URL.Path == "/away" {
+			return other.URL + "/img.raw"
+		}
+		return ""
+	})
+	f := testFetcher(t)
+	dest := filepath.Join(t.TempDir(), "img.raw")
+	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Dest: dest, Key: "img.raw"})
+	if err != nil {
+		t.Fatalf("Fetch: %v", err)
+	}
+	checkFetched(t, f, res, dest, image)
+	_, err = f.Fetch(context.Background(), Request{URL: srv.URL + "/away", Dest: dest, Key: "img2.raw"})
+	if !errors.Is(err, ErrUnsafe) || len(other.seen()) != 0 {
+		t.Fatalf("redirect to another port: %v, %d requests there; want ErrUnsafe and none", err, len(other.seen()))
+	}
+}
