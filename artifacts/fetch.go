@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/progress"
@@ -188,7 +189,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	hosts := req.Hosts
 	if hosts == nil {
 		hosts = &Hosts{}
-		hosts.Name(HostPattern{host: canonicalHost(u.Hostname()), port: urlPort(u)})
+		hosts.Name(hostpattern.Exact(u))
 	}
 	if err := hosts.check(u, "URL"); err != nil {
 		return Result{}, fmt.Errorf("download %s: %w", req.Key, err)

@@ -8,12 +8,12 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 )
 
@@ -32,152 +32,6 @@ import (
 //   - Through an HTTP proxy, the connection is to the proxy, which the operator configured;
 //     the proxy resolves the artifact's host, so only the host check holds there.
 
-// HostPattern is one allowed host: a host name, an IP address or a "*.domain" wildcard
-// (any name below domain, not domain itself), with a port or, when it has none, any port.
-type HostPattern struct {
-	host     string // lower case, without a trailing dot; an IP address in canonical form
-	wildcard bool   // host is a domain; names below it match
-	port     string // "" for any port
-}
-
-// String is the pattern as it would be written in artifact-hosts.
-func (p HostPattern) String() string {
-	h := p.host
-	if p.wildcard {
-		h = "*." + h
-	}
-	if p.port == "" {
-		if strings.Contains(h, ":") {
-			return "[" + h + "]"
-		}
-		return h
-	}
-	return net.JoinHostPort(h, p.port)
-}
-
-// ParseHostPattern reads an artifact-hosts entry: "logs.example.com", "*.example.com",
-// "192.0.2.7", "[2001:db8::7]" or "2001:db8::7", each optionally with ":port" (an IPv6
-// address with a port in brackets).
-func ParseHostPattern(s string) (HostPattern, error) {
-	host, port := s, ""
-	switch {
-	case strings.HasPrefix(s, "["):
-		end := strings.Index(s, "]")
-		if end < 0 {
-			return HostPattern{}, fmt.Errorf("%q has no closing ]", s)
-		}
-		host = s[1:end]
-		rest := s[end+1:]
-		if rest != "" {
-			p, ok := strings.CutPrefix(rest, ":")
-			if !ok {
-				return HostPattern{}, fmt.Errorf("%q: expected :port after ]", s)
-			}
-			port = p
-		}
-		if _, err := netip.ParseAddr(host); err != nil || !strings.Contains(host, ":") {
-			return HostPattern{}, fmt.Errorf("%q: only an IPv6 address goes in brackets", s)
-		}
-	case strings.Count(s, ":") == 1:
-		host, port, _ = strings.Cut(s, ":")
-		if port == "" {
-			return HostPattern{}, fmt.Errorf("%q: empty port after :", s)
-		}
-	}
-	if port != "" {
-		n, err := strconv.Atoi(port)
-		if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
-			return HostPattern{}, fmt.Errorf("%q: port %q is not a number from 1 to 65535", s, port)
-		}
-	}
-	if addr, err := netip.ParseAddr(host); err == nil {
-		if addr.Zone() != "" {
-			return HostPattern{}, fmt.Errorf("%q: an address with a zone cannot be matched", s)
-		}
-		return HostPattern{host: addr.Unmap().String(), port: port}, nil
-	}
-	p := HostPattern{port: port}
-	name := strings.ToLower(strings.TrimSuffix(host, "."))
-	if rest, ok := strings.CutPrefix(name, "*."); ok {
-		p.wildcard, name = true, rest
-	}
-	if err := checkHostName(name); err != nil {
-		return HostPattern{}, fmt.Errorf("%q: %w", s, err)
-	}
-	p.host = name
-	return p, nil
-}
-
-// checkHostName accepts what DNS names look like: dot-separated labels of letters,
-// digits, '-' and '_', at most 253 characters.
-func checkHostName(name string) error {
-	if name == "" {
-		return errors.New("no host name")
-	}
-	if len(name) > 253 {
-		return errors.New("host name longer than 253 characters")
-	}
-	for label := range strings.SplitSeq(name, ".") {
-		if label == "" || len(label) > 63 {
-			return fmt.Errorf("%q is not a host name label", label)
-		}
-		for _, r := range label {
-			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-				return fmt.Errorf("%q is not a host name (a wildcard is only allowed as \"*.\" at the start)", name)
-			}
-		}
-	}
-	return nil
-}
-
-// URLHostPattern is the host of an absolute http or https URL as a pattern: with the
-// URL's port (its default port when it names none) when withPort is set, else any port.
-func URLHostPattern(rawURL string, withPort bool) (HostPattern, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return HostPattern{}, errors.New("not an absolute http or https URL")
-	}
-	host, port := canonicalHost(u.Hostname()), ""
-	if withPort {
-		port = urlPort(u)
-	}
-	return HostPattern{host: host, port: port}, nil
-}
-
-// canonicalHost is a URL's or a dialled address's host as patterns hold it.
-func canonicalHost(h string) string {
-	if addr, err := netip.ParseAddr(h); err == nil {
-		return addr.Unmap().String()
-	}
-	return strings.ToLower(strings.TrimSuffix(h, "."))
-}
-
-// urlPort is the port a URL connects to.
-func urlPort(u *url.URL) string {
-	if p := u.Port(); p != "" {
-		return p
-	}
-	if u.Scheme == "https" {
-		return "443"
-	}
-	return "80"
-}
-
-func (p HostPattern) matches(host, port string) bool {
-	if p.port != "" && p.port != port {
-		return false
-	}
-	if !p.wildcard {
-		return p.host == host
-	}
-	return strings.HasSuffix(host, "."+p.host) && !isIP(host)
-}
-
-func isIP(h string) bool {
-	_, err := netip.ParseAddr(h)
-	return err == nil
-}
-
 // Hosts is what an artifact download may reach: the hosts it may fetch from, and those
 // of them the operator named, which alone may be on internal addresses. The zero value
 // allows nothing; a Request without Hosts allows only its own URL's host and port.
@@ -186,16 +40,16 @@ type Hosts struct {
 }
 
 type hostRule struct {
-	HostPattern
+	hostpattern.Pattern
 	named bool
 }
 
 // Name allows p as named by the operator: its connections may go to any address.
-func (h *Hosts) Name(p HostPattern) { h.rules = append(h.rules, hostRule{p, true}) }
+func (h *Hosts) Name(p hostpattern.Pattern) { h.rules = append(h.rules, hostRule{p, true}) }
 
 // Allow allows p as a host learnt from elsewhere (Zuul's log_url): its connections must
 // go to public addresses.
-func (h *Hosts) Allow(p HostPattern) { h.rules = append(h.rules, hostRule{p, false}) }
+func (h *Hosts) Allow(p hostpattern.Pattern) { h.rules = append(h.rules, hostRule{p, false}) }
 
 // String lists the patterns, for messages.
 func (h *Hosts) String() string {
@@ -204,16 +58,16 @@ func (h *Hosts) String() string {
 	}
 	s := make([]string, len(h.rules))
 	for i, r := range h.rules {
-		s[i] = r.HostPattern.String()
+		s[i] = r.Pattern.String()
 	}
 	return strings.Join(s, ", ")
 }
 
 // allows tells whether a download may fetch u.
 func (h *Hosts) allows(u *url.URL) bool {
-	host, port := canonicalHost(u.Hostname()), urlPort(u)
+	host, port := hostpattern.Canonical(u.Hostname()), hostpattern.Port(u)
 	for _, r := range h.rules {
-		if r.matches(host, port) {
+		if r.Matches(host, port) {
 			return true
 		}
 	}
@@ -222,9 +76,9 @@ func (h *Hosts) allows(u *url.URL) bool {
 
 // named tells whether host:port, as dialled, is one the operator named.
 func (h *Hosts) named(host, port string) bool {
-	host = canonicalHost(host)
+	host = hostpattern.Canonical(host)
 	for _, r := range h.rules {
-		if r.named && r.matches(host, port) {
+		if r.named && r.Matches(host, port) {
 			return true
 		}
 	}
@@ -319,7 +173,7 @@ type dialGuard struct {
 
 func (g *dialGuard) addProxy(host string) {
 	g.mu.Lock()
-	g.proxies[canonicalHost(host)] = true
+	g.proxies[hostpattern.Canonical(host)] = true
 	g.mu.Unlock()
 }
 
@@ -331,7 +185,7 @@ func (g *dialGuard) dial(ctx context.Context, network, addr string) (net.Conn, e
 		return nil, err
 	}
 	g.mu.Lock()
-	proxy := g.proxies[canonicalHost(host)]
+	proxy := g.proxies[hostpattern.Canonical(host)]
 	g.mu.Unlock()
 	if !proxy && !g.hosts.named(host, port) {
 		d.Control = checkAddress

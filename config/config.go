@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nodepool-builder/nodepool-builder/artifacts"
+	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 )
 
 // Config is a loaded, validated nodepool.yaml.
@@ -82,7 +82,7 @@ type ZuulImage struct {
 	// ArtifactHosts, when set, are the only hosts artifacts are fetched from,
 	// and all of them may be on internal addresses. nil allows the api-url's
 	// host and port and each build's log_url host (not on internal addresses).
-	ArtifactHosts []artifacts.HostPattern
+	ArtifactHosts []hostpattern.Pattern
 }
 
 // ArtifactMapping says which Zuul artifact holds a format.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodepool-builder/nodepool-builder/artifacts"
+	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 )
 
 func corpusEnv(name string) (string, bool) {
@@ -255,11 +255,11 @@ func TestLoadNamesFileInErrors(t *testing.T) {
 	}
 }
 
-func hostPatterns(t *testing.T, entries ...string) []artifacts.HostPattern {
+func hostPatterns(t *testing.T, entries ...string) []hostpattern.Pattern {
 	t.Helper()
-	out := make([]artifacts.HostPattern, len(entries))
+	out := make([]hostpattern.Pattern, len(entries))
 	for i, e := range entries {
-		p, err := artifacts.ParseHostPattern(e)
+		p, err := hostpattern.Parse(e)
 		if err != nil {
 			t.Fatal(err)
 		}

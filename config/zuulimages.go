@@ -4,7 +4,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/nodepool-builder/nodepool-builder/artifacts"
+	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 	"gopkg.in/yaml.v3"
 )
 
@@ -85,7 +85,7 @@ func (p *parser) zuulImage(m *mapping, pollInterval time.Duration) (ZuulImage, b
 
 // artifactHosts reads artifact-hosts: the hosts artifacts may be fetched from.
 // nil when absent.
-func (p *parser) artifactHosts(m *mapping) []artifacts.HostPattern {
+func (p *parser) artifactHosts(m *mapping) []hostpattern.Pattern {
 	const example = "[logs.example.com, '*.swift.example.com', '192.0.2.7:8080']"
 	items, ok := m.list("artifact-hosts", "host names or addresses", example)
 	if !ok {
@@ -96,7 +96,7 @@ func (p *parser) artifactHosts(m *mapping) []artifacts.HostPattern {
 		p.errorf(n, m.sub("artifact-hosts"), "is empty, so no artifact could be fetched; list the hosts, or remove the key to allow the api-url's host and the builds' log hosts")
 		return nil
 	}
-	out := make([]artifacts.HostPattern, 0, len(items))
+	out := make([]hostpattern.Pattern, 0, len(items))
 	for i, item := range items {
 		item = resolve(item)
 		path := indexPath(m.sub("artifact-hosts"), i)
@@ -104,7 +104,7 @@ func (p *parser) artifactHosts(m *mapping) []artifacts.HostPattern {
 			p.errorf(item, path, "expected a host name or address like %s; this entry is %s", example, describe(item))
 			continue
 		}
-		hp, err := artifacts.ParseHostPattern(item.Value)
+		hp, err := hostpattern.Parse(item.Value)
 		if err != nil {
 			p.errorf(item, path, "%v; write a host name, an IP address or *.domain, optionally with :port", err)
 			continue

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -649,14 +650,14 @@ func artifactHosts(zi *config.ZuulImage, zb zuulapi.Build) (*artifacts.Hosts, er
 		}
 		return hosts, nil
 	}
-	api, err := artifacts.URLHostPattern(zi.APIURL, true)
+	api, err := hostpattern.FromURL(zi.APIURL, true)
 	if err != nil {
 		return nil, fmt.Errorf("api-url of zuul-image %s: %w", zi.Name, err)
 	}
 	hosts.Name(api)
 	if zb.LogURL != "" {
 		// A log_url that is no URL allows nothing more; its artifacts are refused.
-		if logs, err := artifacts.URLHostPattern(zb.LogURL, false); err == nil {
+		if logs, err := hostpattern.FromURL(zb.LogURL, false); err == nil {
 			hosts.Allow(logs)
 		}
 	}
