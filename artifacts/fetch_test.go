@@ -642,24 +642,6 @@ func TestFetchCorruptStream(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects log output written from several goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestFetchTracksProgress(t *testing.T) {
 	// The server sends a chunk, then waits until the tracker shows it before the next:
 	// Done grows while the download runs, whatever the machine's speed. The last
@@ -1206,7 +1188,7 @@ func TestFetchRedactsSecrets(t *testing.T) {
 				if withUser {
 					u = strings.Replace(u, "http://", "http://user:"+secret+"@", 1)
 				}
-				var logs lockedBuffer
+				var logs testenv.Buffer
 				f := testFetcher(t)
 				f.Attempts = 2
 				f.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -215,7 +215,7 @@ func TestFetchRanges(t *testing.T) {
 				srv := newRangeServer(t, rs)
 				f := rangedFetcher(t)
 				f.Connections = conns
-				var logs lockedBuffer
+				var logs testenv.Buffer
 				f.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 				dest := filepath.Join(t.TempDir(), "img.raw")
 				res, err := f.Fetch(context.Background(), Request{
@@ -263,7 +263,7 @@ func TestFetchRangeRetriedAlone(t *testing.T) {
 	rs := &rangeServer{versions: [][]byte{image}, etags: []string{`"v1"`}, cutStart: cutStart, cutAfter: cutAfter}
 	srv := newRangeServer(t, rs)
 	f := rangedFetcher(t)
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	f.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	dest := filepath.Join(t.TempDir(), "img.raw")
 	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Dest: dest, Key: "img.raw"})

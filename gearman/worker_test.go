@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -375,29 +374,11 @@ func TestGearmanUnserved(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink that tests read while the worker writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestGearmanJobLoggedOnArrival: a job is logged with its function, handle and
 // unique as soon as it is assigned, while its handler still runs.
 func TestGearmanJobLoggedOnArrival(t *testing.T) {
 	g := newRealServer(t)
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	release := make(chan struct{})
 	w := New(Options{
 		Servers: []Server{g.server()},

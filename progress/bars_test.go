@@ -1,33 +1,15 @@
 package progress
 
 import (
-	"bytes"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
 
-// lockedBuffer is a buffer the bars and the test use at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // waitOutput waits until out holds every one of want.
-func waitOutput(t *testing.T, out *lockedBuffer, want ...string) {
+func waitOutput(t *testing.T, out *testenv.Buffer, want ...string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -49,7 +31,7 @@ func waitOutput(t *testing.T, out *lockedBuffer, want ...string) {
 
 func TestBarsFollowTheTasks(t *testing.T) {
 	tr := NewTracker()
-	var out lockedBuffer
+	var out testenv.Buffer
 	b := NewBars(tr, &out)
 	b.every = 20 * time.Millisecond
 	b.start()

@@ -1,14 +1,13 @@
 package uploader
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -184,7 +183,7 @@ func TestImageLeftTheConfigOnlyOwnBuildsGo(t *testing.T) {
 func TestReleaseMoreThanKeptWarns(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	var logs syncBuffer
+	var logs testenv.Buffer
 	f.up.log = slog.New(slog.NewTextHandler(&logs, nil))
 	for range 3 {
 		f.addBuild("debian", "qcow2", "raw")
@@ -209,22 +208,4 @@ func TestReleaseMoreThanKeptWarns(t *testing.T) {
 		!strings.Contains(warned[0], "image no longer listed for this provider") {
 		t.Fatalf("warnings = %q; want one for debian in b: 2 released, 0 kept, and why", warned)
 	}
-}
-
-// syncBuffer is a buffer the uploader's goroutines may log to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
