@@ -225,7 +225,7 @@ func (b *Builder) collect(ctx context.Context, rec store.Build, format string) (
 	if sha == "" || md == "" {
 		// A dib-cmd that ignores --checksum: make the sidecars nodepool relies on.
 		b.log.Warn("DIB wrote no checksum files; computing them", "file", path)
-		if sha, md, _, err = store.HashFile(path); err != nil {
+		if sha, md, _, err = store.HashFile(ctx, path); err != nil {
 			return store.File{}, err
 		}
 		if err := store.WriteSidecars(path, sha, md); err != nil {

@@ -563,7 +563,7 @@ func (p *Poller) convertFormat(ctx context.Context, b *store.Build, src, dst str
 	if err := p.inspect(ctx, out, dst); err != nil {
 		return err
 	}
-	sha, md, size, err := store.HashFile(out)
+	sha, md, size, err := store.HashFile(ctx, out)
 	if err != nil {
 		return err
 	}
