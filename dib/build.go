@@ -211,7 +211,7 @@ func (b *Builder) collect(ctx context.Context, rec store.Build, format string) (
 		return store.File{}, fmt.Errorf("DIB exited 0 but %s is not a regular file", path)
 	}
 	// As for a fetched image: the format claimed, and no file outside it referenced.
-	if err := artifacts.Inspect(ctx, b.opts.QemuImg, path, format); err != nil {
+	if _, err := artifacts.Inspect(ctx, b.opts.QemuImg, path, format); err != nil {
 		return store.File{}, fmt.Errorf("DIB's %s output: %w", format, err)
 	}
 	sha, err := store.ReadSidecar(path + ".sha256")

@@ -457,6 +457,10 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 	if !ok {
 		return fmt.Errorf("no downloader for zuul-image %s", zi.Name)
 	}
+	limit := fetcher.MaxSize
+	if limit <= 0 {
+		limit = artifacts.DefaultMaxSize
+	}
 	available := artifacts.Available(cands, mappings)
 	plan, convert, err := planFormats(needed, available)
 	if err != nil {
@@ -486,27 +490,24 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		p.opts.Metrics.Downloaded(b.Image, res.Downloaded, time.Since(began), err)
 		switch {
 		case errors.Is(err, artifacts.ErrTooLarge):
-			limit := fetcher.MaxSize
-			if limit <= 0 {
-				limit = artifacts.DefaultMaxSize
-			}
-			return refuse(format, fmt.Errorf("artifact %q (%s): %w (builder.max-image-size is %d bytes)", c.Name, format, err, limit))
+			return refuse(format, fmt.Errorf("artifact %q (%s): %w (%s)", c.Name, format, err, maxImageSize(limit)))
 		case errors.Is(err, artifacts.ErrChecksum), errors.Is(err, artifacts.ErrUnsafe):
 			return refuse(format, fmt.Errorf("artifact %q (%s): %w", c.Name, format, err))
 		case err != nil:
 			return fmt.Errorf("download artifact %q (%s): %w", c.Name, format, err)
 		}
 		// The bytes are the job's, not ours: before anything converts or
-		// uploads them, they must be the format they claim, and whole.
-		if err := p.inspect(ctx, dest, format); err != nil {
-			return err
+		// uploads them, they must be the format they claim, whole, and hold
+		// a disk no larger than the limit.
+		if _, err := p.inspect(ctx, dest, format, limit); err != nil {
+			return fmt.Errorf("artifact %q (%s): %w", c.Name, format, err)
 		}
 		if err := p.record(ctx, b, format, res.SHA256, res.MD5, res.Size, redact.URL(c.URL)); err != nil {
 			return err
 		}
 	}
 	for dst, src := range convert {
-		if err := p.convertFormat(ctx, b, src, dst); err != nil {
+		if err := p.convertFormat(ctx, b, src, dst, limit); err != nil {
 			return err
 		}
 	}
@@ -550,7 +551,7 @@ func convertible(format string) bool {
 	return false
 }
 
-func (p *Poller) convertFormat(ctx context.Context, b *store.Build, src, dst string) error {
+func (p *Poller) convertFormat(ctx context.Context, b *store.Build, src, dst string, limit int64) error {
 	st := p.opts.Store
 	if _, err := exec.LookPath(p.opts.QemuImg); err != nil {
 		return fmt.Errorf("convert %s to %s: %s is not installed: %w", src, dst, p.opts.QemuImg, err)
@@ -560,7 +561,7 @@ func (p *Poller) convertFormat(ctx context.Context, b *store.Build, src, dst str
 	if err := artifacts.Convert(ctx, p.opts.QemuImg, in, src, out, dst); err != nil {
 		return err
 	}
-	if err := p.inspect(ctx, out, dst); err != nil {
+	if _, err := p.inspect(ctx, out, dst, limit); err != nil {
 		return err
 	}
 	sha, md, size, err := store.HashFile(ctx, out)
@@ -570,20 +571,29 @@ func (p *Poller) convertFormat(ctx context.Context, b *store.Build, src, dst str
 	return p.record(ctx, b, dst, sha, md, size, "")
 }
 
-// inspect checks a fetched or converted file with qemu-img; an unsafe one is
-// removed and its format refused for good.
-func (p *Poller) inspect(ctx context.Context, path, format string) error {
-	err := artifacts.Inspect(ctx, p.opts.QemuImg, path, format)
+// inspect checks a fetched or converted file with qemu-img, and the size of the
+// disk it holds against limit (builder.max-image-size); an unsafe or too large
+// one is removed and its format refused for good.
+func (p *Poller) inspect(ctx context.Context, path, format string, limit int64) (artifacts.Image, error) {
+	img, err := artifacts.Inspect(ctx, p.opts.QemuImg, path, format)
 	if err == nil {
-		return nil
+		if err = img.CheckSize(limit); err == nil {
+			return img, nil
+		}
+		err = fmt.Errorf("%w (%s)", err, maxImageSize(limit))
 	}
 	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 		err = errors.Join(err, rerr)
 	}
-	if errors.Is(err, artifacts.ErrUnsafe) {
-		return refuse(format, err)
+	if errors.Is(err, artifacts.ErrUnsafe) || errors.Is(err, artifacts.ErrTooLarge) {
+		return artifacts.Image{}, refuse(format, err)
 	}
-	return fmt.Errorf("check %s image %s: %w", format, path, err)
+	return artifacts.Image{}, fmt.Errorf("check %s image %s: %w", format, path, err)
+}
+
+// maxImageSize says, for an error, which setting sets the limit of limit bytes.
+func maxImageSize(limit int64) string {
+	return fmt.Sprintf("builder.max-image-size is %d bytes; raise it to accept a larger image", limit)
 }
 
 // declaredSize is the uncompressed size an artifact's metadata declares, in
