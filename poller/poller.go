@@ -470,6 +470,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrRefused, err)
 	}
+	inspected := map[string]artifacts.Image{}
 	for _, format := range plan {
 		c := matched[format]
 		sha, md5 := artifacts.Checksums(c)
@@ -499,15 +500,21 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		// The bytes are the job's, not ours: before anything converts or
 		// uploads them, they must be the format they claim, whole, and hold
 		// a disk no larger than the limit.
-		if _, err := p.inspect(ctx, dest, format, limit); err != nil {
+		img, err := p.inspect(ctx, dest, format, limit)
+		if err != nil {
 			return fmt.Errorf("artifact %q (%s): %w", c.Name, format, err)
 		}
+		inspected[format] = img
 		if err := p.record(ctx, b, format, res.SHA256, res.MD5, res.Size, redact.URL(c.URL)); err != nil {
 			return err
 		}
 	}
 	for dst, src := range convert {
-		if err := p.convertFormat(ctx, b, src, dst, limit); err != nil {
+		img, ok := inspected[src]
+		if !ok {
+			return fmt.Errorf("convert %s to %s: %s was not fetched", src, dst, src)
+		}
+		if err := p.convertFormat(ctx, b, img, dst, limit); err != nil {
 			return err
 		}
 	}
@@ -551,14 +558,16 @@ func convertible(format string) bool {
 	return false
 }
 
-func (p *Poller) convertFormat(ctx context.Context, b *store.Build, src, dst string, limit int64) error {
+// convertFormat converts src, a file of the build fetched and inspected, into
+// format dst and records it.
+func (p *Poller) convertFormat(ctx context.Context, b *store.Build, src artifacts.Image, dst string, limit int64) error {
 	st := p.opts.Store
 	if _, err := exec.LookPath(p.opts.QemuImg); err != nil {
-		return fmt.Errorf("convert %s to %s: %s is not installed: %w", src, dst, p.opts.QemuImg, err)
+		return fmt.Errorf("convert %s to %s: %s is not installed: %w", src.Format, dst, p.opts.QemuImg, err)
 	}
-	in, out := st.FilePath(b.Image, b.ID, src), st.FilePath(b.Image, b.ID, dst)
-	p.log.Info("converting", "image", b.Image, "build", b.ID, "from", src, "to", dst)
-	if err := artifacts.Convert(ctx, p.opts.QemuImg, in, src, out, dst); err != nil {
+	out := st.FilePath(b.Image, b.ID, dst)
+	p.log.Info("converting", "image", b.Image, "build", b.ID, "from", src.Format, "to", dst, "virtual_size", src.VirtualSize)
+	if err := artifacts.Convert(ctx, p.opts.QemuImg, src, out, dst); err != nil {
 		return err
 	}
 	if _, err := p.inspect(ctx, out, dst, limit); err != nil {
