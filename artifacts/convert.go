@@ -1,7 +1,6 @@
 package artifacts
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,24 +8,45 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
+	"github.com/nodepool-builder/nodepool-builder/progress"
 )
 
-// Convert turns src, an image in srcFmt, into dst in dstFmt with `qemu-img convert`
-// (qemuImg is the program; empty means "qemu-img" on PATH). The output is written under a
-// temporary name beside dst and renamed into place once complete and synced.
-func Convert(ctx context.Context, qemuImg, src, srcFmt, dst, dstFmt string) error {
+// Convert turns src, an image Inspect found safe, into dst in dstFmt with `qemu-img
+// convert` (qemuImg is the program; empty means "qemu-img" on PATH). The output is
+// written under a temporary name beside dst and renamed into place once complete and
+// synced.
+//
+// A conversion writes up to the disk's virtual size, which may be far more than the
+// source's length: before it starts, Convert checks that dst's filesystem has that much
+// free, and otherwise returns an error wrapping ErrNoSpace rather than fill the disk.
+// Once ctx is done, qemu-img is killed and Convert returns ctx's error.
+func Convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string) error {
+	return convert(ctx, qemuImg, src, dst, dstFmt, freeSpace)
+}
+
+// convert is Convert with free reporting the free space of a directory's filesystem.
+func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string, free func(string) (int64, error)) error {
 	if qemuImg == "" {
 		qemuImg = "qemu-img"
 	}
-	in, out := qemuFormat(srcFmt), qemuFormat(dstFmt)
+	in, out := qemuFormat(src.Format), qemuFormat(dstFmt)
 	if in == "" || out == "" {
-		return fmt.Errorf("convert %s to %s: source and destination formats are required", src, dst)
+		return fmt.Errorf("convert %s to %s: source and destination formats are required", src.Path, dst)
+	}
+	// Absolute, the name can be neither an option nor a "protocol:" qemu would resolve.
+	srcPath, err := filepath.Abs(src.Path)
+	if err != nil {
+		return fmt.Errorf("convert %s: %w", src.Path, err)
+	}
+	if err := checkRoom(filepath.Dir(dst), src.VirtualSize, free); err != nil {
+		return fmt.Errorf("convert %s (%s, a disk of %s) to %s: %w", src.Path, src.Format, progress.Bytes(src.VirtualSize), dst, err)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".converting-*")
 	if err != nil {
-		return fmt.Errorf("convert %s to %s: create temporary file: %w", src, dst, err)
+		return fmt.Errorf("convert %s to %s: create temporary file: %w", src.Path, dst, err)
 	}
 	tmpName := tmp.Name()
 	tmp.Close()
@@ -43,31 +63,33 @@ func Convert(ctx context.Context, qemuImg, src, srcFmt, dst, dstFmt string) erro
 		// disk would not keep the size it was built with.
 		args = append(args, "-o", "force_size=on")
 	}
-	args = append(args, src, tmpName)
-	var output bytes.Buffer
+	args = append(args, srcPath, tmpName)
+	output := &cappedBuffer{limit: 64 << 10}
 	cmd := exec.CommandContext(ctx, qemuImg, args...)
-	cmd.Stdout = &output
-	cmd.Stderr = &output
+	cmd.Stdout = output
+	cmd.Stderr = output
+	// Killed on cancel; a child that kept the pipes open must not hold us.
+	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
 			err = errors.Join(err, ctx.Err())
 		}
 		return fmt.Errorf("convert %s (%s) to %s (%s): %s: %w: %s",
-			src, srcFmt, dst, dstFmt, qemuImg, err, strings.TrimSpace(output.String()))
+			src.Path, src.Format, dst, dstFmt, qemuImg, err, strings.TrimSpace(output.String()))
 	}
 	if err := syncFile(tmpName); err != nil {
-		return fmt.Errorf("convert %s to %s: %w", src, dst, err)
+		return fmt.Errorf("convert %s to %s: %w", src.Path, dst, err)
 	}
 	// CreateTemp's 0600 would leave the group out: images are perm.File.
 	if err := os.Chmod(tmpName, perm.File); err != nil {
-		return fmt.Errorf("convert %s to %s: %w", src, dst, err)
+		return fmt.Errorf("convert %s to %s: %w", src.Path, dst, err)
 	}
 	if err := os.Rename(tmpName, dst); err != nil {
-		return fmt.Errorf("convert %s to %s: move into place: %w", src, dst, err)
+		return fmt.Errorf("convert %s to %s: move into place: %w", src.Path, dst, err)
 	}
 	committed = true
 	if err := syncDir(filepath.Dir(dst)); err != nil {
-		return fmt.Errorf("convert %s to %s: %w", src, dst, err)
+		return fmt.Errorf("convert %s to %s: %w", src.Path, dst, err)
 	}
 	return nil
 }

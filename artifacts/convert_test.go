@@ -4,11 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
@@ -29,6 +35,16 @@ func qemuInfo(t *testing.T, qemuImg, path string) (string, int64) {
 		t.Fatalf("parse qemu-img info: %v", err)
 	}
 	return info.Format, info.VirtualSize
+}
+
+// inspect returns what Inspect finds of the image at path, claimed to be format.
+func inspect(t *testing.T, qemuImg, path, format string) Image {
+	t.Helper()
+	img, err := Inspect(context.Background(), qemuImg, path, format)
+	if err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+	return img
 }
 
 func TestConvert(t *testing.T) {
@@ -52,7 +68,7 @@ func TestConvert(t *testing.T) {
 		t.Run(tt.format, func(t *testing.T) {
 			ctx := context.Background()
 			conv := filepath.Join(dir, "img."+tt.format)
-			if err := Convert(ctx, qemuImg, raw, "raw", conv, tt.format); err != nil {
+			if err := Convert(ctx, qemuImg, inspect(t, qemuImg, raw, "raw"), conv, tt.format); err != nil {
 				t.Fatalf("Convert raw to %s: %v", tt.format, err)
 			}
 			// Images are for the builder's user and group: 0640, not
@@ -65,7 +81,7 @@ func TestConvert(t *testing.T) {
 				t.Errorf("converted image is %s of %d bytes, want %s of %d", format, size, tt.qemuName, len(disk))
 			}
 			back := filepath.Join(dir, "back-"+tt.format+".raw")
-			if err := Convert(ctx, "", conv, tt.format, back, "raw"); err != nil {
+			if err := Convert(ctx, "", inspect(t, qemuImg, conv, tt.format), back, "raw"); err != nil {
 				t.Fatalf("Convert %s to raw: %v", tt.format, err)
 			}
 			got, err := os.ReadFile(back)
@@ -96,7 +112,8 @@ func TestConvertFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(dir, "out.raw")
-	err := Convert(context.Background(), qemuImg, src, "qcow2", dst, "raw")
+	// As a file Inspect did not see: qemu-img itself must refuse it.
+	err := Convert(context.Background(), qemuImg, Image{Path: src, Format: "qcow2", VirtualSize: 1 << 20}, dst, "raw")
 	if err == nil {
 		t.Fatal("Convert of a broken image succeeded")
 	}
@@ -108,4 +125,183 @@ func TestConvertFailure(t *testing.T) {
 	if len(entries) != 1 {
 		t.Errorf("directory holds %d files after a failed conversion, want only the source", len(entries))
 	}
+}
+
+// onlySource fails the test unless dir holds nothing but src: no output, no
+// temporary file.
+func onlySource(t *testing.T, dir, src string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != filepath.Base(src) {
+			t.Errorf("%s left in the directory", e.Name())
+		}
+	}
+}
+
+// TestConvertChecksRoom: a conversion writes up to the disk's virtual size, so
+// it starts only when the destination's filesystem has that much free.
+func TestConvertChecksRoom(t *testing.T) {
+	qemuImg := testenv.RequireBinary(t, "qemu-img")
+	const size = 4 << 20
+	tests := []struct {
+		name string
+		free func(string) (int64, error)
+		want []string // what the error says; nil: the conversion goes ahead
+	}{
+		{"exactly enough", func(string) (int64, error) { return size, nil }, nil},
+		{"a byte short", func(string) (int64, error) { return size - 1, nil }, []string{"need 4194304 bytes, 4194303 free", "a disk of 4.0 MiB"}},
+		{"cannot tell", func(string) (int64, error) { return 0, syscall.EIO }, []string{"check free space", "input/output error"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			qemuImgCreate(t, qemuImg, dir, "-q", "-f", "qcow2", "src.qcow2", strconv.Itoa(size))
+			src := inspect(t, qemuImg, filepath.Join(dir, "src.qcow2"), "qcow2")
+			dst := filepath.Join(dir, "out.raw")
+			var asked []string
+			free := func(d string) (int64, error) {
+				asked = append(asked, d)
+				return tt.free(d)
+			}
+			err := convert(context.Background(), qemuImg, src, dst, "raw", free)
+			if len(asked) != 1 || asked[0] != dir {
+				t.Errorf("free space asked of %v, want once of %s", asked, dir)
+			}
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("convert: %v", err)
+				}
+				if _, size := qemuInfo(t, qemuImg, dst); size != src.VirtualSize {
+					t.Errorf("converted disk of %d bytes, want %d", size, src.VirtualSize)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("convert went ahead")
+			}
+			if tt.name == "a byte short" && !errors.Is(err, ErrNoSpace) {
+				t.Errorf("error %v does not wrap ErrNoSpace", err)
+			}
+			for _, want := range append(tt.want, dir, src.Path) {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			onlySource(t, dir, src.Path)
+		})
+	}
+}
+
+// TestConvertHugeDiskNoRoom: a qcow2 of a few hundred KiB holding a disk of
+// 8 TiB is not converted to raw on a filesystem with less than that free.
+func TestConvertHugeDiskNoRoom(t *testing.T) {
+	qemuImg := testenv.RequireBinary(t, "qemu-img")
+	dir := t.TempDir()
+	qemuImgCreate(t, qemuImg, dir, "-q", "-f", "qcow2", "huge.qcow2", "8T")
+	src := inspect(t, qemuImg, filepath.Join(dir, "huge.qcow2"), "qcow2")
+	if free, err := freeSpace(dir); err != nil || free >= src.VirtualSize {
+		t.Skipf("the filesystem has %d bytes free (%v), enough for the disk", free, err)
+	}
+	err := Convert(context.Background(), qemuImg, src, filepath.Join(dir, "huge.raw"), "raw")
+	if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), "need 8796093022208 bytes") {
+		t.Fatalf("Convert = %v, want ErrNoSpace naming the 8 TiB needed", err)
+	}
+	onlySource(t, dir, src.Path)
+}
+
+// TestConvertCancel: once its context is done, the conversion's qemu-img is
+// killed and Convert returns, leaving nothing behind.
+func TestConvertCancel(t *testing.T) {
+	qemuImg := testenv.RequireBinary(t, "qemu-img")
+	dir := t.TempDir()
+	// qemu-img blocks opening a FIFO nobody writes to: a conversion that would
+	// never end by itself.
+	fifo := filepath.Join(dir, "stuck.raw")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Convert(ctx, qemuImg, Image{Path: fifo, Format: "raw", VirtualSize: 1 << 20}, filepath.Join(dir, "out.qcow2"), "qcow2")
+	}()
+	pid := waitForProcess(t, done, "convert", fifo)
+	// Should it outlive the test, it would wait on the FIFO for ever.
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Convert = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Convert still running 10s after its context was cancelled")
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("qemu-img (pid %d) still exists after Convert returned: %v", pid, err)
+	}
+	onlySource(t, dir, fifo)
+}
+
+// waitForProcess returns the pid of the process of this test's whose command line
+// holds every one of args, once it runs; it fails the test when done (the work
+// that should start it) ends first or none runs within 10s.
+func waitForProcess(t *testing.T, done <-chan error, args ...string) int {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for {
+		if pid := findProcess(args); pid > 0 {
+			return pid
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("ended before a process %v was seen: %v", args, err)
+		case <-deadline:
+			t.Fatalf("no process %v within 10s", args)
+		case <-tick.C:
+		}
+	}
+}
+
+// findProcess returns the pid of a child of this process whose command line holds
+// every one of args; 0 when none does.
+func findProcess(args []string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The parent pid is the 4th field, after the command name in parentheses.
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) < 2 || fields[1] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		argv := strings.Split(string(cmdline), "\x00")
+		all := true
+		for _, a := range args {
+			if !slices.Contains(argv, a) {
+				all = false
+			}
+		}
+		if all {
+			return pid
+		}
+	}
+	return 0
 }

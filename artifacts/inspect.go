@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/progress"
 )
 
 // ErrUnsafe is wrapped by the errors for an artifact that must not be used at all: an image
@@ -36,44 +38,70 @@ const (
 	maxInspectBytes = 4 << 20 // of qemu-img's output; a sane answer is a few KiB
 )
 
+// Image is an image file Inspect found safe to hand to qemu-img and to a cloud.
+type Image struct {
+	Path   string
+	Format string // the format claimed, which qemu-img confirmed, in our names
+	// VirtualSize is the size in bytes of the disk the image holds, as qemu-img reads it:
+	// what a conversion to raw writes and what an instance booted from it gets, however
+	// small the file. A file qemu does not know as an image (raw, tar, iso) is its length.
+	VirtualSize int64
+}
+
 // Inspect checks with `qemu-img info` (qemuImg is the program; empty means "qemu-img" on
 // PATH) that the file at path is the format it claims and references no other file: no
 // backing file, no external data file, no vmdk extent beyond the file itself. A claimed
 // format that qemu does not know, such as tar or squashfs, must probe as raw. The error
 // for a file that fails the check wraps ErrUnsafe and names what was found; a file claimed
 // raw must also be at least 1 MiB and a whole number of 512-byte sectors. A failure to
-// run qemu-img is an ordinary error.
-func Inspect(ctx context.Context, qemuImg, path, format string) error {
+// run qemu-img is an ordinary error. What it returns tells the disk's virtual size, for
+// CheckSize.
+func Inspect(ctx context.Context, qemuImg, path, format string) (Image, error) {
 	if qemuImg == "" {
 		qemuImg = "qemu-img"
 	}
 	claimed := canonicalFormat(format)
 	if claimed == "" {
-		return fmt.Errorf("inspect %s: no format claimed", path)
+		return Image{}, fmt.Errorf("inspect %s: no format claimed", path)
 	}
 	// Absolute, the name can be neither an option nor a "protocol:" qemu would resolve.
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return fmt.Errorf("inspect %s: %w", path, err)
+		return Image{}, fmt.Errorf("inspect %s: %w", path, err)
 	}
 	info, err := runQemuInfo(ctx, qemuImg, abs)
 	if err != nil {
-		return fmt.Errorf("inspect %s (%s): %w", path, claimed, err)
+		return Image{}, fmt.Errorf("inspect %s (%s): %w", path, claimed, err)
 	}
 	problems := info.problems(claimed, abs)
 	if claimed == "raw" {
 		fi, err := os.Stat(abs)
 		if err != nil {
-			return fmt.Errorf("inspect %s: %w", path, err)
+			return Image{}, fmt.Errorf("inspect %s: %w", path, err)
 		}
 		if p := rawSizeProblem(fi.Size()); p != "" {
 			problems = append(problems, p)
 		}
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("inspect %s: %w: %s", path, ErrUnsafe, strings.Join(problems, "; "))
+		return Image{}, fmt.Errorf("inspect %s: %w: %s", path, ErrUnsafe, strings.Join(problems, "; "))
 	}
-	return nil
+	return Image{Path: path, Format: claimed, VirtualSize: info.VirtualSize}, nil
+}
+
+// CheckSize returns an error wrapping ErrTooLarge, naming both sizes, when the disk the
+// image holds is larger than limit bytes (0 or less: DefaultMaxSize). A file of a few
+// hundred KiB may hold a disk of terabytes, which a conversion to raw would write out and
+// a cloud would give every instance: the limit applies to the disk, whatever the format.
+func (im Image) CheckSize(limit int64) error {
+	if limit <= 0 {
+		limit = DefaultMaxSize
+	}
+	if im.VirtualSize <= limit {
+		return nil
+	}
+	return fmt.Errorf("%s image %s: %w: its disk has a virtual size of %s (%d bytes), above the maximum of %s",
+		im.Format, im.Path, ErrTooLarge, progress.Bytes(im.VirtualSize), im.VirtualSize, progress.Bytes(limit))
 }
 
 // rawSizeProblem says why a raw image of size bytes is no disk, or "".
@@ -86,9 +114,10 @@ func rawSizeProblem(size int64) string {
 }
 
 // imageInfo is the part of `qemu-img info --output=json` that tells whether an image
-// reaches outside its own file.
+// reaches outside its own file, and how large a disk it holds.
 type imageInfo struct {
 	Format              string  `json:"format"`
+	VirtualSize         int64   `json:"virtual-size"`
 	BackingFilename     *string `json:"backing-filename"`
 	FullBackingFilename *string `json:"full-backing-filename"`
 	FormatSpecific      struct {
@@ -169,6 +198,9 @@ func runQemuInfo(ctx context.Context, qemuImg, path string) (*imageInfo, error) 
 	}
 	if info.Format == "" {
 		return nil, errors.New("qemu-img info: output names no format")
+	}
+	if info.VirtualSize < 0 {
+		return nil, fmt.Errorf("qemu-img info: virtual size %d", info.VirtualSize)
 	}
 	return &info, nil
 }

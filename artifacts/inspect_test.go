@@ -79,7 +79,7 @@ func TestInspect(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.file+" as "+tt.format, func(t *testing.T) {
 			path := filepath.Join(dir, tt.file)
-			err := Inspect(context.Background(), qemuImg, path, tt.format)
+			_, err := Inspect(context.Background(), qemuImg, path, tt.format)
 			if tt.unsafe == nil {
 				if err != nil {
 					t.Fatalf("Inspect: %v", err)
@@ -105,7 +105,7 @@ func TestInspectRelativePath(t *testing.T) {
 	dir := t.TempDir()
 	qemuImgCreate(t, qemuImg, dir, "-f", "qcow2", "./-x:y.qcow2", "1M")
 	t.Chdir(dir)
-	if err := Inspect(context.Background(), qemuImg, "-x:y.qcow2", "qcow2"); err != nil {
+	if _, err := Inspect(context.Background(), qemuImg, "-x:y.qcow2", "qcow2"); err != nil {
 		t.Fatalf("Inspect: %v", err)
 	}
 }
@@ -136,6 +136,7 @@ func TestInspectFailures(t *testing.T) {
 		{name: "fails", qemuImg: fakeQemuImg(t, "echo 'cannot read image' >&2; exit 1"), path: img, want: "cannot read image"},
 		{name: "bad json", qemuImg: fakeQemuImg(t, "echo not json"), path: img, want: "parse output"},
 		{name: "no format", qemuImg: fakeQemuImg(t, "echo '{}'"), path: img, want: "names no format"},
+		{name: "negative virtual size", qemuImg: fakeQemuImg(t, `echo '{"format": "raw", "virtual-size": -1}'`), path: img, want: "virtual size -1"},
 		{name: "hangs", qemuImg: fakeQemuImg(t, "exec sleep 30"), path: img, timeout: 200 * time.Millisecond, want: "deadline exceeded"},
 		{name: "no format claimed", qemuImg: "qemu-img", path: img, want: "no format claimed"},
 	}
@@ -152,7 +153,7 @@ func TestInspectFailures(t *testing.T) {
 				format = ""
 			}
 			start := time.Now()
-			err := Inspect(ctx, tt.qemuImg, tt.path, format)
+			_, err := Inspect(ctx, tt.qemuImg, tt.path, format)
 			if err == nil || errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Inspect error = %v, want an ordinary error saying %q", err, tt.want)
 			}
@@ -165,7 +166,7 @@ func TestInspectFailures(t *testing.T) {
 
 func TestInspectMissingFile(t *testing.T) {
 	qemuImg := testenv.RequireBinary(t, "qemu-img")
-	err := Inspect(context.Background(), qemuImg, filepath.Join(t.TempDir(), "nothing.qcow2"), "qcow2")
+	_, err := Inspect(context.Background(), qemuImg, filepath.Join(t.TempDir(), "nothing.qcow2"), "qcow2")
 	if err == nil || errors.Is(err, ErrUnsafe) {
 		t.Fatalf("Inspect of a missing file = %v, want an ordinary error", err)
 	}
@@ -176,8 +177,73 @@ func TestInspectLimits(t *testing.T) {
 	testenv.RequireBinary(t, "prlimit")
 	// The stand-in reports its limits as the format it "reads".
 	qemuImg := fakeQemuImg(t, `printf '{"format": "as=%s,cpu=%s"}' "$(ulimit -v)" "$(ulimit -t)"`)
-	err := Inspect(context.Background(), qemuImg, "/dev/null", "iso")
+	_, err := Inspect(context.Background(), qemuImg, "/dev/null", "iso")
 	if want := "qemu-img reads as=1048576,cpu=30"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Inspect error = %v, want one saying %q", err, want)
+	}
+}
+
+// TestInspectVirtualSize: a file of a few hundred KiB can hold a disk of
+// terabytes; Inspect reports the disk's size, whatever the format, and CheckSize
+// refuses one above the limit, naming both.
+func TestInspectVirtualSize(t *testing.T) {
+	qemuImg := testenv.RequireBinary(t, "qemu-img")
+	dir := t.TempDir()
+	create := func(args ...string) { qemuImgCreate(t, qemuImg, dir, args...) }
+	create("-f", "qcow2", "huge.qcow2", "8T")
+	create("-f", "vpc", "-o", "force_size=on", "huge.vhd", "2000G")
+	create("-f", "vmdk", "huge.vmdk", "1T")
+	create("-f", "raw", "huge.raw", "2T") // sparse
+	create("-f", "qcow2", "small.qcow2", "1M")
+	const limit = 1 << 30
+	tests := []struct {
+		file, format string
+		size         int64
+		says         string // how CheckSize(limit) names the size; "": within it
+	}{
+		{"huge.qcow2", "qcow2", 8 << 40, "8.0 TiB (8796093022208 bytes)"},
+		{"huge.vhd", "vhd", 2000 << 30, "2.0 TiB (2147483648000 bytes)"},
+		{"huge.vmdk", "vmdk", 1 << 40, "1.0 TiB (1099511627776 bytes)"},
+		{"huge.raw", "raw", 2 << 40, "2.0 TiB (2199023255552 bytes)"},
+		{"small.qcow2", "qcow2", 1 << 20, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			path := filepath.Join(dir, tt.file)
+			img, err := Inspect(context.Background(), qemuImg, path, tt.format)
+			if err != nil {
+				t.Fatalf("Inspect: %v", err)
+			}
+			if img.VirtualSize != tt.size || img.Path != path || img.Format != tt.format {
+				t.Errorf("Inspect = %+v, want %s of format %s with a virtual size of %d", img, path, tt.format, tt.size)
+			}
+			err = img.CheckSize(limit)
+			if tt.says == "" {
+				if err != nil {
+					t.Errorf("CheckSize(%d) of a disk of %d bytes: %v", int64(limit), img.VirtualSize, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("CheckSize(%d) = %v, want ErrTooLarge", int64(limit), err)
+			}
+			for _, want := range []string{path, tt.says, "maximum of 1.0 GiB"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			if err := img.CheckSize(tt.size); err != nil {
+				t.Errorf("CheckSize of a disk exactly at the limit: %v", err)
+			}
+		})
+	}
+}
+
+func TestCheckSizeDefault(t *testing.T) {
+	if err := (Image{VirtualSize: DefaultMaxSize}).CheckSize(0); err != nil {
+		t.Errorf("a disk of DefaultMaxSize with no limit set: %v", err)
+	}
+	if err := (Image{VirtualSize: DefaultMaxSize + 1}).CheckSize(0); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("a disk above DefaultMaxSize with no limit set: %v, want ErrTooLarge", err)
 	}
 }

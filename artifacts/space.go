@@ -109,15 +109,23 @@ func (r *room) need() int64 {
 // check returns an error wrapping ErrNoSpace when the filesystem lacks what the download
 // needs.
 func (r *room) check() error {
-	need := r.need()
-	free, err := r.free(r.dir)
-	if err != nil {
-		return fmt.Errorf("check free space in %s: %w", r.dir, err)
-	}
-	if free < need {
-		return fmt.Errorf("%w in %s: need %d bytes, %d free", ErrNoSpace, r.dir, need, free)
+	if err := checkRoom(r.dir, r.need(), r.free); err != nil {
+		return err
 	}
 	r.next = r.fed + r.wrote + spaceCheckEvery
+	return nil
+}
+
+// checkRoom returns an error wrapping ErrNoSpace, naming dir and both sizes, when dir's
+// filesystem has less than need bytes free as free reports it.
+func checkRoom(dir string, need int64, free func(string) (int64, error)) error {
+	have, err := free(dir)
+	if err != nil {
+		return fmt.Errorf("check free space in %s: %w", dir, err)
+	}
+	if have < need {
+		return fmt.Errorf("%w in %s: need %d bytes, %d free", ErrNoSpace, dir, need, have)
+	}
 	return nil
 }
 

@@ -222,7 +222,7 @@ func (b *Builder) collect(ctx context.Context, rec store.Build, format string) (
 		}
 	}
 	// As for a fetched image: the format claimed, and no file outside it referenced.
-	if err := artifacts.Inspect(ctx, b.opts.QemuImg, path, format); err != nil {
+	if _, err := artifacts.Inspect(ctx, b.opts.QemuImg, path, format); err != nil {
 		return store.File{}, fmt.Errorf("DIB's %s output: %w", format, err)
 	}
 	sha, err := store.ReadSidecar(path + ".sha256")
@@ -236,7 +236,7 @@ func (b *Builder) collect(ctx context.Context, rec store.Build, format string) (
 	if sha == "" || md == "" {
 		// A dib-cmd that ignores --checksum: make the sidecars nodepool relies on.
 		b.log.Warn("DIB wrote no checksum files; computing them", "file", path)
-		if sha, md, _, err = store.HashFile(path); err != nil {
+		if sha, md, _, err = store.HashFile(ctx, path); err != nil {
 			return store.File{}, err
 		}
 		if err := store.WriteSidecars(path, sha, md); err != nil {

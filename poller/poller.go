@@ -581,6 +581,10 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 	if err != nil {
 		return err
 	}
+	limit := fetcher.MaxSize
+	if limit <= 0 {
+		limit = artifacts.DefaultMaxSize
+	}
 	available := artifacts.Available(cands, mappings)
 	plan, convert, err := planFormats(needed, available)
 	if err != nil {
@@ -590,6 +594,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrRefused, err)
 	}
+	inspected := map[string]artifacts.Image{}
 	for _, format := range plan {
 		c := matched[format]
 		sha, md5 := artifacts.Checksums(c)
@@ -611,27 +616,30 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		p.opts.Metrics.Downloaded(b.Image, res.Downloaded, time.Since(began), err)
 		switch {
 		case errors.Is(err, artifacts.ErrTooLarge):
-			limit := fetcher.MaxSize
-			if limit <= 0 {
-				limit = artifacts.DefaultMaxSize
-			}
-			return refuse(format, fmt.Errorf("artifact %q (%s): %w (builder.max-image-size is %d bytes)", c.Name, format, err, limit))
+			return refuse(format, fmt.Errorf("artifact %q (%s): %w (%s)", c.Name, format, err, maxImageSize(limit)))
 		case errors.Is(err, artifacts.ErrChecksum), errors.Is(err, artifacts.ErrUnsafe):
 			return refuse(format, fmt.Errorf("artifact %q (%s): %w", c.Name, format, err))
 		case err != nil:
 			return fmt.Errorf("download artifact %q (%s): %w", c.Name, format, err)
 		}
 		// The bytes are the job's, not ours: before anything converts or
-		// uploads them, they must be the format they claim, and whole.
-		if err := p.inspect(ctx, dest, format); err != nil {
-			return err
+		// uploads them, they must be the format they claim, whole, and hold
+		// a disk no larger than the limit.
+		img, err := p.inspect(ctx, dest, format, limit)
+		if err != nil {
+			return fmt.Errorf("artifact %q (%s): %w", c.Name, format, err)
 		}
+		inspected[format] = img
 		if err := p.record(ctx, b, format, res.SHA256, res.MD5, res.Size, redact.URL(c.URL)); err != nil {
 			return err
 		}
 	}
 	for dst, src := range convert {
-		if err := p.convertFormat(ctx, b, src, dst); err != nil {
+		img, ok := inspected[src]
+		if !ok {
+			return fmt.Errorf("convert %s to %s: %s was not fetched", src, dst, src)
+		}
+		if err := p.convertFormat(ctx, b, img, dst, limit); err != nil {
 			return err
 		}
 	}
@@ -701,40 +709,51 @@ func convertible(format string) bool {
 	return false
 }
 
-func (p *Poller) convertFormat(ctx context.Context, b *store.Build, src, dst string) error {
+// convertFormat converts src, a file of the build fetched and inspected, into
+// format dst and records it.
+func (p *Poller) convertFormat(ctx context.Context, b *store.Build, src artifacts.Image, dst string, limit int64) error {
 	st := p.opts.Store
 	if _, err := exec.LookPath(p.opts.QemuImg); err != nil {
-		return fmt.Errorf("convert %s to %s: %s is not installed: %w", src, dst, p.opts.QemuImg, err)
+		return fmt.Errorf("convert %s to %s: %s is not installed: %w", src.Format, dst, p.opts.QemuImg, err)
 	}
-	in, out := st.FilePath(b.Image, b.ID, src), st.FilePath(b.Image, b.ID, dst)
-	p.log.Info("converting", "image", b.Image, "build", b.ID, "from", src, "to", dst)
-	if err := artifacts.Convert(ctx, p.opts.QemuImg, in, src, out, dst); err != nil {
+	out := st.FilePath(b.Image, b.ID, dst)
+	p.log.Info("converting", "image", b.Image, "build", b.ID, "from", src.Format, "to", dst, "virtual_size", src.VirtualSize)
+	if err := artifacts.Convert(ctx, p.opts.QemuImg, src, out, dst); err != nil {
 		return err
 	}
-	if err := p.inspect(ctx, out, dst); err != nil {
+	if _, err := p.inspect(ctx, out, dst, limit); err != nil {
 		return err
 	}
-	sha, md, size, err := store.HashFile(out)
+	sha, md, size, err := store.HashFile(ctx, out)
 	if err != nil {
 		return err
 	}
 	return p.record(ctx, b, dst, sha, md, size, "")
 }
 
-// inspect checks a fetched or converted file with qemu-img; an unsafe one is
-// removed and its format refused for good.
-func (p *Poller) inspect(ctx context.Context, path, format string) error {
-	err := artifacts.Inspect(ctx, p.opts.QemuImg, path, format)
+// inspect checks a fetched or converted file with qemu-img, and the size of the
+// disk it holds against limit (builder.max-image-size); an unsafe or too large
+// one is removed and its format refused for good.
+func (p *Poller) inspect(ctx context.Context, path, format string, limit int64) (artifacts.Image, error) {
+	img, err := artifacts.Inspect(ctx, p.opts.QemuImg, path, format)
 	if err == nil {
-		return nil
+		if err = img.CheckSize(limit); err == nil {
+			return img, nil
+		}
+		err = fmt.Errorf("%w (%s)", err, maxImageSize(limit))
 	}
 	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 		err = errors.Join(err, rerr)
 	}
-	if errors.Is(err, artifacts.ErrUnsafe) {
-		return refuse(format, err)
+	if errors.Is(err, artifacts.ErrUnsafe) || errors.Is(err, artifacts.ErrTooLarge) {
+		return artifacts.Image{}, refuse(format, err)
 	}
-	return fmt.Errorf("check %s image %s: %w", format, path, err)
+	return artifacts.Image{}, fmt.Errorf("check %s image %s: %w", format, path, err)
+}
+
+// maxImageSize says, for an error, which setting sets the limit of limit bytes.
+func maxImageSize(limit int64) string {
+	return fmt.Sprintf("builder.max-image-size is %d bytes; raise it to accept a larger image", limit)
 }
 
 // declaredSize is the uncompressed size an artifact's metadata declares, in

@@ -162,15 +162,17 @@ func writeFileAtomic(path string, data []byte) error {
 
 // HashFile reads a file once and returns its sha256, md5 and size: for files made
 // on this host (a conversion, a DIB build that wrote no checksums). The two hashes run
-// in parallel over the one read, so the file takes about as long as md5 alone.
-func HashFile(path string) (sha, md string, size int64, err error) {
+// in parallel over the one read, so the file takes about as long as md5 alone. A large
+// image takes minutes: HashFile stops between two chunks once ctx is done, and returns
+// its error.
+func HashFile(ctx context.Context, path string) (sha, md string, size int64, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", "", 0, fmt.Errorf("checksum %s: %w", path, err)
 	}
 	defer f.Close()
 	hs, hm := sha256.New(), md5.New()
-	if size, err = fanout.Copy(context.Background(), f, hs, hm); err != nil {
+	if size, err = fanout.Copy(ctx, f, hs, hm); err != nil {
 		return "", "", 0, fmt.Errorf("checksum %s: %w", path, err)
 	}
 	return hex.EncodeToString(hs.Sum(nil)), hex.EncodeToString(hm.Sum(nil)), size, nil
