@@ -113,7 +113,7 @@ func checkSQLiteMoved(ctx context.Context, cfg *config.Config) error {
 // OpenZooKeeper connects to the cluster of a config.
 func OpenZooKeeper(ctx context.Context, zc *config.ZooKeeper, opts StateOptions) (*zookeeper.Backend, error) {
 	zopts := zookeeper.Options{Servers: zooKeeperServers(zc), Chroot: zc.Servers[0].Chroot, Timeout: zc.Timeout, Logger: opts.Logger,
-		Version: opts.Version}
+		Version: opts.Version, Snapshot: opts.Access == store.ReadOnly}
 	if opts.Register {
 		zopts.Hostname, _ = os.Hostname()
 	}

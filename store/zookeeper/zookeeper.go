@@ -38,8 +38,14 @@ type Options struct {
 	Hostname string
 	// Version is registered with it.
 	Version string
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// Snapshot reads the records once and sets no watches: for a command
+	// that reads and exits (a listing), whose cache needs no updates. A
+	// session that sets no watch also never runs into the client library's
+	// unsynchronised read of the last zxid when it re-sends watches on a new
+	// connection (go-zookeeper/zk v1.0.4, conn.go sendSetWatches vs recvLoop).
+	Snapshot bool
+	Logger   *slog.Logger
+	Now      func() time.Time
 }
 
 // Backend is a store.Backend in ZooKeeper.
@@ -310,8 +316,13 @@ func (b *Backend) get(p string) ([]byte, *zk.Stat, error) {
 	return b.conn.Get(b.root(p))
 }
 
+// getW, childrenW and existsW read a node and set a watch on it, unless the
+// backend is a snapshot.
 func (b *Backend) getW(p string) ([]byte, *zk.Stat, error) {
 	b.requests.Add(1)
+	if b.opts.Snapshot {
+		return b.conn.Get(b.root(p))
+	}
 	data, stat, _, err := b.conn.GetW(b.root(p))
 	return data, stat, err
 }
@@ -323,12 +334,18 @@ func (b *Backend) children(p string) ([]string, *zk.Stat, error) {
 
 func (b *Backend) childrenW(p string) ([]string, *zk.Stat, error) {
 	b.requests.Add(1)
+	if b.opts.Snapshot {
+		return b.conn.Children(b.root(p))
+	}
 	c, stat, _, err := b.conn.ChildrenW(b.root(p))
 	return c, stat, err
 }
 
 func (b *Backend) existsW(p string) (bool, *zk.Stat, error) {
 	b.requests.Add(1)
+	if b.opts.Snapshot {
+		return b.conn.Exists(b.root(p))
+	}
 	ok, stat, _, err := b.conn.ExistsW(b.root(p))
 	return ok, stat, err
 }

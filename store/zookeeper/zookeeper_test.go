@@ -263,3 +263,70 @@ func TestNoLogAfterClose(t *testing.T) {
 		t.Fatalf("logged after Close returned:\n%s", strings.Join(late, ""))
 	}
 }
+
+// TestSnapshotSetsNoWatches: a backend opened as a snapshot (for a listing)
+// reads the records and leaves no watch on the server, while one that follows
+// changes watches them. The server registers a watch before it answers the
+// read that sets it, so once Open has returned, `wchp` shows every one.
+func TestSnapshotSetsNoWatches(t *testing.T) {
+	ctx := context.Background()
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
+	root := chroot(t)
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st, _ := openStore(t, z, root, t.TempDir(), log)
+	if _, err := readyBuild(ctx, st, "debian", 1); err != nil {
+		t.Fatal(err)
+	}
+	// watching is the sessions wchc lists with a watch under root: a line
+	// for each session, then one for each path it watches.
+	watching := func() map[string]bool {
+		t.Helper()
+		out, err := z.FourLetterWord(ctx, "wchc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions, session := map[string]bool{}, ""
+		for line := range strings.Lines(out) {
+			if p, ok := strings.CutPrefix(line, "\t"); ok {
+				if strings.HasPrefix(p, root+"/") {
+					sessions[session] = true
+				}
+				continue
+			}
+			session = strings.TrimSpace(line)
+		}
+		return sessions
+	}
+	before := watching()
+	if len(before) == 0 {
+		t.Fatal("wchc shows no watch of a backend that follows changes; the check below would prove nothing")
+	}
+	for _, snapshot := range []bool{true, false} {
+		b, err := zookeeper.Open(ctx, zookeeper.Options{Servers: []string{z.Addr}, Chroot: root, Snapshot: snapshot, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := store.Open(ctx, store.Options{ImagesDir: t.TempDir(), Access: store.ReadOnly, Backend: b})
+		if err != nil {
+			b.Close()
+			t.Fatal(err)
+		}
+		bs, err := s.Builds(ctx, store.BuildFilter{Image: "debian"})
+		if err != nil || len(bs) != 1 {
+			t.Errorf("snapshot %v: builds of debian %+v, %v; want the one", snapshot, bs, err)
+		}
+		added := 0
+		for session := range watching() {
+			if !before[session] {
+				added++
+			}
+		}
+		s.Close()
+		switch {
+		case snapshot && added != 0:
+			t.Error("a snapshot left watches on the server")
+		case !snapshot && added != 1:
+			t.Errorf("%d new sessions watch records after a backend that follows changes opened; want 1", added)
+		}
+	}
+}
