@@ -3,6 +3,7 @@ package poller
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,4 +177,63 @@ func TestPollRefetchesWhenNoBuildIsReady(t *testing.T) {
 	if err != nil || out.Ingested != nil {
 		t.Fatalf("poll with the build ready again = %+v, %v; want nothing fetched", out, err)
 	}
+}
+
+// laggingBackend is a state whose listings have not seen the builds made
+// lately, as a ZooKeeper cache may not have seen, when a builder takes the
+// image's lock, the build another builder made just before it let go. Reads of
+// one record and the cursor go to the state itself.
+type laggingBackend struct {
+	store.Backend
+	lag atomic.Bool
+}
+
+func (l *laggingBackend) Builds(ctx context.Context, f store.BuildFilter) ([]store.Build, error) {
+	if l.lag.Load() {
+		return nil, nil
+	}
+	return l.Backend.Builds(ctx, f)
+}
+
+// TestPollUnderLockReadsTheCursorsBuild: a zuul-image whose listing shows no
+// ready build is fetched again only when the build its cursor names is gone
+// in the state itself, not when a lagging listing misses a build another
+// builder has just made.
+func TestPollUnderLockReadsTheCursorsBuild(t *testing.T) {
+	f := newFixture(t, "qcow2")
+	ctx := context.Background()
+	lag := &laggingBackend{Backend: f.st.Backend}
+	st, err := store.Open(ctx, store.Options{ImagesDir: f.cfg.ImagesDir, Backend: lag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.st = st
+	f.newPoller()
+	zb := f.publishAt(0, time.Time{}, "1")
+	f.pollIngests("the first poll", zb)
+	cur, err := f.st.Cursor(ctx, "debian")
+	if err != nil || cur.Build == "" {
+		t.Fatalf("cursor after the fetch = %+v, %v; want it to name the build", cur, err)
+	}
+	lag.lag.Store(true)
+	out, err := f.p.Poll(ctx, "debian")
+	if err != nil || out.Ingested != nil {
+		t.Fatalf("poll while the listing lags = %+v, %v; want nothing fetched: the cursor's build is ready\n%s", out, err, f.logs.String())
+	}
+	// Once that build is really gone, the image is due again.
+	lag.lag.Store(false)
+	if err := f.st.Write(ctx, store.DeleteBuild(mustBuild(t, f.st, cur.Build))); err != nil {
+		t.Fatal(err)
+	}
+	lag.lag.Store(true)
+	f.pollIngests("after the cursor's build was deleted", zb)
+}
+
+func mustBuild(t *testing.T, st *store.Store, id string) store.Build {
+	t.Helper()
+	b, err := st.Build(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -248,7 +248,13 @@ func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, erro
 	if err != nil {
 		return out, err
 	}
-	if v := judge(cur, zb); v == newer || due(cur, zb, ready) {
+	again := due(cur, zb, ready)
+	if again {
+		if again, err = p.gone(ctx, cur); err != nil {
+			return out, err
+		}
+	}
+	if v := judge(cur, zb); v == newer || again {
 		switch {
 		case v != newer:
 			p.log.Info("the zuul-image has no ready build: fetching Zuul's newest build again", "image", image,
@@ -326,6 +332,26 @@ func judge(cur store.Cursor, zb zuulapi.Build) verdict {
 func due(cur store.Cursor, zb zuulapi.Build, ready []store.Build) bool {
 	refused := cur.ZuulUUID == zb.UUID && cur.Outcome == string(store.Failed)
 	return len(ready) == 0 && !refused
+}
+
+// gone tells, reading the state itself, whether the build the cursor's Zuul
+// build became is gone. The ready builds come from a cache, which in ZooKeeper
+// may not have seen yet a build another builder made a moment ago, before it
+// let go of the image's lock: the cursor, read afresh, names that build. A
+// cursor that names none (a refusal, or recorded before builds were named) is
+// taken at its word.
+func (p *Poller) gone(ctx context.Context, cur store.Cursor) (bool, error) {
+	if cur.Build == "" {
+		return true, nil
+	}
+	b, err := p.opts.Store.Build(ctx, cur.Build)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return b.State != store.Ready, nil
 }
 
 // marks tells whether the cursor's mark of Zuul being behind it is not what
@@ -428,6 +454,7 @@ func (p *Poller) ingest(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bu
 		ready := b
 		ready.SetState(store.Ready, st.Now())
 		cur := cursorAt(zi.Name, zb, store.Ready, "", st.Now())
+		cur.Build = b.ID
 		if err = st.Write(ctx, store.PutBuild(&ready), store.PutCursor(cur)); err == nil {
 			log.Info("build ready", "build", b.ID)
 			p.prunePartials(zi.Name)

@@ -198,6 +198,10 @@ type Cursor struct {
 	// below ZuulID and not newer by its end time: Zuul's ids restarted (its
 	// database was rebuilt) or the cursor came from a hostile answer. 0 otherwise.
 	BehindID int64
+	// Build is the id of the build a ready outcome became ("" otherwise, and
+	// in a cursor recorded before it was kept): whether that build is still
+	// there is read from the state itself, not from what a cache has seen.
+	Build string
 }
 
 // BuildFilter selects builds; zero fields match everything.

@@ -213,11 +213,12 @@ ALTER TABLE uploads ADD COLUMN shell_type TEXT NOT NULL DEFAULT '';
 	`
 ALTER TABLE builds ADD COLUMN request TEXT NOT NULL DEFAULT '';
 `,
-	// 7: a poll cursor's end time of its Zuul build, and Zuul's newest id when
-	// it is behind the cursor.
+	// 7: a poll cursor's end time of its Zuul build, Zuul's newest id when it
+	// is behind the cursor, and the build a ready outcome became.
 	`
 ALTER TABLE poll_cursors ADD COLUMN zuul_end_time INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE poll_cursors ADD COLUMN behind_id INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE poll_cursors ADD COLUMN build_id TEXT NOT NULL DEFAULT '';
 `,
 }
 
@@ -473,12 +474,12 @@ func deleteUpload(ctx context.Context, tx *sql.Tx, u *Upload) error {
 }
 
 func putCursor(ctx context.Context, tx *sql.Tx, c *Cursor) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO poll_cursors (image, zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+	_, err := tx.ExecContext(ctx, `INSERT INTO poll_cursors (image, zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id, build_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (image) DO UPDATE SET zuul_id = excluded.zuul_id, zuul_uuid = excluded.zuul_uuid,
 			outcome = excluded.outcome, reason = excluded.reason, time = excluded.time,
-			zuul_end_time = excluded.zuul_end_time, behind_id = excluded.behind_id`,
-		c.Image, c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, unixNano(c.Time), unixNano(c.ZuulEndTime), c.BehindID)
+			zuul_end_time = excluded.zuul_end_time, behind_id = excluded.behind_id, build_id = excluded.build_id`,
+		c.Image, c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, unixNano(c.Time), unixNano(c.ZuulEndTime), c.BehindID, c.Build)
 	if err != nil {
 		return fmt.Errorf("record poll cursor of %s: %w", c.Image, err)
 	}
@@ -672,9 +673,9 @@ func (s *SQLite) Uploads(ctx context.Context, f UploadFilter) ([]Upload, error) 
 func (s *SQLite) Cursor(ctx context.Context, image string) (Cursor, error) {
 	c := Cursor{Image: image}
 	var t, end int64
-	err := s.db.QueryRowContext(ctx, `SELECT zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id
+	err := s.db.QueryRowContext(ctx, `SELECT zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id, build_id
 		FROM poll_cursors WHERE image = ?`, image).
-		Scan(&c.ZuulID, &c.ZuulUUID, &c.Outcome, &c.Reason, &t, &end, &c.BehindID)
+		Scan(&c.ZuulID, &c.ZuulUUID, &c.Outcome, &c.Reason, &t, &end, &c.BehindID, &c.Build)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, nil
 	}
@@ -687,7 +688,7 @@ func (s *SQLite) Cursor(ctx context.Context, image string) (Cursor, error) {
 
 // Cursors returns every image's poll cursor, by image.
 func (s *SQLite) Cursors(ctx context.Context) ([]Cursor, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT image, zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id
+	rows, err := s.db.QueryContext(ctx, `SELECT image, zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id, build_id
 		FROM poll_cursors ORDER BY image`)
 	if err != nil {
 		return nil, fmt.Errorf("list poll cursors: %w", err)
@@ -697,7 +698,7 @@ func (s *SQLite) Cursors(ctx context.Context) ([]Cursor, error) {
 	for rows.Next() {
 		var c Cursor
 		var t, end int64
-		if err := rows.Scan(&c.Image, &c.ZuulID, &c.ZuulUUID, &c.Outcome, &c.Reason, &t, &end, &c.BehindID); err != nil {
+		if err := rows.Scan(&c.Image, &c.ZuulID, &c.ZuulUUID, &c.Outcome, &c.Reason, &t, &end, &c.BehindID, &c.Build); err != nil {
 			return nil, fmt.Errorf("list poll cursors: %w", err)
 		}
 		c.Time, c.ZuulEndTime = fromUnixNano(t), fromUnixNano(end)

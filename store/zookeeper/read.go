@@ -167,10 +167,11 @@ type cursorJSON struct {
 	// Added later: a cursor without them reads as one with none.
 	ZuulEndTime float64 `json:"zuul_end_time,omitempty"`
 	BehindID    int64   `json:"behind_id,omitempty"`
+	Build       string  `json:"build_id,omitempty"`
 }
 
 func encodeCursor(c store.Cursor) ([]byte, error) {
-	return json.Marshal(cursorJSON{c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, seconds(c.Time), seconds(c.ZuulEndTime), c.BehindID})
+	return json.Marshal(cursorJSON{c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, seconds(c.Time), seconds(c.ZuulEndTime), c.BehindID, c.Build})
 }
 
 // Cursor reads an image's poll cursor.
@@ -188,7 +189,7 @@ func (b *Backend) Cursor(_ context.Context, image string) (store.Cursor, error) 
 		return c, fmt.Errorf("read poll cursor of %s: %w", image, err)
 	}
 	c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, c.Time = j.ZuulID, j.ZuulUUID, j.Outcome, j.Reason, fromSeconds(j.Time)
-	c.ZuulEndTime, c.BehindID = fromSeconds(j.ZuulEndTime), j.BehindID
+	c.ZuulEndTime, c.BehindID, c.Build = fromSeconds(j.ZuulEndTime), j.BehindID, j.Build
 	return c, nil
 }
 
