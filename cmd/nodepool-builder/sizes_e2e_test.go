@@ -30,6 +30,37 @@ func (e *env) onceWithin(d time.Duration, wantCode int) result {
 	}
 }
 
+// failedSaying runs --once, which must fail saying each of says, and checks
+// that zb is recorded failed with a reason saying them too, that Glance holds
+// nothing and that no file of the build stays.
+func (e *env) failedSaying(zb zuultest.Build, says []string) result {
+	e.t.Helper()
+	r := e.onceWithin(2*time.Minute, exitFailed)
+	for _, s := range says {
+		if !strings.Contains(r.stderr, s) {
+			e.t.Errorf("--once does not say %q:\n%s", s, r.stderr)
+		}
+	}
+	b, ok := e.zuulBuildOf(zb.UUID)
+	if !ok || b.State != "failed" {
+		e.t.Fatalf("the Zuul build is not recorded failed: %+v", e.buildsJSON())
+	}
+	for _, s := range says {
+		if !strings.Contains(b.Reason, s) {
+			e.t.Errorf("the failed build's reason does not say %q: %s", s, b.Reason)
+		}
+	}
+	if imgs, err := e.cloud.List(context.Background(), nil); err != nil || len(imgs) != 0 {
+		e.t.Fatalf("Glance holds %d images after a refusal (%v): %+v", len(imgs), err, imgs)
+	}
+	for _, pattern := range []string{"debian-*", ".debian-*"} {
+		if files, _ := filepath.Glob(filepath.Join(e.imagesDir(), pattern)); len(files) != 0 {
+			e.t.Errorf("files of a failed build stay: %v", files)
+		}
+	}
+	return r
+}
+
 // TestHugeDiskInTinyQcow2Refused: a qcow2 of a few hundred KiB holding a disk
 // of 8 TiB, published for a provider that takes raw, is refused against
 // builder.max-image-size before anything converts it: nothing is written,
@@ -46,31 +77,9 @@ func TestHugeDiskInTinyQcow2Refused(t *testing.T) {
 	}})
 	says := []string{"debian qcow2", "virtual size of 8.0 TiB (8796093022208 bytes)", "builder.max-image-size is 1073741824 bytes"}
 
-	r := e.onceWithin(2*time.Minute, exitFailed)
-	for _, s := range says {
-		if !strings.Contains(r.stderr, s) {
-			t.Errorf("--once does not say %q:\n%s", s, r.stderr)
-		}
-	}
+	r := e.failedSaying(zb, says)
 	if strings.Contains(r.stderr, "converting") {
 		t.Errorf("the image was converted:\n%s", r.stderr)
-	}
-	b, ok := e.zuulBuildOf(zb.UUID)
-	if !ok || b.State != "failed" {
-		t.Fatalf("the Zuul build is not recorded failed: %+v", e.buildsJSON())
-	}
-	for _, s := range says {
-		if !strings.Contains(b.Reason, s) {
-			t.Errorf("the failed build's reason does not say %q: %s", s, b.Reason)
-		}
-	}
-	if imgs, err := e.cloud.List(context.Background(), nil); err != nil || len(imgs) != 0 {
-		t.Fatalf("Glance holds %d images after a refusal (%v): %+v", len(imgs), err, imgs)
-	}
-	for _, pattern := range []string{"debian-*", ".debian-*"} {
-		if files, _ := filepath.Glob(filepath.Join(e.imagesDir(), pattern)); len(files) != 0 {
-			t.Errorf("files of a refused build stay: %v", files)
-		}
 	}
 	// Refused for good: the next run does not fetch it again.
 	path := e.artifact(zb, "debian qcow2").Path
@@ -100,27 +109,5 @@ func TestConversionNeedsRoomForTheDisk(t *testing.T) {
 	}})
 	says := []string{"not enough free space", "need 8796093022208 bytes", "a disk of 8.0 TiB"}
 
-	r := e.onceWithin(2*time.Minute, exitFailed)
-	for _, s := range says {
-		if !strings.Contains(r.stderr, s) {
-			t.Errorf("--once does not say %q:\n%s", s, r.stderr)
-		}
-	}
-	b, ok := e.zuulBuildOf(zb.UUID)
-	if !ok || b.State != "failed" {
-		t.Fatalf("the Zuul build is not recorded failed: %+v", e.buildsJSON())
-	}
-	for _, s := range says {
-		if !strings.Contains(b.Reason, s) {
-			t.Errorf("the failed build's reason does not say %q: %s", s, b.Reason)
-		}
-	}
-	if imgs, err := e.cloud.List(context.Background(), nil); err != nil || len(imgs) != 0 {
-		t.Fatalf("Glance holds %d images (%v): %+v", len(imgs), err, imgs)
-	}
-	for _, pattern := range []string{"debian-*", ".debian-*"} {
-		if files, _ := filepath.Glob(filepath.Join(e.imagesDir(), pattern)); len(files) != 0 {
-			t.Errorf("files of the failed build stay: %v", files)
-		}
-	}
+	e.failedSaying(zb, says)
 }
