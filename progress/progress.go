@@ -33,6 +33,8 @@ type Tracker struct {
 	mu    sync.Mutex
 	next  uint64
 	tasks map[uint64]*Task
+	// started is closed when a task starts, to wake the logger.
+	started chan struct{}
 }
 
 // NewTracker returns an empty tracker.
@@ -46,12 +48,20 @@ func (t *Tracker) Start(kind Kind, subject string, total int64) *Task {
 	if t == nil {
 		return nil
 	}
+	return t.startAt(kind, subject, total, t.now())
+}
+
+func (t *Tracker) startAt(kind Kind, subject string, total int64, at time.Time) *Task {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.next++
-	k := &Task{t: t, id: t.next, kind: kind, subject: subject, started: t.now()}
+	k := &Task{t: t, id: t.next, kind: kind, subject: subject, started: at}
 	k.total.Store(total)
 	t.tasks[k.id] = k
+	if t.started != nil {
+		close(t.started)
+		t.started = nil
+	}
 	return k
 }
 
@@ -235,41 +245,88 @@ func Bytes(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-// Log writes a line for each running task every interval until ctx ends: the
-// daemon's and a non-terminal's view of long work.
+// Log writes a line for each running task until ctx ends: the daemon's and a
+// non-terminal's view of long work. Each task keeps its own cadence: its first
+// line comes one interval after it starts, then one every interval, so short
+// work leaves no progress lines and long work is seen from its first interval.
 func (t *Tracker) Log(ctx context.Context, log *slog.Logger, every time.Duration) {
-	if t == nil {
+	if t == nil || every <= 0 {
 		return
 	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
+	logged := map[uint64]int64{} // task id: the intervals it was logged for
+	timer := time.NewTimer(every)
+	defer timer.Stop()
 	for {
+		started := t.startedSignal()
+		lines, next := t.due(logged, every)
+		for _, s := range lines {
+			logLine(log, s)
+		}
+		wait := every
+		if !next.IsZero() {
+			wait = max(next.Sub(t.now()), 0)
+		}
+		timer.Reset(wait) // a stale tick is dropped by Reset since Go 1.23
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
-		}
-		for _, s := range t.Running() {
-			// A task younger than the interval is not reported yet: short
-			// work leaves no progress lines.
-			if s.Elapsed < every {
-				continue
-			}
-			attrs := []any{"kind", string(s.Kind), "subject", s.Subject, "done", s.Done,
-				"elapsed", s.Elapsed.Round(time.Second).String()}
-			if s.Total > 0 {
-				attrs = append(attrs, "total", s.Total)
-			}
-			if s.Done > 0 {
-				attrs = append(attrs, "bytes_per_second", int64(s.Rate))
-			}
-			if eta, ok := s.ETA(); ok {
-				attrs = append(attrs, "eta", eta.String())
-			}
-			if s.Note != "" {
-				attrs = append(attrs, "at", s.Note)
-			}
-			log.Info(string(s.Kind)+" progress: "+s.Summary(), attrs...)
+		case <-started:
+		case <-timer.C:
 		}
 	}
+}
+
+// due returns the running tasks that have reached an interval they were not
+// logged for yet, noting it in logged, and the time the next one is due (zero
+// when no task runs). Tasks that ended are forgotten.
+func (t *Tracker) due(logged map[uint64]int64, every time.Duration) ([]Status, time.Time) {
+	running := t.Running()
+	var lines []Status
+	var next time.Time
+	seen := make(map[uint64]bool, len(running))
+	for _, s := range running {
+		seen[s.ID] = true
+		if n := int64(s.Elapsed / every); n > logged[s.ID] {
+			logged[s.ID] = n
+			lines = append(lines, s)
+		}
+		at := s.Started.Add(time.Duration(logged[s.ID]+1) * every)
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	for id := range logged {
+		if !seen[id] {
+			delete(logged, id)
+		}
+	}
+	return lines, next
+}
+
+// startedSignal returns a channel that is closed when the next task starts.
+func (t *Tracker) startedSignal() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.started == nil {
+		t.started = make(chan struct{})
+	}
+	return t.started
+}
+
+func logLine(log *slog.Logger, s Status) {
+	attrs := []any{"kind", string(s.Kind), "subject", s.Subject, "done", s.Done,
+		"elapsed", s.Elapsed.Round(time.Second).String()}
+	if s.Total > 0 {
+		attrs = append(attrs, "total", s.Total)
+	}
+	if s.Done > 0 {
+		attrs = append(attrs, "bytes_per_second", int64(s.Rate))
+	}
+	if eta, ok := s.ETA(); ok {
+		attrs = append(attrs, "eta", eta.String())
+	}
+	if s.Note != "" {
+		attrs = append(attrs, "at", s.Note)
+	}
+	log.Info(string(s.Kind)+" progress: "+s.Summary(), attrs...)
 }

@@ -117,3 +117,79 @@ func TestLogReportsLongTasksOnly(t *testing.T) {
 		t.Fatal("no progress line within 5 s")
 	}
 }
+
+// TestLogFirstLineOneIntervalAfterStart: a task that starts while the logger
+// waits gets its first line one interval after its own start, whatever the
+// logger's phase, and then one every interval.
+func TestLogFirstLineOneIntervalAfterStart(t *testing.T) {
+	const every = time.Hour
+	tr := NewTracker()
+	out := &syncBuffer{ch: make(chan string, 16)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go tr.Log(ctx, slog.New(slog.NewTextHandler(out, nil)), every)
+
+	// Started an interval ago but for 200 ms: its first line is due in 200 ms,
+	// long before the logger's own first hour is up.
+	k := tr.startAt(Download, "img-0000000001.raw", 1<<20, time.Now().Add(-every+200*time.Millisecond))
+	defer k.End()
+	select {
+	case line := <-out.ch:
+		if !strings.Contains(line, "subject=img-0000000001.raw") || !strings.Contains(line, "elapsed=1h0m0s") {
+			t.Errorf("first progress line = %q; want the task at one interval", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no progress line one interval after the task started")
+	}
+	select {
+	case line := <-out.ch:
+		t.Fatalf("a second line before the task's second interval: %q", line)
+	default:
+	}
+}
+
+// TestLogEveryInterval: a task is logged once for each interval it reaches,
+// at its own cadence.
+func TestLogEveryInterval(t *testing.T) {
+	const every = time.Hour
+	tr := NewTracker()
+	// Nearly two intervals old: logged at once for its first, and again 1.6 s
+	// later for its second.
+	k := tr.startAt(Build, "img-0000000002", 0, time.Now().Add(-2*every+1600*time.Millisecond))
+	defer k.End()
+	out := &syncBuffer{ch: make(chan string, 16)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go tr.Log(ctx, slog.New(slog.NewTextHandler(out, nil)), every)
+	for i, want := range []string{"elapsed=1h59m5", "elapsed=2h0m0s"} {
+		select {
+		case line := <-out.ch:
+			if !strings.Contains(line, want) {
+				t.Errorf("line %d = %q; want %s", i+1, line, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("line %d: none within 10 s", i+1)
+		}
+	}
+}
+
+// TestDueForgetsEndedTasks: the logger's memory of a task goes with it.
+func TestDueForgetsEndedTasks(t *testing.T) {
+	tr := NewTracker()
+	k := tr.startAt(Upload, "u", 10, time.Now().Add(-3*time.Minute))
+	logged := map[uint64]int64{}
+	lines, next := tr.due(logged, time.Minute)
+	if len(lines) != 1 || logged[k.id] != 3 {
+		t.Fatalf("due = %v, logged %v; want the task once, at its third interval", lines, logged)
+	}
+	if want := k.started.Add(4 * time.Minute); !next.Equal(want) {
+		t.Errorf("next = %v; want %v, the task's fourth interval", next, want)
+	}
+	if lines, _ := tr.due(logged, time.Minute); len(lines) != 0 {
+		t.Errorf("due again within the same interval: %v", lines)
+	}
+	k.End()
+	if _, next := tr.due(logged, time.Minute); !next.IsZero() || len(logged) != 0 {
+		t.Errorf("after the task ended: next %v, logged %v; want nothing", next, logged)
+	}
+}
