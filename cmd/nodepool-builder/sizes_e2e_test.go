@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
@@ -90,24 +93,22 @@ func TestHugeDiskInTinyQcow2Refused(t *testing.T) {
 	}
 }
 
-// TestConversionNeedsRoomForTheDisk: with a limit that lets a disk of 8 TiB
-// through, its conversion to raw still does not start on an images-dir with
-// less than that free; the build fails saying so and nothing is uploaded.
+// TestConversionNeedsRoomForTheDisk: with a limit that lets a disk of
+// terabytes through, its conversion to raw still does not start on an
+// images-dir with less than that free; the build fails saying so and nothing
+// is uploaded.
 func TestConversionNeedsRoomForTheDisk(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
 	huge := filepath.Join(e.dir, "huge.qcow2")
-	if out, err := exec.Command(e.qemuImg, "create", "-q", "-f", "qcow2", huge, "8T").CombinedOutput(); err != nil {
+	size := testenv.HugerThanFree(t, e.dir)
+	if out, err := exec.Command(e.qemuImg, "create", "-q", "-f", "qcow2", huge, strconv.FormatInt(size, 10)).CombinedOutput(); err != nil {
 		t.Fatalf("qemu-img create: %v: %s", err, out)
 	}
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(e.dir, &st); err != nil || int64(st.Bavail)*st.Bsize >= 8<<40 {
-		t.Skipf("the filesystem has 8 TiB free (%v)", err)
-	}
-	e.oneProvider("raw", "", "  max-image-size: 16T\n")
+	e.oneProvider("raw", "", fmt.Sprintf("  max-image-size: %d\n", 2*size))
 	zb := e.addBuild(image{}, zuultest.BuildSpec{Artifacts: []zuultest.ArtifactSpec{
 		{Name: "debian qcow2", Path: huge, Metadata: zuulImageMeta("qcow2")},
 	}})
-	says := []string{"not enough free space", "need 8796093022208 bytes", "a disk of 8.0 TiB"}
+	says := []string{"not enough free space", fmt.Sprintf("need %d bytes", size), "a disk of " + progress.Bytes(size)}
 
 	e.failedSaying(zb, says)
 }
