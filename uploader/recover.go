@@ -150,11 +150,7 @@ func (u *Uploader) adopt(ctx context.Context, up store.Upload, img Image) error 
 	if !f.Present {
 		return fmt.Errorf("the post-upload-hook cannot run: the build's %s file was removed", up.Format)
 	}
-	timeout := p.ImageUploadTimeout
-	if timeout <= 0 {
-		timeout = DefaultCloudTimeout
-	}
-	hctx, cancel := context.WithTimeout(ctx, timeout)
+	hctx, cancel := context.WithTimeout(ctx, p.UploadTimeout())
 	defer cancel()
 	return runHook(hctx, p.PostUploadHook, p.Name, img.ID, st.FilePath(b.Image, b.ID, up.Format))
 }
