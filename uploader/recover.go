@@ -98,7 +98,8 @@ func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
 	}
 	reason := "interrupted: the builder stopped during this upload"
 	if up.LastError != "" {
-		// A worker that failed and could not delete its image left it for us.
+		// A worker of an older version that failed and could not delete
+		// its image left it uploading, for us.
 		reason = up.LastError
 	}
 	for i, img := range found {
