@@ -448,8 +448,8 @@ func TestOnceDoesEveryStepToCompletion(t *testing.T) {
 // its record goes back to what it was before the attempt (none for a first
 // attempt; the failed record of the last real attempt for a retry), or, when
 // the cloud does not answer, the stop still ends within the clean-up grace and
-// recovery deletes it on the next start. None counts as an attempt, and the
-// next start makes the upload at once.
+// the upload is recorded failed with its image, which the next start deletes.
+// None counts as an attempt, and the next start makes the upload at once.
 func TestStopInterruptsUploadsWithinTheGrace(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -493,9 +493,10 @@ func TestStopInterruptsUploadsWithinTheGrace(t *testing.T) {
 			images, _ := r.clouds["pa"].count()
 			switch {
 			case tc.hang:
-				// Left for recovery, which knows where its image is.
-				if images != 1 || len(ups) != 1 || ups[0].State != store.Uploading || ups[0].ExternalID == "" || ups[0].Attempts != 0 {
-					t.Fatalf("after a stop whose delete hung: %d images in pa, uploads %+v; want the image, and the upload uploading with it, no attempt counted", images, ups)
+				// Failed with its image, for the lifecycle to delete: not
+				// uploading, which nothing does any more.
+				if images != 1 || len(ups) != 1 || ups[0].State != store.Failed || ups[0].ExternalID == "" || ups[0].Attempts != 0 {
+					t.Fatalf("after a stop whose delete hung: %d images in pa, uploads %+v; want the image, and the upload failed with it, no attempt counted", images, ups)
 				}
 			case tc.retry:
 				if images != 0 || len(ups) != 1 || ups[0].ID != before.ID || ups[0].State != store.Failed ||

@@ -1,6 +1,9 @@
 package config
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // DiskImage returns the concrete diskimage called name, or nil.
 func (c *Config) DiskImage(name string) *DiskImage {
@@ -85,6 +88,16 @@ func (p *Provider) Format() string {
 		return p.ImageFormat
 	}
 	return DefaultImageFormat
+}
+
+// UploadTimeout bounds one upload attempt to this provider, its post-upload
+// hook included: image-upload-timeout, or DefaultImageUploadTimeout when it is
+// not set (a Provider made in code rather than parsed).
+func (p *Provider) UploadTimeout() time.Duration {
+	if p.ImageUploadTimeout > 0 {
+		return p.ImageUploadTimeout
+	}
+	return DefaultImageUploadTimeout
 }
 
 // Image returns the provider's entry for image, or nil when it does not list it.

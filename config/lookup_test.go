@@ -3,6 +3,7 @@ package config
 import (
 	"reflect"
 	"testing"
+	"time"
 )
 
 const lookupConfig = `images-dir: /i
@@ -107,5 +108,20 @@ func TestNeededFormatsDoesNotAlias(t *testing.T) {
 	got[0] = "changed"
 	if want := []string{"vhd", "qcow2", "raw"}; !reflect.DeepEqual(cfg.DiskImage("d").Formats, want) {
 		t.Errorf("image formats became %v, want %v", cfg.DiskImage("d").Formats, want)
+	}
+}
+
+// TestUploadTimeout: one default of image-upload-timeout, nodepool's 3600 s,
+// for a provider parsed without the key and for one made in code alike.
+func TestUploadTimeout(t *testing.T) {
+	cfg := mustParse(t, lookupConfig)
+	if got := cfg.Provider("qcow-cloud").UploadTimeout(); got != time.Hour {
+		t.Errorf("parsed provider without image-upload-timeout: %v, want 1h", got)
+	}
+	if got := (&Provider{}).UploadTimeout(); got != time.Hour {
+		t.Errorf("provider made in code: %v, want 1h", got)
+	}
+	if got := (&Provider{ImageUploadTimeout: 90 * time.Second}).UploadTimeout(); got != 90*time.Second {
+		t.Errorf("image-upload-timeout 90: %v, want 1m30s", got)
 	}
 }

@@ -11,7 +11,8 @@ import (
 
 // Defaults of openstack provider keys.
 const (
-	DefaultImageNameFormat    = "{image_name}-{timestamp}"
+	DefaultImageNameFormat = "{image_name}-{timestamp}"
+	// DefaultImageUploadTimeout is nodepool's own default of image-upload-timeout.
 	DefaultImageUploadTimeout = 3600 * time.Second
 	DefaultRate               = 1.0
 	DefaultImageFormat        = "qcow2"

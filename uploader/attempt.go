@@ -36,10 +36,7 @@ type attempt struct {
 // only once all of that passed.
 func (a *attempt) run(ctx context.Context) error {
 	u, rec := a.u, a.rec
-	timeout := a.provider.ImageUploadTimeout
-	if timeout <= 0 {
-		timeout = time.Hour
-	}
+	timeout := a.provider.UploadTimeout()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 

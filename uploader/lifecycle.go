@@ -125,9 +125,10 @@ func (u *Uploader) Retain(ctx context.Context) error {
 				keptBuild[up.BuildID] = true
 			}
 		}
-		// A failed upload is history once a newer upload is ready.
+		// A failed upload is history once a newer upload is ready; one that
+		// still holds its half-made image goes once Delete has deleted that.
 		for _, up := range ups {
-			if up.State == store.Failed && !newestReady.IsZero() && !created[up.BuildID].After(newestReady) {
+			if up.State == store.Failed && up.ExternalID == "" && !newestReady.IsZero() && !created[up.BuildID].After(newestReady) {
 				if err := u.write(ctx, "forget failed upload "+up.String(), store.DeleteUpload(up)); err != nil {
 					errs = append(errs, err)
 				}
@@ -314,8 +315,11 @@ func (u *Uploader) keepUploads() int { return max(u.opts.Config.Builder.KeepUplo
 
 // Delete carries out what was released: cloud images first (retried on every
 // step until the cloud agrees), then records; a deleting build's files go at once,
-// its record once none of its uploads is left. Records this builder is not
-// responsible for are left to the builder that is.
+// its record once none of its uploads is left. A failed upload that still holds
+// its half-made image (the cloud could not delete it when the attempt failed)
+// is deleted the same way, image then record, as nodepool's cleanup deletes
+// failed uploads. Records this builder is not responsible for are left to the
+// builder that is.
 func (u *Uploader) Delete(ctx context.Context) error {
 	resp, err := u.responsibility(ctx, nil)
 	if err != nil {
@@ -334,13 +338,22 @@ func (u *Uploader) Delete(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// deleteUploads deletes every deleting upload this builder is responsible for
-// and no other builder is on.
+// deleteUploads deletes every deleting upload, and every failed one that holds
+// a cloud image, that this builder is responsible for and no other builder is on.
 func (u *Uploader) deleteUploads(ctx context.Context, resp responsibility) []error {
 	st := u.opts.Store
 	ups, err := st.Uploads(ctx, store.UploadFilter{State: store.Deleting})
 	if err != nil {
 		return []error{err}
+	}
+	failed, err := st.Uploads(ctx, store.UploadFilter{State: store.Failed})
+	if err != nil {
+		return []error{err}
+	}
+	for _, up := range failed {
+		if up.ExternalID != "" {
+			ups = append(ups, up)
+		}
 	}
 	var errs []error
 	for _, up := range ups {
@@ -397,7 +410,8 @@ func (u *Uploader) deleteBuilds(ctx context.Context, resp responsibility) (bool,
 	return took, errs
 }
 
-// deleteUpload deletes a deleting upload's cloud image, then its record.
+// deleteUpload deletes a deleting upload's cloud image, then its record; the
+// same for a failed upload that holds its half-made image.
 func (u *Uploader) deleteUpload(ctx context.Context, up store.Upload) error {
 	if up.ExternalID != "" {
 		cloud, ok := u.opts.Clouds[up.Provider]
@@ -411,7 +425,11 @@ func (u *Uploader) deleteUpload(ctx context.Context, up store.Upload) error {
 			u.opts.Metrics.Failed(metrics.StepDelete, err)
 			return fmt.Errorf("delete upload %s (image %s) in %s: %w", up, up.ExternalID, up.Provider, err)
 		}
-		u.log.Info("deleted cloud image", "upload", up.String(), "external_id", up.ExternalID)
+		if up.State == store.Failed {
+			u.log.Info("deleted the half-made image of a failed upload", "upload", up.String(), "external_id", up.ExternalID)
+		} else {
+			u.log.Info("deleted cloud image", "upload", up.String(), "external_id", up.ExternalID)
+		}
 	}
 	return u.write(ctx, "delete upload record "+up.String(), store.DeleteUpload(up))
 }
@@ -443,6 +461,12 @@ func (u *Uploader) deleteBuild(ctx context.Context, b store.Build, resp responsi
 		}
 		switch up.State {
 		case store.Failed:
+			if up.ExternalID != "" {
+				// Its half-made image is still in the cloud: deleteUploads
+				// deletes it, then the record.
+				pending = true
+				continue
+			}
 			if err := u.write(ctx, "delete upload record "+up.String(), store.DeleteUpload(up)); err != nil {
 				errs = append(errs, err)
 			}

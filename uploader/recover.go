@@ -98,7 +98,8 @@ func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
 	}
 	reason := "interrupted: the builder stopped during this upload"
 	if up.LastError != "" {
-		// A worker that failed and could not delete its image left it for us.
+		// A worker of an older version that failed and could not delete
+		// its image left it uploading, for us.
 		reason = up.LastError
 	}
 	for i, img := range found {
@@ -150,11 +151,7 @@ func (u *Uploader) adopt(ctx context.Context, up store.Upload, img Image) error 
 	if !f.Present {
 		return fmt.Errorf("the post-upload-hook cannot run: the build's %s file was removed", up.Format)
 	}
-	timeout := p.ImageUploadTimeout
-	if timeout <= 0 {
-		timeout = DefaultCloudTimeout
-	}
-	hctx, cancel := context.WithTimeout(ctx, timeout)
+	hctx, cancel := context.WithTimeout(ctx, p.UploadTimeout())
 	defer cancel()
 	return runHook(hctx, p.PostUploadHook, p.Name, img.ID, st.FilePath(b.Image, b.ID, up.Format))
 }

@@ -33,7 +33,8 @@ func (f *fixture) otherBuilders(ctx context.Context) ([]store.Build, []store.Upl
 	}
 	put := func(b store.Build, provider string, state store.State) {
 		up := store.Upload{BuildID: b.ID, Image: b.Image, Provider: provider, State: state, StateTime: f.st.Now(), Format: "qcow2"}
-		if cloud, ok := f.clouds[provider]; ok && state != store.Failed {
+		// A failed upload may hold its half-made image too.
+		if cloud, ok := f.clouds[provider]; ok {
 			id, err := cloud.Create(ctx, ImageSpec{Name: b.Image + "-python", DiskFormat: "qcow2",
 				Properties: map[string]string{PropBuildID: b.ID, PropProvider: provider}})
 			if err != nil {

@@ -186,13 +186,23 @@ func (u *Uploader) needed(ups []store.Upload, now time.Time, j *Job) bool {
 					return false // a later step retries it
 				}
 			}
-			if j.Retry == nil {
+			if j.Retry == nil || betterRetry(ups[k], *j.Retry) {
 				retry := ups[k]
 				j.Retry = &retry
 			}
 		}
 	}
 	return true
+}
+
+// betterRetry tells whether failed upload a, rather than b, is the one to
+// retry: one whose image is gone comes first (a failed upload that still holds
+// its half-made image is left to the lifecycle), then the one of most attempts.
+func betterRetry(a, b store.Upload) bool {
+	if leftA, leftB := a.ExternalID != "", b.ExternalID != ""; leftA != leftB {
+		return !leftA
+	}
+	return a.Attempts > b.Attempts
 }
 
 func (u *Uploader) maxAttempts() int {
@@ -298,9 +308,20 @@ func (u *Uploader) claim(ctx context.Context, j Job) (store.Upload, *store.Uploa
 		}
 		var rec store.Upload
 		var prev *store.Upload
-		if fresh.Retry == nil {
+		switch {
+		case fresh.Retry == nil:
 			rec, err = st.CreateUpload(ctx, &b, j.Provider, j.Format)
-		} else {
+		case fresh.Retry.ExternalID != "":
+			// Its half-made image is still in the cloud, recorded on it: that
+			// record stays for the lifecycle to delete the image, and the retry
+			// is a new upload that counts on from its attempts.
+			touched := b
+			rec = store.Upload{BuildID: b.ID, Image: b.Image, Provider: j.Provider, State: store.Uploading,
+				StateTime: u.opts.Now().UTC(), Format: j.Format, Attempts: fresh.Retry.Attempts + 1,
+				Username: b.Username, PythonPath: b.PythonPath, ShellType: b.ShellType}
+			err = st.Write(ctx, store.PutBuild(&touched), store.PutUpload(&rec))
+			b = touched
+		default:
 			rec = *fresh.Retry
 			prev = fresh.Retry
 			rec.SetState(store.Uploading, u.opts.Now())
@@ -326,32 +347,37 @@ func (u *Uploader) claim(ctx context.Context, j Job) (store.Upload, *store.Uploa
 // record says why and when to try again. A cloud that could not be reached does
 // not count towards upload-attempts. An attempt the builder interrupted is no
 // failure: see interrupted. When the half-made image cannot be deleted within
-// CleanupGrace, the upload stays uploading with its image recorded, for
-// recovery to settle on a later pass.
+// CleanupGrace (the cloud is down, say), the upload is recorded failed with its
+// image's id, interrupted or not: nothing works on it any more, and a builder
+// that finds an upload uploading without a lock holder, as nodepool's do,
+// drops the record and with it the only trace of the image. The lifecycle
+// deletes a failed upload's image once the cloud answers (see Delete), and the
+// retry is a new upload (see claim).
 func (u *Uploader) failed(ctx context.Context, a *attempt, err error) error {
 	rec, log := a.rec, a.log
 	interrupted := ctx.Err() != nil
 	// The clean-up must happen even when ctx ended, but not hold a stop for long.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), u.opts.CleanupGrace)
 	defer cancel()
-	leftover := false
+	var leftover error
 	if rec.ExternalID != "" {
 		if derr := a.cloud.Delete(cctx, rec.ExternalID); derr != nil {
-			leftover = true
-			log.Warn("could not delete half-made image; recovery deletes it on a later pass", "external_id", rec.ExternalID, "error", derr)
+			leftover = derr
+			log.Warn("could not delete half-made image; it stays recorded on the failed upload and a later pass deletes it",
+				"external_id", rec.ExternalID, "error", derr)
 		} else {
 			log.Info("deleted half-made image", "external_id", rec.ExternalID)
 		}
 	}
-	if interrupted && !leftover {
+	if interrupted && leftover == nil {
 		return u.interrupted(ctx, a, err)
 	}
 	now := u.opts.Now()
 	next := "it stays failed until the next build"
 	switch {
 	case interrupted:
-		// Left uploading for recovery, which deletes the image and tries
-		// again at once; its reason then is recovery's own "interrupted".
+		// No failed attempt, but its image is left over: failed with it, not
+		// counted, and due again at once.
 		rec.Attempts--
 		rec.NextAttempt = now
 		next = "it is tried again on the next pass"
@@ -366,12 +392,16 @@ func (u *Uploader) failed(ctx context.Context, a *attempt, err error) error {
 	}
 	if interrupted {
 		log.Info("upload interrupted; it is no failed attempt", "cause", context.Cause(ctx), "error", err, "next", next)
+		rec.LastError = fmt.Sprintf("interrupted (%v), no failed attempt: %v", context.Cause(ctx), err)
 	} else {
 		log.Warn("upload failed", "attempt", rec.Attempts, "error", err, "next", next)
 		rec.LastError = err.Error()
 	}
-	if !leftover {
-		rec.SetState(store.Failed, now)
+	rec.SetState(store.Failed, now)
+	if leftover != nil {
+		rec.LastError += fmt.Sprintf("; its half-made image %s could not be deleted (%v): a later pass deletes it", rec.ExternalID, leftover)
+		next += "; its half-made image " + rec.ExternalID + " is deleted once the cloud answers"
+	} else {
 		rec.ExternalID = ""
 	}
 	// The record is local and quick to write: it gets its own bound, not what
