@@ -1,0 +1,197 @@
+package openstack
+
+import (
+	"bytes"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/uploader"
+)
+
+// TestMain stops the Keystone the package's tests share.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := testenv.StopSharedKeystone(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// keystoneCloud is a Glance behind the shared Keystone, reachable through the
+// catalog in two regions of its own: in regionA at the public interface only,
+// in regionB at the internal and the admin ones only. Every other endpoint of
+// the image service in those regions leads nowhere, so a call that succeeds
+// went where the cloud's region and interface say.
+type keystoneCloud struct {
+	ks               *testenv.Keystone
+	glance           *testenv.Glance
+	account          testenv.Account
+	appCred          testenv.AppCredential
+	regionA, regionB string
+}
+
+func newKeystoneCloud(t *testing.T) *keystoneCloud {
+	t.Helper()
+	ks := testenv.SharedKeystone(t)
+	kc := &keystoneCloud{ks: ks, glance: testenv.NewGlanceBehind(t, ks), account: ks.NewAccount(t)}
+	kc.appCred = ks.NewAppCredential(t, kc.account)
+	kc.regionA, kc.regionB = ks.AddRegion(t), ks.AddRegion(t)
+	nowhere := fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))
+	internal := testenv.NewProxy(t, strings.TrimPrefix(kc.glance.Endpoint, "http://"))
+	admin := testenv.NewProxy(t, strings.TrimPrefix(kc.glance.Endpoint, "http://"))
+	svc := ks.AddService(t, "image")
+	for _, ep := range []struct{ region, iface, url string }{
+		{kc.regionA, "public", kc.glance.Endpoint},
+		{kc.regionA, "internal", nowhere},
+		{kc.regionA, "admin", nowhere},
+		{kc.regionB, "public", nowhere},
+		{kc.regionB, "internal", internal.URL()},
+		{kc.regionB, "admin", admin.URL() + "/v2"}, // some catalogs name the version
+	} {
+		ks.AddEndpoint(t, svc, ep.region, ep.iface, ep.url)
+	}
+	return kc
+}
+
+// cloudsFile writes a clouds.yaml with a password cloud, an application
+// credential cloud and one with a wrong password, each with extra (region,
+// interface) lines, and returns its path.
+func (kc *keystoneCloud) cloudsFile(t *testing.T, extra string) string {
+	t.Helper()
+	indent := func(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }
+	path := filepath.Join(t.TempDir(), "clouds.yaml")
+	writeFile(t, path, fmt.Sprintf(`clouds:
+  password:
+    %[5]s
+    auth:
+      auth_url: %[1]s/v3
+      username: %[2]s
+      password: %[3]s
+      project_name: %[4]s
+      user_domain_name: Default
+      project_domain_name: Default
+  wrong-password:
+    %[5]s
+    auth:
+      auth_url: %[1]s/v3
+      username: %[2]s
+      password: not-%[3]s
+      project_name: %[4]s
+      user_domain_name: Default
+      project_domain_name: Default
+  appcred:
+    auth_type: v3applicationcredential
+    %[5]s
+    auth:
+      auth_url: %[1]s/v3
+      application_credential_id: %[6]s
+      application_credential_secret: %[7]s
+  appcred-by-name:
+    %[5]s
+    auth:
+      auth_url: %[1]s/v3
+      username: %[2]s
+      user_domain_name: Default
+      application_credential_name: %[8]s
+      application_credential_secret: %[7]s
+`, kc.ks.URL, kc.account.User, kc.account.Password, kc.account.Project, indent(extra),
+		kc.appCred.ID, kc.appCred.Secret, kc.appCred.Name))
+	return path
+}
+
+// roundTrip creates an image, uploads data into it, finds it by property and
+// deletes it: every call the uploader and the sweep make.
+func roundTrip(t *testing.T, c *Cloud) {
+	t.Helper()
+	ctx := t.Context()
+	props := map[string]string{"case": t.Name()}
+	id, err := c.Create(ctx, uploader.ImageSpec{Name: "auth", DiskFormat: "raw", Properties: props})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("keystone "), 4096)
+	if err := c.Upload(ctx, id, bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	img, err := c.Get(ctx, id)
+	sum := md5.Sum(data)
+	if err != nil || img.Status != "active" || img.Size != int64(len(data)) || img.Checksum != hex.EncodeToString(sum[:]) {
+		t.Fatalf("after upload: %+v, %v; want active with %d bytes", img, err, len(data))
+	}
+	if ids := listIDs(t, c, props); len(ids) != 1 || ids[0] != id {
+		t.Errorf("list by property = %v, want [%s]", ids, id)
+	}
+	if err := c.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, id); !errors.Is(err, uploader.ErrNotFound) {
+		t.Errorf("after delete: %v, want not found", err)
+	}
+}
+
+// TestKeystone: the clouds.yaml forms users have, against a real Keystone and a
+// Glance that takes only its tokens: password and application credential
+// logins, the image endpoint chosen from the catalog by region and interface
+// (or image_endpoint_override), and refusals that say what to fix.
+func TestKeystone(t *testing.T) {
+	kc := newKeystoneCloud(t)
+	ctx := t.Context()
+
+	tests := []struct {
+		name   string
+		cloud  string
+		extra  string // region and interface lines of the clouds
+		region string // Options.Region
+		// wantErr, when set, is what the first call's error says; wantUnavailable
+		// that it is marked uploader.ErrUnavailable.
+		wantErr         []string
+		wantUnavailable bool
+	}{
+		{name: "password, public interface by default", cloud: "password", extra: "region_name: " + kc.regionA},
+		{name: "password, internal interface", cloud: "password", extra: "region_name: " + kc.regionB + "\ninterface: internal"},
+		{name: "password, admin endpoint_type", cloud: "password", extra: "region_name: " + kc.regionB + "\nendpoint_type: adminURL"},
+		{name: "password, region from the provider", cloud: "password", extra: "region_name: " + kc.regionA + "\ninterface: internal", region: kc.regionB},
+		{name: "application credential by id", cloud: "appcred", extra: "region_name: " + kc.regionB + "\ninterface: internal"},
+		{name: "application credential by name", cloud: "appcred-by-name", extra: "region_name: " + kc.regionA},
+		{name: "application credential with override", cloud: "appcred", extra: "image_endpoint_override: " + kc.glance.Endpoint + "/v2"},
+		{name: "region missing from the catalog", cloud: "password", extra: "region_name: no-such-region",
+			wantErr: []string{"find the image service in the catalog", "no-such-region"}},
+		{name: "wrong password", cloud: "wrong-password", extra: "region_name: " + kc.regionA,
+			wantErr: []string{"refused the credentials (HTTP 401 Unauthorized)", "auth.password", kc.ks.URL}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Open(ctx, Options{Cloud: tt.cloud, CloudsFile: kc.cloudsFile(t, tt.extra), Region: tt.region})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantErr == nil {
+				roundTrip(t, c)
+				return
+			}
+			_, err = c.List(ctx, map[string]string{"case": "none"})
+			if err == nil {
+				t.Fatal("List succeeded")
+			}
+			for _, want := range tt.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			if got := errors.Is(err, uploader.ErrUnavailable); got != tt.wantUnavailable {
+				t.Errorf("error %q: unavailable = %v, want %v", err, got, tt.wantUnavailable)
+			}
+			if strings.Contains(err.Error(), kc.account.Password) {
+				t.Errorf("error %q shows the password", err)
+			}
+		})
+	}
+}
