@@ -162,6 +162,9 @@ func TestKeystone(t *testing.T) {
 		{name: "application credential by id", cloud: "appcred", extra: "region_name: " + kc.regionB + "\ninterface: internal"},
 		{name: "application credential by name", cloud: "appcred-by-name", extra: "region_name: " + kc.regionA},
 		{name: "application credential with override", cloud: "appcred", extra: "image_endpoint_override: " + kc.glance.Endpoint + "/v2"},
+		// The catalog names it, but it does not answer: down, not misconfigured.
+		{name: "interface the region does not serve", cloud: "password", extra: "region_name: " + kc.regionA + "\ninterface: internal",
+			wantErr: []string{"connection refused", "internal"}, wantUnavailable: true},
 		{name: "region missing from the catalog", cloud: "password", extra: "region_name: no-such-region",
 			wantErr: []string{"find the image service in the catalog", "no-such-region"}},
 		{name: "wrong password", cloud: "wrong-password", extra: "region_name: " + kc.regionA,
