@@ -6,9 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
@@ -197,4 +200,98 @@ func TestKeystone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// revokeOnPut is a transport that revokes the token of the first PUT of image
+// data before it sends it, so that Glance refuses the PUT as if its token had
+// expired just then.
+type revokeOnPut struct {
+	t    *testing.T
+	ks   *testenv.Keystone
+	done atomic.Bool
+	puts atomic.Int32
+}
+
+func (r *revokeOnPut) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPut && strings.HasSuffix(req.URL.Path, "/file") {
+		r.puts.Add(1)
+		if r.done.CompareAndSwap(false, true) {
+			r.ks.Revoke(r.t, req.Header.Get("X-Auth-Token"))
+		}
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestUploadTokenRefusedAtPut: Glance refuses the token of an upload's PUT, as
+// when the token expires just as the PUT starts. The upload logs in again and
+// sends the data again, all of it from where the reader stood; data that cannot
+// be sent again fails with an error that says so, and the next try succeeds.
+func TestUploadTokenRefusedAtPut(t *testing.T) {
+	kc := newKeystoneCloud(t)
+	ctx := t.Context()
+	clouds := kc.cloudsFile(t, "region_name: "+kc.regionA)
+	const size = 8 << 20
+	open := func(t *testing.T) (*Cloud, *revokeOnPut) {
+		rt := &revokeOnPut{t: t, ks: kc.ks}
+		c, err := Open(ctx, Options{Cloud: "password", CloudsFile: clouds, HTTPClient: &http.Client{Transport: rt}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, rt
+	}
+	check := func(t *testing.T, c *Cloud, id string, sum []byte) {
+		t.Helper()
+		img, err := c.Get(ctx, id)
+		if want := hex.EncodeToString(sum); err != nil || img.Status != "active" || img.Size != size || img.Checksum != want {
+			t.Errorf("image = %+v, %v; want active with %d bytes, md5 %s", img, err, size, want)
+		}
+	}
+
+	t.Run("a file is sent again from where it stood", func(t *testing.T) {
+		c, rt := open(t)
+		id := create(t, c, map[string]string{"case": "refused-seekable"})
+		// The image's data follows a header the caller has read past already.
+		data := &noise{left: size, state: 3, sum: md5.New()}
+		f, err := os.Create(filepath.Join(t.TempDir(), "image"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		const header = 4096
+		if _, err := f.Write(bytes.Repeat([]byte{'h'}, header)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(f, data); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Seek(header, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Upload(ctx, id, f, size); err != nil {
+			t.Fatalf("upload with its token refused once: %v", err)
+		}
+		if n := rt.puts.Load(); n != 2 {
+			t.Errorf("%d PUTs, want 2: the refused one and the one after the new login", n)
+		}
+		check(t, c, id, data.sum.Sum(nil))
+	})
+
+	t.Run("a stream fails clearly and the retry succeeds", func(t *testing.T) {
+		c, _ := open(t)
+		id := create(t, c, map[string]string{"case": "refused-stream"})
+		err := c.Upload(ctx, id, &noise{left: size, state: 4, sum: md5.New()}, size)
+		if err == nil {
+			t.Fatal("a stream that cannot be sent again was uploaded after a refused token")
+		}
+		for _, want := range []string{id, "HTTP 401", "sent again"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not say %q", err, want)
+			}
+		}
+		data := &noise{left: size, state: 4, sum: md5.New()}
+		if err := c.Upload(ctx, id, data, size); err != nil {
+			t.Fatalf("the retry: %v", err)
+		}
+		check(t, c, id, data.sum.Sum(nil))
+	})
 }
