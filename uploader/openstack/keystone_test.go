@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
@@ -293,5 +294,85 @@ func TestUploadTokenRefusedAtPut(t *testing.T) {
 			t.Fatalf("the retry: %v", err)
 		}
 		check(t, c, id, data.sum.Sum(nil))
+	})
+}
+
+// countLogins is a transport that counts the logins sent through it.
+type countLogins struct{ n atomic.Int32 }
+
+func (c *countLogins) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/auth/tokens") {
+		c.n.Add(1)
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestTokenExpiry: with tokens that live a few seconds, an upload and a leak
+// sweep's listing that take longer, slowed down on the way to Glance, succeed,
+// logging in again as their tokens expire.
+func TestTokenExpiry(t *testing.T) {
+	const lifetime = 8 * time.Second
+	ks := testenv.NewKeystone(t, testenv.KeystoneOptions{TokenLifetime: lifetime})
+	g := testenv.NewGlanceBehind(t, ks)
+	account := ks.NewAccount(t)
+	region := ks.AddRegion(t)
+	slow := testenv.NewProxy(t, strings.TrimPrefix(g.Endpoint, "http://"))
+	ks.AddEndpoint(t, ks.AddService(t, "image"), region, "public", slow.URL())
+	kc := &keystoneCloud{ks: ks, glance: g, account: account}
+	logins := &countLogins{}
+	ctx := t.Context()
+	c, err := Open(ctx, Options{Cloud: "password", CloudsFile: kc.cloudsFile(t, "region_name: "+region),
+		HTTPClient: &http.Client{Transport: logins}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("an upload outlasts its token", func(t *testing.T) {
+		id := create(t, c, map[string]string{"case": "expiry-upload"})
+		before := logins.n.Load()
+		// At 64 KiB/s, 768 KiB take 12 s.
+		const size = 768 << 10
+		slow.SetRate(64 << 10)
+		defer slow.SetRate(0)
+		data := &noise{left: size, state: 5, sum: md5.New()}
+		start := time.Now()
+		if err := c.Upload(ctx, id, data, size); err != nil {
+			t.Fatalf("upload: %v", err)
+		}
+		if took := time.Since(start); took < lifetime {
+			t.Fatalf("the upload took %s, less than a token's lifetime: the test proved nothing", took)
+		}
+		img, err := c.Get(ctx, id)
+		if want := hex.EncodeToString(data.sum.Sum(nil)); err != nil || img.Status != "active" || img.Size != size || img.Checksum != want {
+			t.Errorf("image = %+v, %v; want active with %d bytes, md5 %s", img, err, size, want)
+		}
+		if logins.n.Load() == before {
+			t.Errorf("no login after the upload, whose token had expired")
+		}
+	})
+
+	t.Run("a listing outlasts its token", func(t *testing.T) {
+		match := map[string]string{"case": "expiry-list"}
+		var want []string
+		for range 5 {
+			want = append(want, create(t, c, match))
+		}
+		before := logins.n.Load()
+		// One image a page, each page a few seconds on the way.
+		c.pageSize = 1
+		defer func() { c.pageSize = defaultPageSize }()
+		slow.SetRate(500)
+		defer slow.SetRate(0)
+		start := time.Now()
+		got := listIDs(t, c, match)
+		if took := time.Since(start); took < lifetime {
+			t.Fatalf("the listing took %s, less than a token's lifetime: the test proved nothing", took)
+		}
+		if !sameSet(got, want) {
+			t.Errorf("listed %v, want %v", got, want)
+		}
+		if logins.n.Load() == before {
+			t.Errorf("no login during the listing, which outlasted its token")
+		}
 	})
 }
