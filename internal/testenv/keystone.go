@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -113,7 +114,7 @@ func StartKeystone(ctx context.Context, dir string, opts KeystoneOptions, logw i
 			"--add-header", "Connection: close")
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "OS_KEYSTONE_CONFIG_DIR="+dir)
-		p, err := startProcess(cmd, ks.LogFile, logw)
+		p, err := startTied(cmd, ks.LogFile, logw)
 		if err != nil {
 			return nil, nil, fmt.Errorf("start keystone: uwsgi: %w", err)
 		}
@@ -128,6 +129,31 @@ func StartKeystone(ctx context.Context, dir string, opts KeystoneOptions, logw i
 		}
 		return nil, nil, fmt.Errorf("start keystone on %s: %w\nkeystone log (%s), last lines:\n%s", ks.URL, err, ks.LogFile, logTail(ks.LogFile))
 	}
+}
+
+// startTied starts cmd as startProcess does, from a thread that lives as long as
+// the test process, and has the kernel kill it when that thread ends: a test
+// binary that dies without stopping it (a timeout's panic skips TestMain's end)
+// takes its Keystone along rather than leaving it serving.
+func startTied(cmd *exec.Cmd, logFile string, logw io.Writer) (*process, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	type started struct {
+		p   *process
+		err error
+	}
+	ch := make(chan started)
+	go func() {
+		// Never unlocked: a locked thread ends with its goroutine, and the
+		// kernel's parent-death signal follows the thread, not the process.
+		runtime.LockOSThread()
+		p, err := startProcess(cmd, logFile, logw)
+		ch <- started{p, err}
+		if err == nil {
+			<-p.exited
+		}
+	}()
+	s := <-ch
+	return s.p, s.err
 }
 
 // keystoneConfig is a keystone.conf that keeps everything under dir.
