@@ -53,8 +53,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 # Debian starts glance-api, ZooKeeper (on port 2181), gearmand (on port 4730),
 # Keystone (on port 5000) and the memcached that glance-api pulls in as system
-# services when it installs them; the demo and the tests run their own. Those this run installs are
-# stopped and disabled again below. Those installed before it are someone's
+# services when it installs them; the demo and the tests run their own. Those
+# this run installs are stopped and disabled again below. Those installed before it are someone's
 # services, which may be in use: they are left as they are.
 services="glance-api:glance-api zookeeper:zookeeperd gearman-job-server:gearman-job-server keystone:keystone memcached:memcached"
 installed() { [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = installed ]; }
