@@ -311,6 +311,9 @@ func (c *countLogins) RoundTrip(req *http.Request) (*http.Response, error) {
 // sweep's listing that take longer, slowed down on the way to Glance, succeed,
 // logging in again as their tokens expire.
 func TestTokenExpiry(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Keystone of its own and outlasts its tokens, a minute or so; make test runs it")
+	}
 	const lifetime = 8 * time.Second
 	ks := testenv.NewKeystone(t, testenv.KeystoneOptions{TokenLifetime: lifetime})
 	g := testenv.NewGlanceBehind(t, ks)
