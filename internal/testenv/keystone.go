@@ -351,33 +351,20 @@ func randomHex(n int) string {
 type Token struct {
 	ID      string
 	Expires time.Time
-	// Catalog is the token's service catalog.
-	Catalog []CatalogEntry
-}
-
-// CatalogEntry is one service of a token's catalog.
-type CatalogEntry struct {
-	Type      string `json:"type"`
-	Endpoints []struct {
-		Interface string `json:"interface"`
-		Region    string `json:"region_id"`
-		URL       string `json:"url"`
-	} `json:"endpoints"`
 }
 
 // Login asks for a token with a v3 auth request body ({"auth": ...}).
 func (ks *Keystone) Login(ctx context.Context, auth any) (Token, error) {
 	var doc struct {
 		Token struct {
-			ExpiresAt time.Time      `json:"expires_at"`
-			Catalog   []CatalogEntry `json:"catalog"`
+			ExpiresAt time.Time `json:"expires_at"`
 		} `json:"token"`
 	}
 	hdr, err := ks.call(ctx, "", http.MethodPost, "/v3/auth/tokens", map[string]any{"auth": auth}, &doc)
 	if err != nil {
 		return Token{}, fmt.Errorf("log in to keystone: %w", err)
 	}
-	return Token{ID: hdr.Get("X-Subject-Token"), Expires: doc.Token.ExpiresAt, Catalog: doc.Token.Catalog}, nil
+	return Token{ID: hdr.Get("X-Subject-Token"), Expires: doc.Token.ExpiresAt}, nil
 }
 
 // PasswordAuth is the auth part of a v3 password login of a Default domain user,
