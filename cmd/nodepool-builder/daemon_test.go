@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
@@ -22,7 +23,12 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if err := testenv.StopSharedKeystone(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
 }
 
 // syncBuffer is a bytes.Buffer safe for a child's output and the test's reads.

@@ -54,6 +54,12 @@ var errPortTaken = errors.New("port already in use")
 // logw is not nil, to logw as well. ctx bounds the start only; the returned stop function
 // ends every process of this Glance and reports any that would not go away.
 func StartGlance(ctx context.Context, dir string, logw io.Writer) (*Glance, func() error, error) {
+	return startGlance(ctx, dir, logw, "")
+}
+
+// startGlance is StartGlance with auth, a [keystone_authtoken] section, putting
+// Glance behind Keystone; without it Glance takes every request as the admin's.
+func startGlance(ctx context.Context, dir string, logw io.Writer, auth string) (*Glance, func() error, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start glance in %s: %w", dir, err)
@@ -85,7 +91,7 @@ func StartGlance(ctx context.Context, dir string, logw io.Writer) (*Glance, func
 			logf.Close()
 			return nil, nil, fmt.Errorf("start glance: %w", err)
 		}
-		if err := os.WriteFile(conf, []byte(apiConfig(dir, port)), 0o644); err != nil {
+		if err := os.WriteFile(conf, []byte(apiConfig(dir, port, auth)), 0o644); err != nil {
 			logf.Close()
 			return nil, nil, fmt.Errorf("start glance: write config: %w", err)
 		}
@@ -114,8 +120,13 @@ func StartGlance(ctx context.Context, dir string, logw io.Writer) (*Glance, func
 	}
 }
 
-// apiConfig is a glance-api.conf for a standalone Glance that keeps everything under dir.
-func apiConfig(dir string, port int) string {
+// apiConfig is a glance-api.conf for a standalone Glance that keeps everything under dir,
+// behind Keystone when auth is its [keystone_authtoken] section.
+func apiConfig(dir string, port int, auth string) string {
+	flavor := ""
+	if auth != "" {
+		flavor = "keystone"
+	}
 	// The paste pipeline without a flavor is Debian's unauthenticated one: every request
 	// runs as admin, which is what a test Glance wants. use_stderr with an empty log_file
 	// keeps Glance out of the system log directory; the staging store and lock path
@@ -133,7 +144,7 @@ node_staging_uri = file://%[1]s/staging
 lock_path = %[1]s/locks
 
 [paste_deploy]
-flavor =
+flavor = %[3]s
 config_file = /etc/glance/glance-api-paste.ini
 
 [database]
@@ -143,7 +154,7 @@ connection = sqlite:///%[1]s/glance.sqlite
 stores = file
 default_store = file
 filesystem_store_datadir = %[1]s/images
-`, dir, port)
+%[4]s`, dir, port, flavor, auth)
 }
 
 // dbSync creates Glance's database schema.

@@ -26,7 +26,8 @@ type process struct {
 }
 
 // startProcess starts cmd in its own process group, its output appended to
-// logFile and copied to logw when logw is not nil.
+// logFile and copied to logw when logw is not nil. Of cmd.SysProcAttr only
+// Pdeathsig is kept.
 func startProcess(cmd *exec.Cmd, logFile string, logw io.Writer) (*process, error) {
 	logf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -37,7 +38,11 @@ func startProcess(cmd *exec.Cmd, logFile string, logw io.Writer) (*process, erro
 		out = io.MultiWriter(logf, logw)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	if cmd.SysProcAttr != nil {
+		attr.Pdeathsig = cmd.SysProcAttr.Pdeathsig
+	}
+	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, err

@@ -10,16 +10,12 @@ import (
 	"hash"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -240,151 +236,6 @@ func TestGlance(t *testing.T) {
 			t.Errorf("image = status %s size %d checksum %s, want active %d %s", img.Status, img.Size, img.Checksum, size, want)
 		}
 	})
-
-	t.Run("keystone auth", func(t *testing.T) { testKeystoneAuth(t, g) })
-}
-
-// testKeystoneAuth puts a fake Keystone and a token-checking proxy in front of the real
-// Glance, to see password and application credential logins, the catalog and
-// image_endpoint_override, and a token renewed before an upload.
-func testKeystoneAuth(t *testing.T, g *testenv.Glance) {
-	ctx := t.Context()
-	proxy := newTokenProxy(t, g.Endpoint)
-	ks := testenv.NewKeystone(t, proxy.URL)
-
-	tests := []struct {
-		name     string
-		cloud    string
-		region   string
-		wantAuth []string // substrings of the JSON Keystone receives
-		wantErr  string   // of the first call
-	}{
-		{name: "password through the catalog", cloud: "password", wantAuth: []string{`"methods":["password"]`, `"name":"nodepool"`, `"password":"s3cret"`, `"project":{"domain":{"name":"Default"},"name":"ci"}`}},
-		{name: "application credential with override", cloud: "appcred", wantAuth: []string{`"methods":["application_credential"]`, `"id":"app-id"`, `"secret":"app-secret"`}},
-		{name: "region missing from the catalog", cloud: "password", region: "RegionTwo", wantErr: "find the image service in the catalog"},
-	}
-	clouds := filepath.Join(t.TempDir(), "clouds.yaml")
-	writeFile(t, clouds, fmt.Sprintf(`
-clouds:
-  password:
-    region_name: RegionOne
-    auth:
-      auth_url: %[1]s/v3
-      username: nodepool
-      password: s3cret
-      project_name: ci
-      domain_name: Default
-  appcred:
-    auth_type: v3applicationcredential
-    image_endpoint_override: %[2]s/v2
-    auth:
-      auth_url: %[1]s/v3
-      application_credential_id: app-id
-      application_credential_secret: app-secret
-`, ks.URL, proxy.URL))
-
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ks.Reset()
-			proxy.reset()
-			c, err := Open(ctx, Options{Cloud: tt.cloud, CloudsFile: clouds, Region: tt.region})
-			if err != nil {
-				t.Fatal(err)
-			}
-			id, err := c.Create(ctx, uploader.ImageSpec{Name: "auth-" + tt.cloud, DiskFormat: "raw", Properties: map[string]string{"case": "auth"}})
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Create: err = %v, want %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			first := ks.LastToken()
-			for _, want := range tt.wantAuth {
-				if !strings.Contains(ks.LastBody(), want) {
-					t.Errorf("Keystone got %s; want it to contain %s", ks.LastBody(), want)
-				}
-			}
-
-			// The token expires between create and upload: the upload must log in again
-			// and still deliver every byte.
-			proxy.expire(first)
-			data := bytes.Repeat([]byte{7}, 4096)
-			if err := c.Upload(ctx, id, bytes.NewReader(data), int64(len(data))); err != nil {
-				t.Fatal(err)
-			}
-			img, err := c.Get(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if img.Status != "active" || img.Size != int64(len(data)) {
-				t.Errorf("image = %+v, want active with %d bytes", img, len(data))
-			}
-			if ks.Logins() != 2 {
-				t.Errorf("Keystone saw %d logins, want 2 (one renewal)", ks.Logins())
-			}
-			if err := c.Delete(ctx, id); err != nil {
-				t.Fatal(err)
-			}
-			if bad := proxy.refused(); bad != 1 {
-				t.Errorf("proxy refused %d requests, want exactly the one with the expired token", bad)
-			}
-		})
-	}
-}
-
-// tokenProxy forwards to Glance only requests that carry a token that has not expired,
-// as keystonemiddleware would.
-type tokenProxy struct {
-	*httptest.Server
-	mu      sync.Mutex
-	expired map[string]bool
-	refuse  int
-}
-
-func newTokenProxy(t *testing.T, glance string) *tokenProxy {
-	target, err := url.Parse(glance)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tokenProxy{expired: map[string]bool{}}
-	forward := httputil.NewSingleHostReverseProxy(target)
-	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token := r.Header.Get("X-Auth-Token")
-		p.mu.Lock()
-		bad := token == "" || p.expired[token]
-		if bad {
-			p.refuse++
-		}
-		p.mu.Unlock()
-		if bad {
-			http.Error(w, `{"error": {"code": 401, "title": "Unauthorized"}}`, http.StatusUnauthorized)
-			return
-		}
-		forward.ServeHTTP(w, r)
-	}))
-	t.Cleanup(p.Close)
-	return p
-}
-
-func (p *tokenProxy) expire(token string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.expired[token] = true
-}
-
-func (p *tokenProxy) refused() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.refuse
-}
-
-func (p *tokenProxy) reset() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.refuse = 0
 }
 
 // noise is size bytes of pseudo-random data made as it is read, with their md5.

@@ -65,6 +65,8 @@ func (c *Cloud) Create(ctx context.Context, spec uploader.ImageSpec) (string, er
 
 // Upload streams size bytes from data into the image; a negative size means unknown and
 // sends the data chunked. The data is never held in memory, and data is not closed.
+// When Glance refuses the token of the PUT, the upload logs in again and sends the
+// data again from where it stood if data is an io.Seeker, and fails otherwise.
 func (c *Cloud) Upload(ctx context.Context, id string, data io.Reader, size int64) error {
 	if id == "" {
 		return fmt.Errorf("upload to cloud %s: no image id", c.name)
@@ -81,11 +83,61 @@ func (c *Cloud) Upload(ctx context.Context, id string, data io.Reader, size int6
 	}
 
 	target := sc.ServiceURL("images", id, "file")
+	// Where the data starts: when Glance refuses the token (it expired just as the
+	// PUT began), the data is sent again from there with a new one. A reader that
+	// cannot seek cannot be sent twice.
+	seeker, canRewind := data.(io.Seeker)
+	var from int64
+	if canRewind {
+		if from, err = seeker.Seek(0, io.SeekCurrent); err != nil {
+			canRewind = false
+		}
+	}
+	start := time.Now()
+	for sent := 1; ; sent++ {
+		token := sc.Token()
+		status, body, header, err := c.put(ctx, sc, target, data, size)
+		if err != nil {
+			return fmt.Errorf("upload image %s to cloud %s: %w", id, c.name, c.classify(err))
+		}
+		if status == http.StatusUnauthorized && c.auth != nil && sent == 1 {
+			if !canRewind {
+				return fmt.Errorf("upload image %s to cloud %s: Glance refused the token (HTTP 401) after the data had started, "+
+					"and this data cannot be sent again: the next try logs in again", id, c.name)
+			}
+			c.log.Debug("Glance refused the token of an upload; logging in again to send the data again", "id", id)
+			if err := sc.Reauthenticate(ctx, token); err != nil {
+				return fmt.Errorf("upload image %s to cloud %s: log in again after Glance refused the token: %w", id, c.name, c.identityError(err))
+			}
+			if _, err := seeker.Seek(from, io.SeekStart); err != nil {
+				return fmt.Errorf("upload image %s to cloud %s: rewind the data to send it again after Glance refused the token: %w", id, c.name, err)
+			}
+			continue
+		}
+		if status/100 != 2 {
+			err := gophercloud.ErrUnexpectedResponseCode{
+				URL:            target,
+				Method:         http.MethodPut,
+				Expected:       []int{http.StatusNoContent},
+				Actual:         status,
+				Body:           body,
+				ResponseHeader: header,
+			}
+			return fmt.Errorf("upload image %s to cloud %s: %w", id, c.name, c.getError(err))
+		}
+		break
+	}
+	c.log.Debug("uploaded image data", "id", id, "bytes", size, "duration", time.Since(start))
+	return nil
+}
+
+// put sends one PUT of the image data and returns Glance's answer.
+func (c *Cloud) put(ctx context.Context, sc *gophercloud.ServiceClient, target string, data io.Reader, size int64) (int, []byte, http.Header, error) {
 	// Hiding everything but Read keeps net/http from closing the caller's file and from
 	// reading a size off the reader's type.
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, target, struct{ io.Reader }{data})
 	if err != nil {
-		return fmt.Errorf("upload image %s to cloud %s: %w", id, c.name, err)
+		return 0, nil, nil, err
 	}
 	req.ContentLength = -1
 	if size >= 0 {
@@ -97,27 +149,13 @@ func (c *Cloud) Upload(ctx context.Context, id string, data io.Reader, size int6
 	for k, v := range sc.AuthenticatedHeaders() {
 		req.Header.Set(k, v)
 	}
-
-	start := time.Now()
 	resp, err := sc.HTTPClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("upload image %s to cloud %s: %w", id, c.name, c.classify(err))
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode/100 != 2 {
-		err := gophercloud.ErrUnexpectedResponseCode{
-			URL:            target,
-			Method:         http.MethodPut,
-			Expected:       []int{http.StatusNoContent},
-			Actual:         resp.StatusCode,
-			Body:           body,
-			ResponseHeader: resp.Header,
-		}
-		return fmt.Errorf("upload image %s to cloud %s: %w", id, c.name, c.getError(err))
-	}
-	c.log.Debug("uploaded image data", "id", id, "bytes", size, "duration", time.Since(start))
-	return nil
+	return resp.StatusCode, body, resp.Header, nil
 }
 
 // Get returns the image; the error wraps uploader.ErrNotFound when Glance has no such image.

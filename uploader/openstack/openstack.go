@@ -196,7 +196,14 @@ func (c *Cloud) imageService(ctx context.Context) (*gophercloud.ServiceClient, e
 		c.service = c.serviceAt(provider, c.override)
 	} else {
 		sc, err := openstack.NewImageV2(provider, c.endpointOpts)
-		if err != nil {
+		var netErr net.Error
+		switch {
+		case errors.As(err, &netErr):
+			// The catalog names an endpoint, whose versions gophercloud asks for, and it
+			// does not answer: Glance is down or unreachable, which a later try may not be.
+			return nil, redact.UserinfoError(fmt.Errorf("%w: cloud %s: reach the image service the catalog names for region %q, interface %s: %w",
+				uploader.ErrUnavailable, c.name, c.endpointOpts.Region, c.endpointOpts.Availability, err))
+		case err != nil:
 			return nil, fmt.Errorf("cloud %s: find the image service in the catalog (region %q): %w", c.name, c.endpointOpts.Region, err)
 		}
 		// Some catalogs list Glance with its version; gophercloud would add a second one.
