@@ -418,8 +418,8 @@ func (c *cache) run() {
 // reads every node of a large tree: a node whose data holds nothing the cache
 // keeps (an image, and the nodes that only hold others) is listed only, whose
 // watch also tells of its deletion; an upload, whose only followed child is
-// its extra node, is not listed: the extra node is read at once, and when it
-// is missing, a watch of its existence tells when it comes.
+// its extra node, is not listed: the extra node is read at once, and only
+// when it is missing are the upload's children watched, to tell when it comes.
 func (c *cache) refresh(p string) ([]string, error) {
 	k := classify(p)
 	switch k {
@@ -477,11 +477,13 @@ func (c *cache) refresh(p string) ([]string, error) {
 	case k == kindUpload:
 		xdata, xstat, err = c.b.getW(p + "/" + extraNode)
 		if errors.Is(err, zk.ErrNoNode) {
-			// A read of a missing node sets no watch; this one tells when it
-			// is made. Made meanwhile, it is read as any other change.
-			var ok bool
+			// A read of a missing node sets no watch: the upload's children
+			// are watched instead, which tells when it is made (a watch of
+			// its existence would outlive an upload deleted without it).
+			// Made meanwhile, it is read as any other change.
+			var all []string
 			xdata, xstat = nil, nil
-			if ok, _, err = c.b.existsW(p + "/" + extraNode); ok {
+			if all, _, err = c.b.childrenW(p); err == nil && slices.Contains(all, extraNode) {
 				c.enqueue(p + "/" + extraNode)
 			}
 		}
@@ -500,17 +502,23 @@ func (c *cache) refresh(p string) ([]string, error) {
 // refreshProvider follows a provider node of a build, whose only followed
 // child is the node that holds its uploads: that one is listed at once, with
 // a watch, and the provider node itself is not read (its parent's watch tells
-// when it goes). When the uploads node is missing, a watch of its existence
-// tells when it comes.
+// when it goes). When the uploads node is missing, the provider's children
+// are watched until it comes.
 func (c *cache) refreshProvider(p string) ([]string, error) {
 	up := p + "/images"
 	all, stat, err := c.b.childrenW(up)
 	if errors.Is(err, zk.ErrNoNode) {
-		ok, _, err := c.b.existsW(up)
+		// The provider's children are watched instead, which tells when it
+		// comes, or that the provider went.
+		kids, _, err := c.b.childrenW(p)
+		if errors.Is(err, zk.ErrNoNode) {
+			c.remove(p)
+			return nil, nil
+		}
 		if err != nil {
 			return nil, err
 		}
-		if ok {
+		if slices.Contains(kids, "images") {
 			c.enqueue(up) // made meanwhile
 		}
 		c.mu.Lock()
