@@ -421,7 +421,9 @@ func (f *zkFleet) daemonPasses(b *testing.B, log *slog.Logger) (time.Duration, f
 				return took
 			}
 			if time.Now().After(deadline) {
-				b.Fatalf("daemon's %s loop made %d passes in 5 minutes, want %d", loop, p.Count, n)
+				// Called from a goroutine too: Error, not Fatal.
+				b.Errorf("daemon's %s loop made %d passes in 5 minutes, want %d", loop, p.Count, n)
+				return took
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -440,6 +442,9 @@ func (f *zkFleet) daemonPasses(b *testing.B, log *slog.Logger) (time.Duration, f
 	pwg.Go(func() { planTook = passes(a, loopPlan, a.Passes()[loopPlan].Count+watched) })
 	took = passes(a, loopLifecycle, startCount+watched)
 	pwg.Wait()
+	if b.Failed() || len(took)+len(planTook) == 0 {
+		b.FailNow()
+	}
 	reads := za.Reads() - before
 	slowest := slices.Max(append(slices.Clone(took), planTook...))
 	b.Logf("daemon passes: lifecycle %v, plan %v; %d znodes read over %d passes", took, planTook, reads, watched)
