@@ -44,9 +44,14 @@ race:
 # reconcile step over 19,000 uploads in ZooKeeper reads no znode, beside a full
 # read of them (store/zookeeper: about two minutes, most of it populating), and
 # the time of a --once with nothing to do over 500 zuul-images and 2 providers.
+# Then the ZooKeeper mode (TLS) at scale, 500 zuul-images × 20 providers and
+# three builders: a --once with nothing to do and a daemon's steady-state pass
+# with the three running, beside one client's full read of the tree (about two
+# minutes).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./artifacts/ ./uploader/... ./store/zookeeper/
 	$(GO) test -run '^$$' -bench BenchmarkOnceNoOp -benchtime 5x ./cmd/nodepool-builder/
+	$(GO) test -run '^$$' -bench BenchmarkZooKeeperNoOp -benchtime 3x -timeout 30m ./cmd/nodepool-builder/
 
 # demo runs the main job end to end on this machine: a throwaway Glance, a
 # stand-in Zuul serving small generated images, one --once run, image-list.

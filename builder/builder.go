@@ -172,9 +172,9 @@ func (b *Builder) wakePlanner() {
 const onceParallel = 8
 
 // Once does every step once, to completion: recovery and leftovers, every
-// source's images, the uploads that are missing, retention and deletes, the leak
-// sweep. It returns every failure, and every piece of due work it left undone
-// and why (IsNotDone tells them apart), joined.
+// source's images, the uploads that are missing, retention and deletes, and
+// meanwhile the leak sweep. It returns every failure, and every piece of due
+// work it left undone and why (IsNotDone tells them apart), joined.
 func (b *Builder) Once(ctx context.Context) error {
 	var mu sync.Mutex
 	var errs []error
@@ -185,6 +185,13 @@ func (b *Builder) Once(ctx context.Context) error {
 			mu.Unlock()
 		}
 	}
+	// The sweep waits on the clouds' listings, the steps mostly on the state
+	// and Zuul: they overlap, as the daemon's loops do. A sweep is safe beside
+	// uploads and deletes: it lists the clouds before it reads the state, and
+	// deletes an image only when it saw it unknown on an earlier sweep too.
+	var sweep sync.WaitGroup
+	sweep.Go(func() { fail(b.cur.Load().uploader.Sweep(ctx)) })
+	defer sweep.Wait()
 	fail(b.Recover(ctx))
 	// Nothing of this process runs yet and the images-dir lock keeps others out:
 	// whatever is left over now is a leftover, however young.
@@ -219,7 +226,9 @@ func (b *Builder) Once(ctx context.Context) error {
 	b.onJobError.Store(nil)
 
 	fail(b.lifecycle(ctx))
-	fail(b.cur.Load().uploader.Sweep(ctx))
+	sweep.Wait()
+	mu.Lock()
+	defer mu.Unlock()
 	return errors.Join(errs...)
 }
 

@@ -526,3 +526,46 @@ func TestStopInterruptsUploadsWithinTheGrace(t *testing.T) {
 		})
 	}
 }
+
+// listingCloud is a gated cloud whose listing opens its gate: its uploads
+// wait for a leak sweep to list it.
+type listingCloud struct{ *gatedCloud }
+
+func (c listingCloud) List(ctx context.Context, match map[string]string) ([]uploader.Image, error) {
+	c.release()
+	return c.gatedCloud.List(ctx, match)
+}
+
+// TestOnceSweepsMeanwhile: --once runs the leak sweep beside its steps, not
+// after them: the sweep waits on the clouds' listings, the steps on the state
+// and the sources, and --once takes the longer of the two, not their sum.
+// Here an upload waits for the sweep to list its cloud: a sweep that came
+// only after the uploads would never come.
+func TestOnceSweepsMeanwhile(t *testing.T) {
+	pa := newGatedCloud()
+	r := newRig(t, twoImages, func(o *Options) {
+		o.OpenCloud = func(_ context.Context, p *config.Provider) (uploader.Cloud, error) {
+			if p.Name == "pa" {
+				return listingCloud{pa}, nil
+			}
+			return newGatedCloud(), nil
+		}
+	})
+	pa.hold()
+	bd := r.build("img-a")
+	done := make(chan error, 1)
+	go func() { done <- r.b.Once(context.Background()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		pa.release()
+		<-done
+		t.Fatal("--once did not end within 30s: its upload waited for a leak sweep that had not listed the cloud")
+	}
+	if ups := r.uploads(store.UploadFilter{BuildID: bd.ID, State: store.Ready}); len(ups) != 1 {
+		t.Fatalf("ready uploads of %s after --once: %+v, want one", bd.ID, ups)
+	}
+}

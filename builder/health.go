@@ -35,6 +35,7 @@ type loopRecord struct {
 	bound        time.Duration // a pass running longer is stuck; 0: never
 	began, ended time.Time     // the last pass's; began after ended while it runs
 	gone         bool          // the loop exited while the daemon ran
+	passes       int           // passes ended
 }
 
 // start registers a loop; the returned record's pass and exit are its to call.
@@ -72,7 +73,28 @@ func (p *loopPass) end() {
 	}
 	p.l.mu.Lock()
 	p.r.ended = time.Now()
+	p.r.passes++
 	p.l.mu.Unlock()
+}
+
+// Passes is what Passes tells of a loop: how many passes it ended, and when
+// its last one began and ended.
+type Passes struct {
+	Count        int
+	Began, Ended time.Time
+}
+
+// Passes tells, by loop name ("plan uploads", "lifecycle", "leak sweep",
+// "upload dispatcher"), how many passes the daemon's loops made and when the
+// last one ran.
+func (b *Builder) Passes() map[string]Passes {
+	b.loops.mu.Lock()
+	defer b.loops.mu.Unlock()
+	out := map[string]Passes{}
+	for name, r := range b.loops.byName {
+		out[name] = Passes{Count: r.passes, Began: r.began, Ended: r.ended}
+	}
+	return out
 }
 
 // exit records that the loop returned: gone when ctx, the daemon's, still

@@ -413,23 +413,42 @@ func (c *cache) run() {
 
 // refresh reads a node, and its children when it has followed ones, setting
 // watches on both, and returns the followed children the cache has not seen.
+//
+// It reads no more than it needs to follow the node, since a builder opening
+// reads every node of a large tree: a node whose data holds nothing the cache
+// keeps (an image, and the nodes that only hold others) is listed only, whose
+// watch also tells of its deletion; an upload, whose only followed child is
+// its extra node, is not listed: the extra node is read at once, and only
+// when it is missing are the upload's children watched, to tell when it comes.
 func (c *cache) refresh(p string) ([]string, error) {
 	k := classify(p)
-	if k == kindOther {
+	switch k {
+	case kindOther:
 		return nil, nil
+	case kindProvider:
+		return c.refreshProvider(p)
 	}
 	var data []byte
 	var stat *zk.Stat
 	var err error
+	var kids []string
 	switch k {
 	case kindBuild, kindBuildExtra, kindUpload, kindUploadExtra, kindFlag:
 		data, stat, err = c.b.getW(p)
-	default:
-		var ok bool
-		ok, stat, err = c.b.existsW(p)
-		if err == nil && !ok {
-			err = zk.ErrNoNode
+	}
+	if err == nil && k != kindBuildExtra && k != kindUploadExtra && k != kindFlag && k != kindUpload {
+		var all []string
+		var lstat *zk.Stat
+		all, lstat, err = c.b.childrenW(p)
+		if stat == nil {
+			stat = lstat
 		}
+		for _, ch := range all {
+			if followed(k, ch) {
+				kids = append(kids, ch)
+			}
+		}
+		sort.Strings(kids)
 	}
 	if errors.Is(err, zk.ErrNoNode) {
 		c.remove(p)
@@ -444,10 +463,54 @@ func (c *cache) refresh(p string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var kids []string
-	hasKids := k != kindBuildExtra && k != kindUploadExtra && k != kindFlag
-	if hasKids {
-		all, _, err := c.b.childrenW(p)
+	// A record's extra node is read after it, so that it is no older, and
+	// cached with it: another builder's write of both must not show as the
+	// node's new version with the extra node's old fields.
+	var xdata []byte
+	var xstat *zk.Stat
+	switch {
+	case k == kindBuild && slices.Contains(kids, extraNode):
+		xdata, xstat, err = c.b.getW(p + "/" + extraNode)
+		if errors.Is(err, zk.ErrNoNode) {
+			xdata, xstat, err = nil, nil, nil // its own event drops it
+		}
+	case k == kindUpload:
+		xdata, xstat, err = c.b.getW(p + "/" + extraNode)
+		if errors.Is(err, zk.ErrNoNode) {
+			// A read of a missing node sets no watch: the upload's children
+			// are watched instead, which tells when it is made (a watch of
+			// its existence would outlive an upload deleted without it).
+			// Made meanwhile, it is read as any other change.
+			var all []string
+			xdata, xstat = nil, nil
+			if all, _, err = c.b.childrenW(p); err == nil && slices.Contains(all, extraNode) {
+				c.enqueue(p + "/" + extraNode)
+			}
+		}
+		if xstat != nil {
+			kids = []string{extraNode}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.keep(p, data, stat, kids, xdata, xstat), nil
+}
+
+// refreshProvider follows a provider node of a build, whose only followed
+// child is the node that holds its uploads: that one is listed at once, with
+// a watch, and the provider node itself is not read (its parent's watch tells
+// when it goes). When the uploads node is missing, the provider's children
+// are watched until it comes.
+func (c *cache) refreshProvider(p string) ([]string, error) {
+	up := p + "/images"
+	all, stat, err := c.b.childrenW(up)
+	if errors.Is(err, zk.ErrNoNode) {
+		// The provider's children are watched instead, which tells when it
+		// comes, or that the provider went.
+		kids, _, err := c.b.childrenW(p)
 		if errors.Is(err, zk.ErrNoNode) {
 			c.remove(p)
 			return nil, nil
@@ -455,30 +518,46 @@ func (c *cache) refresh(p string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, ch := range all {
-			if followed(k, ch) {
-				kids = append(kids, ch)
-			}
+		if slices.Contains(kids, "images") {
+			c.enqueue(up) // made meanwhile
 		}
-		sort.Strings(kids)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.keep(p, nil, c.statOf(p), nil, nil, nil)
+		return nil, nil
 	}
-	// A record's extra node is read after it, so that it is no older, and
-	// cached with it: another builder's write of both must not show as the
-	// node's new version with the extra node's old fields.
-	var xdata []byte
-	var xstat *zk.Stat
-	if (k == kindBuild || k == kindUpload) && slices.Contains(kids, extraNode) {
-		xdata, xstat, err = c.b.getW(p + "/" + extraNode)
-		if errors.Is(err, zk.ErrNoNode) {
-			xdata, xstat = nil, nil // its own event drops it
-		} else if err != nil {
-			return nil, err
+	if err != nil {
+		return nil, err
+	}
+	var kids []string
+	for _, ch := range all {
+		if followed(kindUploads, ch) {
+			kids = append(kids, ch)
 		}
 	}
+	sort.Strings(kids)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.keep(p, nil, c.statOf(p), []string{"images"}, nil, nil)
+	return c.keep(up, nil, stat, kids, nil, nil), nil
+}
+
+// statOf is the stat of a node the cache does not read, as the cache has
+// it: from a write of this process, or none; the caller holds mu.
+func (c *cache) statOf(p string) *zk.Stat {
+	if n := c.nodes[p]; n != nil {
+		st := n.stat
+		return &st
+	}
+	return &zk.Stat{}
+}
+
+// keep caches a node as a refresh read it, with its extra node when xstat
+// is not nil, and returns its followed children the cache has not seen; the
+// caller holds mu.
+func (c *cache) keep(p string, data []byte, stat *zk.Stat, kids []string, xdata []byte, xstat *zk.Stat) []string {
 	if czxid, ok := c.gone[p]; ok && czxid == stat.Czxid {
-		return nil, nil // a read from before this process deleted it
+		return nil // a read from before this process deleted it
 	}
 	old := c.nodes[p]
 	if old != nil && later(old.stat, *stat) {
@@ -512,7 +591,7 @@ func (c *cache) refresh(p string) ([]string, error) {
 			}
 		}
 	}
-	return fresh, nil
+	return fresh
 }
 
 func (c *cache) remove(p string) {

@@ -132,3 +132,61 @@ func viewUpload(t *testing.T, v *view, id string) store.Upload {
 	t.Fatalf("upload %s not in the view", id)
 	return store.Upload{}
 }
+
+// TestCacheFollowsExtraNodeMadeLater: the cache reads an upload without
+// listing its children, so an upload read before its extra node exists (as
+// a Python builder made it) must still learn of the extra node when it comes.
+func TestCacheFollowsExtraNodeMadeLater(t *testing.T) {
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	root := "/test-cache-" + hex.EncodeToString(rnd[:])
+	open := func() *Backend {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		b, err := Open(ctx, Options{Servers: []string{z.Addr}, Chroot: root,
+			Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	ctx := context.Background()
+	ours := open()
+	bd := store.Build{ID: "0000000001", Image: "debian", State: store.Ready, Source: store.SourceZuul, Created: time.Now()}
+	if err := ours.Write(ctx, store.PutBuild(&bd)); err != nil {
+		t.Fatal(err)
+	}
+	u := store.Upload{BuildID: bd.ID, Image: bd.Image, Provider: "cloud-a", State: store.Failed, Attempts: 2}
+	if err := ours.Write(ctx, store.PutUpload(&u)); err != nil {
+		t.Fatal(err)
+	}
+	xp := uploadPath(u.Image, u.BuildID, u.Provider, u.ID) + "/" + extraNode
+	extra, _, err := ours.get(xp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ours.delete(xp, -1); err != nil {
+		t.Fatal(err)
+	}
+	theirs := open()
+	if got := readUpload(t, theirs, u.ID, u.Version); got.Attempts != 0 {
+		t.Fatalf("upload without its extra node read with %d attempts, want 0", got.Attempts)
+	}
+	// The extra node alone comes back: the upload's node does not change.
+	if _, err := ours.create(xp, extra, 0); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := readUpload(t, theirs, u.ID, u.Version)
+		if got.Attempts == u.Attempts {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30s after its extra node was made, the upload reads %d attempts, want %d", got.Attempts, u.Attempts)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -406,6 +406,42 @@ func TestZooKeeperStepReadsNoZnode(t *testing.T) {
 	steady("after the changes")
 }
 
+// TestZooKeeperOpenReadsLikeAFullRead: opening reads the tree about as a
+// plain full read of it does: beside the full read's listings and records, a
+// listing of each image and each build, whose children the full read knows by
+// name, and the few paths Open makes sure of. A node that holds only others is
+// listed, not also read; an upload is read with its extra node, not listed.
+func TestZooKeeperOpenReadsLikeAFullRead(t *testing.T) {
+	ctx := context.Background()
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
+	root := scaleChroot(t)
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	f := fleet{images: 10, providers: 5}
+	writer, _ := openStore(t, z, root, dir, log)
+	if _, err := populate(ctx, writer, f); err != nil {
+		t.Fatal(err)
+	}
+	builds := 0
+	for i := range f.images {
+		builds += f.builds(i)
+	}
+	full := newFullRead(t, z, root)
+	if err := full.read(); err != nil {
+		t.Fatal(err)
+	}
+	_, b := openStore(t, z, root, dir, log)
+	// Open makes sure of the paths it needs and the store reads its own
+	// records of the builder: a few reads whatever the tree holds.
+	const ensured = 16
+	bound := full.requests.Load() + int64(f.images+builds) + ensured
+	if n := b.Reads(); n > bound {
+		t.Fatalf("Open read %d znodes; a full read takes %d, and with a listing of each of %d images and %d builds "+
+			"and the paths Open ensures, no more than %d", n, full.requests.Load(), f.images, builds, bound)
+	}
+	t.Logf("Open read %d znodes, a full read %d", b.Reads(), full.requests.Load())
+}
+
 // TestZooKeeperCachedRecordsAreCopies shows that the records a read returns are
 // the caller's: changing them, as a step does before it writes, changes nothing
 // another read sees.

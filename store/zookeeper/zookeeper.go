@@ -60,8 +60,10 @@ type Backend struct {
 	cache *cache
 	locks *lockSet
 
-	// requests counts the requests sent to ZooKeeper, for benchmarks.
+	// requests counts the requests sent to ZooKeeper, reads the reads among
+	// them (data, children, existence), for benchmarks and tests.
 	requests atomic.Int64
+	reads    atomic.Int64
 	// lastFailure is why the last connection attempt failed.
 	lastFailure atomic.Value
 
@@ -218,6 +220,16 @@ func (b *Backend) Connected() bool { return b.conn.State() == zk.StateHasSession
 // Requests is how many requests this backend sent to ZooKeeper.
 func (b *Backend) Requests() int64 { return b.requests.Load() }
 
+// Reads is how many of them read a znode: its data, its children or whether
+// it exists.
+func (b *Backend) Reads() int64 { return b.reads.Load() }
+
+// read counts a read request.
+func (b *Backend) read() {
+	b.requests.Add(1)
+	b.reads.Add(1)
+}
+
 // event handles what the connection reports: watch events go to the cache; a
 // session that expired takes every lock and ephemeral node with it.
 func (b *Backend) event(ev zk.Event) {
@@ -312,14 +324,14 @@ func (b *Backend) unroot(p string) string {
 // The requests below count themselves and take chrooted-less paths.
 
 func (b *Backend) get(p string) ([]byte, *zk.Stat, error) {
-	b.requests.Add(1)
+	b.read()
 	return b.conn.Get(b.root(p))
 }
 
 // getW, childrenW and existsW read a node and set a watch on it, unless the
 // backend is a snapshot.
 func (b *Backend) getW(p string) ([]byte, *zk.Stat, error) {
-	b.requests.Add(1)
+	b.read()
 	if b.opts.Snapshot {
 		return b.conn.Get(b.root(p))
 	}
@@ -328,12 +340,12 @@ func (b *Backend) getW(p string) ([]byte, *zk.Stat, error) {
 }
 
 func (b *Backend) children(p string) ([]string, *zk.Stat, error) {
-	b.requests.Add(1)
+	b.read()
 	return b.conn.Children(b.root(p))
 }
 
 func (b *Backend) childrenW(p string) ([]string, *zk.Stat, error) {
-	b.requests.Add(1)
+	b.read()
 	if b.opts.Snapshot {
 		return b.conn.Children(b.root(p))
 	}
@@ -342,7 +354,7 @@ func (b *Backend) childrenW(p string) ([]string, *zk.Stat, error) {
 }
 
 func (b *Backend) existsW(p string) (bool, *zk.Stat, error) {
-	b.requests.Add(1)
+	b.read()
 	if b.opts.Snapshot {
 		return b.conn.Exists(b.root(p))
 	}
@@ -351,7 +363,7 @@ func (b *Backend) existsW(p string) (bool, *zk.Stat, error) {
 }
 
 func (b *Backend) exists(p string) (bool, *zk.Stat, error) {
-	b.requests.Add(1)
+	b.read()
 	return b.conn.Exists(b.root(p))
 }
 
@@ -404,7 +416,7 @@ func (b *Backend) ensure(p string) error {
 
 func (b *Backend) ensureAbs(abs string) error {
 	ok, _, err := b.conn.Exists(abs)
-	b.requests.Add(1)
+	b.read()
 	if err != nil || ok {
 		return err
 	}
