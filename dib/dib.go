@@ -230,13 +230,21 @@ func (b *Builder) check(ctx context.Context, image string) (string, *HeldBack, e
 	if err != nil {
 		return "", nil, fmt.Errorf("check whether %s is due: %w", image, err)
 	}
-	if at, ok := requests[image]; ok {
-		return "manual build requested at " + at.Format(time.RFC3339), nil, nil
-	}
-
 	builds, err := st.Builds(ctx, store.BuildFilter{Image: image})
 	if err != nil {
 		return "", nil, fmt.Errorf("check whether %s is due: %w", image, err)
+	}
+	if at, ok := requests[image]; ok {
+		settled := newestReady(builds, image)
+		if settled == nil || !settled.Created.After(at) {
+			return "manual build requested at " + at.Format(time.RFC3339), nil, nil
+		}
+		// A build made since the request is ready: its builder recorded it,
+		// but the answer, and so the clearing of the request, was lost.
+		b.log.Info("build request already settled by a ready build; clearing it", "image", image, "build", settled.Name())
+		if err := st.ClearBuildRequest(ctx, image, settled.Created); err != nil {
+			return "", nil, fmt.Errorf("check whether %s is due: %w", image, err)
+		}
 	}
 	now := b.opts.Now()
 	reason := dueReason(cfg, img, builds, now)
@@ -256,13 +264,7 @@ func (b *Builder) check(ctx context.Context, image string) (string, *HeldBack, e
 // first), failures and requests aside; "" when it does not.
 func dueReason(cfg *config.Config, img *config.DiskImage, builds []store.Build, now time.Time) string {
 	image := img.Name
-	var newest *store.Build // the newest ready build
-	for i := range builds {
-		if builds[i].Image == image && builds[i].State == store.Ready {
-			newest = &builds[i]
-			break
-		}
-	}
+	newest := newestReady(builds, image)
 	if newest == nil {
 		return "no ready build"
 	}
@@ -285,6 +287,16 @@ func dueReason(cfg *config.Config, img *config.DiskImage, builds []store.Build, 
 		return fmt.Sprintf("newest build %s lacks %s", newest.Name(), strings.Join(missing, ", "))
 	}
 	return ""
+}
+
+// newestReady is the newest ready build of image among builds, newest first.
+func newestReady(builds []store.Build, image string) *store.Build {
+	for i := range builds {
+		if builds[i].Image == image && builds[i].State == store.Ready {
+			return &builds[i]
+		}
+	}
+	return nil
 }
 
 // claim marks image as being built; false when it already is.

@@ -62,3 +62,7 @@ func UnderLock(ctx context.Context, h Held) (context.Context, context.CancelFunc
 
 // ErrLockLost is the cause of a context UnderLock ended because its lock went.
 var ErrLockLost = errors.New("lock lost with the ZooKeeper session")
+
+// LockLost tells whether ctx, from UnderLock, ended because its lock went:
+// then nothing more may be written for the work done under it.
+func LockLost(ctx context.Context) bool { return errors.Is(context.Cause(ctx), ErrLockLost) }
