@@ -46,7 +46,13 @@ func (h *localHeld) Lost() <-chan struct{} { return nil }
 
 // UnderLock returns a context that ends when ctx does or when the lock is lost,
 // for work that must stop before it writes again without the lock.
+//
+// The context carries the lock: a backend whose locks can go (ZooKeeper) makes
+// every write on it, or on a context made from it, conditional on the lock still
+// being held, so that work that learns late of the loss writes nothing.
 func UnderLock(ctx context.Context, h Held) (context.Context, context.CancelFunc) {
+	held := append(append([]Held(nil), HeldLocks(ctx)...), h)
+	ctx = context.WithValue(ctx, heldKey{}, held)
 	ctx, cancel := context.WithCancelCause(ctx)
 	if lost := h.Lost(); lost != nil {
 		go func() {
@@ -58,6 +64,14 @@ func UnderLock(ctx context.Context, h Held) (context.Context, context.CancelFunc
 		}()
 	}
 	return ctx, func() { cancel(context.Canceled) }
+}
+
+type heldKey struct{}
+
+// HeldLocks are the locks ctx was made under by UnderLock, outermost first.
+func HeldLocks(ctx context.Context) []Held {
+	h, _ := ctx.Value(heldKey{}).([]Held)
+	return h
 }
 
 // ErrLockLost is the cause of a context UnderLock ended because its lock went.
