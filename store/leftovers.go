@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/partial"
 )
 
 // Leftovers says which of the builder's own files a tidy-up may remove.
@@ -30,9 +32,19 @@ var (
 	// tempName is a file being written before a rename: writeFileAtomic's
 	// .<name>.tmp<n> and a conversion's .<name>.converting-<n>.
 	tempName = regexp.MustCompile(`^\.(.+)\.(tmp|converting-)[0-9]+$`)
-	// partialName is a download in .partial: <image>-zuul-<uuid>.<format>[.download].
-	partialName = regexp.MustCompile(`^(.+)-zuul-([0-9a-fA-F]+)\.[^.]+(\.download)?$`)
+	// partialName is a file of a download in .partial: <image>-zuul-<uuid>.<format>,
+	// alone (verified) or with the suffix of a download in progress.
+	partialName = regexp.MustCompile(`^(.+)-zuul-([0-9a-fA-F]+)\.[^.]+(` + partialSuffixes() + `)?$`)
 )
+
+// partialSuffixes is a regexp alternation of partial.Suffixes.
+func partialSuffixes() string {
+	var alt []string
+	for _, s := range partial.Suffixes {
+		alt = append(alt, regexp.QuoteMeta(s))
+	}
+	return strings.Join(alt, "|")
+}
 
 // ownFile tells whether a name in the images-dir is one of this program's own
 // files that it writes through a temporary file, builds' files aside.
