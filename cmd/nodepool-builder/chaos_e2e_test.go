@@ -179,7 +179,7 @@ func TestZooKeeperChaos(t *testing.T) {
 	t.Logf("chaos seed %d (CHAOS_SEED=%d replays it)", seed, seed)
 	rng := rand.New(rand.NewSource(seed))
 	// The faults, one a round, in an order of the seed's.
-	const kinds = 6
+	const kinds = 7
 	faults := rng.Perm(kinds)
 	rounds := kinds
 	if s := os.Getenv("CHAOS_FAULT"); s != "" {
@@ -226,19 +226,31 @@ func TestZooKeeperChaos(t *testing.T) {
 	}
 	sessionPast := time.Duration(zkSessionTimeout)*time.Second + 3*time.Second
 	// expire stops a host past its session and lets it go on: it must learn
-	// that its locks went before it writes again.
+	// that its locks went before it writes again. withZK: ZooKeeper is down
+	// meanwhile, and stays down after the host goes on until the host counts
+	// its locks as lost.
 	expire := func(h *chaosHost, withZK bool) {
 		t.Helper()
+		const lost = "every lock held"
+		before := strings.Count(h.d.logs.String(), lost)
 		h.d.cmd.Process.Signal(syscall.SIGSTOP)
 		if withZK {
-			restartZK(sessionPast)
-		} else {
-			time.Sleep(sessionPast) // the fault itself: the session times out meanwhile
+			if err := z.Stop(); err != nil {
+				t.Fatal(err)
+			}
 		}
+		time.Sleep(sessionPast) // the fault itself: the session times out meanwhile
 		h.d.cmd.Process.Signal(syscall.SIGCONT)
-		waitFor(t, 60*time.Second, "host "+h.name+" to notice its lost session", func() bool {
-			return strings.Contains(h.d.logs.String(), "every lock held")
+		waitFor(t, 60*time.Second, "host "+h.name+" to count its locks as lost", func() bool {
+			return strings.Count(h.d.logs.String(), lost) > before
 		}, logs)
+		if withZK {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := z.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	// killOn kills whichever host logs event first right after it, or a
 	// random one after timeout without it.
@@ -288,7 +300,7 @@ func TestZooKeeperChaos(t *testing.T) {
 		return strings.Join(killed, " and ") + " killed " + what
 	}
 
-	seen := map[string]listing.Build{} // every build seen ready or deleting, by id
+	seen := map[string]listing.Build{} // every build seen ready, by id
 	var dibBuilt []string              // dib-image builds, one per request
 	settle := func(round int, latest zuultest.Build) {
 		t.Helper()
@@ -305,7 +317,7 @@ func TestZooKeeperChaos(t *testing.T) {
 			t.Fatalf("round %d (seed %d) did not settle: %s\n%s", round, seed, why, logs())
 		}
 		for _, b := range e.buildsJSON() {
-			if b.Image == "dib-image" && (b.State == "ready" || b.State == "deleting") && !slices.Contains(dibBuilt, b.BuildID) {
+			if b.Image == "dib-image" && b.State == "ready" && !slices.Contains(dibBuilt, b.BuildID) {
 				dibBuilt = append(dibBuilt, b.BuildID)
 			}
 		}
@@ -348,9 +360,13 @@ func TestZooKeeperChaos(t *testing.T) {
 			time.Sleep(time.Duration(rng.Int63n(int64(3 * time.Second)))) // a random moment
 			expire(h, false)
 			what = fmt.Sprintf("host %s stopped past its session", h.name)
-		case 5:
-			// The session lost while a DIB build runs, ZooKeeper away when
-			// it ends: its outcome cannot be written.
+		case 5, 6:
+			// The session lost while a DIB build runs: its outcome must not
+			// be written under the lock it lost. In 5, ZooKeeper is down
+			// too when the build ends, and back only once the host counts
+			// its locks as lost; in 6 it stays up, expires the session, and
+			// another builder may take the lock meanwhile.
+			withZK := faults[r%len(faults)] == 5
 			fired := make(chan *chaosHost, len(hs))
 			for _, h := range hs {
 				ch := h.arm(`msg="building image" image=dib-image`, syscall.SIGSTOP)
@@ -367,8 +383,11 @@ func TestZooKeeperChaos(t *testing.T) {
 				for _, o := range hs {
 					o.arm("", 0)
 				}
-				expire(h, true)
-				what = fmt.Sprintf("host %s stopped past its session while building, ZooKeeper restarted meanwhile", h.name)
+				expire(h, withZK)
+				what = fmt.Sprintf("host %s stopped past its session while building", h.name)
+				if withZK {
+					what += ", with ZooKeeper down until it counted its locks lost"
+				}
 			case <-time.After(20 * time.Second):
 				for _, o := range hs {
 					o.arm("", 0)
@@ -393,7 +412,7 @@ func (e *env) chaosInvariants(z *testenv.ZooKeeper, hs []*chaosHost, latest zuul
 	builds := e.buildsJSON()
 	// Each Zuul build became at most one ready build, ever.
 	for _, b := range builds {
-		if b.State == "ready" || b.State == "deleting" {
+		if b.State == "ready" {
 			seen[b.BuildID] = b
 		}
 	}
