@@ -228,6 +228,20 @@ func TestRemoveLeftovers(t *testing.T) {
 	}
 	fresh := filepath.Join(dir, "debian-"+NewBuildID()+".qcow2") // being written now
 	os.WriteFile(fresh, []byte("x"), 0o644)
+	// A partial download of a Zuul build that is ready goes however new it is:
+	// another builder fetched it, and nothing here writes it any more.
+	freshPartials := map[string]bool{
+		".partial/" + PartialKey("debian", "aa11", "qcow2") + ".download": true,
+		".partial/" + PartialKey("debian", "aa11", "qcow2") + ".ranges":   true,
+		".partial/" + PartialKey("debian", "ff66", "qcow2") + ".download": false, // may be resumed
+		".partial/" + PartialKey("fedora", "aa11", "qcow2") + ".download": false, // fedora is fetching
+	}
+	for name, gone := range freshPartials {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files[name] = gone
+	}
 
 	removed, err := s.RemoveLeftovers(ctx, Leftovers{
 		Before:     time.Now().Add(-5 * time.Minute),
