@@ -206,9 +206,9 @@ func (b *Builder) run(ctx context.Context, img *config.DiskImage, rec *store.Bui
 
 // finish records the files DIB made and marks the build ready. Every format must
 // have its file; checksums come from the sidecars DIB wrote with --checksum.
-// failed says why the build failed; unrecorded, that it did not but marking it
-// ready did not succeed (or may not have), or may not be tried: ctx's lock is
-// lost.
+// failed says why the build failed (a record changed meanwhile included);
+// unrecorded, that it did not but whether marking it ready took is unknown,
+// or it may not be tried: ctx's lock is lost.
 func (b *Builder) finish(ctx context.Context, rec *store.Build, formats []string, logFile string) (failed, unrecorded error) {
 	wctx := context.WithoutCancel(ctx)
 	next := *rec
@@ -222,7 +222,10 @@ func (b *Builder) finish(ctx context.Context, rec *store.Build, formats []string
 	if store.LockLost(ctx) {
 		return nil, store.ErrLockLost
 	}
-	if err := b.opts.Store.SetBuildState(wctx, &next, store.Ready, ""); err != nil {
+	if err := b.opts.Store.SetBuildState(wctx, &next, store.Ready, ""); errors.Is(err, store.ErrConflict) {
+		// Not written, for sure: someone else changed the record.
+		return err, nil
+	} else if err != nil {
 		return nil, err
 	}
 	*rec = next

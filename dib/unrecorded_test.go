@@ -3,6 +3,7 @@ package dib
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -37,6 +38,8 @@ func (b *flakyBackend) Write(ctx context.Context, changes ...store.Change) error
 					return err
 				}
 				return errConnection
+			case 3:
+				return fmt.Errorf("write build: %w", store.ErrConflict)
 			}
 		}
 	}
@@ -213,5 +216,26 @@ func TestLockLostWritesNothing(t *testing.T) {
 	}
 	if reqs, _ := f.st.BuildRequests(ctx); len(reqs) != 1 {
 		t.Errorf("requests = %v, want the request kept", reqs)
+	}
+}
+
+// TestReadyWriteConflictFailsTheBuild: a ready write refused because the record
+// changed meanwhile surely did not take: the build is recorded failed and its
+// files go, as any failed build's.
+func TestReadyWriteConflictFailsTheBuild(t *testing.T) {
+	f := newFixture(t)
+	fb := f.flaky()
+	b := f.builder(f.config(requested))
+	ctx := context.Background()
+	fb.readyFails.Store(3)
+	if _, err := b.Step(ctx, "debian"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("step err = %v, want the conflict", err)
+	}
+	bs, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian"})
+	if len(bs) != 1 || bs[0].State != store.Failed {
+		t.Fatalf("builds = %+v, want the build failed", bs)
+	}
+	if _, err := os.Stat(f.st.FilePath("debian", bs[0].ID, "qcow2")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the failed build's file is still there: %v", err)
 	}
 }
