@@ -61,4 +61,16 @@ for c in zk.get_children(lock):
 	if err := s.SetBuildState(ctx, &ready, store.Ready, ""); err != nil {
 		t.Fatalf("write outside the lock: %v", err)
 	}
+	// A lock released is no longer checked: what is written after it is not
+	// written under it.
+	again, err := s.TryLock(ctx, store.LockKey{Image: "debian"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := store.UnderLock(ctx, again)
+	defer acancel()
+	again.Release()
+	if err := s.SetBuildState(actx, &ready, store.Deleting, ""); err != nil {
+		t.Fatalf("write after the lock's release: %v", err)
+	}
 }

@@ -80,7 +80,7 @@ func (b *Backend) lockChecks(ctx context.Context) ([]any, error) {
 	var checks []any
 	for _, h := range store.HeldLocks(ctx) {
 		zh, ok := h.(*zkHeld)
-		if !ok || zh.set != b.locks {
+		if !ok || zh.set != b.locks || zh.released.Load() {
 			continue
 		}
 		select {
