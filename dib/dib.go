@@ -137,7 +137,7 @@ func (b *Builder) Step(ctx context.Context, image string) (*store.Build, error) 
 	defer cancel()
 	// The wait for a slot may have been long, and the lock's last holder may
 	// have just built it: the image may no longer be due.
-	reason, back, err = b.check(ctx, image)
+	reason, back, err = b.checkLocked(ctx, image)
 	switch {
 	case err != nil:
 		return nil, err
@@ -211,6 +211,17 @@ func (b *Builder) Due(ctx context.Context, image string) (string, error) {
 // check is Due, and says too when the image would be due but a failed build
 // holds it back.
 func (b *Builder) check(ctx context.Context, image string) (string, *HeldBack, error) {
+	return b.checkAt(ctx, image, false)
+}
+
+// checkLocked is check under the image's lock: a build request is read from
+// the state itself, since the last holder of the lock may have just built the
+// image and cleared its request, which a lagging listing may not show yet.
+func (b *Builder) checkLocked(ctx context.Context, image string) (string, *HeldBack, error) {
+	return b.checkAt(ctx, image, true)
+}
+
+func (b *Builder) checkAt(ctx context.Context, image string, locked bool) (string, *HeldBack, error) {
 	cfg, st := b.opts.Config, b.opts.Store
 	img := cfg.DiskImage(image)
 	if img == nil {
@@ -234,7 +245,13 @@ func (b *Builder) check(ctx context.Context, image string) (string, *HeldBack, e
 	if err != nil {
 		return "", nil, fmt.Errorf("check whether %s is due: %w", image, err)
 	}
-	if at, ok := requests[image]; ok {
+	at, ok := requests[image]
+	if ok && locked {
+		if at, ok, err = st.BuildRequest(ctx, image); err != nil {
+			return "", nil, fmt.Errorf("check whether %s is due: %w", image, err)
+		}
+	}
+	if ok {
 		settled := newestReady(builds, image)
 		if settled == nil || !settled.Created.After(at) {
 			return "manual build requested at " + at.Format(time.RFC3339), nil, nil

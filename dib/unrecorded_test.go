@@ -239,3 +239,47 @@ func TestReadyWriteConflictFailsTheBuild(t *testing.T) {
 		t.Errorf("the failed build's file is still there: %v", err)
 	}
 }
+
+// staleRequests is a state whose listing of build requests lags: it still
+// shows a request another builder has cleared, as a ZooKeeper cache may when
+// this builder takes the image's lock just after the other let it go.
+type staleRequests struct {
+	store.Backend
+	stale map[string]time.Time
+}
+
+func (s staleRequests) BuildRequests(context.Context) (map[string]time.Time, error) {
+	return s.stale, nil
+}
+
+func (s staleRequests) BuildRequest(ctx context.Context, image string) (time.Time, bool, error) {
+	reqs, err := s.Backend.BuildRequests(ctx)
+	at, ok := reqs[image]
+	return at, ok, err
+}
+
+// TestRequestClearedMeanwhileIsNotBuilt: a request that a lagging listing
+// still shows, but that the state no longer holds once the image's lock is
+// taken, is not built again.
+func TestRequestClearedMeanwhileIsNotBuilt(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.config(requested))
+	ctx := context.Background()
+	first := f.build(ctx, b, "debian")
+	f.clock.Add(time.Minute)
+	st, err := store.Open(ctx, store.Options{ImagesDir: f.images, Now: f.clock.Now,
+		Backend: staleRequests{Backend: f.st.Backend, stale: map[string]time.Time{"debian": f.clock.Now()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.st = st
+	b = f.builder(f.config(requested))
+	f.clock.Add(time.Minute)
+	built, err := b.Step(ctx, "debian")
+	if err != nil || built != nil {
+		t.Fatalf("step = %+v, %v; want nothing built: the request is gone", built, err)
+	}
+	if bs, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian"}); len(bs) != 1 || bs[0].ID != first.ID {
+		t.Errorf("builds = %+v, want only the first", bs)
+	}
+}

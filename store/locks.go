@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // localLocks are the locks of one process.
@@ -80,3 +81,25 @@ var ErrLockLost = errors.New("lock lost with the ZooKeeper session")
 // LockLost tells whether ctx, from UnderLock, ended because its lock went:
 // then nothing more may be written for the work done under it.
 func LockLost(ctx context.Context) bool { return errors.Is(context.Cause(ctx), ErrLockLost) }
+
+// FreshRequests is a Backend whose BuildRequests may lag behind the state (a
+// cache that follows ZooKeeper's watches), and that reads one request afresh.
+type FreshRequests interface {
+	// BuildRequest reads an image's build request from the state itself.
+	BuildRequest(ctx context.Context, image string) (time.Time, bool, error)
+}
+
+// BuildRequest reads an image's build request from the state itself, not from
+// a cache that may not yet have seen another builder clear it: work that took
+// the image's lock decides on it so.
+func (s *Store) BuildRequest(ctx context.Context, image string) (time.Time, bool, error) {
+	if f, ok := s.Backend.(FreshRequests); ok {
+		return f.BuildRequest(ctx, image)
+	}
+	reqs, err := s.BuildRequests(ctx)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	at, ok := reqs[image]
+	return at, ok, nil
+}

@@ -74,3 +74,24 @@ for c in zk.get_children(lock):
 		t.Fatalf("write after the lock's release: %v", err)
 	}
 }
+
+// TestBuildRequestReadAfresh: BuildRequest reads the request-build node from
+// ZooKeeper itself, so a request another client cleared a moment ago is gone
+// for it at once, whatever the cache has seen.
+func TestBuildRequestReadAfresh(t *testing.T) {
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
+	root := chroot(t)
+	b := openBackend(t, z, root, time.Now)
+	defer b.Close()
+	ctx := context.Background()
+	if err := b.RequestBuild(ctx, "debian"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := b.BuildRequest(ctx, "debian"); err != nil || !ok {
+		t.Fatalf("request after RequestBuild: %v, %v; want it", ok, err)
+	}
+	z.Kazoo(t, `zk.delete("`+root+`/nodepool/images/debian/request-build")`)
+	if _, ok, err := b.BuildRequest(ctx, "debian"); err != nil || ok {
+		t.Fatalf("request another client deleted: %v, %v; want none", ok, err)
+	}
+}
