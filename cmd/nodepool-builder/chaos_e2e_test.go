@@ -164,9 +164,10 @@ func chaosSeed(t *testing.T) int64 {
 // stand-in Zuul. Every round brings a Zuul build and a build request, and a
 // fault: a builder (or both) killed with SIGKILL right after a lifecycle event
 // or at a random moment, ZooKeeper stopped a few seconds, a builder's session
-// expired (SIGSTOP past zookeeper-timeout, then SIGCONT), or both of the last
-// at once while a DIB build runs. After each round both settle, and the state
-// is read with kazoo, as nodepool does, against what must hold.
+// expired (SIGSTOP past zookeeper-timeout, then SIGCONT), or expired the
+// moment it starts a DIB build, with ZooKeeper up, or down until the builder
+// counts its locks as lost. After each round both settle, and the state is
+// read with kazoo, as nodepool does, against what must hold.
 //
 // CHAOS_SEED replays a run; CHAOS_ROUNDS sets the number of rounds (default:
 // one of each fault); CHAOS_FAULT=<n> makes every round's fault the n-th kind
