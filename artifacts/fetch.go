@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
+	"github.com/nodepool-builder/nodepool-builder/internal/partial"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/progress"
@@ -226,8 +227,9 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		target:  u.String(),
 		client:  client,
 		log:     logger.With("key", req.Key),
-		dlPath:  filepath.Join(f.PartialDir, req.Key+".download"),
-		stPath:  filepath.Join(f.PartialDir, req.Key+".ranges"),
+		dlPath:  filepath.Join(f.PartialDir, req.Key+partial.Download),
+		stPath:  filepath.Join(f.PartialDir, req.Key+partial.Ranges),
+		stTemp:  filepath.Join(f.PartialDir, req.Key+partial.RangesTemp),
 		outPath: filepath.Join(f.PartialDir, req.Key),
 		comp:    Compression(req.URL),
 		limit:   maxSize,
@@ -329,6 +331,7 @@ type download struct {
 	log     *slog.Logger
 	dlPath  string // the bytes as served, possibly compressed; resumed across attempts
 	stPath  string // the state of the ranges of dlPath, when it is fetched in ranges
+	stTemp  string // stPath while it is written
 	outPath string // the decompressed data, rebuilt on every attempt
 	comp    string
 	limit   int64  // the most bytes the uncompressed image may have
@@ -566,7 +569,7 @@ func (d *download) removeOutput() error {
 // removePartial discards the download so far, with the state of its ranges.
 func (d *download) removePartial() {
 	// The state goes first: a full-length file of holes must never be left without it.
-	for _, p := range []string{d.stPath, d.stPath + ".tmp", d.dlPath} {
+	for _, p := range []string{d.stPath, d.stTemp, d.dlPath} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			d.log.Warn("remove partial download", "path", p, "error", err)
 		}

@@ -336,7 +336,7 @@ func (d *download) saveState(st *rangeState, data *os.File) error {
 	if err != nil {
 		return fmt.Errorf("encode range state: %w", err)
 	}
-	tmp := d.stPath + ".tmp"
+	tmp := d.stTemp
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm.File)
 	if err != nil {
 		return fmt.Errorf("save range state: %w", err)

@@ -24,6 +24,10 @@ import (
 // before the build started is settled by it, whatever its outcome, unless ctx
 // ended the build: then the request stays for the next run. A ready build comes
 // with an error only when settling the request or pruning old logs failed.
+// A build whose outcome could not be recorded (the write failed, or the image's
+// lock was lost) is returned as it was recorded, building, with an error:
+// nothing more is written, its files and the request stay, and the builder's
+// recovery settles it under the lock.
 func (b *Builder) Build(ctx context.Context, image string) (store.Build, error) {
 	return b.build(ctx, image, "")
 }
@@ -52,21 +56,41 @@ func (b *Builder) build(ctx context.Context, image, request string) (store.Build
 	b.log.Info("building image", "image", image, "build_id", rec.ID, "formats", formats, "log", logFile)
 
 	res := b.run(ctx, img, &rec, formats, logFile)
-	// The outcome must be recorded even when ctx ended the build.
+	// The outcome must be recorded even when ctx ended the build, but never
+	// once the image's lock is lost: another builder may hold it by now.
 	wctx := context.WithoutCancel(ctx)
 	built := rec
+	var unrecorded error // the outcome could not be written: recovery settles the build
 	if res.err == nil {
-		res.err = b.finish(wctx, &built, formats, logFile)
+		res.err, unrecorded = b.finish(ctx, &built, formats, logFile)
 	}
-	if res.err != nil {
-		// The record first: a build recorded failed is never uploaded from.
+	if res.err != nil && unrecorded == nil {
+		if store.LockLost(ctx) {
+			unrecorded = store.ErrLockLost
+		} else {
+			// The record first: a build recorded failed is never uploaded from.
+			built = rec
+			if err := st.SetBuildState(wctx, &built, store.Failed, res.err.Error()); err != nil {
+				res.err = errors.Join(res.err, err)
+			}
+			if err := st.RemoveBuildFiles(image, rec.ID); err != nil {
+				res.err = errors.Join(res.err, err)
+			}
+		}
+	}
+	if unrecorded != nil {
+		// Whether the write took is unknown, or the lock it needed is gone:
+		// the record stays as it is for this builder's recovery, which takes
+		// the lock again, and the files and the request stay with it. A
+		// request is settled only by a build recorded ready.
 		built = rec
-		if err := st.SetBuildState(wctx, &built, store.Failed, res.err.Error()); err != nil {
-			res.err = errors.Join(res.err, err)
-		}
-		if err := st.RemoveBuildFiles(image, rec.ID); err != nil {
-			res.err = errors.Join(res.err, err)
-		}
+		b.log.Warn("the build's outcome could not be recorded; the next pass settles it", "image", image,
+			"build_id", rec.ID, "err", unrecorded)
+		err := fmt.Errorf("build %s: its outcome could not be recorded, the builder settles it on its next pass: %w",
+			rec.Name(), errors.Join(res.err, unrecorded))
+		b.opts.Metrics.DIBBuilt(metrics.DIBBuild{Image: image, Ran: res.ran, ExitCode: res.exitCode, TimedOut: res.timedOut,
+			Duration: time.Since(began), Err: err})
+		return built, err
 	}
 	state := store.Ready
 	if res.err != nil {
@@ -182,20 +206,30 @@ func (b *Builder) run(ctx context.Context, img *config.DiskImage, rec *store.Bui
 
 // finish records the files DIB made and marks the build ready. Every format must
 // have its file; checksums come from the sidecars DIB wrote with --checksum.
-func (b *Builder) finish(ctx context.Context, rec *store.Build, formats []string, logFile string) error {
+// failed says why the build failed (a record changed meanwhile included);
+// unrecorded, that it did not but whether marking it ready took is unknown,
+// or it may not be tried: ctx's lock is lost.
+func (b *Builder) finish(ctx context.Context, rec *store.Build, formats []string, logFile string) (failed, unrecorded error) {
+	wctx := context.WithoutCancel(ctx)
 	next := *rec
 	for _, format := range formats {
-		f, err := b.collect(ctx, next, format)
+		f, err := b.collect(wctx, next, format)
 		if err != nil {
-			return fmt.Errorf("%w; log: %s", err, logFile)
+			return fmt.Errorf("%w; log: %s", err, logFile), nil
 		}
 		next.SetFile(f)
 	}
-	if err := b.opts.Store.SetBuildState(ctx, &next, store.Ready, ""); err != nil {
-		return err
+	if store.LockLost(ctx) {
+		return nil, store.ErrLockLost
+	}
+	if err := b.opts.Store.SetBuildState(wctx, &next, store.Ready, ""); errors.Is(err, store.ErrConflict) {
+		// Not written, for sure: someone else changed the record.
+		return err, nil
+	} else if err != nil {
+		return nil, err
 	}
 	*rec = next
-	return nil
+	return nil, nil
 }
 
 // collect finds the file DIB wrote for one format, moves it to the store's name

@@ -137,7 +137,7 @@ func (b *Builder) Step(ctx context.Context, image string) (*store.Build, error) 
 	defer cancel()
 	// The wait for a slot may have been long, and the lock's last holder may
 	// have just built it: the image may no longer be due.
-	reason, back, err = b.check(ctx, image)
+	reason, back, err = b.checkLocked(ctx, image)
 	switch {
 	case err != nil:
 		return nil, err
@@ -211,6 +211,17 @@ func (b *Builder) Due(ctx context.Context, image string) (string, error) {
 // check is Due, and says too when the image would be due but a failed build
 // holds it back.
 func (b *Builder) check(ctx context.Context, image string) (string, *HeldBack, error) {
+	return b.checkAt(ctx, image, false)
+}
+
+// checkLocked is check under the image's lock: a build request is read from
+// the state itself, since the last holder of the lock may have just built the
+// image and cleared its request, which a lagging listing may not show yet.
+func (b *Builder) checkLocked(ctx context.Context, image string) (string, *HeldBack, error) {
+	return b.checkAt(ctx, image, true)
+}
+
+func (b *Builder) checkAt(ctx context.Context, image string, locked bool) (string, *HeldBack, error) {
 	cfg, st := b.opts.Config, b.opts.Store
 	img := cfg.DiskImage(image)
 	if img == nil {
@@ -230,13 +241,27 @@ func (b *Builder) check(ctx context.Context, image string) (string, *HeldBack, e
 	if err != nil {
 		return "", nil, fmt.Errorf("check whether %s is due: %w", image, err)
 	}
-	if at, ok := requests[image]; ok {
-		return "manual build requested at " + at.Format(time.RFC3339), nil, nil
-	}
-
 	builds, err := st.Builds(ctx, store.BuildFilter{Image: image})
 	if err != nil {
 		return "", nil, fmt.Errorf("check whether %s is due: %w", image, err)
+	}
+	at, ok := requests[image]
+	if ok && locked {
+		if at, ok, err = st.BuildRequest(ctx, image); err != nil {
+			return "", nil, fmt.Errorf("check whether %s is due: %w", image, err)
+		}
+	}
+	if ok {
+		settled := newestReady(builds, image)
+		if settled == nil || !settled.Created.After(at) {
+			return "manual build requested at " + at.Format(time.RFC3339), nil, nil
+		}
+		// A build made since the request is ready: its builder recorded it,
+		// but the answer, and so the clearing of the request, was lost.
+		b.log.Info("build request already settled by a ready build; clearing it", "image", image, "build", settled.Name())
+		if err := st.ClearBuildRequest(ctx, image, settled.Created); err != nil {
+			return "", nil, fmt.Errorf("check whether %s is due: %w", image, err)
+		}
 	}
 	now := b.opts.Now()
 	reason := dueReason(cfg, img, builds, now)
@@ -256,13 +281,7 @@ func (b *Builder) check(ctx context.Context, image string) (string, *HeldBack, e
 // first), failures and requests aside; "" when it does not.
 func dueReason(cfg *config.Config, img *config.DiskImage, builds []store.Build, now time.Time) string {
 	image := img.Name
-	var newest *store.Build // the newest ready build
-	for i := range builds {
-		if builds[i].Image == image && builds[i].State == store.Ready {
-			newest = &builds[i]
-			break
-		}
-	}
+	newest := newestReady(builds, image)
 	if newest == nil {
 		return "no ready build"
 	}
@@ -285,6 +304,16 @@ func dueReason(cfg *config.Config, img *config.DiskImage, builds []store.Build, 
 		return fmt.Sprintf("newest build %s lacks %s", newest.Name(), strings.Join(missing, ", "))
 	}
 	return ""
+}
+
+// newestReady is the newest ready build of image among builds, newest first.
+func newestReady(builds []store.Build, image string) *store.Build {
+	for i := range builds {
+		if builds[i].Image == image && builds[i].State == store.Ready {
+			return &builds[i]
+		}
+	}
+	return nil
 }
 
 // claim marks image as being built; false when it already is.

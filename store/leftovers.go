@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/partial"
 )
 
 // Leftovers says which of the builder's own files a tidy-up may remove.
@@ -30,9 +32,19 @@ var (
 	// tempName is a file being written before a rename: writeFileAtomic's
 	// .<name>.tmp<n> and a conversion's .<name>.converting-<n>.
 	tempName = regexp.MustCompile(`^\.(.+)\.(tmp|converting-)[0-9]+$`)
-	// partialName is a download in .partial: <image>-zuul-<uuid>.<format>[.download].
-	partialName = regexp.MustCompile(`^(.+)-zuul-([0-9a-fA-F]+)\.[^.]+(\.download)?$`)
+	// partialName is a file of a download in .partial: <image>-zuul-<uuid>.<format>,
+	// alone (verified) or with the suffix of a download in progress.
+	partialName = regexp.MustCompile(`^(.+)-zuul-([0-9a-fA-F]+)\.[^.]+(` + partialSuffixes() + `)?$`)
 )
+
+// partialSuffixes is a regexp alternation of partial.Suffixes.
+func partialSuffixes() string {
+	var alt []string
+	for _, s := range partial.Suffixes {
+		alt = append(alt, regexp.QuoteMeta(s))
+	}
+	return strings.Join(alt, "|")
+}
 
 // ownFile tells whether a name in the images-dir is one of this program's own
 // files that it writes through a temporary file, builds' files aside.
@@ -43,7 +55,9 @@ func ownFile(name string) bool {
 // RemoveLeftovers removes what this builder left in the images-dir when it
 // stopped at a bad moment: temporary files of its writes and conversions, and
 // partial downloads of Zuul builds that are settled or of images no longer
-// configured. It removes only what it made: names it writes, of its own files
+// configured. A partial download of a Zuul build made ready (here or by
+// another builder sharing the state) goes whatever its age, unless a fetch of
+// its image is under way. It removes only what it made: names it writes, of its own files
 // or of builds it recorded as its own, last changed before l.Before. Files of
 // builds it has no record of (another builder's, an operator's) are never
 // removed, whatever their names. It returns the paths it removed.
@@ -78,9 +92,9 @@ func (s *Store) RemoveLeftovers(ctx context.Context, l Leftovers) ([]string, err
 	}
 	var removed []string
 	var errs []error
-	remove := func(path string, e os.DirEntry) {
+	remove := func(path string, e os.DirEntry, anyAge bool) {
 		info, err := e.Info()
-		if err != nil || !info.ModTime().Before(l.Before) {
+		if err != nil || (!anyAge && !info.ModTime().Before(l.Before)) {
 			return // gone meanwhile, or still being written
 		}
 		if err := os.RemoveAll(path); err != nil {
@@ -96,10 +110,10 @@ func (s *Store) RemoveLeftovers(ctx context.Context, l Leftovers) ([]string, err
 		}
 		if bm := buildFileName.FindStringSubmatch(m[1]); bm != nil {
 			if ours[bm[1]+"-"+bm[2]] && !busy(bm[1], bm[2]) {
-				remove(filepath.Join(s.dir, e.Name()), e)
+				remove(filepath.Join(s.dir, e.Name()), e, false)
 			}
 		} else if ownFile(m[1]) {
-			remove(filepath.Join(s.dir, e.Name()), e)
+			remove(filepath.Join(s.dir, e.Name()), e, false)
 		}
 	}
 	for _, e := range partials {
@@ -108,7 +122,13 @@ func (s *Store) RemoveLeftovers(ctx context.Context, l Leftovers) ([]string, err
 			continue
 		}
 		image, uuid := m[1], strings.ToLower(m[2])
-		if l.ZuulImages[image] && !settled[image+"/"+uuid] {
+		if settled[image+"/"+uuid] {
+			// Fetched, by this builder or another: with no fetch of the image
+			// under way here, nothing writes it any more, however new it is.
+			remove(filepath.Join(s.PartialDir(), e.Name()), e, true)
+			continue
+		}
+		if l.ZuulImages[image] {
 			cur, err := s.Cursor(ctx, image)
 			if err != nil {
 				errs = append(errs, err)
@@ -118,7 +138,7 @@ func (s *Store) RemoveLeftovers(ctx context.Context, l Leftovers) ([]string, err
 				continue // a download to resume
 			}
 		}
-		remove(filepath.Join(s.PartialDir(), e.Name()), e)
+		remove(filepath.Join(s.PartialDir(), e.Name()), e, false)
 	}
 	return removed, errors.Join(errs...)
 }

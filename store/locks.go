@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // localLocks are the locks of one process.
@@ -46,7 +47,13 @@ func (h *localHeld) Lost() <-chan struct{} { return nil }
 
 // UnderLock returns a context that ends when ctx does or when the lock is lost,
 // for work that must stop before it writes again without the lock.
+//
+// The context carries the lock: a backend whose locks can go (ZooKeeper) makes
+// every write on it, or on a context made from it, conditional on the lock still
+// being held, so that work that learns late of the loss writes nothing.
 func UnderLock(ctx context.Context, h Held) (context.Context, context.CancelFunc) {
+	held := append(append([]Held(nil), HeldLocks(ctx)...), h)
+	ctx = context.WithValue(ctx, heldKey{}, held)
 	ctx, cancel := context.WithCancelCause(ctx)
 	if lost := h.Lost(); lost != nil {
 		go func() {
@@ -60,5 +67,39 @@ func UnderLock(ctx context.Context, h Held) (context.Context, context.CancelFunc
 	return ctx, func() { cancel(context.Canceled) }
 }
 
+type heldKey struct{}
+
+// HeldLocks are the locks ctx was made under by UnderLock, outermost first.
+func HeldLocks(ctx context.Context) []Held {
+	h, _ := ctx.Value(heldKey{}).([]Held)
+	return h
+}
+
 // ErrLockLost is the cause of a context UnderLock ended because its lock went.
 var ErrLockLost = errors.New("lock lost with the ZooKeeper session")
+
+// LockLost tells whether ctx, from UnderLock, ended because its lock went:
+// then nothing more may be written for the work done under it.
+func LockLost(ctx context.Context) bool { return errors.Is(context.Cause(ctx), ErrLockLost) }
+
+// FreshRequests is a Backend whose BuildRequests may lag behind the state (a
+// cache that follows ZooKeeper's watches), and that reads one request afresh.
+type FreshRequests interface {
+	// BuildRequest reads an image's build request from the state itself.
+	BuildRequest(ctx context.Context, image string) (time.Time, bool, error)
+}
+
+// BuildRequest reads an image's build request from the state itself, not from
+// a cache that may not yet have seen another builder clear it: work that took
+// the image's lock decides on it so.
+func (s *Store) BuildRequest(ctx context.Context, image string) (time.Time, bool, error) {
+	if f, ok := s.Backend.(FreshRequests); ok {
+		return f.BuildRequest(ctx, image)
+	}
+	reqs, err := s.BuildRequests(ctx)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	at, ok := reqs[image]
+	return at, ok, nil
+}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -51,12 +52,14 @@ type zkHeld struct {
 	lostCh   chan struct{}
 	lostOnce sync.Once
 	release  sync.Once
+	released atomic.Bool // writes after Release are not made under it
 }
 
 func (h *zkHeld) Lost() <-chan struct{} { return h.lostCh }
 
 func (h *zkHeld) Release() {
 	h.release.Do(func() {
+		h.released.Store(true)
 		h.set.mu.Lock()
 		delete(h.set.held, h)
 		h.set.mu.Unlock()

@@ -207,6 +207,18 @@ func (b *Backend) BuildRequests(context.Context) (map[string]time.Time, error) {
 	return b.cache.flags("request-build"), nil
 }
 
+// BuildRequest reads an image's request-build node afresh from ZooKeeper.
+func (b *Backend) BuildRequest(_ context.Context, image string) (time.Time, bool, error) {
+	data, stat, err := b.get(requestPath(image))
+	if errors.Is(err, zk.ErrNoNode) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("read build request for %s: %w", image, err)
+	}
+	return flagTime(data, *stat), true, nil
+}
+
 // ClearBuildRequest deletes an image's request-build node made at or before asOf.
 func (b *Backend) ClearBuildRequest(_ context.Context, image string, asOf time.Time) error {
 	data, stat, err := b.get(requestPath(image))

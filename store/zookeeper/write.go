@@ -44,10 +44,24 @@ func (b *Backend) Write(ctx context.Context, changes ...store.Change) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	res, err := b.multi(ops...)
+	// Under a lock, the write holds only while the lock does: its node, an
+	// ephemeral one of the session that took it, is checked in the same
+	// multi. A client that learns late that its session expired may
+	// meanwhile send what it queued on a new session.
+	checks, err := b.lockChecks(ctx)
 	if err != nil {
+		return err
+	}
+	res, err := b.multi(append(checks, ops...)...)
+	if err != nil {
+		for _, r := range res[:min(len(checks), len(res))] {
+			if r.Error != nil {
+				return fmt.Errorf("write to ZooKeeper: %w (%w)", store.ErrLockLost, r.Error)
+			}
+		}
 		return b.writeError(err, res)
 	}
+	res = res[len(checks):]
 	i := 0
 	for _, s := range steps {
 		s.done(res[i : i+len(s.ops)])
@@ -58,6 +72,25 @@ func (b *Backend) Write(ctx context.Context, changes ...store.Change) error {
 		errs = append(errs, f())
 	}
 	return errors.Join(errs...)
+}
+
+// lockChecks are the operations that check that the locks ctx was made under
+// (store.UnderLock) are still held; an error when one is known lost.
+func (b *Backend) lockChecks(ctx context.Context) ([]any, error) {
+	var checks []any
+	for _, h := range store.HeldLocks(ctx) {
+		zh, ok := h.(*zkHeld)
+		if !ok || zh.set != b.locks || zh.released.Load() {
+			continue
+		}
+		select {
+		case <-zh.lostCh:
+			return nil, fmt.Errorf("write to ZooKeeper: %w", store.ErrLockLost)
+		default:
+		}
+		checks = append(checks, &zk.CheckVersionRequest{Path: zh.node, Version: -1})
+	}
+	return checks, nil
 }
 
 // writeError turns a failed multi into an error; a version that moved, a node
