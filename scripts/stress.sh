@@ -49,7 +49,7 @@ done
 
 echo "stress: $busy busy process(es) on $cpus CPU(s), each package's tests $count times"
 start=$(date +%s)
-"$go" test -race -short -count="$count" -timeout "$((count * 3 + 5))m" "$@"
+"$go" test -race -short -count="$count" -timeout "$((count * 5 + 5))m" "$@"
 rc=$?
 stop
 echo "stress: go test exited $rc after $(($(date +%s) - start)) s"
