@@ -383,7 +383,13 @@ func TestFetchResumesAfterRestart(t *testing.T) {
 				_, err := f.Fetch(ctx, req)
 				errc <- err
 			}()
-			<-fs.hung
+			select {
+			case <-fs.hung:
+			case err := <-errc:
+				t.Fatalf("Fetch returned %v before the server hung", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the download never reached the hanging point")
+			}
 			partial := filepath.Join(f.PartialDir, "img.raw.download")
 			waitForSize(t, partial, hang)
 			cancel()

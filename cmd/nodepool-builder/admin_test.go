@@ -149,7 +149,8 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 	e.cfgPath = writeAdminConfig(t, e.dir, e.zuul.URL(), e.glance.Cloud)
 	imagesDir := filepath.Join(e.dir, "images")
 	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
-	logs := startDaemon(t, e.cfgPath).logs
+	// -d: the poller logs each poll it skips for the pause, which the test waits for.
+	logs := startDaemon(t, e.cfgPath, "-d").logs
 	readyUploads := func(n int) func() bool {
 		return func() bool {
 			count := 0
@@ -166,7 +167,18 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 	// image-pause stops fetching a zuul-image's new builds; twice is fine.
 	e.must(0, []string{"image-pause", "debian"})
 	e.must(0, []string{"image-pause", "debian"})
-	time.Sleep(time.Second) // a poll that began before the pause ends
+	// A poll that began before the pause may still be asking Zuul: once a poll
+	// has been skipped for the pause, it has ended.
+	pausedPolls := func() int {
+		n := 0
+		for l := range strings.SplitSeq(logs.String(), "\n") {
+			if strings.Contains(l, `msg="nothing fetched"`) && strings.Contains(l, "image=debian") && strings.Contains(l, "reason=paused") {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 30*time.Second, "a poll of debian skipped for the pause", func() bool { return pausedPolls() >= 1 }, logs.String)
 	st, _ := e.status()
 	if !st["debian"].Paused || !slices.Equal(st["debian"].PausedBy, []string{"image-pause"}) {
 		t.Fatalf("image-status after image-pause: %+v", st["debian"])
@@ -175,7 +187,9 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 		t.Errorf("image-status table does not show debian paused by image-pause:\n%s", out)
 	}
 	zb2 := e.addBuild(e.makeImage(2), zuultest.BuildSpec{})
-	time.Sleep(4 * time.Second) // four poll intervals
+	// Three polls skipped while the new build is there: none fetched it.
+	skipped := pausedPolls()
+	waitFor(t, 60*time.Second, "three more polls of the paused debian", func() bool { return pausedPolls() >= skipped+3 }, logs.String)
 	if n := len(e.buildsOf("debian")); n != 1 {
 		t.Fatalf("a new Zuul build was fetched while the image was paused: %d builds\n%s", n, logs.String())
 	}

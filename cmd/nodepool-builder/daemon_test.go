@@ -3,11 +3,11 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,27 +31,23 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is a bytes.Buffer safe for a child's output and the test's reads.
-// onWrite, when set, sees every write first.
-type syncBuffer struct {
-	mu      sync.Mutex
-	b       bytes.Buffer
-	onWrite func([]byte)
+// killOnLine passes a child's output on, and kills the child with SIGKILL the
+// moment the output holds line. exec.Cmd makes one Write at a time when Stdout
+// and Stderr are the same writer.
+type killOnLine struct {
+	out  io.Writer
+	cmd  *exec.Cmd
+	line []byte
+	tail []byte // a line may come in two writes
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	if s.onWrite != nil {
-		s.onWrite(p)
+func (k *killOnLine) Write(p []byte) (int, error) {
+	seen := append(k.tail, p...)
+	if bytes.Contains(seen, k.line) {
+		k.cmd.Process.Signal(syscall.SIGKILL)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	k.tail = append([]byte(nil), seen[max(0, len(seen)-len(k.line)):]...)
+	return k.out.Write(p)
 }
 
 // waitFor polls cond until it holds or the timeout passes.
@@ -117,9 +113,9 @@ func TestDaemonUploadsAsBuildsArriveAndStopsOnSIGTERM(t *testing.T) {
 // daemon is the real main running in a child process.
 type daemon struct {
 	cmd    *exec.Cmd
-	logs   *syncBuffer   // its stdout and stderr
-	exited chan struct{} // closed once it has exited
-	err    error         // how it exited; set before exited is closed
+	logs   *testenv.Buffer // its stdout and stderr
+	exited chan struct{}   // closed once it has exited
+	err    error           // how it exited; set before exited is closed
 }
 
 // startDaemon runs the real main as a daemon in a child process and waits until
@@ -144,19 +140,13 @@ func startDaemon(t *testing.T, cfgPath string, args ...string) *daemon {
 // set, the child is killed with SIGKILL the moment it logs a line holding it.
 func startMain(t *testing.T, killOn string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{cmd: exec.Command(os.Args[0], args...), logs: &syncBuffer{}, exited: make(chan struct{})}
+	d := &daemon{cmd: exec.Command(os.Args[0], args...), logs: &testenv.Buffer{}, exited: make(chan struct{})}
 	d.cmd.Env = append(os.Environ(), "NODEPOOL_BUILDER_TEST_MAIN=1")
-	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
+	var out io.Writer = d.logs
 	if killOn != "" {
-		var tail []byte // a line may come in two writes
-		d.logs.onWrite = func(p []byte) {
-			seen := append(tail, p...)
-			if bytes.Contains(seen, []byte(killOn)) {
-				d.cmd.Process.Signal(syscall.SIGKILL)
-			}
-			tail = append([]byte(nil), seen[max(0, len(seen)-len(killOn)):]...)
-		}
+		out = &killOnLine{out: d.logs, cmd: d.cmd, line: []byte(killOn)}
 	}
+	d.cmd.Stdout, d.cmd.Stderr = out, out
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

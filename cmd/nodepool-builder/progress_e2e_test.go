@@ -21,8 +21,10 @@ func TestDaemonShowsDownloadProgress(t *testing.T) {
 	e := &env{t: t, dir: t.TempDir(), qemuImg: testenv.RequireBinary(t, "qemu-img"), zuul: zuultest.NewServer(zuultest.ServerOptions{})}
 	t.Cleanup(e.zuul.Close)
 	slow := testenv.NewProxy(t, strings.TrimPrefix(e.zuul.URL(), "http://"))
-	slow.SetRate(1 << 20)
-	img := e.makeImage(1) // 3 MiB raw: about 3 s
+	// Slow enough that the download still runs when a loaded machine has
+	// started the daemon and run image-status a few times.
+	slow.SetRate(128 << 10)
+	img := e.makeImage(1) // 3 MiB raw: about 24 s
 	e.addBuild(img, zuultest.BuildSpec{Artifacts: []zuultest.ArtifactSpec{{Name: "debian raw", Path: img.raw, Metadata: zuulImageMeta("raw"),
 		Publish: func(u string) string { return strings.Replace(u, e.zuul.URL(), slow.URL(), 1) }}}})
 	e.cfgPath = filepath.Join(e.dir, "nodepool.yaml")
@@ -41,14 +43,14 @@ zuul-images:
 	d := startDaemon(t, e.cfgPath, "--progress-interval", "300ms")
 
 	// msg="download progress: 1.2 MiB of 3.0 MiB (40%), 1.0 MiB/s, 2s left" kind=download subject=debian-<id>.raw ...
-	line := regexp.MustCompile(`msg="download progress: [0-9.]+ [KM]?i?B of 3\.0 MiB \([0-9]+%\), [0-9.]+ [KM]?i?B/s, [0-9]+s left" ` +
-		`kind=download subject=debian-[0-9a-f]{32}\.raw done=[0-9]+ elapsed=\S+ total=3145728 bytes_per_second=[0-9]+ eta=[0-9]+s`)
+	line := regexp.MustCompile(`msg="download progress: [0-9.]+ [KM]?i?B of 3\.0 MiB \([0-9]+%\), [0-9.]+ [KM]?i?B/s, ([0-9]+m)?[0-9]+s left" ` +
+		`kind=download subject=debian-[0-9a-f]{32}\.raw done=[0-9]+ elapsed=\S+ total=3145728 bytes_per_second=[0-9]+ eta=([0-9]+m)?[0-9]+s`)
 	// image-status shows the running download as the daemon left it in the
 	// images-dir.
-	row := regexp.MustCompile(`(?m)^\| download \| debian-[0-9a-f]{32}\.raw \| [0-9.]+ [KM]?i?B of 3\.0 MiB \([0-9]+%\), [0-9.]+ [KM]?i?B/s(, [0-9]+s left)? +\| 00:00:00:0[0-9] \|$`)
+	row := regexp.MustCompile(`(?m)^\| download \| debian-[0-9a-f]{32}\.raw \| [0-9.]+ [KM]?i?B of 3\.0 MiB \([0-9]+%\), [0-9.]+ [KM]?i?B/s(, ([0-9]+m)?[0-9]+s left)? +\| 00:00:0[0-9]:[0-5][0-9] \|$`)
 	// Both while the download runs: the log line, and the row of image-status.
 	var logged, shown bool
-	waitFor(t, 15*time.Second, "a progress line of the raw download, and its row in image-status", func() bool {
+	waitFor(t, 40*time.Second, "a progress line of the raw download, and its row in image-status", func() bool {
 		logged = logged || line.MatchString(d.logs.String())
 		out := e.must(0, []string{"image-status"}).stdout
 		shown = shown || (strings.Contains(out, "Running now (daemon pid ") && row.MatchString(out))
