@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -75,29 +76,42 @@ func (c *chaosHost) arm(event string, sig syscall.Signal) chan struct{} {
 	return c.fired
 }
 
+// chaosTrigger passes a host's output on, and sends the host the signal it is
+// armed with the moment the output holds the armed event. exec.Cmd makes one
+// Write at a time when Stdout and Stderr are the same writer.
+type chaosTrigger struct {
+	host *chaosHost
+	cmd  *exec.Cmd
+	out  io.Writer
+	tail []byte // a line may come in two writes
+}
+
+func (w *chaosTrigger) Write(p []byte) (int, error) {
+	n, err := w.out.Write(p)
+	c := w.host
+	c.mu.Lock()
+	if c.trigger != "" {
+		seen := append(w.tail, p...)
+		if bytes.Contains(seen, []byte(c.trigger)) {
+			w.cmd.Process.Signal(c.sig)
+			close(c.fired)
+			c.trigger, w.tail = "", nil
+		} else {
+			w.tail = append([]byte(nil), seen[max(0, len(seen)-len(c.trigger)):]...)
+		}
+	}
+	c.mu.Unlock()
+	return n, err
+}
+
 // start runs the host's daemon (the real main in a child process), with the
 // race handling of startMain, and waits until it is ready.
 func (c *chaosHost) start(t *testing.T) {
 	t.Helper()
-	d := &daemon{cmd: exec.Command(os.Args[0], "-c", c.cfgPath), logs: &syncBuffer{}, exited: make(chan struct{})}
+	d := &daemon{cmd: exec.Command(os.Args[0], "-c", c.cfgPath), logs: &testenv.Buffer{}, exited: make(chan struct{})}
 	d.cmd.Env = append(os.Environ(), "NODEPOOL_BUILDER_TEST_MAIN=1")
-	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
-	var tail []byte // a line may come in two writes
-	d.logs.onWrite = func(p []byte) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.trigger == "" {
-			return
-		}
-		seen := append(tail, p...)
-		if bytes.Contains(seen, []byte(c.trigger)) {
-			d.cmd.Process.Signal(c.sig)
-			close(c.fired)
-			c.trigger, tail = "", nil
-			return
-		}
-		tail = append([]byte(nil), seen[max(0, len(seen)-len(c.trigger)):]...)
-	}
+	out := &chaosTrigger{host: c, cmd: d.cmd, out: d.logs}
+	d.cmd.Stdout, d.cmd.Stderr = out, out
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
