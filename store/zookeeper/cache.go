@@ -483,7 +483,13 @@ func (c *cache) refresh(p string) ([]string, error) {
 			// Made meanwhile, it is read as any other change.
 			var all []string
 			xdata, xstat = nil, nil
-			if all, _, err = c.b.childrenW(p); err == nil && slices.Contains(all, extraNode) {
+			all, _, err = c.b.childrenW(p)
+			if errors.Is(err, zk.ErrNoNode) {
+				// The upload went between the two reads: no error either.
+				c.remove(p)
+				return nil, nil
+			}
+			if err == nil && slices.Contains(all, extraNode) {
 				c.enqueue(p + "/" + extraNode)
 			}
 		}
