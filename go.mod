@@ -3,7 +3,6 @@ module github.com/nodepool-builder/nodepool-builder
 go 1.26.8
 
 require (
-	github.com/go-zookeeper/zk v1.0.4
 	github.com/gophercloud/gophercloud/v2 v2.15.0
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/klauspost/compress v1.20.3
@@ -12,6 +11,7 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/urfave/cli/v2 v2.27.7
 	github.com/vbauerster/mpb/v8 v8.9.3
+	github.com/z-division/go-zookeeper v1.0.0
 	golang.org/x/sys v0.49.0
 	gopkg.in/yaml.v3 v3.0.1
 	modernc.org/sqlite v1.61.1

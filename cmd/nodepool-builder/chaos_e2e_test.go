@@ -128,10 +128,8 @@ func (c *chaosHost) start(t *testing.T) {
 			d.cmd.Process.Kill()
 			<-d.exited
 		}
-		if races, known := raceReports(d.logs.String()); len(races) > 0 {
+		if races := raceReports(d.logs.String()); len(races) > 0 {
 			t.Errorf("the race detector reported in host %s:\n%s", c.name, d.logs.String())
-		} else if known > 0 {
-			t.Logf("host %s hit go-zookeeper's known lastZxid race on a reconnect %d time(s)", c.name, known)
 		}
 	})
 	c.d = d

@@ -163,10 +163,8 @@ func startMain(t *testing.T, killOn string, args ...string) *daemon {
 			<-d.exited
 		}
 		// Under -race the child is instrumented too: what it found fails the test.
-		if races, known := raceReports(d.logs.String()); len(races) > 0 {
-			t.Errorf("the race detector reported in a child process:\n%s", d.logs.String())
-		} else if known > 0 {
-			t.Logf("the child hit go-zookeeper's known lastZxid race on a reconnect %d time(s)", known)
+		if races := raceReports(d.logs.String()); len(races) > 0 {
+			t.Errorf("the race detector reported in the child:\n%s", d.logs.String())
 		}
 	})
 	return d
@@ -260,26 +258,13 @@ zuul-images:
 	}, logs.String)
 }
 
-// raceReports returns the race detector's reports in a child's output, but
-// for one known race of go-zookeeper/zk v1.0.4, the newest there is, which it
-// counts: on a reconnect, sendSetWatches reads Conn.lastZxid while the new
-// connection's recvLoop writes it (reported upstream as samuel/go-zookeeper
-// #178 and #260; the fix, go-zookeeper/zk pull request 35, is not merged).
-// Our code is in neither stack.
-func raceReports(logs string) (races []string, known int) {
+// raceReports returns the race detector's reports in a child's output.
+func raceReports(logs string) []string {
+	var races []string
 	for _, block := range strings.Split(logs, "==================\n") {
-		if !strings.HasPrefix(block, "WARNING: DATA RACE") {
-			continue
+		if strings.HasPrefix(block, "WARNING: DATA RACE") {
+			races = append(races, block)
 		}
-		// The two accesses come first; where their goroutines were created
-		// (from our Open, say) follows.
-		access, _, _ := strings.Cut(block, "\nGoroutine ")
-		if strings.Contains(access, "zk.(*Conn).recvLoop()") && strings.Contains(access, "zk.(*Conn).sendSetWatches()") &&
-			!strings.Contains(access, "nodepool-builder/") {
-			known++
-			continue
-		}
-		races = append(races, block)
 	}
-	return races, known
+	return races
 }

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-zookeeper/zk"
+	"github.com/z-division/go-zookeeper/zk"
 
 	"github.com/nodepool-builder/nodepool-builder/store"
 )

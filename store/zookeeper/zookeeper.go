@@ -17,7 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-zookeeper/zk"
+	"github.com/z-division/go-zookeeper/zk"
 
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
@@ -39,10 +39,8 @@ type Options struct {
 	// Version is registered with it.
 	Version string
 	// Snapshot reads the records once and sets no watches: for a command
-	// that reads and exits (a listing), whose cache needs no updates. A
-	// session that sets no watch also never runs into the client library's
-	// unsynchronised read of the last zxid when it re-sends watches on a new
-	// connection (go-zookeeper/zk v1.0.4, conn.go sendSetWatches vs recvLoop).
+	// that reads and exits (a listing), whose cache needs no updates, and
+	// leaves the server no watches to register and drop.
 	Snapshot bool
 	Logger   *slog.Logger
 	Now      func() time.Time
