@@ -104,34 +104,13 @@ func (w *chaosTrigger) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// start runs the host's daemon (the real main in a child process), with the
-// race handling of startMain, and waits until it is ready.
+// start runs the host's daemon (the real main in a child process) and waits
+// until it is ready.
 func (c *chaosHost) start(t *testing.T) {
 	t.Helper()
-	d := &daemon{cmd: exec.Command(os.Args[0], "-c", c.cfgPath), logs: &testenv.Buffer{}, exited: make(chan struct{})}
-	d.cmd.Env = append(os.Environ(), "NODEPOOL_BUILDER_TEST_MAIN=1")
-	out := &chaosTrigger{host: c, cmd: d.cmd, out: d.logs}
-	d.cmd.Stdout, d.cmd.Stderr = out, out
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		d.err = d.cmd.Wait()
-		close(d.exited)
-	}()
-	t.Cleanup(func() {
-		d.cmd.Process.Signal(syscall.SIGCONT)
-		d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.exited:
-		case <-time.After(30 * time.Second):
-			d.cmd.Process.Kill()
-			<-d.exited
-		}
-		if races := raceReports(d.logs.String()); len(races) > 0 {
-			t.Errorf("the race detector reported in host %s:\n%s", c.name, d.logs.String())
-		}
-	})
+	d := startChild(t, func(cmd *exec.Cmd, logs io.Writer) io.Writer {
+		return &chaosTrigger{host: c, cmd: cmd, out: logs}
+	}, "-c", c.cfgPath)
 	c.d = d
 	waitFor(t, 60*time.Second, "host "+c.name+" to be ready", func() bool {
 		select {

@@ -140,12 +140,23 @@ func startDaemon(t *testing.T, cfgPath string, args ...string) *daemon {
 // set, the child is killed with SIGKILL the moment it logs a line holding it.
 func startMain(t *testing.T, killOn string, args ...string) *daemon {
 	t.Helper()
+	return startChild(t, func(cmd *exec.Cmd, logs io.Writer) io.Writer {
+		if killOn == "" {
+			return logs
+		}
+		return &killOnLine{out: logs, cmd: cmd, line: []byte(killOn)}
+	}, args...)
+}
+
+// startChild runs the real main with args in a child process, its output
+// going through what wrap puts in front of the daemon's logs. At cleanup the
+// child is stopped (let go on first, should a test have stopped it) and what
+// the race detector found in it fails the test.
+func startChild(t *testing.T, wrap func(cmd *exec.Cmd, logs io.Writer) io.Writer, args ...string) *daemon {
+	t.Helper()
 	d := &daemon{cmd: exec.Command(os.Args[0], args...), logs: &testenv.Buffer{}, exited: make(chan struct{})}
 	d.cmd.Env = append(os.Environ(), "NODEPOOL_BUILDER_TEST_MAIN=1")
-	var out io.Writer = d.logs
-	if killOn != "" {
-		out = &killOnLine{out: d.logs, cmd: d.cmd, line: []byte(killOn)}
-	}
+	out := wrap(d.cmd, d.logs)
 	d.cmd.Stdout, d.cmd.Stderr = out, out
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -155,6 +166,7 @@ func startMain(t *testing.T, killOn string, args ...string) *daemon {
 		close(d.exited)
 	}()
 	t.Cleanup(func() {
+		d.cmd.Process.Signal(syscall.SIGCONT)
 		d.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-d.exited:
@@ -164,7 +176,7 @@ func startMain(t *testing.T, killOn string, args ...string) *daemon {
 		}
 		// Under -race the child is instrumented too: what it found fails the test.
 		if races := raceReports(d.logs.String()); len(races) > 0 {
-			t.Errorf("the race detector reported in the child:\n%s", d.logs.String())
+			t.Errorf("the race detector reported in the child %v:\n%s", args, d.logs.String())
 		}
 	})
 	return d
