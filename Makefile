@@ -31,8 +31,10 @@ vet:
 # test runs every test under the race detector, integration tests against the
 # real parts included (the daemons the end-to-end tests start are instrumented
 # too). Under CI=true a missing part fails the run instead of skipping.
+# scripts/test.sh runs the longest end-to-end tests in a go test process of
+# their own beside the rest, since they mostly wait on the parts they start.
 test: deps-test vet
-	$(GO) test -race -count=1 -timeout 40m ./...
+	GO=$(GO) sh scripts/test.sh -race -count=1 -timeout 40m
 
 # race is a quick run of the packages with concurrent code under the race
 # detector; -short and -skip leave out their slow integration tests (the real
