@@ -602,12 +602,11 @@ func TestFlags(t *testing.T) {
 	e.must(exitUsage, []string{"--upload-workers", "0"}, "1 or more")
 }
 
-// TestSIGTERMMidUploadIsNoFailure: a daemon stopped with SIGTERM while it sends
-// an image to a real Glance (slowed so that the stop comes mid-upload) deletes
-// the half-made image and records no failure: image-list shows none, no attempt
-// is used, Glance holds nothing of the build, and the next start uploads it at
-// once.
-func TestSIGTERMMidUploadIsNoFailure(t *testing.T) {
+// newSlowUploadEnv is an env whose one provider, cloud-r, reaches Glance
+// through a proxy slowed so that the upload of its Zuul build, an 8 MiB raw
+// image, takes about 32 s: a test can act in the middle of it.
+func newSlowUploadEnv(t *testing.T) (*env, *testenv.Proxy, zuultest.Build) {
+	t.Helper()
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
 	slow := e.proxiedClouds("slow")["slow"]
 	e.writeYAML(`images-dir: {{IMAGES}}
@@ -622,7 +621,17 @@ zuul-images:
 	img := e.makeImageSized(1, 8<<20)
 	zb := e.addBuild(img, zuultest.BuildSpec{Artifacts: []zuultest.ArtifactSpec{
 		{Name: "debian raw", Path: img.raw, Compress: "zst", Metadata: zuulImageMeta("raw")}}})
-	slow.SetRate(256 << 10) // about 32 s for the upload: the stop comes in the middle
+	slow.SetRate(256 << 10) // about 32 s for the upload: the middle is well after its start
+	return e, slow, zb
+}
+
+// TestSIGTERMMidUploadIsNoFailure: a daemon stopped with SIGTERM while it sends
+// an image to a real Glance (slowed so that the stop comes mid-upload) deletes
+// the half-made image and records no failure: image-list shows none, no attempt
+// is used, Glance holds nothing of the build, and the next start uploads it at
+// once.
+func TestSIGTERMMidUploadIsNoFailure(t *testing.T) {
+	e, slow, zb := newSlowUploadEnv(t) // the stop comes in the middle of the upload
 	d := startDaemon(t, e.cfgPath)
 	d.waitLog(t, 60*time.Second, `msg="upload started"`)
 	d.stop(t, 60*time.Second)

@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
 // TestOnceGlanceGoneMidUpload: Glance goes away while --once sends an image
@@ -14,21 +12,7 @@ import (
 // a nodepool-builder would drop without deleting the image). Once Glance is
 // back, the next runs delete that image and make the upload.
 func TestOnceGlanceGoneMidUpload(t *testing.T) {
-	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
-	slow := e.proxiedClouds("slow")["slow"]
-	e.writeYAML(`images-dir: {{IMAGES}}
-zuul-images:
-{{DEBIAN}}providers:
-  - name: cloud-r
-    cloud: slow
-    image-format: raw
-    diskimages:
-      - name: debian
-`)
-	img := e.makeImageSized(1, 8<<20)
-	zb := e.addBuild(img, zuultest.BuildSpec{Artifacts: []zuultest.ArtifactSpec{
-		{Name: "debian raw", Path: img.raw, Compress: "zst", Metadata: zuulImageMeta("raw")}}})
-	slow.SetRate(256 << 10) // about 32 s for the upload: Glance goes in the middle
+	e, slow, zb := newSlowUploadEnv(t) // Glance goes in the middle of the upload
 	d := startMain(t, "", "-c", e.cfgPath, "--once")
 	d.waitLog(t, 60*time.Second, `msg="upload started"`)
 	slow.Down()
