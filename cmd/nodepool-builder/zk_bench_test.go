@@ -2,27 +2,23 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/z-division/go-zookeeper/zk"
 
 	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/store/zookeeper"
+	"github.com/nodepool-builder/nodepool-builder/store/zookeeper/zktest"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
@@ -172,110 +168,6 @@ func onceNoOp(ctx context.Context, path string, log *slog.Logger) (int64, error)
 	return zb.Reads(), nil
 }
 
-// zkFullRead is the floor of a --once: one client reading the whole tree of
-// records once, as plainly as it can: the children of every node down to the
-// uploads, and the data of every build and upload and of their extra nodes, in
-// parallel on one connection.
-type zkFullRead struct {
-	conn  *zk.Conn
-	root  string
-	reads atomic.Int64
-}
-
-func newZKFullRead(tb testing.TB, z *testenv.ZooKeeper, chroot string) *zkFullRead {
-	tb.Helper()
-	tc, err := z.ClientTLSConfig()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	dial := zk.WithDialer(func(network, address string, timeout time.Duration) (net.Conn, error) {
-		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: tc}
-		return d.Dial(network, address)
-	})
-	conn, events, err := zk.Connect([]string{z.Addr}, 10*time.Second, dial, zk.WithLogger(quietZK{}))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(conn.Close)
-	deadline := time.After(30 * time.Second)
-	for conn.State() != zk.StateHasSession {
-		select {
-		case <-events:
-		case <-deadline:
-			tb.Fatalf("no ZooKeeper session with %s within 30s", z.Addr)
-		}
-	}
-	return &zkFullRead{conn: conn, root: chroot + "/nodepool/images"}
-}
-
-type quietZK struct{}
-
-func (quietZK) Printf(string, ...any) {}
-
-// read reads the tree once and returns the znodes it read.
-func (r *zkFullRead) read() (int64, error) {
-	before := r.reads.Load()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
-	var mu sync.Mutex
-	var errs []error
-	do := func(f func() error) {
-		wg.Go(func() {
-			sem <- struct{}{}
-			err := f()
-			<-sem
-			if err != nil && !errors.Is(err, zk.ErrNoNode) {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		})
-	}
-	children := func(p string) ([]string, error) {
-		r.reads.Add(1)
-		kids, _, err := r.conn.Children(p)
-		return slices.DeleteFunc(kids, func(k string) bool { return k == "lock" }), err
-	}
-	get := func(p string) error {
-		r.reads.Add(1)
-		_, _, err := r.conn.Get(p)
-		return err
-	}
-	record := func(p string) {
-		do(func() error { return get(p) })
-		do(func() error { return get(p + "/nodepool-builder") })
-	}
-	images, err := children(r.root)
-	if err != nil {
-		return 0, err
-	}
-	for _, image := range images {
-		do(func() error {
-			ids, err := children(r.root + "/" + image + "/builds")
-			for _, id := range ids {
-				bp := r.root + "/" + image + "/builds/" + id
-				record(bp)
-				do(func() error {
-					providers, err := children(bp + "/providers")
-					for _, p := range providers {
-						do(func() error {
-							ids, err := children(bp + "/providers/" + p + "/images")
-							for _, id := range ids {
-								record(bp + "/providers/" + p + "/images/" + id)
-							}
-							return err
-						})
-					}
-					return err
-				})
-			}
-			return err
-		})
-	}
-	wg.Wait()
-	return r.reads.Load() - before, errors.Join(errs...)
-}
-
 // BenchmarkZooKeeperNoOp is the ZooKeeper mode at the scale of a large
 // installation: 500 zuul-images × 20 providers, each image with a ready build
 // uploaded everywhere, three builders sharing one ZooKeeper over TLS. Its
@@ -331,19 +223,19 @@ func BenchmarkZooKeeperNoOp(b *testing.B) {
 
 	// Each --once is timed right after a full read: on a shared machine the
 	// two then meet the same load, and the ratio of each pair is what counts.
-	full := newZKFullRead(b, f.z, f.chroot)
+	full := zktest.NewFullRead(b, f.z, f.chroot)
 	b.Logf("%d images × %d providers populated in %s", f.images, f.providers, populated.Round(time.Millisecond))
 	var onceReads, fullZnodes int64
 	var fullTimes, ratios []float64
 	for b.Loop() {
 		b.StopTimer()
 		start := time.Now()
-		n, err := full.read()
-		if err != nil {
+		before := full.Requests.Load()
+		if err := full.Read(); err != nil {
 			b.Fatal(err)
 		}
 		fullTime := time.Since(start)
-		fullZnodes = n
+		fullZnodes = full.Requests.Load() - before
 		b.StartTimer()
 		start = time.Now()
 		reads, err := onceNoOp(ctx, f.configs[1], log)
@@ -354,7 +246,7 @@ func BenchmarkZooKeeperNoOp(b *testing.B) {
 		onceReads += reads
 		fullTimes = append(fullTimes, float64(fullTime.Nanoseconds()))
 		ratios = append(ratios, float64(once)/float64(fullTime))
-		b.Logf("full read %s (%d znodes), --once %s (%d znodes): %.2fx", fullTime.Round(time.Millisecond), n,
+		b.Logf("full read %s (%d znodes), --once %s (%d znodes): %.2fx", fullTime.Round(time.Millisecond), fullZnodes,
 			once.Round(time.Millisecond), reads, float64(once)/float64(fullTime))
 	}
 

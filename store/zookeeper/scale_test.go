@@ -13,12 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/z-division/go-zookeeper/zk"
-
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/store/zookeeper"
+	"github.com/nodepool-builder/nodepool-builder/store/zookeeper/zktest"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 )
 
@@ -193,121 +192,6 @@ func newUploader(st *store.Store, f fleet, log *slog.Logger) *uploader.Uploader 
 	return uploader.New(uploader.Options{Store: st, Config: f.config(), Logger: log})
 }
 
-// fullRead is what a backend without a cache reads on every step: the children
-// of every node down to the uploads, and the data of every build and upload with
-// its extra node, in parallel on one connection as a good client pipelines them.
-// It counts the requests it sends and the znodes it reads the data of.
-type fullRead struct {
-	conn     *zk.Conn
-	root     string // the chroot's /nodepool/images
-	requests atomic.Int64
-	znodes   atomic.Int64
-}
-
-func newFullRead(tb testing.TB, z *testenv.ZooKeeper, chroot string) *fullRead {
-	tb.Helper()
-	conn, events, err := zk.Connect([]string{z.Addr}, 10*time.Second, zk.WithLogger(discardZKLog{}))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(conn.Close)
-	deadline := time.After(30 * time.Second)
-	for conn.State() != zk.StateHasSession {
-		select {
-		case <-events:
-		case <-deadline:
-			tb.Fatalf("no ZooKeeper session with %s within 30s", z.Addr)
-		}
-	}
-	return &fullRead{conn: conn, root: chroot + "/nodepool/images"}
-}
-
-// read reads the whole tree once.
-func (r *fullRead) read() error {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
-	var mu sync.Mutex
-	var errs []error
-	fail := func(err error) {
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
-	}
-	do := func(f func() error) {
-		wg.Go(func() {
-			sem <- struct{}{}
-			err := f()
-			<-sem
-			if err != nil && !errors.Is(err, zk.ErrNoNode) {
-				fail(err)
-			}
-		})
-	}
-	children := func(p string) ([]string, error) {
-		r.requests.Add(1)
-		kids, _, err := r.conn.Children(p)
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", p, err)
-		}
-		out := kids[:0]
-		for _, k := range kids {
-			if k != "lock" {
-				out = append(out, k)
-			}
-		}
-		return out, nil
-	}
-	get := func(p string) error {
-		r.requests.Add(1)
-		r.znodes.Add(1)
-		if _, _, err := r.conn.Get(p); err != nil {
-			return fmt.Errorf("read %s: %w", p, err)
-		}
-		return nil
-	}
-	// Each level lists the next: image, its builds, a build's data and
-	// providers, a provider's uploads, an upload's data.
-	var uploadsOf, buildsOf func(p string) error
-	uploadsOf = func(p string) error {
-		ids, err := children(p + "/images")
-		for _, id := range ids {
-			up := p + "/images/" + id
-			do(func() error { return get(up) })
-			do(func() error { return get(up + "/nodepool-builder") })
-		}
-		return err
-	}
-	buildsOf = func(image string) error {
-		ids, err := children(r.root + "/" + image + "/builds")
-		for _, id := range ids {
-			bp := r.root + "/" + image + "/builds/" + id
-			do(func() error { return get(bp) })
-			do(func() error { return get(bp + "/nodepool-builder") })
-			do(func() error {
-				providers, err := children(bp + "/providers")
-				for _, p := range providers {
-					do(func() error { return uploadsOf(bp + "/providers/" + p) })
-				}
-				return err
-			})
-		}
-		return err
-	}
-	images, err := children(r.root)
-	if err != nil {
-		return err
-	}
-	for _, image := range images {
-		do(func() error { return buildsOf(image) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-type discardZKLog struct{}
-
-func (discardZKLog) Printf(string, ...any) {}
-
 // TestZooKeeperStepReadsNoZnode shows that a reconcile step reads the records
 // from the cache, sending ZooKeeper nothing, and that the cache still follows
 // what another builder writes.
@@ -328,14 +212,14 @@ func TestZooKeeperStepReadsNoZnode(t *testing.T) {
 	st, b := openStore(t, z, root, dir, log)
 	loaded := b.Requests()
 	up := newUploader(st, f, log)
-	full := newFullRead(t, z, root)
-	if err := full.read(); err != nil {
+	full := zktest.NewFullRead(t, z, root)
+	if err := full.Read(); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d uploads; opening read the tree with %d requests; a full read takes %d requests for %d znodes",
-		uploads, loaded, full.requests.Load(), full.znodes.Load())
-	if full.znodes.Load() < int64(2*uploads) {
-		t.Fatalf("a full read read %d znodes, want at least the %d uploads and their extra nodes", full.znodes.Load(), uploads)
+		uploads, loaded, full.Requests.Load(), full.Znodes.Load())
+	if full.Znodes.Load() < int64(2*uploads) {
+		t.Fatalf("a full read read %d znodes, want at least the %d uploads and their extra nodes", full.Znodes.Load(), uploads)
 	}
 	steady := func(what string) {
 		t.Helper()
@@ -350,7 +234,7 @@ func TestZooKeeperStepReadsNoZnode(t *testing.T) {
 			}
 			// Nothing changed, so no watch fired and nothing is read again.
 			if n := b.Requests() - before; n != 0 {
-				t.Fatalf("%s: step %d sent ZooKeeper %d requests, want none (a full read is %d)", what, i, n, full.requests.Load())
+				t.Fatalf("%s: step %d sent ZooKeeper %d requests, want none (a full read is %d)", what, i, n, full.Requests.Load())
 			}
 		}
 	}
@@ -426,20 +310,20 @@ func TestZooKeeperOpenReadsLikeAFullRead(t *testing.T) {
 	for i := range f.images {
 		builds += f.builds(i)
 	}
-	full := newFullRead(t, z, root)
-	if err := full.read(); err != nil {
+	full := zktest.NewFullRead(t, z, root)
+	if err := full.Read(); err != nil {
 		t.Fatal(err)
 	}
 	_, b := openStore(t, z, root, dir, log)
 	// Open makes sure of the paths it needs and the store reads its own
 	// records of the builder: a few reads whatever the tree holds.
 	const ensured = 16
-	bound := full.requests.Load() + int64(f.images+builds) + ensured
+	bound := full.Requests.Load() + int64(f.images+builds) + ensured
 	if n := b.Reads(); n > bound {
 		t.Fatalf("Open read %d znodes; a full read takes %d, and with a listing of each of %d images and %d builds "+
-			"and the paths Open ensures, no more than %d", n, full.requests.Load(), f.images, builds, bound)
+			"and the paths Open ensures, no more than %d", n, full.Requests.Load(), f.images, builds, bound)
 	}
-	t.Logf("Open read %d znodes, a full read %d", b.Reads(), full.requests.Load())
+	t.Logf("Open read %d znodes, a full read %d", b.Reads(), full.Requests.Load())
 }
 
 // TestZooKeeperCachedRecordsAreCopies shows that the records a read returns are
@@ -509,18 +393,18 @@ func BenchmarkZooKeeperStep(b *testing.B) {
 	opened := time.Since(start)
 	loaded := zb.Requests()
 	up := newUploader(st, f, log)
-	full := newFullRead(b, z, root)
+	full := zktest.NewFullRead(b, z, root)
 	const fullReads = 2
 	start = time.Now()
 	for range fullReads {
-		if err := full.read(); err != nil {
+		if err := full.Read(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	fullTime := time.Since(start) / fullReads
-	fullRequests := full.requests.Load() / fullReads
+	fullRequests := full.Requests.Load() / fullReads
 	b.Logf("%d uploads, populated in %s with %d requests; Open read the tree in %s with %d requests; a full read gets %d znodes",
-		uploads, populated.Round(time.Millisecond), written, opened.Round(time.Millisecond), loaded, full.znodes.Load()/fullReads)
+		uploads, populated.Round(time.Millisecond), written, opened.Round(time.Millisecond), loaded, full.Znodes.Load()/fullReads)
 
 	timed := func() time.Duration {
 		start := time.Now()
