@@ -500,9 +500,63 @@ func (c *cache) refresh(p string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The record is decoded here, by its reader and outside the lock: opening
+	// reads tens of thousands of them, and each one decoded while others are
+	// on the wire is one the first step need not decode on its own.
+	var build *record[store.Build]
+	var upload *record[store.Upload]
+	switch k {
+	case kindBuild:
+		image, id := buildKey(p)
+		if b, err := decodeBuild(image, id, data, stat, xdata); err == nil {
+			build = &record[store.Build]{rec: b, ok: true}
+		}
+	case kindUpload:
+		image, bid, provider, id := uploadKey(p)
+		if u, err := decodeUpload(image, bid, provider, id, data, stat, xdata); err == nil {
+			upload = &record[store.Upload]{rec: u, ok: true}
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.keep(p, data, stat, kids, xdata, xstat), nil
+	fresh := c.keep(p, data, stat, kids, xdata, xstat)
+	if build != nil || upload != nil {
+		c.decoded(p, stat, xstat, build, upload)
+	}
+	return fresh, nil
+}
+
+// decoded keeps a record that refresh decoded, when the cache still holds the
+// states of its node and extra node it was decoded from (a write of this
+// process may have been later); else the next read decodes what the cache
+// holds. A record that does not parse is left to that read too, which says
+// so. The caller holds mu.
+func (c *cache) decoded(p string, stat, xstat *zk.Stat, build *record[store.Build], upload *record[store.Upload]) {
+	n := c.nodes[p]
+	if n == nil || !sameState(n.stat, *stat) {
+		return
+	}
+	x := c.nodes[p+"/"+extraNode]
+	if (x == nil) != (xstat == nil) || x != nil && !sameState(x.stat, *xstat) {
+		return
+	}
+	if build != nil {
+		if _, ok := c.builds[p]; ok {
+			c.builds[p] = build
+		}
+	}
+	if upload != nil {
+		if ups := c.uploads[buildOf(p)]; ups != nil {
+			if _, ok := ups[p]; ok {
+				ups[p] = upload
+			}
+		}
+	}
+}
+
+// sameState tells whether two stats are of one state of one node.
+func sameState(a, b zk.Stat) bool {
+	return a.Czxid == b.Czxid && a.Mzxid == b.Mzxid && a.Version == b.Version
 }
 
 // refreshProvider follows a provider node of a build, whose only followed
@@ -558,9 +612,9 @@ func (c *cache) statOf(p string) *zk.Stat {
 	return &zk.Stat{}
 }
 
-// keep caches a node as a refresh read it, with its extra node when xstat
-// is not nil, and returns its followed children the cache has not seen; the
-// caller holds mu.
+// keep caches a node as a refresh read it, with its followed children kids,
+// sorted, and its extra node when xstat is not nil, and returns those children
+// the cache has not seen; the caller holds mu.
 func (c *cache) keep(p string, data []byte, stat *zk.Stat, kids []string, xdata []byte, xstat *zk.Stat) []string {
 	if czxid, ok := c.gone[p]; ok && czxid == stat.Czxid {
 		return nil // a read from before this process deleted it
@@ -582,18 +636,16 @@ func (c *cache) keep(p string, data []byte, stat *zk.Stat, kids []string, xdata 
 		c.setNode(xp, xn)
 	}
 	var fresh []string
-	seen := map[string]bool{}
 	for _, ch := range kids {
 		cp := p + "/" + ch
-		seen[cp] = true
 		if cn, ok := c.nodes[cp]; !ok || !cn.watched {
 			fresh = append(fresh, cp)
 		}
 	}
 	if old != nil {
 		for _, ch := range old.children {
-			if cp := p + "/" + ch; !seen[cp] {
-				c.removeLocked(cp)
+			if _, found := slices.BinarySearch(kids, ch); !found {
+				c.removeLocked(p + "/" + ch)
 			}
 		}
 	}

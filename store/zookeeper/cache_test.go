@@ -76,6 +76,41 @@ func TestCacheRecordIsWhole(t *testing.T) {
 		}
 	})
 
+	t.Run("LateReadDecodesNothingOlder", func(t *testing.T) {
+		// A record is decoded by the read that brought it, outside the
+		// cache's lock: a read that comes back after the cache learnt of a
+		// later state must not put its older record in the view.
+		c := newCache(ours)
+		for _, p := range []string{imageRoot + "/" + bd.Image, imageRoot + "/debian/builds", buildPath(bd.Image, bd.ID), up} {
+			if _, err := c.refresh(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, _ := c.get(up)
+		x, _ := c.get(up + "/" + extraNode)
+		early, earlyX := *n, *x
+		before := viewUpload(t, c.records(), u.ID)
+		cur := readUpload(t, theirs, u.ID, last)
+		cur.Attempts++
+		if err := theirs.Write(ctx, store.PutUpload(&cur)); err != nil {
+			t.Fatal(err)
+		}
+		last = cur.Version
+		if _, err := c.refresh(up); err != nil {
+			t.Fatal(err)
+		}
+		// The early read's answer, as refresh would keep it.
+		c.mu.Lock()
+		c.keep(up, early.data, &early.stat, []string{extraNode}, earlyX.data, &earlyX.stat)
+		c.decoded(up, &early.stat, &earlyX.stat, nil, &record[store.Upload]{rec: before, ok: true})
+		c.mu.Unlock()
+		got := viewUpload(t, c.records(), u.ID)
+		if got.Version != cur.Version || got.Attempts != cur.Attempts {
+			t.Fatalf("after a late read: version %d, attempts %d; want %d, %d (the later state the cache holds)",
+				got.Version, got.Attempts, cur.Version, cur.Attempts)
+		}
+	})
+
 	t.Run("LateWriteDoesNotGoBack", func(t *testing.T) {
 		// Two writes of this process; the first records itself in the cache
 		// after the second did.
