@@ -64,10 +64,18 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 	}
 	clients := map[string]poller.Builds{}
 	fetchers := map[string]*artifacts.Fetcher{}
+	// The zuul-images that trust the same ca-cert share one HTTP client and
+	// its connections: 500 images of one Zuul would otherwise hold 500
+	// connections to it, and make as many TLS handshakes on each --once.
+	shared := map[string]*http.Client{}
 	for _, zi := range cfg.ZuulImages {
-		hc, err := downloadClient(zi.CACert)
-		if err != nil {
-			return nil, fmt.Errorf("%w: zuul-image %s: %w", ErrConfig, zi.Name, err)
+		hc, ok := shared[zi.CACert]
+		if !ok {
+			var err error
+			if hc, err = zuulClient(zi.CACert); err != nil {
+				return nil, fmt.Errorf("%w: zuul-image %s: %w", ErrConfig, zi.Name, err)
+			}
+			shared[zi.CACert] = hc
 		}
 		fetchers[zi.Name] = &artifacts.Fetcher{PartialDir: b.store.PartialDir(), HTTPClient: hc, Logger: b.log,
 			MaxSize: cfg.Builder.MaxImageSize, Connections: cfg.Builder.DownloadConnections, Progress: b.opts.Progress}
@@ -75,7 +83,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 			APIURL:     zi.APIURL,
 			Tenant:     zi.Tenant,
 			TokenFile:  zi.AuthTokenFile,
-			CACertFile: zi.CACert,
+			HTTPClient: hc, // it trusts zi.CACert
 			// The client warns, with this, of credentials it would send over http.
 			Logger: b.log.With("zuul_image", zi.Name),
 		})
@@ -127,11 +135,20 @@ func (b *Builder) uploadProgress(j uploader.Job, sent, total int64) {
 	}
 }
 
-// downloadClient is the HTTP client for a zuul-image's artifacts: it trusts the
-// image's ca-cert besides the system roots, and has no overall timeout (the
-// downloader guards against stalls; a large image may take an hour).
-func downloadClient(caCert string) (*http.Client, error) {
-	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+// zuulIdleConns is how many idle connections to one Zuul the zuul-images
+// sharing a client keep: as many as polls run at once in --once, so that each
+// finds one open.
+const zuulIdleConns = onceParallel
+
+// zuulClient is the HTTP client for zuul-images that trust caCert, for their
+// API queries and artifacts: it trusts caCert besides the system roots, and has
+// no overall timeout (the API client sets its own; the downloader, which
+// takes a copy on a transport of its own, guards against stalls, since a large
+// image may take an hour).
+func zuulClient(caCert string) (*http.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = zuulIdleConns
+	hc := &http.Client{Transport: tr}
 	if caCert == "" {
 		return hc, nil
 	}

@@ -1,30 +1,34 @@
 package builder
 
 import (
+	"context"
 	"encoding/pem"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
-func TestDownloadClientTrustsCACert(t *testing.T) {
+func TestZuulClientTrustsCACert(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("image")) }))
 	defer srv.Close()
 	dir := t.TempDir()
 	ca := filepath.Join(dir, "ca.pem")
 	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644)
 
-	plain, err := downloadClient("")
+	plain, err := zuulClient("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := plain.Get(srv.URL); err == nil {
 		t.Fatal("a client without the ca-cert trusted the test server")
 	}
-	trusting, err := downloadClient(ca)
+	trusting, err := zuulClient(ca)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,10 +40,37 @@ func TestDownloadClientTrustsCACert(t *testing.T) {
 
 	bad := filepath.Join(dir, "bad.pem")
 	os.WriteFile(bad, []byte("not a certificate"), 0o644)
-	if _, err := downloadClient(bad); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+	if _, err := zuulClient(bad); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Fatalf("bad ca-cert: %v", err)
 	}
-	if _, err := downloadClient(filepath.Join(dir, "missing.pem")); err == nil {
+	if _, err := zuulClient(filepath.Join(dir, "missing.pem")); err == nil {
 		t.Fatal("missing ca-cert accepted")
+	}
+}
+
+// TestZuulImagesShareConnections: the zuul-images of one Zuul share its
+// connections, so a --once over many of them opens about one for each poll
+// that runs at once, not one for each image. (A few more than onceParallel may
+// open: a request that finds no idle connection dials one, and the one freed
+// meanwhile may serve it first.)
+func TestZuulImagesShareConnections(t *testing.T) {
+	zuul := zuultest.NewServer(zuultest.ServerOptions{})
+	t.Cleanup(zuul.Close)
+	const images = 20 * onceParallel
+	var cfg strings.Builder
+	cfg.WriteString("images-dir: %s\nzuul-images:\n")
+	for i := range images {
+		fmt.Fprintf(&cfg, "  - name: zimg-%d\n    api-url: %s\n    tenant: example\n    project: org/images\n"+
+			"    job: build-zimg-%d\n    formats: [raw]\n", i, zuul.URL(), i)
+	}
+	r := newRig(t, cfg.String())
+	if err := r.b.Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(zuul.BuildsCalls()); n != images {
+		t.Fatalf("Zuul was asked %d times, want once per zuul-image (%d)", n, images)
+	}
+	if n := zuul.Connections(); n > images/4 {
+		t.Errorf("%d connections to Zuul for %d zuul-images polled %d at a time, want about %d", n, images, onceParallel, onceParallel)
 	}
 }

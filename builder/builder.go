@@ -169,7 +169,7 @@ func (b *Builder) wakePlanner() {
 }
 
 // onceParallel bounds the images of one source that Once looks at at a time.
-const onceParallel = 8
+const onceParallel = 16
 
 // Once does every step once, to completion: recovery and leftovers, every
 // source's images, the uploads that are missing, retention and deletes, and

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,6 +57,8 @@ type Server struct {
 	srv  *http.Server
 	done chan struct{}
 
+	conns atomic.Int64 // connections clients opened
+
 	mu       sync.Mutex
 	opts     ServerOptions
 	builds   []*build
@@ -84,6 +87,9 @@ type APICall struct {
 	Query         url.Values
 	Authorization string
 }
+
+// Connections is how many connections clients opened to the server.
+func (s *Server) Connections() int64 { return s.conns.Load() }
 
 // NewServer starts a Server on a loopback port. It panics when it cannot
 // listen, like net/http/httptest does.
@@ -119,7 +125,12 @@ func NewServer(opts ServerOptions) *Server {
 	mux.HandleFunc("GET /api/builds", s.handleRootBuilds)
 	mux.HandleFunc("GET /logs/", s.handleFile)
 	mux.HandleFunc("GET /redirect/{id}", s.handleRedirect)
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				s.conns.Add(1)
+			}
+		}}
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
