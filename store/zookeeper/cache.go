@@ -111,7 +111,21 @@ func classify(p string) kind {
 	if !ok {
 		return kindOther
 	}
-	parts := strings.Split(rest, "/")
+	// Split without allocating: classify runs several times for each node read.
+	var segs [8]string
+	n := 0
+	for {
+		if n == len(segs) {
+			return kindOther
+		}
+		var more bool
+		segs[n], rest, more = strings.Cut(rest, "/")
+		n++
+		if !more {
+			break
+		}
+	}
+	parts := segs[:n]
 	last := parts[len(parts)-1]
 	if last == lockNode || strings.Contains(last, "__lock__") {
 		return kindOther
@@ -289,40 +303,63 @@ func (c *cache) load() error {
 	c.reload = false
 	c.qmu.Unlock()
 
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	sem := make(chan struct{}, 64)
-	var walk func(p string)
-	walk = func(p string) {
-		defer wg.Done()
-		sem <- struct{}{}
-		kids, err := c.refresh(p)
-		<-sem
-		if err != nil {
-			mu.Lock()
-			if firstErr == nil {
-				firstErr = err
-			}
-			mu.Unlock()
-			return
-		}
-		for _, k := range kids {
-			wg.Add(1)
-			go walk(k)
-		}
-	}
-	wg.Add(1)
-	walk(imageRoot)
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	if err := c.walk(imageRoot); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	c.loaded = true
 	c.mu.Unlock()
 	c.once.Do(func() { go c.run() })
 	return nil
+}
+
+// loadWorkers is how many reads a load has in flight.
+const loadWorkers = 64
+
+// walk refreshes root and every followed node below it, loadWorkers at a
+// time, and returns the first error. Each worker takes the next path from a
+// queue that the children found join: a goroutine for each of tens of
+// thousands of nodes would cost more than reading them (each grows its stack
+// afresh).
+func (c *cache) walk(root string) error {
+	var (
+		mu      sync.Mutex
+		more    = sync.NewCond(&mu)
+		queue   = []string{root}
+		pending = 1 // paths queued or being read
+		first   error
+		wg      sync.WaitGroup
+	)
+	for range loadWorkers {
+		wg.Go(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			for {
+				for len(queue) == 0 && pending > 0 {
+					more.Wait()
+				}
+				if pending == 0 {
+					return
+				}
+				// Depth first: the queue stays short.
+				p := queue[len(queue)-1]
+				queue = queue[:len(queue)-1]
+				mu.Unlock()
+				kids, err := c.refresh(p)
+				mu.Lock()
+				if err != nil && first == nil {
+					first = err
+				}
+				queue = append(queue, kids...)
+				pending += len(kids) - 1
+				if len(kids) > 0 || pending == 0 {
+					more.Broadcast()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
 }
 
 func (c *cache) stop() {
