@@ -48,11 +48,19 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 		open = b.openOpenStack
 	}
 	clouds := map[string]uploader.Cloud{}
+	// Providers of one clouds.yaml entry and region share its client: one
+	// login, and one listing per leak sweep.
+	opened := map[[2]string]uploader.Cloud{}
 	for i := range cfg.Providers {
 		p := &cfg.Providers[i]
-		cloud, err := open(ctx, p)
-		if err != nil {
-			return nil, fmt.Errorf("%w: provider %s: %w", ErrConfig, p.Name, err)
+		key := [2]string{p.Cloud, p.RegionName}
+		cloud, ok := opened[key]
+		if !ok {
+			var err error
+			if cloud, err = open(ctx, p); err != nil {
+				return nil, fmt.Errorf("%w: provider %s: %w", ErrConfig, p.Name, err)
+			}
+			opened[key] = cloud
 		}
 		if p.ImageFormat == "" {
 			if f, ok := cloud.(interface{ ImageFormat() string }); ok {

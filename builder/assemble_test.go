@@ -8,9 +8,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/uploader"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
@@ -72,5 +75,54 @@ func TestZuulImagesShareConnections(t *testing.T) {
 	}
 	if n := zuul.Connections(); n > images/4 {
 		t.Errorf("%d connections to Zuul for %d zuul-images polled %d at a time, want about %d", n, images, onceParallel, onceParallel)
+	}
+}
+
+// TestProvidersShareTheirCloud: providers of one clouds.yaml entry and region
+// get one cloud client (one login, one listing per leak sweep); another region
+// gets its own.
+func TestProvidersShareTheirCloud(t *testing.T) {
+	const shared = `images-dir: %s
+diskimages:
+  - name: img-a
+    elements: [e]
+    pause: true
+providers:
+  - name: pa
+    cloud: c
+    image-format: raw
+    diskimages: [{name: img-a}]
+  - name: pb
+    cloud: c
+    image-format: raw
+    diskimages: [{name: img-a}]
+  - name: pc
+    cloud: c
+    region-name: other
+    image-format: raw
+    diskimages: [{name: img-a}]
+`
+	var opened []string
+	clouds := map[string]*gatedCloud{}
+	r := newRig(t, shared, func(o *Options) {
+		o.OpenCloud = func(_ context.Context, p *config.Provider) (uploader.Cloud, error) {
+			opened = append(opened, p.Name)
+			clouds[p.Name] = newGatedCloud()
+			return clouds[p.Name], nil
+		}
+	})
+	if want := []string{"pa", "pc"}; !slices.Equal(opened, want) {
+		t.Fatalf("clouds opened for %v, want %v (pb shares pa's)", opened, want)
+	}
+	if err := r.b.Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range clouds {
+		c.mu.Lock()
+		lists := c.lists
+		c.mu.Unlock()
+		if lists != 1 {
+			t.Errorf("the leak sweep listed %s's cloud %d times, want once", name, lists)
+		}
 	}
 }

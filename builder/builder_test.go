@@ -28,6 +28,7 @@ type gatedCloud struct {
 	gate    chan struct{} // nil: uploads pass
 	started chan string   // receives the id of each upload that begins
 	creates int
+	lists   int
 	// hangDeletes makes deletes wait for their context to end, as a cloud that
 	// stopped answering does.
 	hangDeletes bool
@@ -107,6 +108,7 @@ func (c *gatedCloud) Get(_ context.Context, id string) (uploader.Image, error) {
 func (c *gatedCloud) List(_ context.Context, match map[string]string) ([]uploader.Image, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.lists++
 	var out []uploader.Image
 	for _, img := range c.images {
 		ok := true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -19,9 +20,9 @@ type Leak struct {
 	Image    Image
 }
 
-// Leaks lists, per provider (all when provider is empty, each listed in
-// parallel), the cloud images this builder tagged whose upload the store does not
-// hold.
+// Leaks lists, per provider (all when provider is empty; each cloud listed
+// once, the clouds in parallel), the cloud images this builder tagged whose
+// upload the store does not hold.
 func (u *Uploader) Leaks(ctx context.Context, provider string) ([]Leak, error) {
 	// The clouds are listed before the store is read: an upload recorded while a
 	// listing runs is then seen as live, never as a leak.
@@ -32,22 +33,7 @@ func (u *Uploader) Leaks(ctx context.Context, provider string) ([]Leak, error) {
 			providers = append(providers, p)
 		}
 	}
-	lists := make([][]Image, len(providers))
-	errs := make([]error, len(providers))
-	var wg sync.WaitGroup
-	for i, p := range providers {
-		wg.Go(func() {
-			cctx, cancel := u.cloudCtx(ctx)
-			defer cancel()
-			// Providers may share a cloud: each sweeps only the images made for it.
-			imgs, err := u.opts.Clouds[p.Name].List(cctx, map[string]string{PropBuilderID: u.opts.Store.BuilderID(), PropProvider: p.Name})
-			if err != nil {
-				errs[i] = fmt.Errorf("list images of %s: %w", p.Name, err)
-			}
-			lists[i] = imgs
-		})
-	}
-	wg.Wait()
+	lists, errs := u.list(ctx, providers)
 	ups, err := u.opts.Store.Uploads(ctx, store.UploadFilter{})
 	if err != nil {
 		return nil, err
@@ -67,6 +53,63 @@ func (u *Uploader) Leaks(ctx context.Context, provider string) ([]Leak, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// list lists, for each provider, the cloud images this builder made for it,
+// the clouds in parallel. Providers that share a cloud client share one
+// listing of it, whose images go to the provider each names; with one
+// provider on a cloud, the cloud filters by provider itself.
+func (u *Uploader) list(ctx context.Context, providers []*config.Provider) ([][]Image, []error) {
+	type group struct {
+		cloud   Cloud
+		members map[string]int // provider name: index in providers
+	}
+	var groups []*group
+	shared := map[Cloud]*group{}
+	for i, p := range providers {
+		c := u.opts.Clouds[p.Name]
+		// Only a client of a comparable type can be a map key.
+		comparable := reflect.TypeOf(c).Comparable()
+		if comparable && shared[c] != nil {
+			shared[c].members[p.Name] = i
+			continue
+		}
+		g := &group{cloud: c, members: map[string]int{p.Name: i}}
+		groups = append(groups, g)
+		if comparable {
+			shared[c] = g
+		}
+	}
+	lists := make([][]Image, len(providers))
+	errs := make([]error, len(providers))
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() {
+			cctx, cancel := u.cloudCtx(ctx)
+			defer cancel()
+			match := map[string]string{PropBuilderID: u.opts.Store.BuilderID()}
+			if len(g.members) == 1 {
+				for name := range g.members {
+					match[PropProvider] = name
+				}
+			}
+			imgs, err := g.cloud.List(cctx, match)
+			for name, i := range g.members {
+				if err != nil {
+					errs[i] = fmt.Errorf("list images of %s: %w", name, err)
+				}
+			}
+			for _, img := range imgs {
+				// Providers may share a cloud: each sweeps only the images
+				// made for it.
+				if i, ok := g.members[img.Properties[PropProvider]]; ok {
+					lists[i] = append(lists[i], img)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return lists, errs
 }
 
 // Sweep deletes leaked images: tagged with this builder's id, unknown to the store,

@@ -39,6 +39,7 @@ type fakeCloud struct {
 	// unreachable fails every call as a cloud that cannot be reached does.
 	unreachable bool
 	creates     int
+	lists       int
 	deletes     []string
 	// sent, when set, is called once an upload's data has been read.
 	sent func()
@@ -117,6 +118,7 @@ func (c *fakeCloud) Get(_ context.Context, id string) (Image, error) {
 func (c *fakeCloud) List(_ context.Context, match map[string]string) ([]Image, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.lists++
 	if c.unreachable {
 		return nil, errUnreachable
 	}
@@ -609,6 +611,49 @@ func TestLeakSweepNeedsTwoSightings(t *testing.T) {
 	}
 	if _, err := cloud.Get(ctx, shared); err != nil {
 		t.Fatal("sweep of provider a deleted an image of provider b on the same cloud")
+	}
+}
+
+// TestLeakSweepListsASharedCloudOnce: providers that share a cloud client
+// share one listing per sweep, and each still sweeps only its own images.
+func TestLeakSweepListsASharedCloudOnce(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	cloud := f.clouds["a"]
+	f.clouds["b"] = cloud
+	f.newUploader()
+	made := func(provider, builder string) string {
+		id, err := cloud.Create(ctx, ImageSpec{Name: "leaked-" + provider,
+			Properties: map[string]string{PropBuilderID: builder, PropProvider: provider}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	ofA, ofB := made("a", f.st.BuilderID()), made("b", f.st.BuilderID())
+	ofGone := made("c", f.st.BuilderID()) // a provider no longer in the config
+	theirs := made("a", "someone-else")
+	for range 2 {
+		f.clock.Add(time.Minute)
+		if err := f.up.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cloud.mu.Lock()
+	lists := cloud.lists
+	cloud.mu.Unlock()
+	if lists != 2 {
+		t.Errorf("the shared cloud was listed %d times over two sweeps, want 2", lists)
+	}
+	for _, id := range []string{ofA, ofB} {
+		if _, err := cloud.Get(ctx, id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("leak %s still there after two sweeps: %v", id, err)
+		}
+	}
+	for _, id := range []string{ofGone, theirs} {
+		if _, err := cloud.Get(ctx, id); err != nil {
+			t.Errorf("the sweep deleted %s, an image of no provider of this builder: %v", id, err)
+		}
 	}
 }
 
