@@ -44,6 +44,21 @@ func TestCacheRecordIsWhole(t *testing.T) {
 	}
 	up := uploadPath(u.Image, u.BuildID, u.Provider, u.ID)
 	last := u.Version // the latest write of either backend
+	// theirsCountAnAttempt has the other builder count one more attempt of the
+	// upload, then a cache the test steps read the upload's node again.
+	theirsCountAnAttempt := func(t *testing.T, c *cache) store.Upload {
+		t.Helper()
+		cur := readUpload(t, theirs, u.ID, last)
+		cur.Attempts++
+		if err := theirs.Write(ctx, store.PutUpload(&cur)); err != nil {
+			t.Fatal(err)
+		}
+		last = cur.Version
+		if _, err := c.refresh(up); err != nil {
+			t.Fatal(err)
+		}
+		return cur
+	}
 
 	t.Run("WatchOfTheRecordAlone", func(t *testing.T) {
 		// A cache whose steps the test takes one at a time: read everything,
@@ -60,15 +75,7 @@ func TestCacheRecordIsWhole(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		cur := readUpload(t, theirs, u.ID, u.Version)
-		cur.Attempts++
-		if err := theirs.Write(ctx, store.PutUpload(&cur)); err != nil {
-			t.Fatal(err)
-		}
-		last = cur.Version
-		if _, err := c.refresh(up); err != nil {
-			t.Fatal(err)
-		}
+		cur := theirsCountAnAttempt(t, c)
 		got := viewUpload(t, c.records(), u.ID)
 		if got.Version != cur.Version || got.Attempts != cur.Attempts {
 			t.Fatalf("after the record's event: version %d, attempts %d; want %d, %d (the extra node read with it)",
@@ -90,15 +97,7 @@ func TestCacheRecordIsWhole(t *testing.T) {
 		x, _ := c.get(up + "/" + extraNode)
 		early, earlyX := *n, *x
 		before := viewUpload(t, c.records(), u.ID)
-		cur := readUpload(t, theirs, u.ID, last)
-		cur.Attempts++
-		if err := theirs.Write(ctx, store.PutUpload(&cur)); err != nil {
-			t.Fatal(err)
-		}
-		last = cur.Version
-		if _, err := c.refresh(up); err != nil {
-			t.Fatal(err)
-		}
+		cur := theirsCountAnAttempt(t, c)
 		// The early read's answer, as refresh would keep it.
 		c.mu.Lock()
 		c.keep(up, early.data, &early.stat, []string{extraNode}, earlyX.data, &earlyX.stat)
