@@ -197,7 +197,7 @@ func (c *fakeConn) expectClosed() {
 
 func (c *fakeConn) send(p Packet) {
 	c.t.Helper()
-	if err := WritePacket(c.c, p); err != nil {
+	if err := writePacket(c.c, p); err != nil {
 		c.t.Fatalf("send %v: %v", p, err)
 	}
 }

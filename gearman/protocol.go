@@ -122,11 +122,6 @@ func Req(t Type, args ...string) Packet {
 	return Packet{Type: t, Args: stringArgs(args)}
 }
 
-// Res is a response packet (server to worker or client) with string arguments.
-func Res(t Type, args ...string) Packet {
-	return Packet{Response: true, Type: t, Args: stringArgs(args)}
-}
-
 func stringArgs(args []string) [][]byte {
 	out := make([][]byte, len(args))
 	for i, a := range args {
@@ -182,16 +177,6 @@ func (p Packet) MarshalBinary() ([]byte, error) {
 	binary.BigEndian.PutUint32(b[4:], uint32(p.Type))
 	binary.BigEndian.PutUint32(b[8:], uint32(len(data)))
 	return append(b, data...), nil
-}
-
-// WritePacket encodes p and writes it to w in one Write.
-func WritePacket(w io.Writer, p Packet) error {
-	b, err := p.MarshalBinary()
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(b)
-	return err
 }
 
 // ReadPacket reads one packet from r. It refuses a bad magic and data over MaxDataSize

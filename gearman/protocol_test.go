@@ -30,22 +30,22 @@ func TestProtocolDocumentExample(t *testing.T) {
 		{"CAN_DO", Req(CanDo, "reverse"),
 			[]byte{0x00, 0x52, 0x45, 0x51, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x07, 0x72, 0x65, 0x76, 0x65, 0x72, 0x73, 0x65}},
 		{"SUBMIT_JOB", Req(SubmitJob, "reverse", "", "test"), hexPacket("\x00REQ", 7, 13, "reverse\x00\x00test")},
-		{"JOB_CREATED", Res(JobCreated, "H:lap:1"), hexPacket("\x00RES", 8, 7, "H:lap:1")},
+		{"JOB_CREATED", resPacket(JobCreated, "H:lap:1"), hexPacket("\x00RES", 8, 7, "H:lap:1")},
 		{"GRAB_JOB", Req(GrabJob), hexPacket("\x00REQ", 9, 0, "")},
-		{"NO_JOB", Res(NoJob), hexPacket("\x00RES", 10, 0, "")},
+		{"NO_JOB", resPacket(NoJob), hexPacket("\x00RES", 10, 0, "")},
 		{"PRE_SLEEP", Req(PreSleep), hexPacket("\x00REQ", 4, 0, "")},
-		{"NOOP", Res(Noop), hexPacket("\x00RES", 6, 0, "")},
-		{"JOB_ASSIGN", Res(JobAssign, "H:lap:1", "reverse", "test"), hexPacket("\x00RES", 11, 20, "H:lap:1\x00reverse\x00test")},
+		{"NOOP", resPacket(Noop), hexPacket("\x00RES", 6, 0, "")},
+		{"JOB_ASSIGN", resPacket(JobAssign, "H:lap:1", "reverse", "test"), hexPacket("\x00RES", 11, 20, "H:lap:1\x00reverse\x00test")},
 		{"WORK_COMPLETE", Req(WorkComplete, "H:lap:1", "tset"), hexPacket("\x00REQ", 13, 12, "H:lap:1\x00tset")},
 		// The worker-side packets this package uses beyond the example.
 		{"GRAB_JOB_UNIQ", Req(GrabJobUniq), hexPacket("\x00REQ", 30, 0, "")},
-		{"JOB_ASSIGN_UNIQ", Res(JobAssignUniq, "H:lap:1", "reverse", "KEY", "test"), hexPacket("\x00RES", 31, 24, "H:lap:1\x00reverse\x00KEY\x00test")},
+		{"JOB_ASSIGN_UNIQ", resPacket(JobAssignUniq, "H:lap:1", "reverse", "KEY", "test"), hexPacket("\x00RES", 31, 24, "H:lap:1\x00reverse\x00KEY\x00test")},
 		{"WORK_STATUS", Req(WorkStatus, "H:lap:1", "1", "2"), hexPacket("\x00REQ", 12, 11, "H:lap:1\x001\x002")},
 		{"WORK_DATA", Req(WorkData, "H:lap:1", "no such build"), hexPacket("\x00REQ", 28, 21, "H:lap:1\x00no such build")},
 		{"WORK_FAIL", Req(WorkFail, "H:lap:1"), hexPacket("\x00REQ", 14, 7, "H:lap:1")},
 		{"SET_CLIENT_ID", Req(SetClientID, "builder01"), hexPacket("\x00REQ", 22, 9, "builder01")},
-		{"ECHO_RES", Res(EchoRes, "ping"), hexPacket("\x00RES", 17, 4, "ping")},
-		{"ERROR", Res(Error, "JOB_NOT_FOUND", "Job given in work result not found"),
+		{"ECHO_RES", resPacket(EchoRes, "ping"), hexPacket("\x00RES", 17, 4, "ping")},
+		{"ERROR", resPacket(Error, "JOB_NOT_FOUND", "Job given in work result not found"),
 			hexPacket("\x00RES", 19, 48, "JOB_NOT_FOUND\x00Job given in work result not found")},
 		{"empty last argument", Req(WorkComplete, "H:lap:1", ""), hexPacket("\x00REQ", 13, 8, "H:lap:1\x00")},
 	}
@@ -86,11 +86,11 @@ func TestPacketDataKeepsNULs(t *testing.T) {
 	data := "a\x00b\x00\x00c"
 	p := Req(WorkComplete, "H:x:1", data)
 	var buf bytes.Buffer
-	if err := WritePacket(&buf, p); err != nil {
+	if err := writePacket(&buf, p); err != nil {
 		t.Fatal(err)
 	}
 	// A stream of packets reads back one by one, then io.EOF.
-	if err := WritePacket(&buf, Res(Noop)); err != nil {
+	if err := writePacket(&buf, resPacket(Noop)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := ReadPacket(&buf)
@@ -188,7 +188,7 @@ func TestPacketEncodeErrors(t *testing.T) {
 	if _, err := Req(WorkComplete, "H:1", big).MarshalBinary(); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("oversized data: %v, want ErrTooLarge", err)
 	}
-	if err := WritePacket(io.Discard, Req(WorkComplete, "H:1", big[:MaxDataSize-4])); err != nil {
+	if err := writePacket(io.Discard, Req(WorkComplete, "H:1", big[:MaxDataSize-4])); err != nil {
 		t.Errorf("data of exactly MaxDataSize: %v", err)
 	}
 }
@@ -199,7 +199,22 @@ func TestTypeString(t *testing.T) {
 			t.Errorf("Type(%d) = %q, want %q", uint32(typ), got, want)
 		}
 	}
-	if got := Res(JobAssign, "H:1", "f", "d\x00").String(); got != `RES JOB_ASSIGN "H:1\x00f\x00d\x00"` {
+	if got := resPacket(JobAssign, "H:1", "f", "d\x00").String(); got != `RES JOB_ASSIGN "H:1\x00f\x00d\x00"` {
 		t.Errorf("Packet.String = %s", got)
 	}
+}
+
+// resPacket is a response packet (server to worker or client) with string arguments.
+func resPacket(t Type, args ...string) Packet {
+	return Packet{Response: true, Type: t, Args: stringArgs(args)}
+}
+
+// writePacket encodes p and writes it to w in one Write.
+func writePacket(w io.Writer, p Packet) error {
+	b, err := p.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
 }

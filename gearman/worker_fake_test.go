@@ -34,11 +34,11 @@ func TestWorkerGrabCycle(t *testing.T) {
 
 	c := f.accept()
 	c.expect(Req(SetClientID, "builder01"), Req(CanDo, "another"), Req(CanDo, "reverse"), Req(GrabJobUniq))
-	c.send(Res(NoJob))
+	c.send(resPacket(NoJob))
 	c.expect(Req(PreSleep))
-	c.send(Res(Noop))
+	c.send(resPacket(Noop))
 	c.expect(Req(GrabJobUniq))
-	c.send(Res(JobAssignUniq, "H:lap:1", "reverse", "U1", "test"))
+	c.send(resPacket(JobAssignUniq, "H:lap:1", "reverse", "U1", "test"))
 	j := g.waitStarted(t)
 	if j.Function != "reverse" || j.Handle != "H:lap:1" || j.Unique != "U1" || string(j.Data) != "test" {
 		t.Fatalf("handler got %+v", j)
@@ -59,14 +59,14 @@ func TestWorkerGrabCycle(t *testing.T) {
 	j.Status(2, 2)
 
 	// A NOOP while the grab is outstanding: after NO_JOB it grabs again, not sleeps.
-	c.send(Res(Noop))
-	c.send(Res(NoJob))
+	c.send(resPacket(Noop))
+	c.send(resPacket(NoJob))
 	c.expect(Req(GrabJobUniq))
-	c.send(Res(JobAssignUniq, "H:lap:2", "another", "", "x"))
+	c.send(resPacket(JobAssignUniq, "H:lap:2", "another", "", "x"))
 	g.waitStarted(t)
 	g.finish("x", result{err: errors.New("no such build\n0042")})
 	c.expect(Req(WorkData, "H:lap:2", "no such build 0042\n"), Req(WorkFail, "H:lap:2"), Req(GrabJobUniq))
-	c.send(Res(NoJob))
+	c.send(resPacket(NoJob))
 	c.expect(Req(PreSleep))
 	if st := w.Status(); st.Served != 1 || st.Failed != 1 || len(st.Running) != 0 {
 		t.Errorf("status after two jobs: %+v", st)
@@ -84,10 +84,10 @@ func TestWorkerDefersCantDo(t *testing.T) {
 
 	c := f.accept()
 	c.expect(Req(SetClientID, "builder01"), Req(CanDo, "f"), Req(GrabJobUniq))
-	c.send(Res(JobAssignUniq, "H:1", "f", "", "d"))
+	c.send(resPacket(JobAssignUniq, "H:1", "f", "", "d"))
 	g.waitStarted(t)
 	c.expect(Req(GrabJobUniq)) // a second slot is free
-	c.send(Res(NoJob))
+	c.send(resPacket(NoJob))
 	c.expect(Req(PreSleep))
 
 	// f goes while its job runs; g comes. CAN_DO g shows the change was seen; asleep, it
@@ -97,7 +97,7 @@ func TestWorkerDefersCantDo(t *testing.T) {
 	// Removed during the grab: nothing until NO_JOB, since gearmand could be assigning
 	// a job of it right now.
 	w.SetFunctions(nil)
-	c.send(Res(NoJob))
+	c.send(resPacket(NoJob))
 	c.expect(Req(CantDo, "g"), Req(PreSleep))
 	g.finish("d", result{data: []byte("ok")})
 	c.expect(Req(WorkComplete, "H:1", "ok"), Req(CantDo, "f"))
@@ -120,11 +120,11 @@ func TestWorkerReconnects(t *testing.T) {
 
 	c := f.accept()
 	c.expect(hello...)
-	c.send(Res(NoJob))
+	c.send(resPacket(NoJob))
 	c.expect(Req(PreSleep))
 	// Idle: it pings; an answer keeps the connection.
 	c.expect(Req(EchoReq, "ping"))
-	c.send(Res(EchoRes, "ping"))
+	c.send(resPacket(EchoRes, "ping"))
 	c.expect(Req(EchoReq, "ping"))
 	// No answer this time: it gives up on the connection.
 	c.expectClosed()
@@ -134,7 +134,7 @@ func TestWorkerReconnects(t *testing.T) {
 
 	c = f.accept()
 	c.expect(hello...)
-	c.send(Res(Error, "ERR_TEST", "something is wrong"))
+	c.send(resPacket(Error, "ERR_TEST", "something is wrong"))
 	c.expectClosed()
 	waitFor(t, "the ERROR in the status", func() bool {
 		return strings.Contains(w.Status().Servers[0].LastError, "server sent ERROR ERR_TEST: something is wrong")
@@ -168,17 +168,17 @@ func TestWorkerSameJobAgain(t *testing.T) {
 
 	c := f.accept()
 	c.expect(Req(SetClientID, "builder01"), Req(CanDo, "f"), Req(GrabJobUniq))
-	c.send(Res(JobAssignUniq, "H:1", "f", "KEY", "d1"))
+	c.send(resPacket(JobAssignUniq, "H:1", "f", "KEY", "d1"))
 	g.waitStarted(t)
 	c.c.Close()
 
 	c = f.accept()
 	c.expect(Req(SetClientID, "builder01"), Req(CanDo, "f"), Req(GrabJobUniq))
-	c.send(Res(JobAssignUniq, "H:1", "f", "KEY", "d1"))
+	c.send(resPacket(JobAssignUniq, "H:1", "f", "KEY", "d1"))
 	c.expect(Req(GrabJobUniq)) // the wait takes no slot
 	waitFor(t, "two running jobs in the status", func() bool { return len(w.Status().Running) == 2 })
 	// A job with another unique is another job: its handler runs.
-	c.send(Res(JobAssignUniq, "H:2", "f", "OTHER", "d2"))
+	c.send(resPacket(JobAssignUniq, "H:2", "f", "OTHER", "d2"))
 	g.waitStarted(t)
 	c.expect(Req(GrabJobUniq))
 
@@ -224,14 +224,14 @@ func TestWorkerUnserved(t *testing.T) {
 
 	c := f.accept()
 	c.expect(Req(CanDo, "f"), Req(GrabJobUniq))
-	c.send(Res(NoJob))
+	c.send(resPacket(NoJob))
 	c.expect(Req(PreSleep))
 	// Only image-upload:0001: "other" is not bad, and 0002 has a worker.
 	c.expect(Req(CanDo, "image-upload:0001"), Req(GrabJobUniq))
 	if d := time.Since(start); d < 200*time.Millisecond {
 		t.Errorf("registered the unserved function after %s, before UnservedAfter", d)
 	}
-	c.send(Res(JobAssignUniq, "H:1", "image-upload:0001", "u", "provider"))
+	c.send(resPacket(JobAssignUniq, "H:1", "image-upload:0001", "u", "provider"))
 	c.expectAny(Req(WorkData, "H:1", "no build 0001 on this builder\n"), Req(WorkFail, "H:1"), Req(GrabJobUniq))
 	jr := res.wait(t, 1)[0]
 	if !jr.Unserved || !jr.Delivered || jr.Err == nil || jr.Err.Error() != "no build 0001 on this builder" {
@@ -243,7 +243,7 @@ func TestWorkerUnserved(t *testing.T) {
 
 	// It becomes ours before its second job is assigned: the handler does it.
 	w.SetFunctions([]string{"f", "image-upload:0001"})
-	c.send(Res(JobAssignUniq, "H:2", "image-upload:0001", "u2", "provider"))
+	c.send(resPacket(JobAssignUniq, "H:2", "image-upload:0001", "u2", "provider"))
 	g.waitStarted(t)
 	g.finish("provider", result{data: []byte("image-id")})
 	c.expectAny(Req(GrabJobUniq), Req(WorkComplete, "H:2", "image-id"))
@@ -254,7 +254,7 @@ func TestWorkerUnserved(t *testing.T) {
 	// Ours no more, and none queued: it stays unregistered.
 	f.setStatus("f\t0\t0\t1", "image-upload:0001\t0\t0\t1")
 	w.SetFunctions([]string{"f"})
-	c.send(Res(NoJob))
+	c.send(resPacket(NoJob))
 	// The watcher may not have read the new status yet: then CANT_DO follows it.
 	c.expectAny(Req(CantDo, "image-upload:0001"), Req(PreSleep))
 }
@@ -396,7 +396,7 @@ func TestWorkerConcurrentWrites(t *testing.T) {
 	runWorker(t, w)
 	c := f.accept()
 	c.expect(Req(CanDo, "f"), Req(GrabJobUniq))
-	c.send(Res(JobAssignUniq, "H:1", "f", "", ""))
+	c.send(resPacket(JobAssignUniq, "H:1", "f", "", ""))
 	for range goroutines * each {
 		if p := c.next(); p.Type != WorkStatus || p.Arg(0) != "H:1" || p.Arg(2) != "50" {
 			t.Fatalf("got %v, want a WORK_STATUS of H:1", p)
@@ -419,7 +419,7 @@ func TestWorkerStopWaitsForHandlers(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 	c := f.accept()
 	c.expect(Req(SetClientID, "builder01"), Req(CanDo, "f"), Req(GrabJobUniq))
-	c.send(Res(JobAssignUniq, "H:1", "f", "K", "d"))
+	c.send(resPacket(JobAssignUniq, "H:1", "f", "K", "d"))
 	g.waitStarted(t)
 	cancel()
 	select {

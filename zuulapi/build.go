@@ -52,26 +52,6 @@ type Artifact struct {
 	Metadata map[string]any
 }
 
-// MetaString returns the metadata value for key as a string: strings as they
-// are, numbers and booleans formatted, anything else (or nothing) as "".
-func (a Artifact) MetaString(key string) string {
-	switch v := a.Metadata[key].(type) {
-	case string:
-		return v
-	case json.Number:
-		return v.String()
-	case float64:
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	case int:
-		return strconv.Itoa(v)
-	case int64:
-		return strconv.FormatInt(v, 10)
-	case bool:
-		return strconv.FormatBool(v)
-	}
-	return ""
-}
-
 // wireBuild accepts both shapes of the API: Zuul >= 10 nests the ref
 // fields under "ref", Zuul <= 9 puts them on the build with "ref" a string.
 type wireBuild struct {

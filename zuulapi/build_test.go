@@ -101,18 +101,6 @@ func TestDecodeBuilds(t *testing.T) {
 	}
 }
 
-func TestMetaString(t *testing.T) {
-	a := Artifact{Metadata: map[string]any{
-		"s": "text", "n": json.Number("12345678901234567"), "f": 1.5, "b": true, "obj": map[string]any{},
-	}}
-	tests := map[string]string{"s": "text", "n": "12345678901234567", "f": "1.5", "b": "true", "obj": "", "absent": ""}
-	for key, want := range tests {
-		if got := a.MetaString(key); got != want {
-			t.Errorf("MetaString(%q) = %q, want %q", key, got, want)
-		}
-	}
-}
-
 func TestQueryEncode(t *testing.T) {
 	tests := []struct {
 		q    Query

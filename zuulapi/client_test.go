@@ -107,8 +107,8 @@ func TestBuildsBothShapes(t *testing.T) {
 			t.Fatalf("shape %d: artifacts %+v", shape, bb.Artifacts)
 		}
 		a := bb.Artifacts[0]
-		if a.Name != "debian qcow2" || a.URL != branch.Artifacts[0].URL || a.MetaString("format") != "qcow2" ||
-			a.MetaString("sha256") != branch.Artifacts[0].SHA256 {
+		if a.Name != "debian qcow2" || a.URL != branch.Artifacts[0].URL || a.Metadata["format"] != "qcow2" ||
+			a.Metadata["sha256"] != branch.Artifacts[0].SHA256 {
 			t.Errorf("shape %d: artifact %+v", shape, a)
 		}
 	}
@@ -404,72 +404,6 @@ func TestConnectionErrorsAndCancel(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled context: err = %v", err)
 	}
-}
-
-func TestEachBuild(t *testing.T) {
-	s := zuultest.NewServer(zuultest.ServerOptions{})
-	defer s.Close()
-	var want []string
-	for range 7 {
-		want = append([]string{addBuild(t, s, zuultest.BuildSpec{}).UUID}, want...)
-	}
-	c := newClient(t, zuulapi.Options{APIURL: s.URL(), Tenant: "example"})
-	ctx := context.Background()
-
-	t.Run("all pages", func(t *testing.T) {
-		before := len(s.BuildsCalls())
-		var got []string
-		err := c.EachBuild(ctx, zuulapi.Query{Limit: 3}, func(b zuulapi.Build) (bool, error) {
-			got = append(got, b.UUID)
-			return true, nil
-		})
-		if err != nil || !slices.Equal(got, want) {
-			t.Fatalf("got %v, %v; want %v", got, err, want)
-		}
-		var skips []string
-		for _, call := range s.BuildsCalls()[before:] {
-			skips = append(skips, call.Query.Get("skip")+"/"+call.Query.Get("limit"))
-		}
-		if !slices.Equal(skips, []string{"/3", "3/3", "6/3"}) {
-			t.Errorf("skip/limit of the pages: %v", skips)
-		}
-	})
-	t.Run("stop early", func(t *testing.T) {
-		before := len(s.BuildsCalls())
-		n := 0
-		err := c.EachBuild(ctx, zuulapi.Query{Limit: 3}, func(b zuulapi.Build) (bool, error) {
-			n++
-			return n < 4, nil
-		})
-		if err != nil || n != 4 {
-			t.Fatalf("n = %d, err = %v", n, err)
-		}
-		if calls := len(s.BuildsCalls()) - before; calls != 2 {
-			t.Errorf("%d pages fetched, want 2", calls)
-		}
-	})
-	t.Run("callback error", func(t *testing.T) {
-		boom := errors.New("boom")
-		err := c.EachBuild(ctx, zuulapi.Query{}, func(b zuulapi.Build) (bool, error) { return true, boom })
-		if !errors.Is(err, boom) {
-			t.Errorf("err = %v", err)
-		}
-	})
-	t.Run("builds arriving while paging", func(t *testing.T) {
-		var got []string
-		err := c.EachBuild(ctx, zuulapi.Query{Limit: 3}, func(b zuulapi.Build) (bool, error) {
-			if len(got) == 0 {
-				// Two newer builds push the rest down by two places.
-				addBuild(t, s, zuultest.BuildSpec{})
-				addBuild(t, s, zuultest.BuildSpec{})
-			}
-			got = append(got, b.UUID)
-			return true, nil
-		})
-		if err != nil || !slices.Equal(got, want) {
-			t.Errorf("got %v, %v; want each original build once: %v", got, err, want)
-		}
-	})
 }
 
 func TestRelativeArtifactURL(t *testing.T) {
