@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 )
@@ -251,7 +252,7 @@ func (r *rig) build(image string) store.Build {
 	// daemon's recovery rightly takes the building record for an interrupted
 	// build and settles it.
 	var held store.Held
-	waitFor(r.t, 10*time.Second, "the build lock of "+image, func() bool {
+	testenv.WaitFor(r.t, 10*time.Second, "the build lock of "+image, func() bool {
 		var err error
 		held, err = r.st.TryLock(ctx, store.LockKey{Image: image})
 		if err != nil && !errors.Is(err, store.ErrHeld) {
@@ -283,18 +284,6 @@ func (r *rig) uploads(f store.UploadFilter) []store.Upload {
 	return ups
 }
 
-// waitFor polls cond until it holds, or fails the test after the timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // busy starts the rig with pa's upload of a new img-a build held, the only
 // worker on it; it returns that build and what stops the rig.
 func (r *rig) busy() (store.Build, func()) {
@@ -316,12 +305,12 @@ func TestReleasedBuildStopsItsQueuedUpload(t *testing.T) {
 	r := newRig(t, twoImages)
 	r.busy()
 	bb := r.build("img-b")
-	waitFor(t, 10*time.Second, "img-b's upload to be queued behind the busy worker", func() bool { return r.b.queue.onBuild(bb.ID) })
+	testenv.WaitFor(t, 10*time.Second, "img-b's upload to be queued behind the busy worker", func() bool { return r.b.queue.onBuild(bb.ID) })
 	if _, err := r.st.ReleaseBuild(context.Background(), bb.ID, "dib-image-delete"); err != nil {
 		t.Fatal(err)
 	}
 	r.clouds["pa"].release()
-	waitFor(t, 10*time.Second, "the released build to be deleted", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the released build to be deleted", func() bool {
 		_, err := r.st.Build(context.Background(), bb.ID)
 		return errors.Is(err, store.ErrNotFound)
 	})
@@ -351,12 +340,12 @@ func TestImageDeleteWinsOverQueuedRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.busy()
-	waitFor(t, 10*time.Second, "the retry to be queued behind the busy worker", func() bool { return r.b.queue.onBuild(bb.ID) })
+	testenv.WaitFor(t, 10*time.Second, "the retry to be queued behind the busy worker", func() bool { return r.b.queue.onBuild(bb.ID) })
 	if _, err := r.st.ReleaseUpload(ctx, bb.ID, "pb", failed.ID); err != nil {
 		t.Fatal(err)
 	}
 	r.clouds["pa"].release()
-	waitFor(t, 10*time.Second, "the deleted upload to go and a new one to be made", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the deleted upload to go and a new one to be made", func() bool {
 		ups := r.uploads(store.UploadFilter{Provider: "pb"})
 		return len(ups) == 1 && ups[0].ID != failed.ID && ups[0].State == store.Ready
 	})
@@ -373,7 +362,7 @@ func TestBusyWorkerHoldsNothingElseBack(t *testing.T) {
 	r.b.opts.UploadWorkers = 2
 	old := r.build("img-b")
 	a, _ := r.busy()
-	waitFor(t, 10*time.Second, "img-b uploaded while pa is held", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "img-b uploaded while pa is held", func() bool {
 		return len(r.uploads(store.UploadFilter{BuildID: old.ID, State: store.Ready})) == 1
 	})
 	// An operator deletes it: carried out while pa is still held.
@@ -381,7 +370,7 @@ func TestBusyWorkerHoldsNothingElseBack(t *testing.T) {
 	if _, err := r.st.ReleaseUpload(ctx, old.ID, "pb", up.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the delete while pa is held", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the delete while pa is held", func() bool {
 		_, err := r.clouds["pb"].Get(ctx, up.ExternalID)
 		return errors.Is(err, uploader.ErrNotFound)
 	})
@@ -397,7 +386,7 @@ func TestReloadCancelsUploadsOfDroppedImages(t *testing.T) {
 	r := newRig(t, twoImages)
 	a, _ := r.busy()
 	r.write(strings.Replace(fmt.Sprintf(twoImages, r.st.Dir()), "diskimages: [{name: img-a}]", "diskimages: []", 1))
-	waitFor(t, 10*time.Second, "the dropped image's upload to stop and go", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the dropped image's upload to stop and go", func() bool {
 		return len(r.uploads(store.UploadFilter{BuildID: a.ID})) == 0
 	})
 	if images, _ := r.clouds["pa"].count(); images != 0 {
@@ -407,7 +396,7 @@ func TestReloadCancelsUploadsOfDroppedImages(t *testing.T) {
 		t.Fatal("the new config was not taken")
 	}
 	b := r.build("img-b")
-	waitFor(t, 10*time.Second, "img-b uploaded after the reload", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "img-b uploaded after the reload", func() bool {
 		return len(r.uploads(store.UploadFilter{BuildID: b.ID, State: store.Ready})) == 1
 	})
 	if _, err := r.st.Build(ctx, a.ID); err != nil {

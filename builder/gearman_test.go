@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/gearman"
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -47,7 +48,7 @@ func TestGearmanUploadAndDeleteJobs(t *testing.T) {
 	ctx := context.Background()
 
 	a := r.build("img-a")
-	waitFor(t, 10*time.Second, "the planner's upload of img-a to pa", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the planner's upload of img-a to pa", func() bool {
 		ups := r.uploads(store.UploadFilter{BuildID: a.ID, State: store.Ready})
 		return len(ups) == 1
 	})
@@ -65,13 +66,13 @@ func TestGearmanUploadAndDeleteJobs(t *testing.T) {
 	newer := r.build("img-a")
 	// Released before the planner has seen the newer build, a's upload would
 	// be missing from the newest build it knows, and made again.
-	waitFor(t, 10*time.Second, "the planner's upload of the newer img-a to pa", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the planner's upload of the newer img-a to pa", func() bool {
 		return len(r.uploads(store.UploadFilter{BuildID: newer.ID, State: store.Ready})) == 1
 	})
 	if _, err := r.st.ReleaseUpload(ctx, a.ID, "pa", ups[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the released upload to be deleted", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the released upload to be deleted", func() bool {
 		return len(r.uploads(store.UploadFilter{BuildID: a.ID})) == 0
 	})
 	ext, err = call(g, FnUpload+a.ID, "pa")
@@ -236,9 +237,9 @@ func TestFlightsShareOneCall(t *testing.T) {
 			})
 		})
 	}
-	waitFor(t, 5*time.Second, "the first call to start", func() bool { return calls.Load() == 1 })
+	testenv.WaitFor(t, 5*time.Second, "the first call to start", func() bool { return calls.Load() == 1 })
 	// The others join the first: they are waiting on it, not calling.
-	waitFor(t, 5*time.Second, "the callers to join", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the callers to join", func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return f.m["k"] != nil && f.m["k"].joined == len(results)-1

@@ -30,18 +30,18 @@ func TestMetricsReadGearmanAndState(t *testing.T) {
 		}
 	}
 	connected := value("nodepool_builder_gearman_connected", "server", gd.Addr)
-	waitFor(t, 10*time.Second, "gearman_connected 1", func() bool { return connected() == 1 })
+	testenv.WaitFor(t, 10*time.Second, "gearman_connected 1", func() bool { return connected() == 1 })
 
 	r.build("img-a")
 	ready := value("nodepool_builder_uploads", "image", "img-a", "provider", "pa", "state", "ready")
-	waitFor(t, 10*time.Second, "a ready upload counted", func() bool { return ready() == 1 })
+	testenv.WaitFor(t, 10*time.Second, "a ready upload counted", func() bool { return ready() == 1 })
 
 	if err := gd.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "gearman_connected 0 with gearmand stopped", func() bool { return connected() == 0 })
+	testenv.WaitFor(t, 10*time.Second, "gearman_connected 0 with gearmand stopped", func() bool { return connected() == 0 })
 	if err := gd.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "gearman_connected 1 again", func() bool { return connected() == 1 })
+	testenv.WaitFor(t, 30*time.Second, "gearman_connected 1 again", func() bool { return connected() == 1 })
 }

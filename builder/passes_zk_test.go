@@ -43,7 +43,7 @@ func TestDaemonPassReadsOnlyWhatChanged(t *testing.T) {
 	r.build("img-a")
 	r.build("img-b")
 	r.run()
-	waitFor(t, 30*time.Second, "both uploads ready", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "both uploads ready", func() bool {
 		return len(r.uploads(store.UploadFilter{State: store.Ready})) == 2
 	})
 	// passes waits until both loops that go over the records made n more.
@@ -51,7 +51,7 @@ func TestDaemonPassReadsOnlyWhatChanged(t *testing.T) {
 		t.Helper()
 		p := r.b.Passes()
 		plan, life := p["plan uploads"].Count, p["lifecycle"].Count
-		waitFor(t, 30*time.Second, "the daemon's passes", func() bool {
+		testenv.WaitFor(t, 30*time.Second, "the daemon's passes", func() bool {
 			p := r.b.Passes()
 			return p["plan uploads"].Count >= plan+n && p["lifecycle"].Count >= life+n
 		})
@@ -73,7 +73,7 @@ func TestDaemonPassReadsOnlyWhatChanged(t *testing.T) {
 	if err := theirs.Write(ctx, store.PutUpload(&ups[0])); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the change to reach the daemon's cache", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the change to reach the daemon's cache", func() bool {
 		got := r.uploads(store.UploadFilter{Image: "img-a", State: store.Ready})
 		return len(got) == 1 && got[0].Version == ups[0].Version
 	})

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
@@ -40,18 +41,18 @@ func TestReloadAppliesPollIntervalAtOnce(t *testing.T) {
 	r := newRig(t, text("3600"))
 	polls := func() int { return len(zuul.BuildsCalls()) }
 	r.run()
-	waitFor(t, 10*time.Second, "the first poll", func() bool { return polls() == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the first poll", func() bool { return polls() == 1 })
 
 	r.write(strings.Replace(text("0.2"), "%s", r.st.Dir(), 1))
-	waitFor(t, 10*time.Second, "the reload", func() bool { return r.b.Config().ZuulImage("zimg").PollInterval == 200*time.Millisecond })
-	waitFor(t, 10*time.Second, "a poll at the new interval", func() bool { return polls() >= 3 })
+	testenv.WaitFor(t, 10*time.Second, "the reload", func() bool { return r.b.Config().ZuulImage("zimg").PollInterval == 200*time.Millisecond })
+	testenv.WaitFor(t, 10*time.Second, "a poll at the new interval", func() bool { return polls() >= 3 })
 
 	// Raised again: the loop waits the new interval after its last poll.
 	r.write(strings.Replace(text("3600"), "%s", r.st.Dir(), 1))
-	waitFor(t, 10*time.Second, "the second reload", func() bool { return r.b.Config().ZuulImage("zimg").PollInterval == time.Hour })
+	testenv.WaitFor(t, 10*time.Second, "the second reload", func() bool { return r.b.Config().ZuulImage("zimg").PollInterval == time.Hour })
 	settled := polls()
 	r.write(strings.Replace(text("3599"), "%s", r.st.Dir(), 1))
-	waitFor(t, 10*time.Second, "the third reload", func() bool { return r.b.Config().ZuulImage("zimg").PollInterval == 3599*time.Second })
+	testenv.WaitFor(t, 10*time.Second, "the third reload", func() bool { return r.b.Config().ZuulImage("zimg").PollInterval == 3599*time.Second })
 	if n := polls(); n > settled+1 {
 		t.Errorf("%d polls after poll-interval went back to an hour, want at most the one under way", n-settled)
 	}
@@ -97,7 +98,7 @@ diskimages:
 		o.Intervals.DIBCheck = 10 * time.Millisecond
 	})
 	r.run()
-	waitFor(t, 20*time.Second, "the build to fail and the next to be held back", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the build to fail and the next to be held back", func() bool {
 		return logs.count(`msg="image not built"`) == 1
 	})
 	// Many checks later, it has said so once, and the one failed step was the build.
@@ -108,7 +109,7 @@ diskimages:
 	}
 	for range 20 {
 		last := passes()
-		waitFor(t, 10*time.Second, "another check of the image", func() bool { return passes().After(last) })
+		testenv.WaitFor(t, 10*time.Second, "another check of the image", func() bool { return passes().After(last) })
 	}
 	if n, failed := logs.count(`msg="image not built"`), logs.count(`msg="step failed"`); n != 1 || failed != 1 {
 		t.Errorf("after 20 checks in the backoff: %d lines say the build is held back and %d a step failed; want 1 and 1 (the build)", n, failed)
@@ -130,7 +131,7 @@ func TestReloadRefusesWhatStartRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.write(strings.Replace(fmt.Sprintf(twoImages, r.st.Dir()), "diskimages:\n", "build-log-dir: "+notADir+"\ndiskimages:\n", 1))
-	waitFor(t, 10*time.Second, "the reload to be refused", func() bool { return logs.count("config not reloaded") == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the reload to be refused", func() bool { return logs.count("config not reloaded") == 1 })
 	if got := r.b.Config().BuildLogDir; got == notADir {
 		t.Fatalf("the refused config was taken: build-log-dir %s", got)
 	}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
 
 // fakeServer is an in-process gearman server that a test drives packet by packet, to
@@ -226,18 +228,6 @@ func runWorker(t *testing.T, w *Worker) {
 	})
 }
 
-// waitFor polls cond until it holds, failing the test after waitTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // gate is a handler whose calls block until the test finishes them, by job data.
 type gate struct {
 	started  chan *Job
@@ -321,7 +311,7 @@ func (r *results) get() []JobResult {
 // wait returns the results once there are n.
 func (r *results) wait(t *testing.T, n int) []JobResult {
 	t.Helper()
-	waitFor(t, strconv.Itoa(n)+" job results", func() bool { return len(r.get()) >= n })
+	testenv.WaitFor(t, waitTimeout, strconv.Itoa(n)+" job results", func() bool { return len(r.get()) >= n })
 	return r.get()
 }
 

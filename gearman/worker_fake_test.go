@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
 
 // newFakeWorker makes a worker of the fake server with a gated handler.
@@ -104,7 +106,7 @@ func TestWorkerDefersCantDo(t *testing.T) {
 	if jr := res.wait(t, 1)[0]; !jr.Delivered {
 		t.Errorf("OnJob got %+v", jr)
 	}
-	waitFor(t, "no function registered", func() bool { return w.Status().Servers[0].Registered == 0 })
+	testenv.WaitFor(t, waitTimeout, "no function registered", func() bool { return w.Status().Servers[0].Registered == 0 })
 }
 
 // TestWorkerReconnects: a dropped connection, an ERROR packet, an oversized packet and
@@ -128,7 +130,7 @@ func TestWorkerReconnects(t *testing.T) {
 	c.expect(Req(EchoReq, "ping"))
 	// No answer this time: it gives up on the connection.
 	c.expectClosed()
-	waitFor(t, "the ping failure in the status", func() bool {
+	testenv.WaitFor(t, waitTimeout, "the ping failure in the status", func() bool {
 		return strings.Contains(w.Status().Servers[0].LastError, "no answer to ECHO_REQ")
 	})
 
@@ -136,7 +138,7 @@ func TestWorkerReconnects(t *testing.T) {
 	c.expect(hello...)
 	c.send(resPacket(Error, "ERR_TEST", "something is wrong"))
 	c.expectClosed()
-	waitFor(t, "the ERROR in the status", func() bool {
+	testenv.WaitFor(t, waitTimeout, "the ERROR in the status", func() bool {
 		return strings.Contains(w.Status().Servers[0].LastError, "server sent ERROR ERR_TEST: something is wrong")
 	})
 
@@ -144,7 +146,7 @@ func TestWorkerReconnects(t *testing.T) {
 	c.expect(hello...)
 	c.c.Write(hexPacket("\x00RES", uint32(JobAssignUniq), MaxDataSize+1, ""))
 	c.expectClosed()
-	waitFor(t, "the oversized packet in the status", func() bool {
+	testenv.WaitFor(t, waitTimeout, "the oversized packet in the status", func() bool {
 		return strings.Contains(w.Status().Servers[0].LastError, "more than 1048576")
 	})
 
@@ -153,7 +155,7 @@ func TestWorkerReconnects(t *testing.T) {
 	c.c.Close()
 	c = f.accept()
 	c.expect(hello...)
-	waitFor(t, "connected", func() bool { return w.Status().Servers[0].Connected })
+	testenv.WaitFor(t, waitTimeout, "connected", func() bool { return w.Status().Servers[0].Connected })
 }
 
 // TestWorkerSameJobAgain: a job requeued after a dropped connection comes back with
@@ -176,7 +178,7 @@ func TestWorkerSameJobAgain(t *testing.T) {
 	c.expect(Req(SetClientID, "builder01"), Req(CanDo, "f"), Req(GrabJobUniq))
 	c.send(resPacket(JobAssignUniq, "H:1", "f", "KEY", "d1"))
 	c.expect(Req(GrabJobUniq)) // the wait takes no slot
-	waitFor(t, "two running jobs in the status", func() bool { return len(w.Status().Running) == 2 })
+	testenv.WaitFor(t, waitTimeout, "two running jobs in the status", func() bool { return len(w.Status().Running) == 2 })
 	// A job with another unique is another job: its handler runs.
 	c.send(resPacket(JobAssignUniq, "H:2", "f", "OTHER", "d2"))
 	g.waitStarted(t)

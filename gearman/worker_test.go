@@ -215,7 +215,7 @@ func TestGearmanSetFunctions(t *testing.T) {
 	if r.exit != 0 || r.stdout != "image-upload:0002" {
 		t.Errorf("job of an added function: exit %d, stdout %q, stderr %q", r.exit, r.stdout, r.stderr)
 	}
-	waitFor(t, "2 functions registered", func() bool { return w.Status().Servers[0].Registered == 2 })
+	testenv.WaitFor(t, waitTimeout, "2 functions registered", func() bool { return w.Status().Servers[0].Registered == 2 })
 
 	w.SetFunctions(nil)
 	g.waitAdmin(t, map[string]string{"image-build:debian": "0 0 0", "image-upload:0002": "0 0 0"})
@@ -300,7 +300,7 @@ func TestGearmanSameJobRequeued(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.waitAdmin(t, map[string]string{"image-build:debian": "1 1 1"})
-	waitFor(t, "the requeued job waiting for the running one", func() bool { return len(w.Status().Running) == 2 })
+	testenv.WaitFor(t, waitTimeout, "the requeued job waiting for the running one", func() bool { return len(w.Status().Running) == 2 })
 	if n := gt.count("build"); n != 1 {
 		t.Fatalf("handler called %d times, want once", n)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
@@ -162,7 +163,7 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 			return count == n
 		}
 	}
-	waitFor(t, 60*time.Second, "the first build's uploads", readyUploads(2), logs.String)
+	testenv.WaitFor(t, 60*time.Second, "the first build's uploads", readyUploads(2), logs.String)
 
 	// image-pause stops fetching a zuul-image's new builds; twice is fine.
 	e.must(0, []string{"image-pause", "debian"})
@@ -178,7 +179,7 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, 30*time.Second, "a poll of debian skipped for the pause", func() bool { return pausedPolls() >= 1 }, logs.String)
+	testenv.WaitFor(t, 30*time.Second, "a poll of debian skipped for the pause", func() bool { return pausedPolls() >= 1 }, logs.String)
 	st, _ := e.status()
 	if !st["debian"].Paused || !slices.Equal(st["debian"].PausedBy, []string{"image-pause"}) {
 		t.Fatalf("image-status after image-pause: %+v", st["debian"])
@@ -189,7 +190,7 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 	zb2 := e.addBuild(e.makeImage(2), zuultest.BuildSpec{})
 	// Three polls skipped while the new build is there: none fetched it.
 	skipped := pausedPolls()
-	waitFor(t, 60*time.Second, "three more polls of the paused debian", func() bool { return pausedPolls() >= skipped+3 }, logs.String)
+	testenv.WaitFor(t, 60*time.Second, "three more polls of the paused debian", func() bool { return pausedPolls() >= skipped+3 }, logs.String)
 	if n := len(e.buildsOf("debian")); n != 1 {
 		t.Fatalf("a new Zuul build was fetched while the image was paused: %d builds\n%s", n, logs.String())
 	}
@@ -201,7 +202,7 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 	if st, _ := e.status(); st["debian"].Paused || len(st["debian"].PausedBy) != 0 {
 		t.Fatalf("image-status after image-unpause: %+v", st["debian"])
 	}
-	waitFor(t, 60*time.Second, "the new build to be fetched and uploaded after image-unpause", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the new build to be fetched and uploaded after image-unpause", func() bool {
 		return len(e.buildsOf("debian")) == 2 && readyUploads(4)()
 	}, logs.String)
 
@@ -341,7 +342,7 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 	for _, u := range oldestUps {
 		gone = append(gone, u.ExternalID)
 	}
-	waitFor(t, 100*time.Second, "the daemon to carry out dib-image-delete and image-delete", func() bool {
+	testenv.WaitFor(t, 100*time.Second, "the daemon to carry out dib-image-delete and image-delete", func() bool {
 		for _, id := range gone {
 			if _, err := e.cloud.Get(ctx, id); !errors.Is(err, uploader.ErrNotFound) {
 				return false
@@ -368,7 +369,7 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 	if files, _ := filepath.Glob(filepath.Join(imagesDir, newest.ID+".*")); len(files) == 0 {
 		t.Errorf("the newest build's files went too")
 	}
-	waitFor(t, 30*time.Second, "the newest build's cloud-r upload to be made again", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the newest build's cloud-r upload to be made again", func() bool {
 		for _, u := range e.uploadsJSON() {
 			if u.BuildID == newest.BuildID && u.Provider == "cloud-r" && u.State == "ready" && u.UploadID != newestR.UploadID {
 				return true

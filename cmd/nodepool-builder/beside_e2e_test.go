@@ -163,7 +163,7 @@ func TestZooKeeperBesideAnotherBuilder(t *testing.T) {
 	d := startDaemon(t, e.cfgPath)
 	newest := e.addBuild(e.makeImage(4), zuultest.BuildSpec{})
 	second, _ := e.zuulBuildOf(ours[1].UUID)
-	waitFor(t, 2*time.Minute, "the daemon to upload our newest build and rotate out the oldest", func() bool {
+	testenv.WaitFor(t, 2*time.Minute, "the daemon to upload our newest build and rotate out the oldest", func() bool {
 		b, ok := e.zuulBuildOf(newest.UUID)
 		if !ok {
 			return false

@@ -112,7 +112,7 @@ func (c *chaosHost) start(t *testing.T) {
 		return &chaosTrigger{host: c, cmd: cmd, out: logs}
 	}, "-c", c.cfgPath)
 	c.d = d
-	waitFor(t, 60*time.Second, "host "+c.name+" to be ready", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "host "+c.name+" to be ready", func() bool {
 		select {
 		case <-d.exited:
 			t.Fatalf("host %s exited at start: %v\n%s", c.name, d.err, d.logs.String())
@@ -233,7 +233,7 @@ func TestZooKeeperChaos(t *testing.T) {
 		}
 		time.Sleep(sessionPast) // the fault itself: the session times out meanwhile
 		h.d.cmd.Process.Signal(syscall.SIGCONT)
-		waitFor(t, 60*time.Second, "host "+h.name+" to count its locks as lost", func() bool {
+		testenv.WaitFor(t, 60*time.Second, "host "+h.name+" to count its locks as lost", func() bool {
 			return strings.Count(h.d.logs.String(), lost) > before
 		}, logs)
 		if withZK {

@@ -126,7 +126,7 @@ func TestDaemonUploadsOnceGlanceIsBack(t *testing.T) {
 		t.Fatalf("the Zuul build was not fetched while Glance was down: %+v", e.buildsJSON())
 	}
 	// image-list says why the upload failed.
-	waitFor(t, 30*time.Second, "image-list to show the failed upload's reason", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "image-list to show the failed upload's reason", func() bool {
 		for _, u := range e.uploadsJSON() {
 			if u.State == "failed" && strings.Contains(u.Reason, "connection refused") {
 				return true
@@ -178,7 +178,7 @@ func TestDaemonUploadsOnceGlanceIsBack(t *testing.T) {
 // checks that each cloud holds the build's file, in the provider's format.
 func (e *env) waitUploaded(d *daemon, timeout time.Duration, when string, b listing.Build, providers ...string) {
 	e.t.Helper()
-	waitFor(e.t, timeout, fmt.Sprintf("uploads of %s to %v %s", b.ID, providers, when), func() bool {
+	testenv.WaitFor(e.t, timeout, fmt.Sprintf("uploads of %s to %v %s", b.ID, providers, when), func() bool {
 		for _, p := range providers {
 			if _, ok := e.readyUpload(b.BuildID, p); !ok {
 				return false
@@ -223,7 +223,7 @@ zuul-images:
 	img1 := e.makeImageSized(1, size)
 	zb1 := e.addBuild(img1, zuultest.BuildSpec{Artifacts: raw(img1)})
 	d := startDaemon(t, e.cfgPath)
-	waitFor(t, 60*time.Second, "the first build's upload to cloud-b", e.zuulUploaded(zb1, "cloud-b"), d.logs.String)
+	testenv.WaitFor(t, 60*time.Second, "the first build's upload to cloud-b", e.zuulUploaded(zb1, "cloud-b"), d.logs.String)
 	if e.zuulUploaded(zb1, "cloud-a")() {
 		t.Fatal("the slow provider finished before the test could begin; slow it down more")
 	}
@@ -231,7 +231,7 @@ zuul-images:
 	img2 := e.makeImageSized(2, size)
 	zb2 := e.addBuild(img2, zuultest.BuildSpec{Artifacts: raw(img2)})
 	arrived := time.Now()
-	waitFor(t, 60*time.Second, "the new build at cloud-b while cloud-a uploads", e.zuulUploaded(zb2, "cloud-b"), d.logs.String)
+	testenv.WaitFor(t, 60*time.Second, "the new build at cloud-b while cloud-a uploads", e.zuulUploaded(zb2, "cloud-b"), d.logs.String)
 	if e.zuulUploaded(zb1, "cloud-a")() {
 		t.Fatalf("cloud-a finished its upload before cloud-b had the new build (%s): the test proved nothing",
 			time.Since(arrived).Round(time.Second))
@@ -239,7 +239,7 @@ zuul-images:
 	t.Logf("cloud-b had the new build %s after it arrived, while cloud-a was still uploading", time.Since(arrived).Round(100*time.Millisecond))
 	// The slow provider gets there too.
 	proxies["slow"].SetRate(0)
-	waitFor(t, 120*time.Second, "cloud-a to get the newest build", e.zuulUploaded(zb2, "cloud-a"), d.logs.String)
+	testenv.WaitFor(t, 120*time.Second, "cloud-a to get the newest build", e.zuulUploaded(zb2, "cloud-a"), d.logs.String)
 }
 
 // TestReloadDuringLongDIBBuild: a config reload while a DIB build runs takes
@@ -273,7 +273,7 @@ zuul-images:
 	}
 	write("      []\n")
 	d := startDaemon(t, e.cfgPath)
-	waitFor(t, 30*time.Second, "the DIB build to start", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the DIB build to start", func() bool {
 		_, err := os.Stat(release + ".started")
 		return err == nil
 	}, d.logs.String)
@@ -282,7 +282,7 @@ zuul-images:
 	d.cmd.Process.Signal(syscall.SIGHUP)
 	d.waitLog(t, 30*time.Second, `msg="config reloaded"`)
 	zb := e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
-	waitFor(t, 60*time.Second, "the Zuul build uploaded under the new config while DIB builds",
+	testenv.WaitFor(t, 60*time.Second, "the Zuul build uploaded under the new config while DIB builds",
 		e.zuulUploaded(zb, "cloud-q", "cloud-r"), d.logs.String)
 	building := 0
 	for _, b := range e.buildsJSON() {
@@ -297,7 +297,7 @@ zuul-images:
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "the DIB build to finish and be uploaded", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the DIB build to finish and be uploaded", func() bool {
 		for _, b := range e.buildsJSON() {
 			if b.Image == "dib-image" && b.State == "ready" {
 				_, q := e.readyUpload(b.BuildID, "cloud-q")

@@ -50,18 +50,6 @@ func (k *killOnLine) Write(p []byte) (int, error) {
 	return k.out.Write(p)
 }
 
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool, log func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s\ndaemon log:\n%s", what, log())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 func TestDaemonUploadsAsBuildsArriveAndStopsOnSIGTERM(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
 	e.writeConfig("    poll-interval: 1\n")
@@ -85,7 +73,7 @@ func TestDaemonUploadsAsBuildsArriveAndStopsOnSIGTERM(t *testing.T) {
 			return count == n && len(e.images("cloud-q")) == n/2 && len(e.images("cloud-r")) == n/2
 		}
 	}
-	waitFor(t, 60*time.Second, "the first build's uploads", ready(2), logs.String)
+	testenv.WaitFor(t, 60*time.Second, "the first build's uploads", ready(2), logs.String)
 
 	// A second instance is refused while the daemon runs.
 	if r := e.run("--once"); r.code != exitLocked {
@@ -94,9 +82,9 @@ func TestDaemonUploadsAsBuildsArriveAndStopsOnSIGTERM(t *testing.T) {
 
 	// New builds are picked up on the next poll and rotated.
 	e.addBuild(e.makeImage(2), zuultest.BuildSpec{})
-	waitFor(t, 60*time.Second, "the second build's uploads", ready(4), logs.String)
+	testenv.WaitFor(t, 60*time.Second, "the second build's uploads", ready(4), logs.String)
 	e.addBuild(e.makeImage(3), zuultest.BuildSpec{})
-	waitFor(t, 60*time.Second, "rotation to the third build", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "rotation to the third build", func() bool {
 		builds := e.buildsJSON()
 		return ready(4)() && len(builds) == 2 && builds[0].State == "ready"
 	}, logs.String)
@@ -125,7 +113,7 @@ func startDaemon(t *testing.T, cfgPath string, args ...string) *daemon {
 	t.Helper()
 	d := startMain(t, "", append([]string{"-c", cfgPath}, args...)...)
 	// The listings read the state the daemon creates: wait until it has.
-	waitFor(t, 30*time.Second, "the daemon to open its store", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the daemon to open its store", func() bool {
 		select {
 		case <-d.exited:
 			t.Fatalf("the daemon exited at start: %v\n%s", d.err, d.logs.String())
@@ -208,7 +196,7 @@ func (d *daemon) kill() {
 // waitLog waits until the child has logged a line holding s.
 func (d *daemon) waitLog(t *testing.T, timeout time.Duration, s string) {
 	t.Helper()
-	waitFor(t, timeout, "the log to say "+s, func() bool { return strings.Contains(d.logs.String(), s) }, d.logs.String)
+	testenv.WaitFor(t, timeout, "the log to say "+s, func() bool { return strings.Contains(d.logs.String(), s) }, d.logs.String)
 }
 
 func TestDaemonReloadsConfig(t *testing.T) {
@@ -239,11 +227,11 @@ zuul-images:
 	count := func(p string) func() bool {
 		return func() bool { return len(e.images(p)) == 1 }
 	}
-	waitFor(t, 60*time.Second, "the upload to cloud-q", count("cloud-q"), logs.String)
+	testenv.WaitFor(t, 60*time.Second, "the upload to cloud-q", count("cloud-q"), logs.String)
 
 	// A provider newly listing the image gets the current build (its format fetched now).
 	write(listed, listed, image)
-	waitFor(t, 60*time.Second, "the upload to the newly listing cloud-r (file change)", count("cloud-r"), logs.String)
+	testenv.WaitFor(t, 60*time.Second, "the upload to the newly listing cloud-r (file change)", count("cloud-r"), logs.String)
 	if n := len(e.buildsJSON()); n != 1 {
 		t.Fatalf("a new build was made for the new provider: %d builds", n)
 	}
@@ -251,20 +239,20 @@ zuul-images:
 	// An image removed from a provider's list: its uploads there go (SIGHUP).
 	write("      []\n", listed, image)
 	d.cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, 60*time.Second, "the uploads in cloud-q to go", func() bool { return len(e.images("cloud-q")) == 0 }, logs.String)
+	testenv.WaitFor(t, 60*time.Second, "the uploads in cloud-q to go", func() bool { return len(e.images("cloud-q")) == 0 }, logs.String)
 	if len(e.images("cloud-r")) != 1 {
 		t.Fatal("cloud-r's upload went too")
 	}
 
 	// A broken config is reported and the running one stays.
 	os.WriteFile(e.cfgPath, []byte("providers: [\n"), 0o644)
-	waitFor(t, 30*time.Second, "the broken config to be reported", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the broken config to be reported", func() bool {
 		return strings.Contains(logs.String(), "config not reloaded")
 	}, logs.String)
 
 	// An image removed from the config: its uploads, files and records go.
 	write("      []\n", "      []\n", "  []\n")
-	waitFor(t, 60*time.Second, "everything of the removed image to go", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "everything of the removed image to go", func() bool {
 		files, _ := filepath.Glob(filepath.Join(e.dir, "images", "debian-*"))
 		return len(e.images("cloud-r")) == 0 && len(e.buildsJSON()) == 0 && len(e.uploadsJSON()) == 0 && len(files) == 0
 	}, logs.String)

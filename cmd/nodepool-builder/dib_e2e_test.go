@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
@@ -518,12 +519,12 @@ providers:
 	e.checkUploaded("cloud-q", first, "qcow2")
 
 	d := startDaemon(t, e.cfgPath)
-	waitFor(t, 30*time.Second, "the daemon to start", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the daemon to start", func() bool {
 		return strings.Contains(d.logs.String(), "config loaded")
 	}, d.logs.String)
 	e.must(0, []string{"image-build", "dib-image"})
 	var second listing.Build
-	waitFor(t, 30*time.Second, "a new build and its upload after image-build", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "a new build and its upload after image-build", func() bool {
 		builds := e.buildsJSON()
 		if len(builds) != 2 || builds[0].State != "ready" {
 			return false

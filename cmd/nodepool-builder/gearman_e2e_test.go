@@ -99,7 +99,7 @@ func workers(t *testing.T, gd *testenv.Gearmand) map[string]int {
 // waitWorkers waits until gearadmin shows n workers for a function.
 func waitWorkers(t *testing.T, gd *testenv.Gearmand, d *daemon, function string, n int) {
 	t.Helper()
-	waitFor(t, 30*time.Second, fmt.Sprintf("%d workers of %s in gearadmin --status", n, function), func() bool {
+	testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("%d workers of %s in gearadmin --status", n, function), func() bool {
 		return workers(t, gd)[function] == n
 	}, d.logs.String)
 }
@@ -159,7 +159,7 @@ func (e *env) writeGearmanConfig(gd *testenv.Gearmand) {
 // waitNoUploads waits until image-list shows no upload of a build.
 func (e *env) waitNoUploads(d *daemon, buildID string) {
 	e.t.Helper()
-	waitFor(e.t, 60*time.Second, "the uploads of build "+buildID+" to go", func() bool {
+	testenv.WaitFor(e.t, 60*time.Second, "the uploads of build "+buildID+" to go", func() bool {
 		for _, u := range e.uploadsJSON() {
 			if u.BuildID == buildID {
 				return false
@@ -200,7 +200,7 @@ func TestGearmanFunctions(t *testing.T) {
 	polls := len(e.zuul.BuildsCalls())
 	d := startDaemon(t, e.cfgPath)
 	// The daemon polls the zuul-image at start, then not for an hour.
-	waitFor(t, 30*time.Second, "the daemon's first poll", func() bool { return len(e.zuul.BuildsCalls()) > polls }, d.logs.String)
+	testenv.WaitFor(t, 30*time.Second, "the daemon's first poll", func() bool { return len(e.zuul.BuildsCalls()) > polls }, d.logs.String)
 	waitWorkers(t, gd, d, "image-build:dib-image", 1)
 	waitWorkers(t, gd, d, "image-upload:"+first.BuildID, 1)
 	d.waitLog(t, 30*time.Second, "connected to gearman server")
@@ -334,7 +334,7 @@ func TestGearmanOnlyListedFunctions(t *testing.T) {
 		t.Errorf("the builder ran the image-delete job:\n%s", d.logs.String())
 	}
 	for _, fn := range []string{"image-build:dib-image", "image-delete:" + first.BuildID} {
-		waitFor(t, 10*time.Second, "the log to say the job of "+fn+" was received", func() bool {
+		testenv.WaitFor(t, 10*time.Second, "the log to say the job of "+fn+" was received", func() bool {
 			for line := range strings.SplitSeq(d.logs.String(), "\n") {
 				if strings.Contains(line, `msg="gearman job received"`) && strings.Contains(line, " function="+fn+" handle=H:") &&
 					strings.Contains(line, " unique=") {
@@ -439,7 +439,7 @@ func TestGearmandRestartMidJob(t *testing.T) {
 	// A build asked for with a request id; gearmand dies while it runs.
 	done := make(chan gearmanCall, 1)
 	go func() { done <- gearmanJob(t, gd, "image-build:dib-image", "nightly-42") }()
-	waitFor(t, 30*time.Second, "the build to start", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the build to start", func() bool {
 		_, err := os.Stat(filepath.Join(e.dir, "go.started"))
 		return err == nil
 	}, d.logs.String)

@@ -50,7 +50,7 @@ zuul-images:
 	row := regexp.MustCompile(`(?m)^\| download \| debian-[0-9a-f]{32}\.raw \| [0-9.]+ [KM]?i?B of 3\.0 MiB \([0-9]+%\), [0-9.]+ [KM]?i?B/s(, ([0-9]+m)?[0-9]+s left)? +\| 00:00:0[0-9]:[0-5][0-9] \|$`)
 	// Both while the download runs: the log line, and the row of image-status.
 	var logged, shown bool
-	waitFor(t, 40*time.Second, "a progress line of the raw download, and its row in image-status", func() bool {
+	testenv.WaitFor(t, 40*time.Second, "a progress line of the raw download, and its row in image-status", func() bool {
 		logged = logged || line.MatchString(d.logs.String())
 		out := e.must(0, []string{"image-status"}).stdout
 		shown = shown || (strings.Contains(out, "Running now (daemon pid ") && row.MatchString(out))

@@ -42,7 +42,7 @@ func TestZuulImageFetchedAgainAfterImageDelete(t *testing.T) {
 	ready := func(what, not string) listing.Build {
 		t.Helper()
 		var b listing.Build
-		waitFor(t, 90*time.Second, what, func() bool {
+		testenv.WaitFor(t, 90*time.Second, what, func() bool {
 			var ok bool
 			b, ok = e.zuulBuildOf(zb.UUID)
 			if !ok || b.BuildID == not || b.State != "ready" {
@@ -74,7 +74,7 @@ func TestZuulImageFetchedAgainAfterImageDelete(t *testing.T) {
 	}
 	// Fetched once again, not at every poll.
 	polls := len(e.zuul.BuildsCalls())
-	waitFor(t, 30*time.Second, "two more polls", func() bool { return len(e.zuul.BuildsCalls()) >= polls+2 }, d.logs.String)
+	testenv.WaitFor(t, 30*time.Second, "two more polls", func() bool { return len(e.zuul.BuildsCalls()) >= polls+2 }, d.logs.String)
 	if builds := e.buildsOf("debian"); len(builds) != 1 || builds[0].BuildID != again.BuildID {
 		t.Errorf("builds of debian after more polls: %+v, want only %s", builds, again.BuildID)
 	}

@@ -231,7 +231,7 @@ func TestFullImagesDirBacksOff(t *testing.T) {
 	// Several polls later (poll-interval is 1 s), it has not tried again.
 	for range 3 {
 		n := strings.Count(d.logs.String(), "had too little free space")
-		waitFor(t, 30*time.Second, "another poll to wait", func() bool {
+		testenv.WaitFor(t, 30*time.Second, "another poll to wait", func() bool {
 			return strings.Count(d.logs.String(), "had too little free space") > n
 		}, d.logs.String)
 	}

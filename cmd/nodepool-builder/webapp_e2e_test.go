@@ -79,7 +79,7 @@ func TestStatusPagesOfARunningDaemon(t *testing.T) {
 		t.Fatalf("ready uploads before any build: %v", v)
 	}
 	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
-	waitFor(t, 60*time.Second, "both uploads ready", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "both uploads ready", func() bool {
 		n := 0
 		for _, u := range e.uploadsJSON() {
 			if u.State == "ready" {
@@ -93,7 +93,7 @@ func TestStatusPagesOfARunningDaemon(t *testing.T) {
 	// record (dropping uploaded files) between two reads: a page counts when
 	// the command says the same before and after it.
 	for _, cmd := range []string{"image-list", "dib-image-list", "image-status"} {
-		waitFor(t, 30*time.Second, cmd+".json to equal "+cmd+" --json", func() bool {
+		testenv.WaitFor(t, 30*time.Second, cmd+".json to equal "+cmd+" --json", func() bool {
 			before := e.must(0, []string{cmd, "--json"}).stdout
 			code, page := httpGet(t, base+"/"+cmd+".json")
 			after := e.must(0, []string{cmd, "--json"}).stdout
@@ -109,7 +109,7 @@ func TestStatusPagesOfARunningDaemon(t *testing.T) {
 			}
 			return true
 		}, d.logs.String)
-		waitFor(t, 30*time.Second, cmd+" to equal its table", func() bool {
+		testenv.WaitFor(t, 30*time.Second, cmd+" to equal its table", func() bool {
 			before := ageRE.ReplaceAllString(e.must(0, []string{cmd}).stdout, "AGE")
 			code, page := httpGet(t, base+"/"+cmd)
 			after := ageRE.ReplaceAllString(e.must(0, []string{cmd}).stdout, "AGE")
@@ -203,7 +203,7 @@ func TestStatusPagesOfARunningDaemon(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 30*time.Second, "/healthz to report the state unreadable", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "/healthz to report the state unreadable", func() bool {
 		code, body := httpGet(t, base+"/healthz")
 		return code == 503 && strings.Contains(body, "the state does not answer")
 	}, d.logs.String)

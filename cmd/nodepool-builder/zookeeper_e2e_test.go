@@ -471,7 +471,7 @@ func TestZooKeeperTwoHosts(t *testing.T) {
 	// providers, and returns its record.
 	uploaded := func(zb zuultest.Build, what string) listing.Build {
 		t.Helper()
-		waitFor(t, 90*time.Second, what, e.zuulUploaded(zb, "cloud-q", "cloud-r"), func() string { return allLogs(hs, earlier...) })
+		testenv.WaitFor(t, 90*time.Second, what, e.zuulUploaded(zb, "cloud-q", "cloud-r"), func() string { return allLogs(hs, earlier...) })
 		bj, _ := e.zuulBuildOf(zb.UUID)
 		return bj
 	}
@@ -507,7 +507,7 @@ func TestZooKeeperTwoHosts(t *testing.T) {
 
 	z1 := e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
 	b1 := uploaded(z1, "the first Zuul build's uploads")
-	waitFor(t, 90*time.Second, "dib-image's build and upload", func() bool {
+	testenv.WaitFor(t, 90*time.Second, "dib-image's build and upload", func() bool {
 		builds := e.buildsOf("dib-image")
 		if len(builds) == 0 || builds[0].State != "ready" {
 			return false
@@ -533,7 +533,7 @@ func TestZooKeeperTwoHosts(t *testing.T) {
 	z3 := e.addBuild(e.makeImage(3), zuultest.BuildSpec{})
 	b3 := uploaded(z3, "the third Zuul build's uploads")
 	once(b3, "cloud-q", "cloud-r")
-	waitFor(t, 90*time.Second, "the first build to be deleted", func() bool {
+	testenv.WaitFor(t, 90*time.Second, "the first build to be deleted", func() bool {
 		for _, bj := range e.buildsOf("debian") {
 			if bj.BuildID == b1.BuildID {
 				return false
@@ -595,7 +595,7 @@ func TestZooKeeperTwoHosts(t *testing.T) {
 	// Host b settles the killed upload once host a's session is gone, and
 	// takes the new work.
 	b.start(t)
-	waitFor(t, 90*time.Second, "host b to settle host a's interrupted upload", func() bool {
+	testenv.WaitFor(t, 90*time.Second, "host b to settle host a's interrupted upload", func() bool {
 		for _, u := range e.uploadsJSON() {
 			if u.State == "uploading" {
 				return false
@@ -620,7 +620,7 @@ func TestZooKeeperTwoHosts(t *testing.T) {
 
 	// Host a comes back: together they converge.
 	a.start(t)
-	waitFor(t, 90*time.Second, "both hosts to converge", func() bool {
+	testenv.WaitFor(t, 90*time.Second, "both hosts to converge", func() bool {
 		return e.settled(hs, b5, "cloud-q", "cloud-r") == ""
 	}, func() string { return e.settled(hs, b5, "cloud-q", "cloud-r") + "\n" + allLogs(hs, earlier...) })
 	a.stop(t)
@@ -724,7 +724,7 @@ builder:
 		img := e.makeImageSized(int64(i+1), size)
 		zb := e.addBuild(img, zuultest.BuildSpec{Artifacts: raw(img)})
 		var buildID string
-		waitFor(t, 60*time.Second, "an upload of the build to the slow cloud", func() bool {
+		testenv.WaitFor(t, 60*time.Second, "an upload of the build to the slow cloud", func() bool {
 			bj, ok := e.zuulBuildOf(zb.UUID)
 			buildID = bj.BuildID
 			started := regexp.MustCompile(`msg="upload started" image=debian build=` + buildID + ` provider=cloud-a`)
@@ -740,7 +740,7 @@ builder:
 		}
 		cancel()
 		proxies["slow"].SetRate(0)
-		waitFor(t, 120*time.Second, "the builder to converge after a restart "+r.name, func() bool {
+		testenv.WaitFor(t, 120*time.Second, "the builder to converge after a restart "+r.name, func() bool {
 			if !e.zuulUploaded(zb, "cloud-a", "cloud-b")() {
 				return false
 			}
