@@ -15,6 +15,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/gearman"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
+	"github.com/nodepool-builder/nodepool-builder/status"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 )
@@ -79,10 +80,10 @@ type gearmanService struct {
 
 	mu       sync.Mutex
 	deleted  map[string]deletedBuild   // builds image-delete deleted, by id
-	recent   []GearmanJob              // newest last
+	recent   []status.GearmanJob       // newest last
 	progress map[string][]*gearman.Job // by upload key: jobs told how the upload goes
 	changed  chan struct{}             // the status changed: write it
-	file     *statusFile
+	file     *status.File
 }
 
 func newGearmanService(b *Builder) *gearmanService {
@@ -95,7 +96,7 @@ func newGearmanService(b *Builder) *gearmanService {
 		changed:  make(chan struct{}, 1),
 		deleted:  map[string]deletedBuild{},
 	}
-	g.file = &statusFile{store: b.store, part: gearmanStatusPart, log: g.log}
+	g.file = status.NewFile(b.store, status.GearmanPart, g.log)
 	var servers []gearman.Server
 	for _, s := range cfg.Builder.GearmanServers {
 		servers = append(servers, gearman.Server{Host: s.Host, Port: s.Port})
@@ -573,7 +574,7 @@ func (g *gearmanService) uploadProgress(j uploader.Job, sent, total int64) {
 // served logs a job answered and keeps it for the status.
 func (g *gearmanService) served(r gearman.JobResult) {
 	took := r.Ended.Sub(r.Started).Round(time.Millisecond)
-	rec := GearmanJob{Server: r.Server, Function: quoteLimit(r.Function), Started: r.Started, Ended: r.Ended,
+	rec := status.GearmanJob{Server: r.Server, Function: quoteLimit(r.Function), Started: r.Started, Ended: r.Ended,
 		Delivered: r.Delivered, Result: strings.TrimSpace(string(r.Result))}
 	if r.Err != nil {
 		rec.Error = r.Err.Error()
@@ -662,4 +663,37 @@ func (f *flights) do(key string, fn func() (string, error)) (string, error) {
 	}()
 	fl.res, fl.err = fn()
 	return fl.res, fl.err
+}
+
+// current is the service's status now.
+func (g *gearmanService) current(serving bool) status.Gearman {
+	ws := g.w.Status()
+	s := status.Gearman{PID: os.Getpid(), Serving: serving,
+		Functions: len(ws.Functions), Served: ws.Served, Failed: ws.Failed}
+	for _, srv := range ws.Servers {
+		s.Servers = append(s.Servers, status.GearmanServer{Address: srv.Address, Connected: srv.Connected && serving,
+			Since: srv.Since, LastError: srv.LastError, Registered: srv.Registered})
+	}
+	for _, r := range ws.Running {
+		s.Running = append(s.Running, status.GearmanJob{Server: r.Server, Function: quoteLimit(r.Function), Started: r.Started})
+	}
+	g.mu.Lock()
+	s.Recent = append([]status.GearmanJob(nil), g.recent...)
+	g.mu.Unlock()
+	return s
+}
+
+// writeStatus keeps the status file fresh until ctx ends: at once when a job
+// ends, else when what it says changed.
+func (g *gearmanService) writeStatus(ctx context.Context) {
+	g.file.Keep(ctx, g.changed, func() status.Stamped {
+		s := g.current(true)
+		return &s
+	})
+}
+
+// saveStatus writes the status once.
+func (g *gearmanService) saveStatus(serving bool) {
+	s := g.current(serving)
+	g.file.Save(&s)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/progress"
+	"github.com/nodepool-builder/nodepool-builder/status"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -19,7 +20,7 @@ func TestProgressStatusFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if s, err := ReadProgress(st); s != nil || err != nil {
+	if s, err := status.ReadProgress(st); s != nil || err != nil {
 		t.Fatalf("ReadProgress before any daemon = %+v, %v; want nil, nil", s, err)
 	}
 	tr := progress.NewTracker()
@@ -31,11 +32,11 @@ func TestProgressStatusFile(t *testing.T) {
 	wg.Go(func() { b.writeProgress(ctx) })
 	defer func() { cancel(); wg.Wait() }()
 
-	read := func(want func(*ProgressStatus) bool) *ProgressStatus {
+	read := func(want func(*status.Progress) bool) *status.Progress {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			s, err := ReadProgress(st)
+			s, err := status.ReadProgress(st)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,7 +49,7 @@ func TestProgressStatusFile(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	s := read(func(s *ProgressStatus) bool { return len(s.Tasks) == 1 })
+	s := read(func(s *status.Progress) bool { return len(s.Tasks) == 1 })
 	if task := s.Tasks[0]; task.Subject != "debian-0000000004.qcow2" || task.Done != 10<<20 || task.Total != 100<<20 {
 		t.Errorf("task = %+v", task)
 	}
@@ -60,10 +61,10 @@ func TestProgressStatusFile(t *testing.T) {
 	}
 	// A change is written within about a second.
 	k.End()
-	read(func(s *ProgressStatus) bool { return len(s.Tasks) == 0 && s.Running })
+	read(func(s *status.Progress) bool { return len(s.Tasks) == 0 && s.Running })
 	cancel()
 	wg.Wait()
-	if s := read(func(*ProgressStatus) bool { return true }); s.Running || !s.Stale(time.Now()) {
+	if s := read(func(*status.Progress) bool { return true }); s.Running || !s.Stale(time.Now()) {
 		t.Errorf("status of a stopped daemon = %+v, want stale", s)
 	}
 }

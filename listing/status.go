@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/dib"
+	"github.com/nodepool-builder/nodepool-builder/status"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -268,7 +268,7 @@ func WriteImageStatus(w io.Writer, images []Image) {
 // gearman worker.
 func WriteImageStatusText(w io.Writer, st *store.Store, cfg *config.Config, images []Image) error {
 	WriteImageStatus(w, images)
-	ps, err := builder.ReadProgress(st)
+	ps, err := status.ReadProgress(st)
 	if err != nil {
 		return fmt.Errorf("read progress status: %w", err)
 	}
@@ -276,7 +276,7 @@ func WriteImageStatusText(w io.Writer, st *store.Store, cfg *config.Config, imag
 	if len(cfg.Builder.GearmanServers) == 0 {
 		return nil
 	}
-	gs, err := builder.ReadGearmanStatus(st)
+	gs, err := status.ReadGearman(st)
 	if err != nil {
 		return fmt.Errorf("read gearman status: %w", err)
 	}
@@ -286,7 +286,7 @@ func WriteImageStatusText(w io.Writer, st *store.Store, cfg *config.Config, imag
 
 // WriteProgress prints the long work the daemon runs now, as it last said:
 // nothing when it runs none, or is not running.
-func WriteProgress(w io.Writer, ps *builder.ProgressStatus, now time.Time) {
+func WriteProgress(w io.Writer, ps *status.Progress, now time.Time) {
 	if ps == nil || ps.Stale(now) || len(ps.Tasks) == 0 {
 		return
 	}
@@ -300,7 +300,7 @@ func WriteProgress(w io.Writer, ps *builder.ProgressStatus, now time.Time) {
 }
 
 // WriteGearmanStatus prints what the daemon last said of its gearman worker.
-func WriteGearmanStatus(w io.Writer, gs *builder.GearmanStatus, now time.Time) {
+func WriteGearmanStatus(w io.Writer, gs *status.Gearman, now time.Time) {
 	fmt.Fprintln(w)
 	if gs == nil {
 		fmt.Fprintln(w, "Gearman: no status yet; the daemon writes it once it runs with gearman-servers.")
