@@ -43,16 +43,16 @@ const DefaultMaxSize = 128 << 30
 
 // ErrChecksum is wrapped by the error Fetch returns when the downloaded image does not
 // match the expected sha256 or md5, or is shorter than its declared size.
-var ErrChecksum = errors.New("checksum mismatch")
+var ErrChecksum error = &classed{"checksum mismatch", "checksum"}
 
 // ErrTooLarge is wrapped by the error Fetch returns when the uncompressed image is, or
 // announces itself, larger than its declared size or the Fetcher's MaxSize. Nothing of
 // the download is kept.
-var ErrTooLarge = errors.New("image too large")
+var ErrTooLarge error = &classed{"image too large", "refused"}
 
 // ErrNoSpace is wrapped by the error Fetch returns when the partial directory lacks the
 // free space the download needs.
-var ErrNoSpace = errors.New("not enough free space")
+var ErrNoSpace error = &classed{"not enough free space", "space"}
 
 var (
 	errRangeIgnored    = errors.New("server ignored the Range request")

@@ -19,7 +19,7 @@ import (
 // that is not the format it claims or that references other files (which would make
 // qemu-img or the cloud read host files), a raw image no disk could be, or a download
 // that would reach a host or address it may not.
-var ErrUnsafe = errors.New("unsafe artifact")
+var ErrUnsafe error = &classed{"unsafe artifact", "refused"}
 
 // A raw image is a disk: whole 512-byte sectors, and no disk worth booting is smaller than
 // a MiB. Anything qemu-img cannot place reads as raw, so without these bounds a page of

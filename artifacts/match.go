@@ -36,6 +36,10 @@ type MissingError struct {
 	Available []string
 }
 
+// FailureClass tells the metrics that a build without a wanted format is
+// refused (see metrics.Classify).
+func (e *MissingError) FailureClass() string { return "refused" }
+
 // Error says which formats are missing and which the build publishes instead.
 func (e *MissingError) Error() string {
 	if len(e.Available) == 0 {

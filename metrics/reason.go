@@ -7,9 +7,6 @@ import (
 	"net/url"
 	"os"
 	"syscall"
-
-	"github.com/nodepool-builder/nodepool-builder/artifacts"
-	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 )
 
 // Step is the part of the work that failed.
@@ -43,24 +40,34 @@ const (
 
 // Classify puts a step's error in its class. Network and HTTP failures count as
 // "cloud" for the steps that talk to clouds, "http" for the others.
+//
+// The errors of the packages that fetch and ask Zuul say their class
+// themselves, with a FailureClass method: one of the reasons above, or
+// "remote" for a service that failed or could not be reached. So the metrics
+// need not link those packages to classify them.
 func Classify(step Step, err error) Reason {
 	var netErr net.Error
+	var classed interface{ FailureClass() string }
 	switch {
 	case errors.Is(err, context.Canceled):
 		return ReasonCancelled
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
 		errors.As(err, &netErr) && netErr.Timeout():
 		return ReasonTimeout
-	case errors.Is(err, artifacts.ErrChecksum):
-		return ReasonChecksum
-	case errors.Is(err, artifacts.ErrNoSpace), errors.Is(err, syscall.ENOSPC):
+	case errors.Is(err, syscall.ENOSPC):
 		return ReasonSpace
-	case errors.Is(err, artifacts.ErrUnsafe), errors.Is(err, artifacts.ErrTooLarge), errors.As(err, new(*artifacts.MissingError)):
-		return ReasonRefused
+	}
+	remote := false
+	if errors.As(err, &classed) {
+		switch c := Reason(classed.FailureClass()); c {
+		case ReasonChecksum, ReasonSpace, ReasonRefused:
+			return c
+		case "remote":
+			remote = true
+		}
 	}
 	var status interface{ GetStatusCode() int } // gophercloud's errors of an HTTP status
-	remote := errors.As(err, new(*zuulapi.Error)) || errors.As(err, new(*url.Error)) || errors.As(err, &netErr) ||
-		errors.As(err, &status)
+	remote = remote || errors.As(err, new(*url.Error)) || errors.As(err, &netErr) || errors.As(err, &status)
 	switch {
 	case remote && (step == StepUpload || step == StepDelete || step == StepSweep):
 		return ReasonCloud

@@ -43,6 +43,10 @@ type Error struct {
 	msg  string
 }
 
+// FailureClass tells the metrics that Zuul failed or could not be reached
+// (see metrics.Classify).
+func (*Error) FailureClass() string { return "remote" }
+
 // Error returns the message, which says what failed and what to do.
 func (e *Error) Error() string { return e.msg }
 
