@@ -129,9 +129,9 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 			Logger:       b.log,
 			RetryBase:    b.opts.RetryBase,
 			CleanupGrace: b.opts.CleanupGrace,
-			Progress:     b.uploadProgress,
+			OnSent:       b.uploadProgress,
 			Metrics:      b.opts.Metrics,
-			Tracker:      b.opts.Progress,
+			Progress:     b.opts.Progress,
 		}),
 	}, nil
 }

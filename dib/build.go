@@ -28,12 +28,12 @@ import (
 // lock was lost) is returned as it was recorded, building, with an error:
 // nothing more is written, its files and the request stay, and the builder's
 // recovery settles it under the lock.
-func (b *Builder) Build(ctx context.Context, image string) (store.Build, error) {
+func (b *Source) Build(ctx context.Context, image string) (store.Build, error) {
 	return b.build(ctx, image, "")
 }
 
 // build is Build, recording on the build the request that asked for it.
-func (b *Builder) build(ctx context.Context, image, request string) (store.Build, error) {
+func (b *Source) build(ctx context.Context, image, request string) (store.Build, error) {
 	cfg, st := b.opts.Config, b.opts.Store
 	img := cfg.DiskImage(image)
 	if img == nil {
@@ -131,7 +131,7 @@ type runResult struct {
 
 // run runs disk-image-create for rec with its output in logFile, and kills it
 // when build-timeout passes or ctx ends.
-func (b *Builder) run(ctx context.Context, img *config.DiskImage, rec *store.Build, formats []string, logFile string) runResult {
+func (b *Source) run(ctx context.Context, img *config.DiskImage, rec *store.Build, formats []string, logFile string) runResult {
 	cfg, st := b.opts.Config, b.opts.Store
 	inv, err := command(img, formats, st.BuildPath(img.Name, rec.ID), cfg.ElementsDir, os.Environ())
 	if err != nil {
@@ -209,7 +209,7 @@ func (b *Builder) run(ctx context.Context, img *config.DiskImage, rec *store.Bui
 // failed says why the build failed (a record changed meanwhile included);
 // unrecorded, that it did not but whether marking it ready took is unknown,
 // or it may not be tried: ctx's lock is lost.
-func (b *Builder) finish(ctx context.Context, rec *store.Build, formats []string, logFile string) (failed, unrecorded error) {
+func (b *Source) finish(ctx context.Context, rec *store.Build, formats []string, logFile string) (failed, unrecorded error) {
 	wctx := context.WithoutCancel(ctx)
 	next := *rec
 	for _, format := range formats {
@@ -234,7 +234,7 @@ func (b *Builder) finish(ctx context.Context, rec *store.Build, formats []string
 
 // collect finds the file DIB wrote for one format, moves it to the store's name
 // for it when DIB names it differently, and reads its size and checksums.
-func (b *Builder) collect(ctx context.Context, rec store.Build, format string) (store.File, error) {
+func (b *Source) collect(ctx context.Context, rec store.Build, format string) (store.File, error) {
 	st := b.opts.Store
 	path := st.FilePath(rec.Image, rec.ID, format)
 	if suffix := fileSuffix(format); suffix != format {
@@ -307,7 +307,7 @@ func renameOutput(from, to string) error {
 
 // filePaths are, by format, the paths of a ready build's files; nil for
 // another build.
-func (b *Builder) filePaths(built store.Build) map[string]string {
+func (b *Source) filePaths(built store.Build) map[string]string {
 	if built.State != store.Ready {
 		return nil
 	}
@@ -320,7 +320,7 @@ func (b *Builder) filePaths(built store.Build) map[string]string {
 
 // pruneLogs keeps the newest build-log-retention logs of image. nodepool keeps
 // at least one, the log of the build that just ran.
-func (b *Builder) pruneLogs(image string) error {
+func (b *Source) pruneLogs(image string) error {
 	keep := b.opts.Config.BuildLogRetention
 	if keep >= 0 {
 		keep = max(keep, 1)

@@ -28,10 +28,10 @@ const (
 // ErrUnknownImage is returned (wrapped) for an image that is not a diskimage of the config.
 var ErrUnknownImage = errors.New("not a diskimage of the config")
 
-// ErrBuilding is returned (wrapped) by Build when this Builder is already building the image.
+// ErrBuilding is returned (wrapped) by Build when this Source is already building the image.
 var ErrBuilding = errors.New("a build of this image is already running")
 
-// Options configure a Builder.
+// Options configure a Source.
 type Options struct {
 	Store  *store.Store
 	Config *config.Config
@@ -44,7 +44,7 @@ type Options struct {
 	// which lets DIB unmount what it mounted, and SIGKILL.
 	KillGrace time.Duration // default 30s
 	// Slots bounds the builds that run at once (nodepool's --build-workers): a
-	// build holds a slot while it runs. It outlives a Builder, so that a reload
+	// build holds a slot while it runs. It outlives a Source, so that a reload
 	// does not lift the bound. Nil: no bound.
 	Slots chan struct{}
 	// CheckInterval is how often an image is checked for being due; default 10s.
@@ -58,18 +58,18 @@ type Options struct {
 	Progress *progress.Tracker
 }
 
-// Builder builds the diskimages of a config, one at a time. Its methods are
+// Source builds the diskimages of a config, one at a time. Its methods are
 // steps: the daemon calls Step in a loop, --once calls it once.
-type Builder struct {
+type Source struct {
 	opts Options
 	log  *slog.Logger
 
 	mu      sync.Mutex
-	running map[string]bool // images being built by this Builder
+	running map[string]bool // images being built by this Source
 }
 
-// New returns a Builder.
-func New(opts Options) *Builder {
+// New returns a Source.
+func New(opts Options) *Source {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -82,12 +82,12 @@ func New(opts Options) *Builder {
 	if opts.KillGrace <= 0 {
 		opts.KillGrace = DefaultKillGrace
 	}
-	return &Builder{opts: opts, log: opts.Logger, running: map[string]bool{}}
+	return &Source{opts: opts, log: opts.Logger, running: map[string]bool{}}
 }
 
 // Images lists the diskimages of the config that are built (not abstract), each
 // with how often it is checked for being due.
-func (b *Builder) Images() map[string]time.Duration {
+func (b *Source) Images() map[string]time.Duration {
 	every := b.opts.CheckInterval
 	if every <= 0 {
 		every = DefaultCheckInterval
@@ -104,7 +104,7 @@ func (b *Builder) Images() map[string]time.Duration {
 //
 // An image that is due but held back by the backoff after a failed build is
 // not built, and Step says so with a *HeldBack error: due work not done.
-func (b *Builder) Step(ctx context.Context, image string) (*store.Build, error) {
+func (b *Source) Step(ctx context.Context, image string) (*store.Build, error) {
 	reason, back, err := b.check(ctx, image)
 	switch {
 	case err != nil:
@@ -161,7 +161,7 @@ var ErrPaused = errors.New("paused")
 // request (a gearman job) asks, and returns the ready build; request is
 // recorded on it. A paused image, or one another builder holds the build lock
 // of, is refused.
-func (b *Builder) BuildNow(ctx context.Context, image, request string) (store.Build, error) {
+func (b *Source) BuildNow(ctx context.Context, image, request string) (store.Build, error) {
 	img := b.opts.Config.DiskImage(image)
 	if img == nil {
 		return store.Build{}, fmt.Errorf("build %s: %w", image, ErrUnknownImage)
@@ -203,25 +203,25 @@ func (b *Builder) BuildNow(ctx context.Context, image, request string) (store.Bu
 // when it has no ready build, when its newest ready build is older than
 // rebuild-age or lacks a format the config needs, but not within FailureBackoff
 // of a failed build.
-func (b *Builder) Due(ctx context.Context, image string) (string, error) {
+func (b *Source) Due(ctx context.Context, image string) (string, error) {
 	reason, _, err := b.check(ctx, image)
 	return reason, err
 }
 
 // check is Due, and says too when the image would be due but a failed build
 // holds it back.
-func (b *Builder) check(ctx context.Context, image string) (string, *HeldBack, error) {
+func (b *Source) check(ctx context.Context, image string) (string, *HeldBack, error) {
 	return b.checkAt(ctx, image, false)
 }
 
 // checkLocked is check under the image's lock: a build request is read from
 // the state itself, since the last holder of the lock may have just built the
 // image and cleared its request, which a lagging listing may not show yet.
-func (b *Builder) checkLocked(ctx context.Context, image string) (string, *HeldBack, error) {
+func (b *Source) checkLocked(ctx context.Context, image string) (string, *HeldBack, error) {
 	return b.checkAt(ctx, image, true)
 }
 
-func (b *Builder) checkAt(ctx context.Context, image string, locked bool) (string, *HeldBack, error) {
+func (b *Source) checkAt(ctx context.Context, image string, locked bool) (string, *HeldBack, error) {
 	cfg, st := b.opts.Config, b.opts.Store
 	img := cfg.DiskImage(image)
 	if img == nil {
@@ -317,7 +317,7 @@ func newestReady(builds []store.Build, image string) *store.Build {
 }
 
 // claim marks image as being built; false when it already is.
-func (b *Builder) claim(image string) bool {
+func (b *Source) claim(image string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.running[image] {
@@ -327,13 +327,13 @@ func (b *Builder) claim(image string) bool {
 	return true
 }
 
-func (b *Builder) release(image string) {
+func (b *Source) release(image string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.running, image)
 }
 
-func (b *Builder) isRunning(image string) bool {
+func (b *Source) isRunning(image string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.running[image]

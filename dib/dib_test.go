@@ -82,7 +82,7 @@ func (f *fixture) config(text string) *config.Config {
 	return cfg
 }
 
-func (f *fixture) builder(cfg *config.Config) *Builder {
+func (f *fixture) builder(cfg *config.Config) *Source {
 	return New(Options{
 		Store:     f.st,
 		Config:    cfg,
@@ -127,7 +127,7 @@ func (f *fixture) recorded() recording {
 	return r
 }
 
-func (f *fixture) build(ctx context.Context, b *Builder, image string) store.Build {
+func (f *fixture) build(ctx context.Context, b *Source, image string) store.Build {
 	f.t.Helper()
 	bd, err := b.Build(ctx, image)
 	if err != nil {
@@ -148,7 +148,7 @@ func (f *fixture) lastLog(image string) string {
 	return string(data)
 }
 
-func due(t *testing.T, b *Builder, image string) string {
+func due(t *testing.T, b *Source, image string) string {
 	t.Helper()
 	reason, err := b.Due(context.Background(), image)
 	if err != nil {
@@ -859,7 +859,7 @@ diskimages:
 
 // stepAll steps every diskimage of the config in turn, as --once does with one
 // build worker, and joins the failures.
-func stepAll(ctx context.Context, b *Builder) error {
+func stepAll(ctx context.Context, b *Source) error {
 	var errs []error
 	for _, img := range b.opts.Config.DiskImages {
 		if _, err := b.Step(ctx, img.Name); err != nil {

@@ -15,7 +15,7 @@ import (
 // the builder dies, writing into files that recovery is about to remove. A pid is
 // only trusted when the process's command line names the build's output, so a
 // reused pid is never killed.
-func (b *Builder) Abandon(ctx context.Context, rec store.Build) error {
+func (b *Source) Abandon(ctx context.Context, rec store.Build) error {
 	if rec.Source != store.SourceDIB || rec.PID <= 0 || rec.PID == os.Getpid() {
 		return nil
 	}

@@ -72,7 +72,7 @@ func (a *attempt) run(ctx context.Context) error {
 	}
 	a.log.Info("upload started", "external_id", id, "name", spec.Name, "format", a.file.Format, "bytes", info.Size())
 	start := u.opts.Now()
-	task := u.opts.Tracker.Start(progress.Upload, a.build.Name()+" to "+a.provider.Name, info.Size())
+	task := u.opts.Progress.Start(progress.Upload, a.build.Name()+" to "+a.provider.Name, info.Size())
 	defer task.End()
 	if err := a.cloud.Upload(ctx, id, &progressReader{r: f, size: info.Size(), now: u.opts.Now, task: task,
 		report: a.report()}, info.Size()); err != nil {
@@ -204,11 +204,11 @@ func (t *tail) shown() string {
 
 // report is the attempt's progress callback, nil when nobody listens.
 func (a *attempt) report() func(sent, total int64) {
-	progress := a.u.opts.Progress
-	if progress == nil {
+	onSent := a.u.opts.OnSent
+	if onSent == nil {
 		return nil
 	}
-	return func(sent, total int64) { progress(a.job, sent, total) }
+	return func(sent, total int64) { onSent(a.job, sent, total) }
 }
 
 // progressReader counts the bytes sent on the attempt's task, and reports them

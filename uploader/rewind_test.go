@@ -43,7 +43,7 @@ func TestUploadSendsDataAgain(t *testing.T) {
 	tr := progress.NewTracker()
 	f.up = New(Options{Store: f.st, Config: f.cfg, Clouds: map[string]Cloud{"a": resendingCloud{f.clouds["a"]}},
 		RetryBase: time.Hour, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
-		PollInterval: time.Millisecond, Now: f.clock.Now, Tracker: tr})
+		PollInterval: time.Millisecond, Now: f.clock.Now, Progress: tr})
 	var during []progress.Status
 	f.clouds["a"].sent = func() { during = tr.Running() }
 	b := f.addBuild("debian", "qcow2")

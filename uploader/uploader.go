@@ -47,13 +47,13 @@ type Options struct {
 	// CleanupGrace bounds the delete of a half-made image after a failed or
 	// interrupted upload.
 	CleanupGrace time.Duration
-	// Progress, when set, is told how far each upload's data has gone, at most
+	// OnSent, when set, is told how far each upload's data has gone, at most
 	// once a second per upload.
-	Progress func(j Job, sent, total int64)
-	// Tracker, when set, holds a task for each upload attempt while its data is
-	// sent, "<build> to <provider>".
-	Tracker *progress.Tracker
-	Now     func() time.Time
+	OnSent func(j Job, sent, total int64)
+	// Progress, when set, holds a task for each upload attempt while its data
+	// is sent, "<build> to <provider>".
+	Progress *progress.Tracker
+	Now      func() time.Time
 	// Metrics is told of uploads, deletes and sweeps; nil: nobody is.
 	Metrics *metrics.Metrics
 }

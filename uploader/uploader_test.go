@@ -316,7 +316,7 @@ func TestUploadHasAProgressTask(t *testing.T) {
 	delete(f.clouds, "b")
 	tr := progress.NewTracker()
 	f.newUploader()
-	f.up.opts.Tracker = tr
+	f.up.opts.Progress = tr
 	var during []progress.Status
 	f.clouds["a"].sent = func() { during = tr.Running() }
 	b := f.addBuild("debian", "qcow2")
@@ -1083,7 +1083,7 @@ func TestAskedUploadRetriesAtOnce(t *testing.T) {
 	f := newFixture(t)
 	var mu sync.Mutex
 	var sent []int64
-	f.up.opts.Progress = func(j Job, n, total int64) {
+	f.up.opts.OnSent = func(j Job, n, total int64) {
 		mu.Lock()
 		defer mu.Unlock()
 		if j.Provider == "a" && total > 0 {
