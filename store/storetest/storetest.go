@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -802,18 +803,6 @@ func testSharedBindsNoBuilder(t *testing.T, open Opener) {
 	}
 }
 
-// eventually waits, with a deadline, for what another store wrote to reach s.
-func eventually(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not seen within 30s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func testSharedRecords(t *testing.T, open Opener) {
 	ctx := context.Background()
 	clock := NewClock()
@@ -827,12 +816,12 @@ func testSharedRecords(t *testing.T, open Opener) {
 	if err != nil || got.BuilderID != a.BuilderID() || got.State != store.Ready || got.Version != bd.Version {
 		t.Fatalf("build of a, read by b = %+v, %v", got, err)
 	}
-	eventually(t, "a's build in b's listing", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "a's build in b's listing", func() bool {
 		bs, err := b.Builds(ctx, store.BuildFilter{Image: "debian"})
 		return err == nil && len(bs) == 1 && bs[0].Version == bd.Version
 	})
 	u := upload(t, b, &got, "cloud-a", store.Uploading)
-	eventually(t, "b's upload in a's listing", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "b's upload in a's listing", func() bool {
 		ups, err := a.Uploads(ctx, store.UploadFilter{BuildID: bd.ID})
 		return err == nil && len(ups) == 1 && ups[0].ID == u.ID && ups[0].Version == u.Version
 	})
@@ -849,21 +838,21 @@ func testSharedRecords(t *testing.T, open Opener) {
 	if err := a.SetBuildState(ctx, &bd, store.Deleting, ""); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a's change in b's listing", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "a's change in b's listing", func() bool {
 		bs, err := b.Builds(ctx, store.BuildFilter{State: store.Deleting})
 		return err == nil && len(bs) == 1 && bs[0].ID == bd.ID
 	})
 	if err := b.RequestBuild(ctx, "fedora"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b's build request at a", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "b's build request at a", func() bool {
 		reqs, err := a.BuildRequests(ctx)
 		return err == nil && !reqs["fedora"].IsZero()
 	})
 	if err := a.SetPaused(ctx, "fedora", true); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a's pause at b", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "a's pause at b", func() bool {
 		p, err := b.Paused(ctx)
 		return err == nil && !p["fedora"].IsZero()
 	})
