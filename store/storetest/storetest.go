@@ -77,6 +77,8 @@ func Run(t *testing.T, open Opener, opts Options) {
 		{"Locks", testLocks},
 		{"NodepoolFields", testNodepoolFields},
 		{"BuildRequest", testBuildRequest},
+		{"BuildWriterCommit", testBuildWriterCommit},
+		{"BuildWriterAbort", testBuildWriterAbort},
 	}
 	if opts.Shared {
 		tests = append(tests, []struct {

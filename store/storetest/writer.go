@@ -1,0 +1,174 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// writeFile puts a format's file where the writer says, and returns the File
+// a source that verified it would add.
+func writeFile(t *testing.T, w *store.BuildWriter, format string) store.File {
+	t.Helper()
+	data := []byte(w.Build().Name() + " " + format)
+	if err := os.WriteFile(w.Path(format), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return store.File{Format: format, SHA256: strings.Repeat("a", 64), MD5: strings.Repeat("b", 32), Size: int64(len(data))}
+}
+
+// filesOf lists the names in s's images-dir of build b's files.
+func filesOf(t *testing.T, s *store.Store, b store.Build) []string {
+	t.Helper()
+	entries, err := os.ReadDir(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), b.Name()+".") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// testBuildWriterCommit: a build made through a writer is recorded building at
+// once, each file added is recorded with its sidecars beside it, and commit
+// makes it ready together with the changes given, in one write.
+func testBuildWriterCommit(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	w, err := s.BeginBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul, Zuul: store.ZuulRef{UUID: "z1", ID: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Build(ctx, w.Build().ID)
+	if err != nil || b.State != store.Building || b.BuilderID != s.BuilderID() || b.Zuul.UUID != "z1" {
+		t.Fatalf("a begun build reads %+v, %v; want building, of this builder", b, err)
+	}
+	if dir := filepath.Dir(w.Path("qcow2")); dir != s.Dir() {
+		t.Fatalf("a file's path %s is not in the images-dir %s", w.Path("qcow2"), s.Dir())
+	}
+	f := writeFile(t, w, "qcow2")
+	if err := w.Add(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	for ext, sum := range map[string]string{".sha256": f.SHA256, ".md5": f.MD5} {
+		got, err := store.ReadSidecar(w.Path("qcow2") + ext)
+		if err != nil || got != sum {
+			t.Fatalf("sidecar %s = %q, %v; want %q", ext, got, err, sum)
+		}
+	}
+	b, _ = s.Build(ctx, w.Build().ID)
+	if got, ok := b.File("qcow2"); !ok || !got.Present || got.Size != f.Size || b.State != store.Building {
+		t.Fatalf("after add: %+v; want a present qcow2 file of %d bytes, still building", b, f.Size)
+	}
+
+	// Ready and the cursor in one write: a commit whose other change cannot
+	// be written writes neither.
+	stale := build(t, s, "other", store.Ready)
+	moved := stale
+	if err := s.SetBuildState(ctx, &moved, store.Deleting, ""); err != nil {
+		t.Fatal(err)
+	}
+	cur := store.Cursor{Image: "debian", ZuulID: 4, ZuulUUID: "z1", Outcome: "ready", Time: s.Now(), Build: w.Build().ID}
+	if _, err := w.Commit(ctx, store.PutCursor(cur), store.PutBuild(&stale)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("commit with a stale change: %v, want ErrConflict", err)
+	}
+	if b, _ := s.Build(ctx, w.Build().ID); b.State != store.Building {
+		t.Fatalf("a commit that failed left the build %s", b.State)
+	}
+	if c, _ := s.Cursor(ctx, "debian"); c.ZuulID != 0 {
+		t.Fatalf("a commit that failed moved the cursor: %+v", c)
+	}
+	ready, err := w.Commit(ctx, store.PutCursor(cur))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = s.Build(ctx, ready.ID)
+	c, _ := s.Cursor(ctx, "debian")
+	if b.State != store.Ready || b.Version != ready.Version || c.Build != ready.ID {
+		t.Fatalf("after commit: build %+v, cursor %+v; want ready, the cursor naming it", b, c)
+	}
+	if files := filesOf(t, s, ready); len(files) != 3 {
+		t.Fatalf("files of a committed build: %q, want the file and its two sidecars", files)
+	}
+
+	// A file the record names must be there.
+	w2, err := s.BeginBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w2.Add(ctx, writeFile(t, w2, "raw")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(w2.Path("raw")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w2.Commit(ctx); err == nil {
+		t.Fatal("a build whose file went was committed")
+	}
+
+	// More files for a ready build, through a writer of it.
+	more := s.AddTo(ready)
+	if err := more.Add(ctx, writeFile(t, more, "raw")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := s.Build(ctx, ready.ID); !slices.Equal(b.Formats(), []string{"qcow2", "raw"}) || b.State != store.Ready {
+		t.Fatalf("a ready build with a file added: %+v", b)
+	}
+}
+
+// testBuildWriterAbort: an aborted build is recorded failed with its reason,
+// with the changes given in the same write, and then its files go; when the
+// record cannot be written, the files stay, so that no record names files
+// that are gone.
+func testBuildWriterAbort(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	w, err := s.BeginBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul, Zuul: store.ZuulRef{UUID: "z2", ID: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Add(ctx, writeFile(t, w, "qcow2")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, w, "raw") // made, not added yet
+
+	// Someone else changed the record: the abort is not written, and the
+	// files stay for whoever settles the build.
+	other := w.Build()
+	if err := s.SetBuildState(ctx, &other, store.Building, "touched"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Abort(ctx, "why"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("abort of a changed record: %v, want ErrConflict", err)
+	}
+	if files := filesOf(t, s, other); len(files) != 4 {
+		t.Fatalf("an abort that was not recorded removed files: %q left", files)
+	}
+
+	w = s.AddTo(other)
+	cur := store.Cursor{Image: "debian", ZuulID: 5, ZuulUUID: "z2", Outcome: "failed", Reason: "why", Time: s.Now()}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel() // an abort is written even when the work was cancelled
+	failed, err := w.Abort(cctx, "why", store.PutCursor(cur))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := s.Build(ctx, failed.ID)
+	c, _ := s.Cursor(ctx, "debian")
+	if b.State != store.Failed || b.Reason != "why" || c.ZuulUUID != "z2" || c.Outcome != "failed" {
+		t.Fatalf("after abort: build %+v, cursor %+v; want failed with its reason, the cursor moved", b, c)
+	}
+	if files := filesOf(t, s, b); len(files) != 0 {
+		t.Fatalf("files left by an abort: %q", files)
+	}
+}

@@ -1,0 +1,115 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"os"
+)
+
+// A BuildWriter makes the files of one build into the store, as a content
+// store takes in content: begin (the record, building), add each file once the
+// source verified it (checksum sidecars beside it, then the record), then
+// commit (ready) or abort (failed, the files removed). The store owns the
+// layout: a source writes a format's file where Path says and nowhere else.
+//
+// The record always goes before the files: a build that crashes while begun
+// is a building record with no holder, which recovery settles and whose files
+// the tidy-up removes; one that crashes in an abort is a failed record with
+// files, which the tidy-up removes too.
+type BuildWriter struct {
+	s     *Store
+	build Build
+}
+
+// BeginBuild records a new build of this builder, building, and returns its
+// writer; b names the image and carries what the source knows of it (its
+// source, the Zuul build, the request).
+func (s *Store) BeginBuild(ctx context.Context, b Build) (*BuildWriter, error) {
+	rec, err := s.CreateBuild(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	return &BuildWriter{s: s, build: rec}, nil
+}
+
+// AddTo is a writer of a build already recorded, as read: for files that
+// became needed after it was made. It neither commits nor aborts.
+func (s *Store) AddTo(b Build) *BuildWriter {
+	return &BuildWriter{s: s, build: b}
+}
+
+// Build is the record as last written.
+func (w *BuildWriter) Build() Build { return w.build }
+
+// Path is where the build's file of format goes.
+func (w *BuildWriter) Path(format string) string {
+	return w.s.FilePath(w.build.Image, w.build.ID, format)
+}
+
+// Add records a file of the build that the source verified, present at
+// Path(f.Format): its checksum sidecars are written beside it, then the
+// record, compare-and-set on its version. f.Present is set.
+func (w *BuildWriter) Add(ctx context.Context, f File) error {
+	if err := WriteSidecars(w.Path(f.Format), f.SHA256, f.MD5); err != nil {
+		return err
+	}
+	next := w.build
+	f.Present = true
+	next.SetFile(f)
+	if err := w.s.Write(ctx, PutBuild(&next)); err != nil {
+		return fmt.Errorf("record %s file of %s: %w", f.Format, w.build.Name(), err)
+	}
+	w.build = next
+	return nil
+}
+
+// Update writes a change of the record the source makes while it makes the
+// build (the pid of its process, a format refused), compare-and-set.
+func (w *BuildWriter) Update(ctx context.Context, change func(*Build)) error {
+	next := w.build
+	change(&next)
+	if err := w.s.Write(ctx, PutBuild(&next)); err != nil {
+		return fmt.Errorf("update build %s: %w", w.build.Name(), err)
+	}
+	w.build = next
+	return nil
+}
+
+// Commit writes the build ready, and changes that must land with it (a poll
+// cursor) in the same write. A file the record names must be present.
+func (w *BuildWriter) Commit(ctx context.Context, changes ...Change) (Build, error) {
+	for _, f := range w.build.Files {
+		if !f.Present {
+			continue
+		}
+		if _, err := os.Stat(w.Path(f.Format)); err != nil {
+			return w.build, fmt.Errorf("commit build %s: its %s file: %w", w.build.Name(), f.Format, err)
+		}
+	}
+	next := w.build
+	next.SetState(Ready, w.s.now())
+	next.Reason = ""
+	if err := w.s.Write(ctx, append([]Change{PutBuild(&next)}, changes...)...); err != nil {
+		return w.build, fmt.Errorf("set build %s %s: %w", w.build.Name(), Ready, err)
+	}
+	w.build = next
+	return next, nil
+}
+
+// Abort writes the build failed with reason, and changes that must land with
+// it in the same write, then removes its files. The write is made even when
+// ctx is done: an aborted build is settled at once, not left to recovery.
+func (w *BuildWriter) Abort(ctx context.Context, reason string, changes ...Change) (Build, error) {
+	ctx = context.WithoutCancel(ctx)
+	next := w.build
+	next.SetState(Failed, w.s.now())
+	next.Reason = reason
+	if err := w.s.Write(ctx, append([]Change{PutBuild(&next)}, changes...)...); err != nil {
+		return w.build, fmt.Errorf("set build %s %s: %w", w.build.Name(), Failed, err)
+	}
+	w.build = next
+	if err := w.s.RemoveBuildFiles(next.Image, next.ID); err != nil {
+		return next, err
+	}
+	return next, nil
+}
