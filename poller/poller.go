@@ -440,44 +440,40 @@ func (p *Poller) ingest(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bu
 	st := p.opts.Store
 	log := p.log.With("image", zi.Name, "zuul_build", zb.UUID)
 	log.Info("new Zuul build", "zuul_id", zb.ID, "end_time", zb.EndTime, "formats", needed)
-	b, err := st.CreateBuild(ctx, store.Build{
+	w, err := st.BeginBuild(ctx, store.Build{
 		Image:   zi.Name,
 		Source:  store.SourceZuul,
 		Zuul:    store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: redact.URL(zb.LogURL)},
 		Request: request,
 	})
 	if err != nil {
-		return b, err
+		return store.Build{}, err
 	}
-	err = p.fetch(ctx, zi, zb, &b, needed)
+	err = p.fetch(ctx, zi, zb, w, needed)
 	if err == nil {
-		ready := b
-		ready.SetState(store.Ready, st.Now())
 		cur := cursorAt(zi.Name, zb, store.Ready, "", st.Now())
-		cur.Build = b.ID
-		if err = st.Write(ctx, store.PutBuild(&ready), store.PutCursor(cur)); err == nil {
-			log.Info("build ready", "build", b.ID)
+		cur.Build = w.Build().ID
+		var ready store.Build
+		if ready, err = w.Commit(ctx, store.PutCursor(cur)); err == nil {
+			log.Info("build ready", "build", ready.ID)
 			p.prunePartials(zi.Name)
 			return ready, nil
 		}
 	}
 	// Failed: nothing of it stays on disk but resumable downloads.
 	werr := fmt.Errorf("fetch Zuul build %s of %s: %w", zb.UUID, zi.Name, err)
-	ctx = context.WithoutCancel(ctx)
-	failed := b
-	failed.SetState(store.Failed, st.Now())
-	failed.Reason = err.Error()
-	changes := []store.Change{store.PutBuild(&failed)}
+	var changes []store.Change
 	refused := errors.Is(err, ErrRefused)
 	if refused {
 		// Settled for good: the next poll waits for a newer Zuul build.
 		changes = append(changes, store.PutCursor(cursorAt(zi.Name, zb, store.Failed, err.Error(), st.Now())))
 	}
-	if serr := st.Write(ctx, changes...); serr != nil {
-		return b, errors.Join(werr, serr)
+	failed, serr := w.Abort(ctx, err.Error(), changes...)
+	if failed.State != store.Failed {
+		return failed, errors.Join(werr, serr)
 	}
-	if rerr := st.RemoveBuildFiles(b.Image, b.ID); rerr != nil {
-		log.Warn("could not remove files of failed build", "error", rerr)
+	if serr != nil {
+		log.Warn("could not remove files of failed build", "error", serr)
 	}
 	if refused {
 		p.prunePartials(zi.Name)
@@ -540,19 +536,20 @@ func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage
 		return out, nil
 	}
 	p.log.Info("fetching formats newly needed", "image", zi.Name, "build", b.ID, "formats", missing)
-	err := p.fetch(ctx, zi, zb, &b, missing)
+	w := p.opts.Store.AddTo(b)
+	err := p.fetch(ctx, zi, zb, w, missing)
 	var rf *refusedFormat
 	if errors.As(err, &rf) {
 		// Recorded, so that the next poll does not fetch it again.
-		next := b
-		next.Refuse(rf.format, rf.err.Error())
-		if werr := p.opts.Store.Write(context.WithoutCancel(ctx), store.PutBuild(&next)); werr != nil {
+		refuse := func(b *store.Build) { b.Refuse(rf.format, rf.err.Error()) }
+		if werr := w.Update(context.WithoutCancel(ctx), refuse); werr != nil {
 			err = errors.Join(err, werr)
 		}
 	}
 	if err != nil {
 		return out, fmt.Errorf("fetch %v of Zuul build %s of %s: %w", missing, zb.UUID, zi.Name, err)
 	}
+	b = w.Build()
 	out.Ingested = &b
 	return out, nil
 }
@@ -591,7 +588,7 @@ func refuse(format string, err error) error {
 
 // fetch downloads each needed format once, verified and in place, and records it.
 // A format that is not published but can be converted from one that is, is.
-func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, b *store.Build, needed []string) error {
+func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, w *store.BuildWriter, needed []string) error {
 	cands := make([]artifacts.Candidate, 0, len(zb.Artifacts))
 	for _, a := range zb.Artifacts {
 		cands = append(cands, artifacts.Candidate{Name: a.Name, URL: a.URL, Metadata: a.Metadata})
@@ -621,6 +618,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrRefused, err)
 	}
+	b := w.Build()
 	inspected := map[string]artifacts.Image{}
 	for _, format := range plan {
 		c := matched[format]
@@ -628,7 +626,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		if sha == "" && zi.RequireChecksum {
 			return refuse(format, fmt.Errorf("artifact %q (%s) has no sha256 in its metadata and require-checksum is set", c.Name, format))
 		}
-		dest := p.opts.Store.FilePath(b.Image, b.ID, format)
+		dest := w.Path(format)
 		began := time.Now()
 		res, err := fetcher.Fetch(ctx, artifacts.Request{
 			URL:    c.URL,
@@ -657,7 +655,8 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 			return fmt.Errorf("artifact %q (%s): %w", c.Name, format, err)
 		}
 		inspected[format] = img
-		if err := p.record(ctx, b, format, res.SHA256, res.MD5, res.Size, redact.URL(c.URL)); err != nil {
+		f := store.File{Format: format, SHA256: res.SHA256, MD5: res.MD5, Size: res.Size, URL: redact.URL(c.URL)}
+		if err := w.Add(ctx, f); err != nil {
 			return err
 		}
 	}
@@ -666,7 +665,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		if !ok {
 			return fmt.Errorf("convert %s to %s: %s was not fetched", src, dst, src)
 		}
-		if err := p.convertFormat(ctx, b, img, dst, limit); err != nil {
+		if err := p.convertFormat(ctx, w, img, dst, limit); err != nil {
 			return err
 		}
 	}
@@ -738,12 +737,12 @@ func convertible(format string) bool {
 
 // convertFormat converts src, a file of the build fetched and inspected, into
 // format dst and records it.
-func (p *Poller) convertFormat(ctx context.Context, b *store.Build, src artifacts.Image, dst string, limit int64) error {
-	st := p.opts.Store
+func (p *Poller) convertFormat(ctx context.Context, w *store.BuildWriter, src artifacts.Image, dst string, limit int64) error {
+	b := w.Build()
 	if _, err := exec.LookPath(p.opts.QemuImg); err != nil {
 		return fmt.Errorf("convert %s to %s: %s is not installed: %w", src.Format, dst, p.opts.QemuImg, err)
 	}
-	out := st.FilePath(b.Image, b.ID, dst)
+	out := w.Path(dst)
 	p.log.Info("converting", "image", b.Image, "build", b.ID, "from", src.Format, "to", dst, "virtual_size", src.VirtualSize)
 	if err := artifacts.Convert(ctx, p.opts.QemuImg, src, out, dst); err != nil {
 		return err
@@ -755,7 +754,7 @@ func (p *Poller) convertFormat(ctx context.Context, b *store.Build, src artifact
 	if err != nil {
 		return err
 	}
-	return p.record(ctx, b, dst, sha, md, size, "")
+	return w.Add(ctx, store.File{Format: dst, SHA256: sha, MD5: md, Size: size})
 }
 
 // inspect checks a fetched or converted file with qemu-img, and the size of the
@@ -797,19 +796,4 @@ func declaredSize(c artifacts.Candidate) int64 {
 		}
 	}
 	return 0
-}
-
-// record writes a verified file's sidecars and adds it to the build's record.
-func (p *Poller) record(ctx context.Context, b *store.Build, format, sha, md5 string, size int64, url string) error {
-	path := p.opts.Store.FilePath(b.Image, b.ID, format)
-	if err := store.WriteSidecars(path, sha, md5); err != nil {
-		return err
-	}
-	next := *b
-	next.SetFile(store.File{Format: format, SHA256: sha, MD5: md5, Size: size, URL: url, Present: true})
-	if err := p.opts.Store.Write(ctx, store.PutBuild(&next)); err != nil {
-		return fmt.Errorf("record %s file of %s: %w", format, b.Name(), err)
-	}
-	*b = next
-	return nil
 }
