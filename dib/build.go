@@ -46,34 +46,32 @@ func (b *Source) build(ctx context.Context, image, request string) (store.Build,
 
 	formats := buildFormats(cfg, image)
 	// The builder's own pid until DIB has one: the record must name a live process.
-	rec, err := st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceDIB, PID: os.Getpid(),
+	w, err := st.BeginBuild(ctx, store.Build{Image: image, Source: store.SourceDIB, PID: os.Getpid(),
 		Username: img.Username, PythonPath: img.PythonPath, ShellType: img.ShellType, Request: request})
 	if err != nil {
 		return store.Build{}, fmt.Errorf("build %s: %w", image, err)
 	}
+	rec := w.Build()
 	began := time.Now()
 	logFile := logPath(cfg.BuildLogDir, image, rec.ID)
 	b.log.Info("building image", "image", image, "build_id", rec.ID, "formats", formats, "log", logFile)
 
-	res := b.run(ctx, img, &rec, formats, logFile)
+	res := b.run(ctx, img, w, formats, logFile)
 	// The outcome must be recorded even when ctx ended the build, but never
 	// once the image's lock is lost: another builder may hold it by now.
 	wctx := context.WithoutCancel(ctx)
-	built := rec
+	var built store.Build
 	var unrecorded error // the outcome could not be written: recovery settles the build
 	if res.err == nil {
-		res.err, unrecorded = b.finish(ctx, &built, formats, logFile)
+		built, res.err, unrecorded = b.finish(ctx, w, formats, logFile)
 	}
 	if res.err != nil && unrecorded == nil {
 		if store.LockLost(ctx) {
 			unrecorded = store.ErrLockLost
 		} else {
 			// The record first: a build recorded failed is never uploaded from.
-			built = rec
-			if err := st.SetBuildState(wctx, &built, store.Failed, res.err.Error()); err != nil {
-				res.err = errors.Join(res.err, err)
-			}
-			if err := st.RemoveBuildFiles(image, rec.ID); err != nil {
+			var err error
+			if built, err = w.Abort(wctx, res.err.Error()); err != nil {
 				res.err = errors.Join(res.err, err)
 			}
 		}
@@ -83,7 +81,7 @@ func (b *Source) build(ctx context.Context, image, request string) (store.Build,
 		// the record stays as it is for this builder's recovery, which takes
 		// the lock again, and the files and the request stay with it. A
 		// request is settled only by a build recorded ready.
-		built = rec
+		built = w.Build()
 		b.log.Warn("the build's outcome could not be recorded; the next pass settles it", "image", image,
 			"build_id", rec.ID, "err", unrecorded)
 		err := fmt.Errorf("build %s: its outcome could not be recorded, the builder settles it on its next pass: %w",
@@ -129,11 +127,11 @@ type runResult struct {
 	timedOut  bool
 }
 
-// run runs disk-image-create for rec with its output in logFile, and kills it
-// when build-timeout passes or ctx ends.
-func (b *Source) run(ctx context.Context, img *config.DiskImage, rec *store.Build, formats []string, logFile string) runResult {
-	cfg, st := b.opts.Config, b.opts.Store
-	inv, err := command(img, formats, st.BuildPath(img.Name, rec.ID), cfg.ElementsDir, os.Environ())
+// run runs disk-image-create for the build w makes with its output in logFile,
+// and kills it when build-timeout passes or ctx ends.
+func (b *Source) run(ctx context.Context, img *config.DiskImage, w *store.BuildWriter, formats []string, logFile string) runResult {
+	cfg, rec := b.opts.Config, w.Build()
+	inv, err := command(img, formats, w.Base(), cfg.ElementsDir, os.Environ())
 	if err != nil {
 		return runResult{err: err}
 	}
@@ -162,12 +160,8 @@ func (b *Source) run(ctx context.Context, img *config.DiskImage, rec *store.Buil
 		fmt.Fprintf(f, "%v\nExit code: %d\n", err, code)
 		return runResult{err: fmt.Errorf("%w; log: %s", err, logFile)}
 	}
-	withPID := *rec
-	withPID.PID = p.pid()
-	if err := st.Write(ctx, store.PutBuild(&withPID)); err != nil {
+	if err := w.Update(ctx, func(b *store.Build) { b.PID = p.pid() }); err != nil {
 		b.log.Warn("cannot record the pid of a build", "build", rec.Name(), "pid", p.pid(), "err", err)
-	} else {
-		*rec = withPID
 	}
 	task := b.opts.Progress.Start(progress.Build, rec.Name(), 0)
 	defer task.End()
@@ -209,36 +203,44 @@ func (b *Source) run(ctx context.Context, img *config.DiskImage, rec *store.Buil
 // failed says why the build failed (a record changed meanwhile included);
 // unrecorded, that it did not but whether marking it ready took is unknown,
 // or it may not be tried: ctx's lock is lost.
-func (b *Source) finish(ctx context.Context, rec *store.Build, formats []string, logFile string) (failed, unrecorded error) {
+func (b *Source) finish(ctx context.Context, w *store.BuildWriter, formats []string, logFile string) (built store.Build, failed, unrecorded error) {
 	wctx := context.WithoutCancel(ctx)
-	next := *rec
+	var files []store.File
 	for _, format := range formats {
-		f, err := b.collect(wctx, next, format)
+		f, err := b.collect(wctx, w, format)
 		if err != nil {
-			return fmt.Errorf("%w; log: %s", err, logFile), nil
+			return w.Build(), fmt.Errorf("%w; log: %s", err, logFile), nil
 		}
-		next.SetFile(f)
+		files = append(files, f)
 	}
 	if store.LockLost(ctx) {
-		return nil, store.ErrLockLost
+		return w.Build(), nil, store.ErrLockLost
 	}
-	if err := b.opts.Store.SetBuildState(wctx, &next, store.Ready, ""); errors.Is(err, store.ErrConflict) {
-		// Not written, for sure: someone else changed the record.
-		return err, nil
-	} else if err != nil {
-		return nil, err
+	// Not written, for sure, when someone else changed the record.
+	written := func(err error) (store.Build, error, error) {
+		if errors.Is(err, store.ErrConflict) {
+			return w.Build(), err, nil
+		}
+		return w.Build(), nil, err
 	}
-	*rec = next
-	return nil, nil
+	for _, f := range files {
+		if err := w.Add(wctx, f); err != nil {
+			return written(err)
+		}
+	}
+	ready, err := w.Commit(wctx)
+	if err != nil {
+		return written(err)
+	}
+	return ready, nil, nil
 }
 
 // collect finds the file DIB wrote for one format, moves it to the store's name
 // for it when DIB names it differently, and reads its size and checksums.
-func (b *Source) collect(ctx context.Context, rec store.Build, format string) (store.File, error) {
-	st := b.opts.Store
-	path := st.FilePath(rec.Image, rec.ID, format)
+func (b *Source) collect(ctx context.Context, w *store.BuildWriter, format string) (store.File, error) {
+	path := w.Path(format)
 	if suffix := fileSuffix(format); suffix != format {
-		if err := renameOutput(st.BuildPath(rec.Image, rec.ID)+"."+suffix, path); err != nil {
+		if err := renameOutput(w.Base()+"."+suffix, path); err != nil {
 			return store.File{}, fmt.Errorf("DIB exited 0 but left no %s file: %w", format, err)
 		}
 	}
@@ -250,7 +252,7 @@ func (b *Source) collect(ctx context.Context, rec store.Build, format string) (s
 		return store.File{}, fmt.Errorf("DIB exited 0 but %s is not a regular file", path)
 	}
 	// DIB writes its files as its umask says: readable by everyone, most often.
-	for _, p := range []string{path, path + ".sha256", path + ".md5", st.BuildPath(rec.Image, rec.ID) + ".d"} {
+	for _, p := range []string{path, path + ".sha256", path + ".md5", w.Base() + ".d"} {
 		if err := perm.TightenTree(p); err != nil {
 			return store.File{}, fmt.Errorf("DIB's %s output: %w", format, err)
 		}
@@ -268,12 +270,10 @@ func (b *Source) collect(ctx context.Context, rec store.Build, format string) (s
 		return store.File{}, err
 	}
 	if sha == "" || md == "" {
-		// A dib-cmd that ignores --checksum: make the sidecars nodepool relies on.
+		// A dib-cmd that ignores --checksum: the writer makes the sidecars
+		// nodepool relies on.
 		b.log.Warn("DIB wrote no checksum files; computing them", "file", path)
 		if sha, md, _, err = store.HashFile(ctx, path); err != nil {
-			return store.File{}, err
-		}
-		if err := store.WriteSidecars(path, sha, md); err != nil {
 			return store.File{}, err
 		}
 	}

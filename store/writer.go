@@ -46,6 +46,12 @@ func (w *BuildWriter) Path(format string) string {
 	return w.s.FilePath(w.build.Image, w.build.ID, format)
 }
 
+// Base is the path of the build's files without their suffix, for a tool that
+// names its files itself (DIB's output, its manifest directory).
+func (w *BuildWriter) Base() string {
+	return w.s.BuildPath(w.build.Image, w.build.ID)
+}
+
 // Add records a file of the build that the source verified, present at
 // Path(f.Format): its checksum sidecars are written beside it, then the
 // record, compare-and-set on its version. f.Present is set.
