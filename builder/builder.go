@@ -483,13 +483,10 @@ func (b *Builder) recoverBuild(ctx context.Context, p *parts, bd store.Build) er
 		}
 	}
 	b.log.Warn("build was interrupted; removing its files", "build", cur.Name())
-	if err := b.store.SetBuildState(ctx, &cur, store.Failed, dib.InterruptedReason); err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return nil
-		}
+	if _, err := b.store.WriterOf(cur).Abort(ctx, dib.InterruptedReason); err != nil && !errors.Is(err, store.ErrConflict) {
 		return err
 	}
-	return b.store.RemoveBuildFiles(cur.Image, cur.ID)
+	return nil
 }
 
 // tidy removes the builder's own leftovers last changed before a time:

@@ -536,7 +536,7 @@ func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage
 		return out, nil
 	}
 	p.log.Info("fetching formats newly needed", "image", zi.Name, "build", b.ID, "formats", missing)
-	w := p.opts.Store.AddTo(b)
+	w := p.opts.Store.WriterOf(b)
 	err := p.fetch(ctx, zi, zb, w, missing)
 	var rf *refusedFormat
 	if errors.As(err, &rf) {

@@ -32,9 +32,9 @@ func (s *Store) BeginBuild(ctx context.Context, b Build) (*BuildWriter, error) {
 	return &BuildWriter{s: s, build: rec}, nil
 }
 
-// AddTo is a writer of a build already recorded, as read: for files that
-// became needed after it was made. It neither commits nor aborts.
-func (s *Store) AddTo(b Build) *BuildWriter {
+// WriterOf is a writer of a build already recorded, as read: to add files that
+// became needed after it was made, or to abort one left building.
+func (s *Store) WriterOf(b Build) *BuildWriter {
 	return &BuildWriter{s: s, build: b}
 }
 

@@ -117,7 +117,7 @@ func testBuildWriterCommit(t *testing.T, open Opener) {
 	}
 
 	// More files for a ready build, through a writer of it.
-	more := s.AddTo(ready)
+	more := s.WriterOf(ready)
 	if err := more.Add(ctx, writeFile(t, more, "raw")); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func testBuildWriterAbort(t *testing.T, open Opener) {
 		t.Fatalf("an abort that was not recorded removed files: %q left", files)
 	}
 
-	w = s.AddTo(other)
+	w = s.WriterOf(other)
 	cur := store.Cursor{Image: "debian", ZuulID: 5, ZuulUUID: "z2", Outcome: "failed", Reason: "why", Time: s.Now()}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel() // an abort is written even when the work was cancelled
