@@ -668,7 +668,7 @@ func (f *flights) do(key string, fn func() (string, error)) (string, error) {
 // current is the service's status now.
 func (g *gearmanService) current(serving bool) status.Gearman {
 	ws := g.w.Status()
-	s := status.Gearman{PID: os.Getpid(), Serving: serving,
+	s := status.Gearman{Stamp: status.Stamp{PID: os.Getpid()}, Serving: serving,
 		Functions: len(ws.Functions), Served: ws.Served, Failed: ws.Failed}
 	for _, srv := range ws.Servers {
 		s.Servers = append(s.Servers, status.GearmanServer{Address: srv.Address, Connected: srv.Connected && serving,

@@ -12,7 +12,7 @@ import (
 func (b *Builder) writeProgress(ctx context.Context) {
 	f := status.NewFile(b.store, status.ProgressPart, b.log)
 	take := func(running bool) *status.Progress {
-		s := &status.Progress{PID: os.Getpid(), Running: running, Tasks: b.opts.Progress.Running()}
+		s := &status.Progress{Stamp: status.Stamp{PID: os.Getpid()}, Running: running, Tasks: b.opts.Progress.Running()}
 		if !running {
 			s.Tasks = nil
 		}

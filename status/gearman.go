@@ -12,8 +12,7 @@ const GearmanPart = "gearman"
 // Gearman is what the daemon's gearman worker is doing, as it leaves it in the
 // images-dir for image-status.
 type Gearman struct {
-	Updated time.Time `json:"updated"`
-	PID     int       `json:"pid"`
+	Stamp
 	// Serving is false once the daemon stopped.
 	Serving   bool            `json:"serving"`
 	Servers   []GearmanServer `json:"servers"`
@@ -45,16 +44,10 @@ type GearmanJob struct {
 	Delivered bool      `json:"delivered"`
 }
 
-func (s *Gearman) stamp(t time.Time) { s.Updated = t }
-
 // ReadGearman reads what the daemon last said of its gearman worker; nil when
 // it never said anything.
 func ReadGearman(st *store.Store) (*Gearman, error) {
-	var s Gearman
-	if ok, err := read(st, GearmanPart, &s); !ok {
-		return nil, err
-	}
-	return &s, nil
+	return read[Gearman](st, GearmanPart)
 }
 
 // Stale tells whether the status is too old to be the running daemon's.

@@ -13,23 +13,16 @@ const ProgressPart = "progress"
 // Progress is the long work the daemon runs now (downloads, uploads, builds),
 // as it leaves it in the images-dir for image-status.
 type Progress struct {
-	Updated time.Time `json:"updated"`
-	PID     int       `json:"pid"`
+	Stamp
 	// Running is false once the daemon stopped.
 	Running bool              `json:"running"`
 	Tasks   []progress.Status `json:"tasks"`
 }
 
-func (s *Progress) stamp(t time.Time) { s.Updated = t }
-
 // ReadProgress reads what the daemon last said of the long work it runs; nil
 // when it never said anything.
 func ReadProgress(st *store.Store) (*Progress, error) {
-	var s Progress
-	if ok, err := read(st, ProgressPart, &s); !ok {
-		return nil, err
-	}
-	return &s, nil
+	return read[Progress](st, ProgressPart)
 }
 
 // Stale tells whether the status is too old to be the running daemon's.

@@ -25,6 +25,15 @@ const Every = 30 * time.Second
 // Stamped is a status that carries the time it was written.
 type Stamped interface{ stamp(time.Time) }
 
+// Stamp is what every status file says of its writing: when, and by which
+// process. A status embeds it.
+type Stamp struct {
+	Updated time.Time `json:"updated"`
+	PID     int       `json:"pid"`
+}
+
+func (s *Stamp) stamp(t time.Time) { s.Updated = t }
+
 // File is a status file of the images-dir. The store owns its path; it is
 // replaced whole, so a reader sees the old or the new one.
 type File struct {
@@ -76,20 +85,21 @@ func (f *File) Save(s Stamped) {
 	}
 }
 
-// read reads a part's status file into s; false when there is none.
-func read(st *store.Store, part string, s any) (bool, error) {
+// read reads a part's status file; nil when there is none.
+func read[T any](st *store.Store, part string) (*T, error) {
 	path := st.StatusPath(part)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	if err := json.Unmarshal(data, s); err != nil {
-		return false, fmt.Errorf("read %s: %w", path, err)
+	var s T
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	return true, nil
+	return &s, nil
 }
 
 // stale tells whether a status written at updated is too old to be the
