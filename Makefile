@@ -49,8 +49,8 @@ race:
 # it. One package, more often: make stress N=50 STRESS_PKGS=./artifacts/
 N ?= 10
 STRESS_PKGS ?= ./artifacts/ ./builder/ ./config/ ./dib/ ./gearman/ ./internal/... \
-	./listing/ ./metrics/... ./poller/ ./progress/ ./store/... ./uploader/... \
-	./webapp/ ./zuulapi/...
+	./listing/ ./metrics/... ./poller/ ./progress/ ./state/ ./status/ ./store/... \
+	./uploader/... ./webapp/ ./zuulapi/...
 
 stress: deps-test
 	GO=$(GO) sh scripts/stress.sh $(N) $(STRESS_PKGS)

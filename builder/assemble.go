@@ -2,7 +2,6 @@ package builder
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 
@@ -15,11 +14,6 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 )
-
-// ErrConfig is wrapped by the errors of a config that loads but cannot be used:
-// a clouds.yaml entry that is missing, a ca-cert that does not read, a changed
-// images-dir.
-var ErrConfig = errors.New("config cannot be used")
 
 // parts are what one config makes: its sources and its uploader. A reload makes
 // new parts; work already running keeps the parts it started with.
@@ -41,7 +35,7 @@ func (b *Builder) openOpenStack(ctx context.Context, p *config.Provider) (upload
 // (clouds.yaml entries, Zuul URLs, ca-certs) before anything runs.
 func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, error) {
 	if cfg.ImagesDir != b.store.Dir() {
-		return nil, fmt.Errorf("%w: images-dir changed from %s to %s; restart the builder to move it", ErrConfig, b.store.Dir(), cfg.ImagesDir)
+		return nil, fmt.Errorf("%w: images-dir changed from %s to %s; restart the builder to move it", config.ErrUnusable, b.store.Dir(), cfg.ImagesDir)
 	}
 	open := b.opts.OpenCloud
 	if open == nil {
@@ -58,7 +52,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 		if !ok {
 			var err error
 			if cloud, err = open(ctx, p); err != nil {
-				return nil, fmt.Errorf("%w: provider %s: %w", ErrConfig, p.Name, err)
+				return nil, fmt.Errorf("%w: provider %s: %w", config.ErrUnusable, p.Name, err)
 			}
 			opened[key] = cloud
 		}
@@ -81,7 +75,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 		if !ok {
 			var err error
 			if hc, err = zuulClient(zi.CACert); err != nil {
-				return nil, fmt.Errorf("%w: zuul-image %s: %w", ErrConfig, zi.Name, err)
+				return nil, fmt.Errorf("%w: zuul-image %s: %w", config.ErrUnusable, zi.Name, err)
 			}
 			shared[zi.CACert] = hc
 		}
@@ -96,7 +90,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 			Logger: b.log.With("zuul_image", zi.Name),
 		})
 		if err != nil {
-			return nil, fmt.Errorf("%w: zuul-image %s: %w", ErrConfig, zi.Name, err)
+			return nil, fmt.Errorf("%w: zuul-image %s: %w", config.ErrUnusable, zi.Name, err)
 		}
 		clients[zi.Name] = client
 	}

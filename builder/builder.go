@@ -120,7 +120,7 @@ type Builder struct {
 	loops loops
 }
 
-// New assembles a builder for opts.Config. It fails, wrapping ErrConfig, when
+// New assembles a builder for opts.Config. It fails, wrapping config.ErrUnusable, when
 // the config cannot be used (clouds, Zuul URLs, ca-certs).
 func New(ctx context.Context, opts Options) (*Builder, error) {
 	opts.Intervals.defaults()

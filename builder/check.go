@@ -7,13 +7,14 @@ import (
 	"strings"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/state"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 )
 
 // CheckError is what Check found wrong: every problem, each saying what it is
-// about and what to do. It wraps ErrConfig and each problem.
+// about and what to do. It wraps config.ErrUnusable and each problem.
 type CheckError struct {
 	Path     string // the config file
 	Problems []error
@@ -32,7 +33,7 @@ func (e *CheckError) Error() string {
 	return b.String()
 }
 
-func (e *CheckError) Unwrap() []error { return append([]error{ErrConfig}, e.Problems...) }
+func (e *CheckError) Unwrap() []error { return append([]error{config.ErrUnusable}, e.Problems...) }
 
 // Check finds what would stop the builder from running cfg on this host, before
 // anything runs: an images-dir that is not set, that this user cannot create or
@@ -106,7 +107,7 @@ func checkDirs(cfg *config.Config) []error {
 // checkZooKeeperTLS loads the zookeeper-tls files.
 func checkZooKeeperTLS(cfg *config.Config) []error {
 	if zc := cfg.ZooKeeper; zc != nil && zc.TLS != nil {
-		if _, err := zooKeeperTLS(zc.TLS); err != nil {
+		if _, err := state.ZooKeeperTLS(zc.TLS); err != nil {
 			return []error{fmt.Errorf("zookeeper-tls: %w", err)}
 		}
 	}

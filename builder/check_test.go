@@ -13,7 +13,7 @@ import (
 )
 
 // TestCheck: every problem is reported, each wrapped in the error, which is
-// ErrConfig; a config the host can run passes; nothing is created.
+// config.ErrUnusable; a config the host can run passes; nothing is created.
 func TestCheck(t *testing.T) {
 	dir := t.TempDir()
 	clouds := filepath.Join(dir, "clouds.yaml")
@@ -65,8 +65,8 @@ func TestCheck(t *testing.T) {
 				return
 			}
 			var ce *CheckError
-			if !errors.As(err, &ce) || !errors.Is(err, ErrConfig) || len(ce.Problems) != len(tt.want) {
-				t.Fatalf("Check = %v; want a CheckError with %d problems, which is ErrConfig", err, len(tt.want))
+			if !errors.As(err, &ce) || !errors.Is(err, config.ErrUnusable) || len(ce.Problems) != len(tt.want) {
+				t.Fatalf("Check = %v; want a CheckError with %d problems, which is config.ErrUnusable", err, len(tt.want))
 			}
 			for i, s := range tt.want {
 				if !strings.Contains(ce.Problems[i].Error(), s) {

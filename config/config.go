@@ -4,11 +4,17 @@
 package config
 
 import (
+	"errors"
 	"slices"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 )
+
+// ErrUnusable is wrapped by the errors of a config that loads but cannot be
+// used: a clouds.yaml entry that is missing, a ca-cert that does not read, a
+// changed images-dir, ZooKeeper TLS files that do not load.
+var ErrUnusable = errors.New("config cannot be used")
 
 // Config is a loaded, validated nodepool.yaml.
 type Config struct {

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/state"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -35,7 +35,7 @@ zuul-images:
 		t.Fatal(err)
 	}
 	// Another builder's session on the same state.
-	other, err := builder.OpenState(ctx, cfg, builder.StateOptions{Access: store.Create})
+	other, err := state.Open(ctx, cfg, state.Options{Access: store.Create})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/listing"
+	"github.com/nodepool-builder/nodepool-builder/state"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -36,7 +36,7 @@ func TestZooKeeperListingsNeedNoImagesDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := builder.OpenState(ctx, hostCfg, builder.StateOptions{Access: store.Create})
+	st, err := state.Open(ctx, hostCfg, state.Options{Access: store.Create})
 	if err != nil {
 		t.Fatal(err)
 	}

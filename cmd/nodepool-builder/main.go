@@ -20,6 +20,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/escape"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
+	"github.com/nodepool-builder/nodepool-builder/state"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -282,8 +283,8 @@ func openStore(c *cli.Context, cfg *config.Config, access store.Access, stateOnl
 	if err != nil {
 		return nil, err
 	}
-	st, err := builder.OpenState(c.Context, cfg, builder.StateOptions{Access: access, Logger: log, StateOnly: stateOnly})
-	if errors.Is(err, builder.ErrConfig) {
+	st, err := state.Open(c.Context, cfg, state.Options{Access: access, Logger: log, StateOnly: stateOnly})
+	if errors.Is(err, config.ErrUnusable) {
 		return nil, withCode(exitUsage, err)
 	}
 	if errors.Is(err, store.ErrNotInitialized) {

@@ -22,6 +22,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/progress"
+	"github.com/nodepool-builder/nodepool-builder/state"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/webapp"
 )
@@ -67,8 +68,8 @@ func runBuilder(c *cli.Context) error {
 		defer removePIDFile(pf)
 	}
 	ctx := c.Context
-	st, err := builder.OpenState(ctx, cfg, builder.StateOptions{Access: store.Create, Logger: log, Register: true, Version: version()})
-	if errors.Is(err, store.ErrOtherBuilder) || errors.Is(err, store.ErrForeignImagesDir) || errors.Is(err, builder.ErrConfig) {
+	st, err := state.Open(ctx, cfg, state.Options{Access: store.Create, Logger: log, Register: true, Version: version()})
+	if errors.Is(err, store.ErrOtherBuilder) || errors.Is(err, store.ErrForeignImagesDir) || errors.Is(err, config.ErrUnusable) {
 		return withCode(exitUsage, err)
 	}
 	if err != nil {
@@ -120,7 +121,7 @@ func runBuilder(c *cli.Context) error {
 		Progress:      tracker,
 	})
 	if err != nil {
-		if errors.Is(err, builder.ErrConfig) {
+		if errors.Is(err, config.ErrUnusable) {
 			return withCode(exitUsage, err)
 		}
 		return withCode(exitFailed, err)

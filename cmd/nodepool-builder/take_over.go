@@ -8,9 +8,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/escape"
+	"github.com/nodepool-builder/nodepool-builder/state"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -37,9 +37,9 @@ func takeOverImagesDir(c *cli.Context) error {
 		return err
 	}
 	defer lock.Unlock()
-	st, err := builder.OpenState(c.Context, cfg, builder.StateOptions{Access: store.Create, Logger: log, TakeOver: true})
+	st, err := state.Open(c.Context, cfg, state.Options{Access: store.Create, Logger: log, TakeOver: true})
 	switch {
-	case errors.Is(err, builder.ErrConfig), errors.Is(err, store.ErrOtherBuilder):
+	case errors.Is(err, config.ErrUnusable), errors.Is(err, store.ErrOtherBuilder):
 		return withCode(exitUsage, fmt.Errorf("take-over-images-dir: %w", err))
 	case err != nil:
 		return withCode(exitFailed, fmt.Errorf("take-over-images-dir: %w", err))

@@ -16,6 +16,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/state"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/store/zookeeper"
 	"github.com/nodepool-builder/nodepool-builder/store/zookeeper/zktest"
@@ -141,7 +142,7 @@ func openBuilder(ctx context.Context, path string, log *slog.Logger, iv builder.
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	st, err := builder.OpenState(ctx, cfg, builder.StateOptions{Access: store.Create, Logger: log, Register: true, Version: "bench"})
+	st, err := state.Open(ctx, cfg, state.Options{Access: store.Create, Logger: log, Register: true, Version: "bench"})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -203,7 +204,7 @@ func BenchmarkZooKeeperNoOp(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	writer, err := builder.OpenState(ctx, cfg, builder.StateOptions{Access: store.Create, Logger: log})
+	writer, err := state.Open(ctx, cfg, state.Options{Access: store.Create, Logger: log})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/state"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -36,9 +36,9 @@ func zookeeperImport(c *cli.Context) error {
 		return err
 	}
 	defer lock.Unlock()
-	r, err := builder.ImportToZooKeeper(c.Context, cfg, builder.StateOptions{Logger: log})
+	r, err := state.ImportToZooKeeper(c.Context, cfg, state.Options{Logger: log})
 	switch {
-	case errors.Is(err, builder.ErrConfig), errors.Is(err, store.ErrNotInitialized), errors.Is(err, store.ErrOtherBuilder):
+	case errors.Is(err, config.ErrUnusable), errors.Is(err, store.ErrNotInitialized), errors.Is(err, store.ErrOtherBuilder):
 		return withCode(exitUsage, fmt.Errorf("zookeeper-import: %w", err))
 	case err != nil:
 		return withCode(exitFailed, fmt.Errorf("zookeeper-import: %w", err))
@@ -47,7 +47,7 @@ func zookeeperImport(c *cli.Context) error {
 	return nil
 }
 
-func printImport(w io.Writer, r builder.ImportReport, cfgPath string) {
+func printImport(w io.Writer, r state.ImportReport, cfgPath string) {
 	if !r.MovedAt.IsZero() {
 		fmt.Fprintf(w, "%s was copied to ZooKeeper %s on %s already; nothing copied. Once the builder has run there, "+
 			"a copy would bring back records it has deleted since.\n", r.From, r.To, r.MovedAt.Format(time.RFC3339))

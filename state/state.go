@@ -1,4 +1,7 @@
-package builder
+// Package state opens the images-dir and the state of a config (in ZooKeeper,
+// over TLS when it says so, or in SQLite), for the daemon and every command,
+// and copies a SQLite state to ZooKeeper (zookeeper-import).
+package state
 
 import (
 	"context"
@@ -16,8 +19,8 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/store/zookeeper"
 )
 
-// StateOptions say how to open the state of a config.
-type StateOptions struct {
+// Options say how to open the state of a config.
+type Options struct {
 	Access store.Access
 	Logger *slog.Logger
 	// Register makes this process a builder component in ZooKeeper: the
@@ -36,7 +39,7 @@ type StateOptions struct {
 
 // OpenState opens the images-dir and the state of a config: in ZooKeeper when
 // zookeeper-servers are set, else in SQLite.
-func OpenState(ctx context.Context, cfg *config.Config, opts StateOptions) (*store.Store, error) {
+func Open(ctx context.Context, cfg *config.Config, opts Options) (*store.Store, error) {
 	sopts := store.Options{ImagesDir: cfg.ImagesDir, DBPath: cfg.Builder.StateDB, Access: opts.Access, TakeOver: opts.TakeOver}
 	if cfg.ZooKeeper == nil {
 		return openSQLiteState(ctx, cfg, sopts)
@@ -84,7 +87,7 @@ func openSQLiteState(ctx context.Context, cfg *config.Config, sopts store.Option
 		return nil, fmt.Errorf("%w: the state database %s was copied to ZooKeeper %s on %s (zookeeper-import) and is out "+
 			"of date: this builder keeps its state there now. Put zookeeper-servers back in %s; or, to start over with "+
 			"SQLite, remove or rename %s (the builder then knows none of its cloud images and deletes them as leaks)",
-			ErrConfig, cfg.Builder.StateDB, to, at.Format(time.RFC3339), cfg.Path, cfg.Builder.StateDB)
+			config.ErrUnusable, cfg.Builder.StateDB, to, at.Format(time.RFC3339), cfg.Path, cfg.Builder.StateDB)
 	}
 	return st, nil
 }
@@ -107,20 +110,20 @@ func checkSQLiteMoved(ctx context.Context, cfg *config.Config) error {
 		"in ZooKeeper. Stop the builder and run nodepool-builder -c %s zookeeper-import to copy them there (the uploads "+
 		"stay in the clouds and are kept); or, if that state is to be dropped, remove or rename %s (the builder then "+
 		"knows none of its cloud images and deletes them as leaks)",
-		ErrConfig, cfg.Path, cfg.Builder.StateDB, c, cfg.Path, cfg.Builder.StateDB)
+		config.ErrUnusable, cfg.Path, cfg.Builder.StateDB, c, cfg.Path, cfg.Builder.StateDB)
 }
 
 // OpenZooKeeper connects to the cluster of a config.
-func OpenZooKeeper(ctx context.Context, zc *config.ZooKeeper, opts StateOptions) (*zookeeper.Backend, error) {
+func OpenZooKeeper(ctx context.Context, zc *config.ZooKeeper, opts Options) (*zookeeper.Backend, error) {
 	zopts := zookeeper.Options{Servers: zooKeeperServers(zc), Chroot: zc.Servers[0].Chroot, Timeout: zc.Timeout, Logger: opts.Logger,
 		Version: opts.Version, Snapshot: opts.Access == store.ReadOnly}
 	if opts.Register {
 		zopts.Hostname, _ = os.Hostname()
 	}
 	if zc.TLS != nil {
-		tc, err := zooKeeperTLS(zc.TLS)
+		tc, err := ZooKeeperTLS(zc.TLS)
 		if err != nil {
-			return nil, fmt.Errorf("%w: zookeeper-tls: %w", ErrConfig, err)
+			return nil, fmt.Errorf("%w: zookeeper-tls: %w", config.ErrUnusable, err)
 		}
 		zopts.TLS = tc
 	}
@@ -136,10 +139,10 @@ func zooKeeperServers(zc *config.ZooKeeper) []string {
 	return servers
 }
 
-// zooKeeperTLS is the TLS of nodepool's zookeeper-tls: the client certificate
+// ZooKeeperTLS is the TLS of nodepool's zookeeper-tls: the client certificate
 // and key, and the CA the servers' certificates are checked against. When both
 // are wrong, the error says both.
-func zooKeeperTLS(t *config.ZooKeeperTLS) (*tls.Config, error) {
+func ZooKeeperTLS(t *config.ZooKeeperTLS) (*tls.Config, error) {
 	var errs []error
 	cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
 	if err != nil {

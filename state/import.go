@@ -1,4 +1,4 @@
-package builder
+package state
 
 import (
 	"context"
@@ -30,15 +30,15 @@ type ImportReport struct {
 //
 // A state marked moved is not copied again: the builder may have deleted
 // some of its records from ZooKeeper since, and a copy would bring them back.
-func ImportToZooKeeper(ctx context.Context, cfg *config.Config, opts StateOptions) (ImportReport, error) {
+func ImportToZooKeeper(ctx context.Context, cfg *config.Config, opts Options) (ImportReport, error) {
 	r := ImportReport{From: cfg.Builder.StateDB}
 	if cfg.ZooKeeper == nil {
 		return r, fmt.Errorf("%w: %s has no zookeeper-servers: add the cluster to copy the state into (zookeeper-servers, "+
-			"and zookeeper-tls when it serves TLS), then run zookeeper-import again", ErrConfig, cfg.Path)
+			"and zookeeper-tls when it serves TLS), then run zookeeper-import again", config.ErrUnusable, cfg.Path)
 	}
 	r.To = zooKeeperName(cfg.ZooKeeper)
 	if cfg.ImagesDir == "" || r.From == "" {
-		return r, fmt.Errorf("%w: %s: images-dir is not set, so there is no SQLite state to import", ErrConfig, cfg.Path)
+		return r, fmt.Errorf("%w: %s: images-dir is not set, so there is no SQLite state to import", config.ErrUnusable, cfg.Path)
 	}
 	if _, err := os.Stat(r.From); errors.Is(err, os.ErrNotExist) {
 		return r, fmt.Errorf("no SQLite state at %s, so nothing to import: %w; check images-dir (and builder.state-db) in %s",

@@ -1,4 +1,4 @@
-package builder
+package state
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func TestImportToZooKeeper(t *testing.T) {
 
 	// A SQLite state with a ready build and its upload.
 	sqlCfg := loadTestConfig(t, dir, "")
-	st, err := OpenState(ctx, sqlCfg, StateOptions{Access: store.Create})
+	st, err := Open(ctx, sqlCfg, Options{Access: store.Create})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,20 +63,20 @@ func TestImportToZooKeeper(t *testing.T) {
 
 	// With zookeeper-servers added, the state is refused until it is imported.
 	cfg := loadTestConfig(t, dir, zkKeys)
-	_, err = OpenState(ctx, cfg, StateOptions{Access: store.Create})
-	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "zookeeper-import") ||
+	_, err = Open(ctx, cfg, Options{Access: store.Create})
+	if !errors.Is(err, config.ErrUnusable) || !strings.Contains(err.Error(), "zookeeper-import") ||
 		!strings.Contains(err.Error(), cfg.Builder.StateDB) || !strings.Contains(err.Error(), "1 build and 1 upload") {
 		t.Fatalf("open with an unimported SQLite state: %v", err)
 	}
 
-	r, err := ImportToZooKeeper(ctx, cfg, StateOptions{})
+	r, err := ImportToZooKeeper(ctx, cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Builds.Copied != 1 || r.Uploads.Copied != 1 || r.BuilderID != builderID || r.To != z.Addr+"/import" || !r.MovedAt.IsZero() {
 		t.Errorf("import = %+v", r)
 	}
-	zst, err := OpenState(ctx, cfg, StateOptions{Access: store.Create})
+	zst, err := Open(ctx, cfg, Options{Access: store.Create})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,13 +91,13 @@ func TestImportToZooKeeper(t *testing.T) {
 	zst.Close()
 
 	// A second import copies nothing: the state is marked moved.
-	again, err := ImportToZooKeeper(ctx, cfg, StateOptions{})
+	again, err := ImportToZooKeeper(ctx, cfg, Options{})
 	if err != nil || again.MovedAt.IsZero() || again.Builds.Copied+again.Uploads.Copied != 0 {
 		t.Errorf("second import = %+v, %v", again, err)
 	}
 	// Going back to SQLite is refused: that state is out of date.
-	_, err = OpenState(ctx, sqlCfg, StateOptions{Access: store.ReadOnly})
-	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "copied to ZooKeeper") {
+	_, err = Open(ctx, sqlCfg, Options{Access: store.ReadOnly})
+	if !errors.Is(err, config.ErrUnusable) || !strings.Contains(err.Error(), "copied to ZooKeeper") {
 		t.Errorf("open of the moved SQLite state: %v", err)
 	}
 }
@@ -109,7 +109,7 @@ func TestZooKeeperStateWithoutSQLiteState(t *testing.T) {
 	zkKeys := fmt.Sprintf("zookeeper-servers:\n  - host: %s\n    port: %d\n    chroot: /fresh\n",
 		strings.Split(z.Addr, ":")[0], z.Port)
 	cfg := loadTestConfig(t, dir, zkKeys)
-	st, err := OpenState(ctx, cfg, StateOptions{Access: store.Create})
+	st, err := Open(ctx, cfg, Options{Access: store.Create})
 	if err != nil {
 		t.Fatalf("a fresh images-dir: %v", err)
 	}
@@ -120,13 +120,13 @@ func TestZooKeeperStateWithoutSQLiteState(t *testing.T) {
 		t.Fatal(err)
 	}
 	empty.Close()
-	st, err = OpenState(ctx, cfg, StateOptions{Access: store.ReadOnly})
+	st, err = Open(ctx, cfg, Options{Access: store.ReadOnly})
 	if err != nil {
 		t.Fatalf("an empty SQLite state: %v", err)
 	}
 	st.Close()
-	_, err = ImportToZooKeeper(ctx, loadTestConfig(t, dir, ""), StateOptions{})
-	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "no zookeeper-servers") {
+	_, err = ImportToZooKeeper(ctx, loadTestConfig(t, dir, ""), Options{})
+	if !errors.Is(err, config.ErrUnusable) || !strings.Contains(err.Error(), "no zookeeper-servers") {
 		t.Errorf("import without zookeeper-servers: %v", err)
 	}
 }
