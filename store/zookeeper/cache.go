@@ -67,6 +67,9 @@ type node struct {
 	// watched: a read of this process set watches on the node. A node it
 	// wrote has none until it is read, which put queues.
 	watched bool
+	// unread: this process made the node and has not read it yet. A listing
+	// of its parent may be older than it, so only its own read may drop it.
+	unread bool
 }
 
 // record is a build or an upload decoded from its node and its extra node.
@@ -681,9 +684,16 @@ func (c *cache) keep(p string, data []byte, stat *zk.Stat, kids []string, xdata 
 	}
 	if old != nil {
 		for _, ch := range old.children {
-			if _, found := slices.BinarySearch(kids, ch); !found {
-				c.removeLocked(p + "/" + ch)
+			if _, found := slices.BinarySearch(kids, ch); found {
+				continue
 			}
+			// A node this process made and has not read yet may be younger
+			// than this listing: its own read, queued when it was made, tells
+			// whether it is gone.
+			if cn := c.nodes[p+"/"+ch]; cn != nil && cn.unread {
+				continue
+			}
+			c.removeLocked(p + "/" + ch)
 		}
 	}
 	return fresh
@@ -731,9 +741,9 @@ func (c *cache) put(nodes ...written) {
 		if old != nil && later(old.stat, w.stat) {
 			continue
 		}
-		n := &node{data: w.data, stat: w.stat}
+		n := &node{data: w.data, stat: w.stat, unread: true}
 		if old != nil {
-			n.children, n.watched = old.children, old.watched
+			n.children, n.watched, n.unread = old.children, old.watched, old.unread
 			if w.stat.Czxid == 0 {
 				n.stat.Czxid, n.stat.Ctime = old.stat.Czxid, old.stat.Ctime
 			}
@@ -756,7 +766,7 @@ func (c *cache) addChild(p string) {
 		if classify(parent) == kindOther || parent == imageRoot {
 			return
 		}
-		pn = &node{}
+		pn = &node{unread: true}
 		c.setNode(parent, pn)
 		c.addChild(parent)
 		c.enqueue(parent)

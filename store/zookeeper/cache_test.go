@@ -5,8 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/z-division/go-zookeeper/zk"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -222,5 +225,58 @@ func TestCacheFollowsExtraNodeMadeLater(t *testing.T) {
 			t.Fatalf("30s after its extra node was made, the upload reads %d attempts, want %d", got.Attempts, u.Attempts)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCacheListingOlderThanAWrite: a listing of a node's children made before
+// this process created a child, and kept after the write recorded it, does not
+// drop the new child: the write that follows must see its extra node, or it
+// tries to create it again and fails as if the record changed meanwhile.
+func TestCacheListingOlderThanAWrite(t *testing.T) {
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := Open(ctx, Options{Servers: []string{z.Addr}, Chroot: "/test-cache-" + hex.EncodeToString(rnd[:]),
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	first := store.Build{ID: "0000000001", Image: "debian", State: store.Ready, Source: store.SourceZuul, Created: time.Now()}
+	if err := b.Write(ctx, store.PutBuild(&first)); err != nil {
+		t.Fatal(err)
+	}
+	// A cache the test steps: the image's builds listed while only the first
+	// build is there...
+	c := newCache(b)
+	builds := imageRoot + "/debian/builds"
+	for _, p := range []string{imageRoot + "/debian", builds} {
+		if _, err := c.refresh(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, _ := c.get(builds)
+	listed := *n
+	// ...then this process makes a second build, and its write goes into the
+	// cache...
+	p := buildPath("debian", "0000000002")
+	c.put(written{p, []byte("{}"), zk.Stat{}}, written{p + "/" + extraNode, []byte("{}"), zk.Stat{}})
+	// ...before the answer to that listing is kept.
+	c.mu.Lock()
+	c.keep(builds, nil, &listed.stat, slices.Clone(listed.children[:1]), nil, nil)
+	c.mu.Unlock()
+	for _, q := range []string{p, p + "/" + extraNode} {
+		if _, ok := c.get(q); !ok {
+			t.Errorf("%s, written by this process, was dropped by a listing older than the write", q)
+		}
+	}
+	// Its own read settles it: a node gone when it is read goes.
+	if _, err := c.refresh(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.get(p); ok {
+		t.Errorf("%s, never made in ZooKeeper, stayed in the cache after its own read", p)
 	}
 }
