@@ -223,10 +223,8 @@ func (b *Source) finish(ctx context.Context, w *store.BuildWriter, formats []str
 		}
 		return w.Build(), nil, err
 	}
-	for _, f := range files {
-		if err := w.Add(wctx, f); err != nil {
-			return written(err)
-		}
+	if err := w.Add(wctx, files...); err != nil {
+		return written(err)
 	}
 	ready, err := w.Commit(wctx)
 	if err != nil {
@@ -236,12 +234,32 @@ func (b *Source) finish(ctx context.Context, w *store.BuildWriter, formats []str
 }
 
 // collect finds the file DIB wrote for one format, moves it to the store's name
-// for it when DIB names it differently, and reads its size and checksums.
+// for it when DIB names it differently, and reads its size and checksums: from
+// the sidecars DIB wrote beside it (--checksum), else computed. The build
+// writer writes the store's sidecars.
 func (b *Source) collect(ctx context.Context, w *store.BuildWriter, format string) (store.File, error) {
 	path := w.Path(format)
+	out := path // where DIB wrote it
 	if suffix := fileSuffix(format); suffix != format {
-		if err := renameOutput(w.Base()+"."+suffix, path); err != nil {
+		out = w.Base() + "." + suffix
+	}
+	sha, err := store.ReadSidecar(out + ".sha256")
+	if err != nil {
+		return store.File{}, err
+	}
+	md, err := store.ReadSidecar(out + ".md5")
+	if err != nil {
+		return store.File{}, err
+	}
+	if out != path {
+		if err := os.Rename(out, path); err != nil {
 			return store.File{}, fmt.Errorf("DIB exited 0 but left no %s file: %w", format, err)
+		}
+		// DIB's sidecars name the file it wrote, which is gone.
+		for _, ext := range []string{".sha256", ".md5"} {
+			if err := os.Remove(out + ext); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return store.File{}, fmt.Errorf("remove %s: %w", out+ext, err)
+			}
 		}
 	}
 	info, err := os.Stat(path)
@@ -261,48 +279,13 @@ func (b *Source) collect(ctx context.Context, w *store.BuildWriter, format strin
 	if _, err := artifacts.Inspect(ctx, b.opts.QemuImg, path, format); err != nil {
 		return store.File{}, fmt.Errorf("DIB's %s output: %w", format, err)
 	}
-	sha, err := store.ReadSidecar(path + ".sha256")
-	if err != nil {
-		return store.File{}, err
-	}
-	md, err := store.ReadSidecar(path + ".md5")
-	if err != nil {
-		return store.File{}, err
-	}
 	if sha == "" || md == "" {
-		// A dib-cmd that ignores --checksum: the writer makes the sidecars
-		// nodepool relies on.
 		b.log.Warn("DIB wrote no checksum files; computing them", "file", path)
 		if sha, md, _, err = store.HashFile(ctx, path); err != nil {
 			return store.File{}, err
 		}
 	}
 	return store.File{Format: format, SHA256: sha, MD5: md, Size: info.Size(), Present: true}, nil
-}
-
-// renameOutput moves a file DIB wrote, with its sidecars, to the store's name.
-// The sidecars are rewritten, since they name the file they check.
-func renameOutput(from, to string) error {
-	if err := os.Rename(from, to); err != nil {
-		return err
-	}
-	sha, err := store.ReadSidecar(from + ".sha256")
-	if err != nil {
-		return err
-	}
-	md, err := store.ReadSidecar(from + ".md5")
-	if err != nil {
-		return err
-	}
-	if err := store.WriteSidecars(to, sha, md); err != nil {
-		return err
-	}
-	for _, ext := range []string{".sha256", ".md5"} {
-		if err := os.Remove(from + ext); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("remove %s: %w", from+ext, err)
-		}
-	}
-	return nil
 }
 
 // filePaths are, by format, the paths of a ready build's files; nil for

@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 )
 
 // A BuildWriter makes the files of one build into the store, as a content
@@ -52,18 +55,22 @@ func (w *BuildWriter) Base() string {
 	return w.s.BuildPath(w.build.Image, w.build.ID)
 }
 
-// Add records a file of the build that the source verified, present at
-// Path(f.Format): its checksum sidecars are written beside it, then the
-// record, compare-and-set on its version. f.Present is set.
-func (w *BuildWriter) Add(ctx context.Context, f File) error {
-	if err := WriteSidecars(w.Path(f.Format), f.SHA256, f.MD5); err != nil {
-		return err
+// Add records files of the build that the source verified, each present at
+// Path(f.Format): their checksum sidecars are written beside them, then the
+// record, in one compare-and-set on its version. Present is set.
+func (w *BuildWriter) Add(ctx context.Context, files ...File) error {
+	next := own(w.build)
+	var formats []string
+	for _, f := range files {
+		if err := WriteSidecars(w.Path(f.Format), f.SHA256, f.MD5); err != nil {
+			return err
+		}
+		f.Present = true
+		next.SetFile(f)
+		formats = append(formats, f.Format)
 	}
-	next := w.build
-	f.Present = true
-	next.SetFile(f)
 	if err := w.s.Write(ctx, PutBuild(&next)); err != nil {
-		return fmt.Errorf("record %s file of %s: %w", f.Format, w.build.Name(), err)
+		return fmt.Errorf("record %s file of %s: %w", strings.Join(formats, ", "), w.build.Name(), err)
 	}
 	w.build = next
 	return nil
@@ -72,7 +79,7 @@ func (w *BuildWriter) Add(ctx context.Context, f File) error {
 // Update writes a change of the record the source makes while it makes the
 // build (the pid of its process, a format refused), compare-and-set.
 func (w *BuildWriter) Update(ctx context.Context, change func(*Build)) error {
-	next := w.build
+	next := own(w.build)
 	change(&next)
 	if err := w.s.Write(ctx, PutBuild(&next)); err != nil {
 		return fmt.Errorf("update build %s: %w", w.build.Name(), err)
@@ -118,4 +125,12 @@ func (w *BuildWriter) Abort(ctx context.Context, reason string, changes ...Chang
 		return next, err
 	}
 	return next, nil
+}
+
+// own is b with Files and Refused of its own: a change of it that is not
+// written leaves the writer's record as it was.
+func own(b Build) Build {
+	b.Files = slices.Clone(b.Files)
+	b.Refused = maps.Clone(b.Refused)
+	return b
 }
