@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/fsync"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 )
@@ -77,7 +78,7 @@ func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string,
 		return fmt.Errorf("convert %s (%s) to %s (%s): %s: %w: %s",
 			src.Path, src.Format, dst, dstFmt, qemuImg, err, strings.TrimSpace(output.String()))
 	}
-	if err := syncFile(tmpName); err != nil {
+	if err := fsync.File(tmpName); err != nil {
 		return fmt.Errorf("convert %s to %s: %w", src.Path, dst, err)
 	}
 	// CreateTemp's 0600 would leave the group out: images are perm.File.
@@ -88,7 +89,7 @@ func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string,
 		return fmt.Errorf("convert %s to %s: move into place: %w", src.Path, dst, err)
 	}
 	committed = true
-	if err := syncDir(filepath.Dir(dst)); err != nil {
+	if err := fsync.Dir(filepath.Dir(dst)); err != nil {
 		return fmt.Errorf("convert %s to %s: %w", src.Path, dst, err)
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/fsync"
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 	"github.com/nodepool-builder/nodepool-builder/internal/partial"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
@@ -536,14 +537,14 @@ func (d *download) finish(s sums) (Result, error) {
 	if d.comp == "" {
 		// Uncompressed data is the download itself; the pipeline only hashed it.
 		data = d.dlPath
-		if err := syncFile(data); err != nil {
+		if err := fsync.File(data); err != nil {
 			return res, fmt.Errorf("download %s: %w", d.req.Key, err)
 		}
 	}
 	if err := os.Rename(data, d.req.Dest); err != nil {
 		return res, fmt.Errorf("download %s: move into place: %w", d.req.Key, err)
 	}
-	if err := syncDir(filepath.Dir(d.req.Dest)); err != nil {
+	if err := fsync.Dir(filepath.Dir(d.req.Dest)); err != nil {
 		return res, fmt.Errorf("download %s: %w", d.req.Key, err)
 	}
 	if d.comp != "" {
@@ -892,28 +893,4 @@ func contentRangeStart(h string) (int64, error) {
 		return 0, fmt.Errorf("unexpected Content-Range %q", h)
 	}
 	return n, nil
-}
-
-func syncFile(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("open %s for fsync: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("fsync %s: %w", path, err)
-	}
-	return f.Close()
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s for fsync: %w", dir, err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
-	return nil
 }
