@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 	"github.com/nodepool-builder/nodepool-builder/internal/fsync"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/progress"
@@ -22,10 +23,10 @@ import (
 //
 // A conversion writes up to the disk's virtual size, which may be far more than the
 // source's length: before it starts, Convert checks that dst's filesystem has that much
-// free, and otherwise returns an error wrapping ErrNoSpace rather than fill the disk.
-// Once ctx is done, qemu-img is killed and Convert returns ctx's error.
+// free, and otherwise returns an error wrapping diskspace.ErrNoSpace rather than fill the
+// disk. Once ctx is done, qemu-img is killed and Convert returns ctx's error.
 func Convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string) error {
-	return convert(ctx, qemuImg, src, dst, dstFmt, freeSpace)
+	return convert(ctx, qemuImg, src, dst, dstFmt, diskspace.Free)
 }
 
 // convert is Convert with free reporting the free space of a directory's filesystem.
@@ -42,7 +43,7 @@ func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string,
 	if err != nil {
 		return fmt.Errorf("convert %s: %w", src.Path, err)
 	}
-	if err := checkRoom(filepath.Dir(dst), src.VirtualSize, free); err != nil {
+	if err := diskspace.Check(filepath.Dir(dst), src.VirtualSize, free); err != nil {
 		return fmt.Errorf("convert %s (%s, a disk of %s) to %s: %w", src.Path, src.Format, progress.Bytes(src.VirtualSize), dst, err)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".converting-*")

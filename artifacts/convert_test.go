@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
@@ -183,8 +184,8 @@ func TestConvertChecksRoom(t *testing.T) {
 			if err == nil {
 				t.Fatal("convert went ahead")
 			}
-			if tt.name == "a byte short" && !errors.Is(err, ErrNoSpace) {
-				t.Errorf("error %v does not wrap ErrNoSpace", err)
+			if tt.name == "a byte short" && !errors.Is(err, diskspace.ErrNoSpace) {
+				t.Errorf("error %v does not wrap diskspace.ErrNoSpace", err)
 			}
 			for _, want := range append(tt.want, dir, src.Path) {
 				if !strings.Contains(err.Error(), want) {
@@ -205,8 +206,8 @@ func TestConvertHugeDiskNoRoom(t *testing.T) {
 	qemuImgCreate(t, qemuImg, dir, "-q", "-f", "qcow2", "huge.qcow2", strconv.FormatInt(size, 10))
 	src := inspect(t, qemuImg, filepath.Join(dir, "huge.qcow2"), "qcow2")
 	err := Convert(context.Background(), qemuImg, src, filepath.Join(dir, "huge.raw"), "raw")
-	if want := fmt.Sprintf("need %d bytes", size); !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), want) {
-		t.Fatalf("Convert = %v, want ErrNoSpace saying %q", err, want)
+	if want := fmt.Sprintf("need %d bytes", size); !errors.Is(err, diskspace.ErrNoSpace) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Convert = %v, want diskspace.ErrNoSpace saying %q", err, want)
 	}
 	onlySource(t, dir, src.Path)
 }

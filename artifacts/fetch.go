@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 	"github.com/nodepool-builder/nodepool-builder/internal/fsync"
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 	"github.com/nodepool-builder/nodepool-builder/internal/partial"
@@ -50,10 +51,6 @@ var ErrChecksum error = &classed{"checksum mismatch", "checksum"}
 // announces itself, larger than its declared size or the Fetcher's MaxSize. Nothing of
 // the download is kept.
 var ErrTooLarge error = &classed{"image too large", "refused"}
-
-// ErrNoSpace is wrapped by the error Fetch returns when the partial directory lacks the
-// free space the download needs.
-var ErrNoSpace error = &classed{"not enough free space", "space"}
 
 var (
 	errRangeIgnored    = errors.New("server ignored the Range request")
@@ -122,7 +119,7 @@ type Fetcher struct {
 	// stateInterval.
 	stateEvery time.Duration
 	// freeSpace reports the bytes still free in a directory's filesystem; nil means
-	// freeSpace. Tests fill a pretend disk with it.
+	// diskspace.Free. Tests fill a pretend disk with it.
 	freeSpace func(dir string) (int64, error)
 }
 
@@ -171,7 +168,7 @@ type Result struct {
 // partial download for that, except after a checksum mismatch (ErrChecksum, whose Result
 // still carries the digests found), a corrupt compressed stream, an image too large
 // (ErrTooLarge) or a refused host, address or redirect (ErrUnsafe). Running short of
-// space (ErrNoSpace) ends the Fetch at once; the caller decides when to try again. URLs in
+// space (diskspace.ErrNoSpace) ends the Fetch at once; the caller decides when to try again. URLs in
 // the error and in log messages are redacted (no userinfo, no query string). Userinfo in a
 // URL is never sent: it is removed from URL and from every redirect, as is the Referer of
 // a redirect.
@@ -372,8 +369,8 @@ func (d *download) run(ctx context.Context) (Result, error) {
 		if ctx.Err() != nil {
 			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.req.Key, d.url, ctx.Err())
 		}
-		if errors.Is(err, syscall.ENOSPC) && !errors.Is(err, ErrNoSpace) {
-			err = fmt.Errorf("%w in %s: %w", ErrNoSpace, d.f.PartialDir, err)
+		if errors.Is(err, syscall.ENOSPC) && !errors.Is(err, diskspace.ErrNoSpace) {
+			err = fmt.Errorf("%w in %s: %w", diskspace.ErrNoSpace, d.f.PartialDir, err)
 		}
 		if errors.Is(err, errRangeIgnored) {
 			d.single = true
@@ -440,7 +437,7 @@ func classify(err error) action {
 	var status statusError
 	var decode *decodeError
 	switch {
-	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrTooLarge), errors.Is(err, ErrUnsafe),
+	case errors.Is(err, diskspace.ErrNoSpace), errors.Is(err, ErrTooLarge), errors.Is(err, ErrUnsafe),
 		errors.As(err, new(*finalError)):
 		return giveUp
 	case errors.Is(err, errRangeIgnored):

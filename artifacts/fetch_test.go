@@ -26,6 +26,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 )
@@ -571,8 +572,8 @@ func TestFetchNoSpace(t *testing.T) {
 	defer srv.Close()
 	f := testFetcher(t)
 	_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/huge.raw.zst", Dest: filepath.Join(t.TempDir(), "x"), Key: "huge"})
-	if !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("Fetch error = %v, want ErrNoSpace", err)
+	if !errors.Is(err, diskspace.ErrNoSpace) {
+		t.Fatalf("Fetch error = %v, want diskspace.ErrNoSpace", err)
 	}
 	if !strings.Contains(err.Error(), f.PartialDir) || !strings.Contains(err.Error(), fmt.Sprint(int64(2<<60))) {
 		t.Errorf("error %q does not name the directory and the bytes needed", err)
@@ -1103,8 +1104,8 @@ func TestFetchFreeSpace(t *testing.T) {
 			f.freeSpace = disk.freeSpace
 			dest := filepath.Join(t.TempDir(), "img.raw")
 			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + tt.path, Dest: dest, Key: "img.raw", Size: tt.size})
-			if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), tt.wantText) {
-				t.Fatalf("Fetch error = %v, want ErrNoSpace saying %q", err, tt.wantText)
+			if !errors.Is(err, diskspace.ErrNoSpace) || !strings.Contains(err.Error(), tt.wantText) {
+				t.Fatalf("Fetch error = %v, want diskspace.ErrNoSpace saying %q", err, tt.wantText)
 			}
 			if !strings.Contains(err.Error(), f.PartialDir) {
 				t.Errorf("error %q does not name the directory", err)
@@ -1141,8 +1142,8 @@ func TestFetchDiskFull(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw" + suffix(comp), Dest: filepath.Join(t.TempDir(), "img.raw"), Key: "img.raw"})
-			if !errors.Is(err, ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("Fetch error = %v, want ErrNoSpace wrapping ENOSPC", err)
+			if !errors.Is(err, diskspace.ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("Fetch error = %v, want diskspace.ErrNoSpace wrapping ENOSPC", err)
 			}
 			gets := 0
 			for _, r := range fs.requests() {

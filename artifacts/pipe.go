@@ -71,7 +71,7 @@ var pipeCopier = fanout.Copier{BufferSize: copyBufferSize, Buffers: pipeBuffers}
 // prefix bytes of the partial download on disk followed by net (nil for none). Each run
 // writes the decompressed output from the start, so a resumed download re-reads only its
 // local prefix, never the network. It stops with ErrTooLarge once the image grows beyond
-// d.limit and with ErrNoSpace when rm finds the filesystem too full.
+// d.limit and with diskspace.ErrNoSpace when rm finds the filesystem too full.
 //
 // The stages run in parallel, each on its own goroutine: the reading (and decompressing)
 // on the caller's, then sha256, md5 and, for compressed downloads, the output file. md5

@@ -1,10 +1,6 @@
 package artifacts
 
-import (
-	"fmt"
-
-	"golang.org/x/sys/unix"
-)
+import "github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 
 const (
 	// spaceCheckEvery is how many bytes a download writes between two checks of the
@@ -15,15 +11,6 @@ const (
 	// has yet to write.
 	spaceFloor = 256 << 20
 )
-
-// freeSpace returns the bytes an unprivileged process may still write in dir's filesystem.
-func freeSpace(dir string) (int64, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return 0, err
-	}
-	return int64(st.Bavail) * int64(st.Bsize), nil
-}
 
 // room checks, before a transfer and then every spaceCheckEvery bytes, that the partial
 // directory's filesystem can take what the download has yet to write: the rest of the
@@ -53,7 +40,7 @@ func (d *download) room(offset, contentLength int64) *room {
 		image:      -1,
 	}
 	if r.free == nil {
-		r.free = freeSpace
+		r.free = diskspace.Free
 	}
 	if contentLength >= 0 {
 		r.served = offset + contentLength
@@ -106,26 +93,13 @@ func (r *room) need() int64 {
 	return n
 }
 
-// check returns an error wrapping ErrNoSpace when the filesystem lacks what the download
-// needs.
+// check returns an error wrapping diskspace.ErrNoSpace when the filesystem lacks what
+// the download needs.
 func (r *room) check() error {
-	if err := checkRoom(r.dir, r.need(), r.free); err != nil {
+	if err := diskspace.Check(r.dir, r.need(), r.free); err != nil {
 		return err
 	}
 	r.next = r.fed + r.wrote + spaceCheckEvery
-	return nil
-}
-
-// checkRoom returns an error wrapping ErrNoSpace, naming dir and both sizes, when dir's
-// filesystem has less than need bytes free as free reports it.
-func checkRoom(dir string, need int64, free func(string) (int64, error)) error {
-	have, err := free(dir)
-	if err != nil {
-		return fmt.Errorf("check free space in %s: %w", dir, err)
-	}
-	if have < need {
-		return fmt.Errorf("%w in %s: need %d bytes, %d free", ErrNoSpace, dir, need, have)
-	}
 	return nil
 }
 

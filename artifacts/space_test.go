@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 )
 
 func TestRoomNeed(t *testing.T) {
@@ -56,8 +58,8 @@ func TestRoomChecksEvery64MiB(t *testing.T) {
 	}
 	free = spaceFloor - 1
 	err := r.progress(0, 1<<20)
-	if calls != 2 || !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("after 64 MiB: %d checks, error %v; want a second check failing with ErrNoSpace", calls, err)
+	if calls != 2 || !errors.Is(err, diskspace.ErrNoSpace) {
+		t.Fatalf("after 64 MiB: %d checks, error %v; want a second check failing with diskspace.ErrNoSpace", calls, err)
 	}
 	if !strings.Contains(err.Error(), "/pretend") || !strings.Contains(err.Error(), "need 268435456 bytes") {
 		t.Errorf("error %q does not name the directory and the bytes needed", err)

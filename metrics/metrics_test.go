@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
+	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/metrics/metricstest"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -173,7 +174,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{StepUpload, fmt.Errorf("upload: %w", context.Canceled), ReasonCancelled},
 		{StepDownload, fmt.Errorf("read: %w", os.ErrDeadlineExceeded), ReasonTimeout},
-		{StepDownload, fmt.Errorf("fetch: %w", artifacts.ErrNoSpace), ReasonSpace},
+		{StepDownload, fmt.Errorf("fetch: %w", diskspace.ErrNoSpace), ReasonSpace},
 		{StepBuild, fmt.Errorf("write: %w", &os.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC}), ReasonSpace},
 		{StepDownload, fmt.Errorf("refused: %w", artifacts.ErrUnsafe), ReasonRefused},
 		{StepDownload, &artifacts.MissingError{Missing: []string{"raw"}}, ReasonRefused},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
@@ -277,7 +278,7 @@ func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, erro
 		}
 		out, err = p.settled(ctx, out, zi, zb, cur, needed, ready)
 	}
-	if errors.Is(err, artifacts.ErrNoSpace) {
+	if errors.Is(err, diskspace.ErrNoSpace) {
 		wait := p.opts.Backoff.fail(image, p.opts.Now())
 		err = fmt.Errorf("%w; fetching %s waits %s before it tries again: free space in the images-dir", err, image, wait)
 	} else if err == nil {
