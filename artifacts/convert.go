@@ -13,6 +13,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 	"github.com/nodepool-builder/nodepool-builder/internal/fsync"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
+	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 )
 
@@ -98,7 +99,7 @@ func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string,
 
 // qemuFormat maps our format names onto qemu-img's.
 func qemuFormat(f string) string {
-	switch f = canonicalFormat(f); f {
+	switch f = untrusted.CanonicalFormat(f); f {
 	case "vhd":
 		return "vpc"
 	default:

@@ -25,6 +25,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/partial"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
+	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 )
 
@@ -40,17 +41,9 @@ const (
 	maxRedirects   = 10
 )
 
-// DefaultMaxSize bounds an uncompressed image when Fetcher.MaxSize is 0.
-const DefaultMaxSize = 128 << 30
-
 // ErrChecksum is wrapped by the error Fetch returns when the downloaded image does not
 // match the expected sha256 or md5, or is shorter than its declared size.
 var ErrChecksum error = &classed{"checksum mismatch", "checksum"}
-
-// ErrTooLarge is wrapped by the error Fetch returns when the uncompressed image is, or
-// announces itself, larger than its declared size or the Fetcher's MaxSize. Nothing of
-// the download is kept.
-var ErrTooLarge error = &classed{"image too large", "refused"}
 
 var (
 	errRangeIgnored    = errors.New("server ignored the Range request")
@@ -100,7 +93,8 @@ type Fetcher struct {
 	// Backoff is the wait before the second attempt, doubled for each further one;
 	// 0 means 1s.
 	Backoff time.Duration
-	// MaxSize bounds the uncompressed size of every image; 0 means DefaultMaxSize.
+	// MaxSize bounds the uncompressed size of every image; 0 means
+	// untrusted.DefaultMaxSize.
 	MaxSize int64
 	// Connections is how many ranges of one file are fetched at the same time, when the
 	// server answers Range requests and the file is large enough to gain from it;
@@ -164,14 +158,15 @@ type Result struct {
 // decompressed file is written sparse. An interrupted download is resumed with HTTP
 // Range, also by a later Fetch with the same Key. A large file from a server that answers
 // Range requests is fetched over several connections at once (see Connections), each
-// range resumed on its own, while its in-order front streams through the same pipeline. A failed or cancelled Fetch keeps the
-// partial download for that, except after a checksum mismatch (ErrChecksum, whose Result
-// still carries the digests found), a corrupt compressed stream, an image too large
-// (ErrTooLarge) or a refused host, address or redirect (ErrUnsafe). Running short of
-// space (diskspace.ErrNoSpace) ends the Fetch at once; the caller decides when to try again. URLs in
-// the error and in log messages are redacted (no userinfo, no query string). Userinfo in a
-// URL is never sent: it is removed from URL and from every redirect, as is the Referer of
-// a redirect.
+// range resumed on its own, while its in-order front streams through the same pipeline.
+// A failed or cancelled Fetch keeps the partial download for that, except after a
+// checksum mismatch (ErrChecksum, whose Result still carries the digests found), a
+// corrupt compressed stream, an image too large (untrusted.ErrTooLarge) or a refused
+// host, address or redirect (untrusted.ErrUnsafe). Running short of space
+// (diskspace.ErrNoSpace) ends the Fetch at once; the caller decides when to try again.
+// URLs in the error and in log messages are redacted (no userinfo, no query string).
+// Userinfo in a URL is never sent: it is removed from URL and from every redirect, as is
+// the Referer of a redirect.
 func (f *Fetcher) Fetch(ctx context.Context, req Request) (Result, error) {
 	res, err := f.fetch(ctx, req)
 	// The messages below use redacted URLs already; this catches those that net/http
@@ -205,11 +200,11 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	}
 	maxSize := f.MaxSize
 	if maxSize <= 0 {
-		maxSize = DefaultMaxSize
+		maxSize = untrusted.DefaultMaxSize
 	}
 	if req.Size > maxSize {
 		return Result{}, fmt.Errorf("download %s from %s: %w: declared size %d bytes is above the maximum of %d",
-			req.Key, safeURL, ErrTooLarge, req.Size, maxSize)
+			req.Key, safeURL, untrusted.ErrTooLarge, req.Size, maxSize)
 	}
 	if err := os.MkdirAll(f.PartialDir, perm.Dir); err != nil {
 		return Result{}, fmt.Errorf("download %s: create partial directory: %w", safeURL, err)
@@ -281,11 +276,11 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 	target := redact.URL(req.URL.String())
 	switch {
 	case req.URL.Scheme != "http" && req.URL.Scheme != "https":
-		return fmt.Errorf("%w: refused redirect to %s: only http and https are followed", ErrUnsafe, target)
+		return fmt.Errorf("%w: refused redirect to %s: only http and https are followed", untrusted.ErrUnsafe, target)
 	case req.URL.Scheme == "http" && slices.ContainsFunc(via, func(r *http.Request) bool { return r.URL.Scheme == "https" }):
-		return fmt.Errorf("%w: refused redirect from https to %s", ErrUnsafe, target)
+		return fmt.Errorf("%w: refused redirect from https to %s", untrusted.ErrUnsafe, target)
 	case len(via) > maxRedirects:
-		return fmt.Errorf("%w: refused redirect to %s: stopped after %d redirects", ErrUnsafe, target, maxRedirects)
+		return fmt.Errorf("%w: refused redirect to %s: stopped after %d redirects", untrusted.ErrUnsafe, target, maxRedirects)
 	}
 	return nil
 }
@@ -397,7 +392,7 @@ func (d *download) run(ctx context.Context) (Result, error) {
 			continue
 		}
 		if act == giveUp {
-			if errors.As(err, new(*decodeError)) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrUnsafe) {
+			if errors.As(err, new(*decodeError)) || errors.Is(err, untrusted.ErrTooLarge) || errors.Is(err, untrusted.ErrUnsafe) {
 				d.removePartial() // corrupt, too large or unsafe as served: nothing worth resuming
 			}
 			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.req.Key, d.url, err)
@@ -437,7 +432,7 @@ func classify(err error) action {
 	var status statusError
 	var decode *decodeError
 	switch {
-	case errors.Is(err, diskspace.ErrNoSpace), errors.Is(err, ErrTooLarge), errors.Is(err, ErrUnsafe),
+	case errors.Is(err, diskspace.ErrNoSpace), errors.Is(err, untrusted.ErrTooLarge), errors.Is(err, untrusted.ErrUnsafe),
 		errors.As(err, new(*finalError)):
 		return giveUp
 	case errors.Is(err, errRangeIgnored):
@@ -629,7 +624,7 @@ func (a *attempt) stream() (sums, *http.Response, *rangeState, error) {
 	}
 	if d.comp == "" && resp.ContentLength >= 0 && offset+resp.ContentLength > d.limit {
 		resp.Body.Close()
-		return sums{}, nil, nil, fmt.Errorf("%w: the server announces %d bytes, above %s", ErrTooLarge, offset+resp.ContentLength, d.bound)
+		return sums{}, nil, nil, fmt.Errorf("%w: the server announces %d bytes, above %s", untrusted.ErrTooLarge, offset+resp.ContentLength, d.bound)
 	}
 	if offset == 0 {
 		st, err := d.startRanges(a, resp)
@@ -841,7 +836,7 @@ func (d *download) request(ctx context.Context, method string) (*http.Request, e
 func (d *download) do(req *http.Request) (*http.Response, error) {
 	resp, err := d.client.Do(req)
 	var uerr *url.Error
-	if errors.Is(err, ErrUnsafe) && errors.As(err, &uerr) {
+	if errors.Is(err, untrusted.ErrUnsafe) && errors.As(err, &uerr) {
 		// Our refusal names the redirect target, redacted; url.Error would repeat it whole.
 		return nil, uerr.Err
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 )
 
@@ -893,8 +894,8 @@ func TestFetchRedirects(t *testing.T) {
 				}
 				checkFetched(t, f, res, dest, image)
 			} else {
-				if !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Fetch error = %v, want ErrUnsafe saying %q", err, tt.wantErr)
+				if !errors.Is(err, untrusted.ErrUnsafe) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Fetch error = %v, want untrusted.ErrUnsafe saying %q", err, tt.wantErr)
 				}
 				if strings.Contains(err.Error(), "topsecret") {
 					t.Errorf("error %q shows the redirect's query", err)
@@ -965,22 +966,22 @@ func TestFetchSizeBound(t *testing.T) {
 		{name: "exactly the declared size", path: "/img.raw", handler: served(image), size: 2 * mib},
 		{name: "zst of exactly the declared size", path: "/img.raw.zst", handler: served(zstdFrames(t, image, true)), size: 2 * mib},
 		{name: "Content-Length above the declared size", path: "/img.raw", handler: served(image), size: mib,
-			wantErr: ErrTooLarge, wantText: "the server announces 2097152 bytes, above the declared size of 1048576 bytes", wantGets: 1},
+			wantErr: untrusted.ErrTooLarge, wantText: "the server announces 2097152 bytes, above the declared size of 1048576 bytes", wantGets: 1},
 		{name: "Content-Length above MaxSize", path: "/img.raw", handler: served(image), maxSize: mib,
-			wantErr: ErrTooLarge, wantText: "above the maximum of 1048576 bytes", wantGets: 1},
+			wantErr: untrusted.ErrTooLarge, wantText: "above the maximum of 1048576 bytes", wantGets: 1},
 		{name: "no Content-Length, more than MaxSize", path: "/img.raw", handler: chunked(image), maxSize: mib,
-			wantErr: ErrTooLarge, wantText: "the server sent more than the maximum of 1048576 bytes", wantGets: 1},
+			wantErr: untrusted.ErrTooLarge, wantText: "the server sent more than the maximum of 1048576 bytes", wantGets: 1},
 		{name: "zst announcing more than MaxSize", path: "/img.raw.zst", handler: served(zstdFrames(t, image, true)), maxSize: mib,
-			wantErr: ErrTooLarge, wantText: "the zstd frame announces 2097152 bytes, above the maximum", wantGets: 1},
+			wantErr: untrusted.ErrTooLarge, wantText: "the zstd frame announces 2097152 bytes, above the maximum", wantGets: 1},
 		{name: "zst announcing nothing, more than the declared size", path: "/img.raw.zst", handler: chunked(zstdFrames(t, image, false)), size: mib,
-			wantErr: ErrTooLarge, wantText: "decompressed to more than the declared size of 1048576 bytes", wantGets: 1},
+			wantErr: untrusted.ErrTooLarge, wantText: "decompressed to more than the declared size of 1048576 bytes", wantGets: 1},
 		{name: "zst whose first frame announces little", path: "/img.raw.zst",
 			handler: served(append(zstdFrames(t, small, true), zstdFrames(t, image, true)...)), maxSize: mib,
-			wantErr: ErrTooLarge, wantText: "decompressed to more than the maximum", wantGets: 1},
+			wantErr: untrusted.ErrTooLarge, wantText: "decompressed to more than the maximum", wantGets: 1},
 		{name: "gz beyond MaxSize", path: "/img.raw.gz", handler: served(compress(t, "gz", image)), maxSize: mib,
-			wantErr: ErrTooLarge, wantText: "decompressed to more than the maximum", wantGets: 1},
+			wantErr: untrusted.ErrTooLarge, wantText: "decompressed to more than the maximum", wantGets: 1},
 		{name: "declared size above MaxSize", path: "/img.raw", handler: served(image), size: 2 * mib, maxSize: mib,
-			wantErr: ErrTooLarge, wantText: "declared size 2097152 bytes is above the maximum of 1048576"},
+			wantErr: untrusted.ErrTooLarge, wantText: "declared size 2097152 bytes is above the maximum of 1048576"},
 		{name: "shorter than declared", path: "/img.raw", handler: served(image), size: 3 * mib,
 			wantErr: ErrChecksum, wantText: "size expected 3145728, got 2097152", wantGets: 1},
 		{name: "zst shorter than declared", path: "/img.raw.zst", handler: served(zstdFrames(t, image, false)), size: 3 * mib,

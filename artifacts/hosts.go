@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
+	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 )
 
 // The rule, in one place. An artifact URL comes from a job, so it may name any host:
@@ -91,7 +92,7 @@ func (h *Hosts) check(u *url.URL, what string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: refused %s %s: host %s is not among the allowed artifact hosts (%s); add it to the zuul-image's artifact-hosts if it is yours",
-		ErrUnsafe, what, redact.URL(u.String()), u.Host, h)
+		untrusted.ErrUnsafe, what, redact.URL(u.String()), u.Host, h)
 }
 
 // ErrInternalAddress is wrapped by the error of a connection refused because it would go
@@ -110,11 +111,11 @@ var internalPrefixes = []netip.Prefix{
 func checkAddress(network, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
-		return fmt.Errorf("%w: cannot read dialled address %q: %w", ErrUnsafe, address, err)
+		return fmt.Errorf("%w: cannot read dialled address %q: %w", untrusted.ErrUnsafe, address, err)
 	}
 	if internalAddr(ap.Addr()) {
 		return fmt.Errorf("%w: refused to connect to %s: %w; name the host in the zuul-image's artifact-hosts if it is yours",
-			ErrUnsafe, ap.Addr(), ErrInternalAddress)
+			untrusted.ErrUnsafe, ap.Addr(), ErrInternalAddress)
 	}
 	return nil
 }

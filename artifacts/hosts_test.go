@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
+	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 )
 
 func mustPattern(t testing.TB, s string) hostpattern.Pattern {
@@ -81,7 +82,7 @@ func TestCheckAddress(t *testing.T) {
 		"224.0.0.1:80", "[ff02::1]:80",
 	}
 	for _, a := range refused {
-		if err := checkAddress("tcp", a, nil); !errors.Is(err, ErrInternalAddress) || !errors.Is(err, ErrUnsafe) {
+		if err := checkAddress("tcp", a, nil); !errors.Is(err, ErrInternalAddress) || !errors.Is(err, untrusted.ErrUnsafe) {
 			t.Errorf("checkAddress(%s) = %v, want ErrInternalAddress", a, err)
 		}
 	}
@@ -177,8 +178,8 @@ func TestFetchRefusesHosts(t *testing.T) {
 			f := testFetcher(t)
 			dest := filepath.Join(t.TempDir(), "img.raw")
 			_, err := f.Fetch(context.Background(), Request{URL: tt.url, Dest: dest, Key: "img.raw", Hosts: hosts})
-			if !errors.Is(err, ErrUnsafe) || errors.Is(err, ErrInternalAddress) != tt.internal {
-				t.Fatalf("Fetch error = %v, want ErrUnsafe (internal address: %v)", err, tt.internal)
+			if !errors.Is(err, untrusted.ErrUnsafe) || errors.Is(err, ErrInternalAddress) != tt.internal {
+				t.Fatalf("Fetch error = %v, want untrusted.ErrUnsafe (internal address: %v)", err, tt.internal)
 			}
 			for _, s := range tt.says {
 				if !strings.Contains(err.Error(), s) {
@@ -274,8 +275,8 @@ func TestFetchThroughProxy(t *testing.T) {
 	}
 	checkFetched(t, f, res, dest, image)
 	_, err = f.Fetch(context.Background(), Request{URL: "http://files.example.com/img.raw", Dest: dest, Key: "img.raw", Hosts: hosts})
-	if !errors.Is(err, ErrUnsafe) {
-		t.Fatalf("Fetch of a host not allowed through the proxy: %v, want ErrUnsafe", err)
+	if !errors.Is(err, untrusted.ErrUnsafe) {
+		t.Fatalf("Fetch of a host not allowed through the proxy: %v, want untrusted.ErrUnsafe", err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -305,7 +306,7 @@ func TestFetchWithoutHosts(t *testing.T) {
 	}
 	checkFetched(t, f, res, dest, image)
 	_, err = f.Fetch(context.Background(), Request{URL: srv.URL + "/away", Dest: dest, Key: "img2.raw"})
-	if !errors.Is(err, ErrUnsafe) || len(other.seen()) != 0 {
-		t.Fatalf("redirect to another port: %v, %d requests there; want ErrUnsafe and none", err, len(other.seen()))
+	if !errors.Is(err, untrusted.ErrUnsafe) || len(other.seen()) != 0 {
+		t.Fatalf("redirect to another port: %v, %d requests there; want untrusted.ErrUnsafe and none", err, len(other.seen()))
 	}
 }

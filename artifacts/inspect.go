@@ -12,14 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 )
-
-// ErrUnsafe is wrapped by the errors for an artifact that must not be used at all: an image
-// that is not the format it claims or that references other files (which would make
-// qemu-img or the cloud read host files), a raw image no disk could be, or a download
-// that would reach a host or address it may not.
-var ErrUnsafe error = &classed{"unsafe artifact", "refused"}
 
 // A raw image is a disk: whole 512-byte sectors, and no disk worth booting is smaller than
 // a MiB. Anything qemu-img cannot place reads as raw, so without these bounds a page of
@@ -52,7 +47,7 @@ type Image struct {
 // PATH) that the file at path is the format it claims and references no other file: no
 // backing file, no external data file, no vmdk extent beyond the file itself. A claimed
 // format that qemu does not know, such as tar or squashfs, must probe as raw. The error
-// for a file that fails the check wraps ErrUnsafe and names what was found; a file claimed
+// for a file that fails the check wraps untrusted.ErrUnsafe and names what was found; a file claimed
 // raw must also be at least 1 MiB and a whole number of 512-byte sectors. A failure to
 // run qemu-img is an ordinary error. What it returns tells the disk's virtual size, for
 // CheckSize.
@@ -60,7 +55,7 @@ func Inspect(ctx context.Context, qemuImg, path, format string) (Image, error) {
 	if qemuImg == "" {
 		qemuImg = "qemu-img"
 	}
-	claimed := canonicalFormat(format)
+	claimed := untrusted.CanonicalFormat(format)
 	if claimed == "" {
 		return Image{}, fmt.Errorf("inspect %s: no format claimed", path)
 	}
@@ -84,24 +79,24 @@ func Inspect(ctx context.Context, qemuImg, path, format string) (Image, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return Image{}, fmt.Errorf("inspect %s: %w: %s", path, ErrUnsafe, strings.Join(problems, "; "))
+		return Image{}, fmt.Errorf("inspect %s: %w: %s", path, untrusted.ErrUnsafe, strings.Join(problems, "; "))
 	}
 	return Image{Path: path, Format: claimed, VirtualSize: info.VirtualSize}, nil
 }
 
-// CheckSize returns an error wrapping ErrTooLarge, naming both sizes, when the disk the
-// image holds is larger than limit bytes (0 or less: DefaultMaxSize). A file of a few
+// CheckSize returns an error wrapping untrusted.ErrTooLarge, naming both sizes, when the disk the
+// image holds is larger than limit bytes (0 or less: untrusted.DefaultMaxSize). A file of a few
 // hundred KiB may hold a disk of terabytes, which a conversion to raw would write out and
 // a cloud would give every instance: the limit applies to the disk, whatever the format.
 func (im Image) CheckSize(limit int64) error {
 	if limit <= 0 {
-		limit = DefaultMaxSize
+		limit = untrusted.DefaultMaxSize
 	}
 	if im.VirtualSize <= limit {
 		return nil
 	}
 	return fmt.Errorf("%s image %s: %w: its disk has a virtual size of %s (%d bytes), above the maximum of %s",
-		im.Format, im.Path, ErrTooLarge, progress.Bytes(im.VirtualSize), im.VirtualSize, progress.Bytes(limit))
+		im.Format, im.Path, untrusted.ErrTooLarge, progress.Bytes(im.VirtualSize), im.VirtualSize, progress.Bytes(limit))
 }
 
 // rawSizeProblem says why a raw image of size bytes is no disk, or "".

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 )
 
 // qemuImgCreate runs `qemu-img create` with args in dir.
@@ -86,8 +87,8 @@ func TestInspect(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, ErrUnsafe) {
-				t.Fatalf("Inspect error = %v, want ErrUnsafe", err)
+			if !errors.Is(err, untrusted.ErrUnsafe) {
+				t.Fatalf("Inspect error = %v, want untrusted.ErrUnsafe", err)
 			}
 			for _, want := range append(tt.unsafe, path) {
 				if !strings.Contains(err.Error(), want) {
@@ -154,7 +155,7 @@ func TestInspectFailures(t *testing.T) {
 			}
 			start := time.Now()
 			_, err := Inspect(ctx, tt.qemuImg, tt.path, format)
-			if err == nil || errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), tt.want) {
+			if err == nil || errors.Is(err, untrusted.ErrUnsafe) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Inspect error = %v, want an ordinary error saying %q", err, tt.want)
 			}
 			if d := time.Since(start); d > 10*time.Second {
@@ -167,7 +168,7 @@ func TestInspectFailures(t *testing.T) {
 func TestInspectMissingFile(t *testing.T) {
 	qemuImg := testenv.RequireBinary(t, "qemu-img")
 	_, err := Inspect(context.Background(), qemuImg, filepath.Join(t.TempDir(), "nothing.qcow2"), "qcow2")
-	if err == nil || errors.Is(err, ErrUnsafe) {
+	if err == nil || errors.Is(err, untrusted.ErrUnsafe) {
 		t.Fatalf("Inspect of a missing file = %v, want an ordinary error", err)
 	}
 }
@@ -224,8 +225,8 @@ func TestInspectVirtualSize(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, ErrTooLarge) {
-				t.Fatalf("CheckSize(%d) = %v, want ErrTooLarge", int64(limit), err)
+			if !errors.Is(err, untrusted.ErrTooLarge) {
+				t.Fatalf("CheckSize(%d) = %v, want untrusted.ErrTooLarge", int64(limit), err)
 			}
 			for _, want := range []string{path, tt.says, "maximum of 1.0 GiB"} {
 				if !strings.Contains(err.Error(), want) {
@@ -240,10 +241,10 @@ func TestInspectVirtualSize(t *testing.T) {
 }
 
 func TestCheckSizeDefault(t *testing.T) {
-	if err := (Image{VirtualSize: DefaultMaxSize}).CheckSize(0); err != nil {
-		t.Errorf("a disk of DefaultMaxSize with no limit set: %v", err)
+	if err := (Image{VirtualSize: untrusted.DefaultMaxSize}).CheckSize(0); err != nil {
+		t.Errorf("a disk of untrusted.DefaultMaxSize with no limit set: %v", err)
 	}
-	if err := (Image{VirtualSize: DefaultMaxSize + 1}).CheckSize(0); !errors.Is(err, ErrTooLarge) {
-		t.Errorf("a disk above DefaultMaxSize with no limit set: %v, want ErrTooLarge", err)
+	if err := (Image{VirtualSize: untrusted.DefaultMaxSize + 1}).CheckSize(0); !errors.Is(err, untrusted.ErrTooLarge) {
+		t.Errorf("a disk above untrusted.DefaultMaxSize with no limit set: %v, want untrusted.ErrTooLarge", err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 )
 
 // zuulImageType is the metadata.type that Zuul's own image jobs give their image artifacts.
@@ -57,7 +59,7 @@ func Match(cands []Candidate, mappings []Mapping, formats []string) (map[string]
 	found := make(map[string]Candidate, len(formats))
 	var missing []string
 	for _, f := range formats {
-		f = canonicalFormat(f)
+		f = untrusted.CanonicalFormat(f)
 		if _, ok := found[f]; ok || slices.Contains(missing, f) {
 			continue
 		}
@@ -84,7 +86,7 @@ func Available(cands []Candidate, mappings []Mapping) []string {
 	}
 	if len(mappings) > 0 {
 		for _, m := range mappings {
-			f := canonicalFormat(m.Format)
+			f := untrusted.CanonicalFormat(m.Format)
 			if _, ok := find(cands, mappings, f); ok {
 				add(f)
 			}
@@ -92,7 +94,7 @@ func Available(cands []Candidate, mappings []Mapping) []string {
 	} else {
 		for _, c := range cands {
 			if metaString(c, "type") == zuulImageType {
-				add(canonicalFormat(metaString(c, "format")))
+				add(untrusted.CanonicalFormat(metaString(c, "format")))
 			}
 		}
 	}
@@ -113,11 +115,11 @@ func find(cands []Candidate, mappings []Mapping, format string) (Candidate, bool
 func holds(c Candidate, mappings []Mapping, format string) bool {
 	if len(mappings) == 0 {
 		return metaString(c, "type") == zuulImageType &&
-			canonicalFormat(metaString(c, "format")) == format
+			untrusted.CanonicalFormat(metaString(c, "format")) == format
 	}
 	typ := metaString(c, "type")
 	for _, m := range mappings {
-		if canonicalFormat(m.Format) != format || m.Type != typ {
+		if untrusted.CanonicalFormat(m.Format) != format || m.Type != typ {
 			continue
 		}
 		if m.Name == "" || m.Name == c.Name {
@@ -149,15 +151,6 @@ func Compression(rawURL string) string {
 		return "gz"
 	}
 	return ""
-}
-
-// canonicalFormat maps format spellings onto the names files and providers use.
-func canonicalFormat(f string) string {
-	f = strings.ToLower(strings.TrimSpace(f))
-	if f == "qcow" {
-		return "qcow2"
-	}
-	return f
 }
 
 func metaString(c Candidate, key string) string {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/internal/fanout"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
+	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 )
 
 // sums is what one pass of the pipeline learnt about the data.
@@ -70,8 +71,9 @@ var pipeCopier = fanout.Copier{BufferSize: copyBufferSize, Buffers: pipeBuffers}
 // pipe hashes and, for compressed downloads, decompresses the stream made of the first
 // prefix bytes of the partial download on disk followed by net (nil for none). Each run
 // writes the decompressed output from the start, so a resumed download re-reads only its
-// local prefix, never the network. It stops with ErrTooLarge once the image grows beyond
-// d.limit and with diskspace.ErrNoSpace when rm finds the filesystem too full.
+// local prefix, never the network. It stops with untrusted.ErrTooLarge once the image
+// grows beyond d.limit and with diskspace.ErrNoSpace when rm finds the filesystem too
+// full.
 //
 // The stages run in parallel, each on its own goroutine: the reading (and decompressing)
 // on the caller's, then sha256, md5 and, for compressed downloads, the output file. md5
@@ -109,7 +111,7 @@ func (d *download) pipe(ctx context.Context, prefix int64, net *io.PipeReader, t
 			return s, err
 		}
 		if s.size > d.limit {
-			return s, fmt.Errorf("%w: the server sent more than %s", ErrTooLarge, d.bound)
+			return s, fmt.Errorf("%w: the server sent more than %s", untrusted.ErrTooLarge, d.bound)
 		}
 	} else {
 		s.size, err = d.decompress(ctx, src, prefix > 0, rm, h256, h5)
@@ -172,7 +174,7 @@ func (d *download) decompress(ctx context.Context, src *countReader, resumed boo
 		var h zstd.Header
 		if err := h.Decode(head); err == nil && h.HasFCS {
 			if h.FrameContentSize > uint64(d.limit) {
-				return 0, fmt.Errorf("%w: the zstd frame announces %d bytes, above %s", ErrTooLarge, h.FrameContentSize, d.bound)
+				return 0, fmt.Errorf("%w: the zstd frame announces %d bytes, above %s", untrusted.ErrTooLarge, h.FrameContentSize, d.bound)
 			}
 			if err := rm.learnImageSize(int64(h.FrameContentSize)); err != nil {
 				return 0, err
@@ -238,7 +240,7 @@ func (r *imageReader) Read(p []byte) (int, error) {
 	r.n += int64(n)
 	switch {
 	case r.n > r.limit:
-		r.err = fmt.Errorf("%w: decompressed to more than %s", ErrTooLarge, r.bound)
+		r.err = fmt.Errorf("%w: decompressed to more than %s", untrusted.ErrTooLarge, r.bound)
 	case n > 0:
 		if serr := r.room.progress(0, int64(n)); serr != nil {
 			r.err = fmt.Errorf("write decompressed output: %w", serr)

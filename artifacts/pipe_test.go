@@ -19,6 +19,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 )
 
 // allocated returns the bytes the filesystem holds for the file at path.
@@ -124,7 +125,7 @@ func pipeDownload(t *testing.T, comp string, served []byte) (*download, *room) {
 		dlPath:  filepath.Join(f.PartialDir, "img.raw.download"),
 		outPath: filepath.Join(f.PartialDir, "img.raw"),
 		comp:    comp,
-		limit:   DefaultMaxSize,
+		limit:   untrusted.DefaultMaxSize,
 		bound:   "the maximum",
 	}
 	if err := os.WriteFile(d.dlPath, served, 0o644); err != nil {

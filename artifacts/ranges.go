@@ -39,6 +39,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
+	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 )
 
 const (
@@ -319,7 +320,7 @@ func (d *download) loadState() (*rangeState, error) {
 		return nil, nil
 	}
 	if d.comp == "" && st.Size > d.limit {
-		return nil, fmt.Errorf("%w: the server announced %d bytes, above %s", ErrTooLarge, st.Size, d.bound)
+		return nil, fmt.Errorf("%w: the server announced %d bytes, above %s", untrusted.ErrTooLarge, st.Size, d.bound)
 	}
 	return st, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 	"github.com/nodepool-builder/nodepool-builder/metrics/metricstest"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
@@ -176,7 +177,8 @@ func TestClassify(t *testing.T) {
 		{StepDownload, fmt.Errorf("read: %w", os.ErrDeadlineExceeded), ReasonTimeout},
 		{StepDownload, fmt.Errorf("fetch: %w", diskspace.ErrNoSpace), ReasonSpace},
 		{StepBuild, fmt.Errorf("write: %w", &os.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC}), ReasonSpace},
-		{StepDownload, fmt.Errorf("refused: %w", artifacts.ErrUnsafe), ReasonRefused},
+		{StepDownload, fmt.Errorf("refused: %w", untrusted.ErrUnsafe), ReasonRefused},
+		{StepDownload, fmt.Errorf("check: %w", untrusted.ErrTooLarge), ReasonRefused},
 		{StepDownload, &artifacts.MissingError{Missing: []string{"raw"}}, ReasonRefused},
 		{StepPoll, &net.OpError{Op: "dial", Err: errors.New("connection refused")}, ReasonHTTP},
 		{StepSweep, &net.OpError{Op: "dial", Err: errors.New("connection refused")}, ReasonCloud},

@@ -20,6 +20,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
+	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
@@ -608,7 +609,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 	}
 	limit := fetcher.MaxSize
 	if limit <= 0 {
-		limit = artifacts.DefaultMaxSize
+		limit = untrusted.DefaultMaxSize
 	}
 	available := artifacts.Available(cands, mappings)
 	plan, convert, err := planFormats(needed, available)
@@ -641,9 +642,9 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		})
 		p.opts.Metrics.Downloaded(b.Image, res.Downloaded, time.Since(began), err)
 		switch {
-		case errors.Is(err, artifacts.ErrTooLarge):
+		case errors.Is(err, untrusted.ErrTooLarge):
 			return refuse(format, fmt.Errorf("artifact %q (%s): %w (%s)", c.Name, format, err, maxImageSize(limit)))
-		case errors.Is(err, artifacts.ErrChecksum), errors.Is(err, artifacts.ErrUnsafe):
+		case errors.Is(err, artifacts.ErrChecksum), errors.Is(err, untrusted.ErrUnsafe):
 			return refuse(format, fmt.Errorf("artifact %q (%s): %w", c.Name, format, err))
 		case err != nil:
 			return fmt.Errorf("download artifact %q (%s): %w", c.Name, format, err)
@@ -772,7 +773,7 @@ func (p *Poller) inspect(ctx context.Context, path, format string, limit int64) 
 	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 		err = errors.Join(err, rerr)
 	}
-	if errors.Is(err, artifacts.ErrUnsafe) || errors.Is(err, artifacts.ErrTooLarge) {
+	if errors.Is(err, untrusted.ErrUnsafe) || errors.Is(err, untrusted.ErrTooLarge) {
 		return artifacts.Image{}, refuse(format, err)
 	}
 	return artifacts.Image{}, fmt.Errorf("check %s image %s: %w", format, path, err)
