@@ -138,7 +138,7 @@ func (s *Store) RemoveBuildFiles(image, buildID string) error {
 // writeFileAtomic writes data to a temporary file beside path, syncs it and renames
 // it into place, so readers never see half a file.
 func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	tmp, err := createTemp(path, tempWrite)
 	if err != nil {
 		return err
 	}

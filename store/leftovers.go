@@ -26,16 +26,34 @@ type Leftovers struct {
 	Busy func(image, buildID string) bool
 }
 
+// The suffixes of the temporary files createTemp makes: .<name><suffix><n>.
+const (
+	tempWrite   = ".tmp"         // writeFileAtomic's
+	tempConvert = ".converting-" // a conversion's, CreateConversionTemp's
+)
+
 var (
 	// buildFileName is a build's file: <image>-<32 hex>.<format, sidecar or .d>.
 	buildFileName = regexp.MustCompile(`^(.+)-([0-9a-f]{32})\.(.+)$`)
-	// tempName is a file being written before a rename: writeFileAtomic's
-	// .<name>.tmp<n> and a conversion's .<name>.converting-<n>.
-	tempName = regexp.MustCompile(`^\.(.+)\.(tmp|converting-)[0-9]+$`)
+	// tempName is a file createTemp made, being written before a rename.
+	tempName = regexp.MustCompile(`^\.(.+)(` + regexp.QuoteMeta(tempWrite) + `|` + regexp.QuoteMeta(tempConvert) + `)[0-9]+$`)
 	// partialName is a file of a download in .partial: <image>-zuul-<uuid>.<format>,
 	// alone (verified) or with the suffix of a download in progress.
 	partialName = regexp.MustCompile(`^(.+)-zuul-([0-9a-fA-F]+)\.[^.]+(` + partialSuffixes() + `)?$`)
 )
+
+// createTemp creates a new file beside path, for a write that ends in its rename to
+// path: named .<path's name><suffix><random digits>, which tempName knows, so that
+// RemoveLeftovers finds it should the builder stop before the rename.
+func createTemp(path, suffix string) (*os.File, error) {
+	return os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+suffix+"*")
+}
+
+// CreateConversionTemp creates the temporary file a conversion to path writes before
+// its rename to path, beside it, under a name RemoveLeftovers knows.
+func CreateConversionTemp(path string) (*os.File, error) {
+	return createTemp(path, tempConvert)
+}
 
 // partialSuffixes is a regexp alternation of partial.Suffixes.
 func partialSuffixes() string {
