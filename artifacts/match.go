@@ -1,6 +1,6 @@
 // Package artifacts picks the image files a Zuul build publishes for the wanted formats,
-// downloads, decompresses and verifies them into their final place on disk, and checks
-// with qemu-img that they are the images they claim to be.
+// and downloads, decompresses and verifies them into their final place on disk; qemuimg
+// then checks that they are the images they claim to be.
 package artifacts
 
 import (

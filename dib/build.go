@@ -9,11 +9,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/progress"
+	"github.com/nodepool-builder/nodepool-builder/qemuimg"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -276,7 +276,7 @@ func (b *Source) collect(ctx context.Context, w *store.BuildWriter, format strin
 		}
 	}
 	// As for a fetched image: the format claimed, and no file outside it referenced.
-	if _, err := artifacts.Inspect(ctx, b.opts.QemuImg, path, format); err != nil {
+	if _, err := qemuimg.Inspect(ctx, b.opts.QemuImg, path, format); err != nil {
 		return store.File{}, fmt.Errorf("DIB's %s output: %w", format, err)
 	}
 	if sha == "" || md == "" {

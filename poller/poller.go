@@ -22,6 +22,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
+	"github.com/nodepool-builder/nodepool-builder/qemuimg"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 )
@@ -621,7 +622,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		return fmt.Errorf("%w: %w", ErrRefused, err)
 	}
 	b := w.Build()
-	inspected := map[string]artifacts.Image{}
+	inspected := map[string]qemuimg.Image{}
 	for _, format := range plan {
 		c := matched[format]
 		sha, md5 := artifacts.Checksums(c)
@@ -739,14 +740,14 @@ func convertible(format string) bool {
 
 // convertFormat converts src, a file of the build fetched and inspected, into
 // format dst and records it.
-func (p *Poller) convertFormat(ctx context.Context, w *store.BuildWriter, src artifacts.Image, dst string, limit int64) error {
+func (p *Poller) convertFormat(ctx context.Context, w *store.BuildWriter, src qemuimg.Image, dst string, limit int64) error {
 	b := w.Build()
 	if _, err := exec.LookPath(p.opts.QemuImg); err != nil {
 		return fmt.Errorf("convert %s to %s: %s is not installed: %w", src.Format, dst, p.opts.QemuImg, err)
 	}
 	out := w.Path(dst)
 	p.log.Info("converting", "image", b.Image, "build", b.ID, "from", src.Format, "to", dst, "virtual_size", src.VirtualSize)
-	if err := artifacts.Convert(ctx, p.opts.QemuImg, src, out, dst); err != nil {
+	if err := qemuimg.Convert(ctx, p.opts.QemuImg, src, out, dst, store.CreateConversionTemp); err != nil {
 		return err
 	}
 	if _, err := p.inspect(ctx, out, dst, limit); err != nil {
@@ -762,8 +763,8 @@ func (p *Poller) convertFormat(ctx context.Context, w *store.BuildWriter, src ar
 // inspect checks a fetched or converted file with qemu-img, and the size of the
 // disk it holds against limit (builder.max-image-size); an unsafe or too large
 // one is removed and its format refused for good.
-func (p *Poller) inspect(ctx context.Context, path, format string, limit int64) (artifacts.Image, error) {
-	img, err := artifacts.Inspect(ctx, p.opts.QemuImg, path, format)
+func (p *Poller) inspect(ctx context.Context, path, format string, limit int64) (qemuimg.Image, error) {
+	img, err := qemuimg.Inspect(ctx, p.opts.QemuImg, path, format)
 	if err == nil {
 		if err = img.CheckSize(limit); err == nil {
 			return img, nil
@@ -774,9 +775,9 @@ func (p *Poller) inspect(ctx context.Context, path, format string, limit int64) 
 		err = errors.Join(err, rerr)
 	}
 	if errors.Is(err, untrusted.ErrUnsafe) || errors.Is(err, untrusted.ErrTooLarge) {
-		return artifacts.Image{}, refuse(format, err)
+		return qemuimg.Image{}, refuse(format, err)
 	}
-	return artifacts.Image{}, fmt.Errorf("check %s image %s: %w", format, path, err)
+	return qemuimg.Image{}, fmt.Errorf("check %s image %s: %w", format, path, err)
 }
 
 // maxImageSize says, for an error, which setting sets the limit of limit bytes.

@@ -1,4 +1,4 @@
-package artifacts
+package qemuimg
 
 import (
 	"context"
@@ -19,19 +19,21 @@ import (
 
 // Convert turns src, an image Inspect found safe, into dst in dstFmt with `qemu-img
 // convert` (qemuImg is the program; empty means "qemu-img" on PATH). The output is
-// written under a temporary name beside dst and renamed into place once complete and
-// synced.
+// written to the new file createTemp makes beside dst (store.CreateConversionTemp, whose
+// names the store's tidy-up knows) and renamed to dst once complete and synced; on
+// failure it is removed.
 //
 // A conversion writes up to the disk's virtual size, which may be far more than the
 // source's length: before it starts, Convert checks that dst's filesystem has that much
 // free, and otherwise returns an error wrapping diskspace.ErrNoSpace rather than fill the
 // disk. Once ctx is done, qemu-img is killed and Convert returns ctx's error.
-func Convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string) error {
-	return convert(ctx, qemuImg, src, dst, dstFmt, diskspace.Free)
+func Convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string, createTemp func(dst string) (*os.File, error)) error {
+	return convert(ctx, qemuImg, src, dst, dstFmt, createTemp, diskspace.Free)
 }
 
 // convert is Convert with free reporting the free space of a directory's filesystem.
-func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string, free func(string) (int64, error)) error {
+func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string,
+	createTemp func(string) (*os.File, error), free func(string) (int64, error)) error {
 	if qemuImg == "" {
 		qemuImg = "qemu-img"
 	}
@@ -47,7 +49,7 @@ func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string,
 	if err := diskspace.Check(filepath.Dir(dst), src.VirtualSize, free); err != nil {
 		return fmt.Errorf("convert %s (%s, a disk of %s) to %s: %w", src.Path, src.Format, progress.Bytes(src.VirtualSize), dst, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".converting-*")
+	tmp, err := createTemp(dst)
 	if err != nil {
 		return fmt.Errorf("convert %s to %s: create temporary file: %w", src.Path, dst, err)
 	}
@@ -83,7 +85,8 @@ func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string,
 	if err := fsync.File(tmpName); err != nil {
 		return fmt.Errorf("convert %s to %s: %w", src.Path, dst, err)
 	}
-	// CreateTemp's 0600 would leave the group out: images are perm.File.
+	// A temporary file is made 0600, as os.CreateTemp makes it, which leaves the group
+	// out: images are perm.File.
 	if err := os.Chmod(tmpName, perm.File); err != nil {
 		return fmt.Errorf("convert %s to %s: %w", src.Path, dst, err)
 	}

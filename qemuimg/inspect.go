@@ -1,4 +1,7 @@
-package artifacts
+// Package qemuimg runs qemu-img on images the builder did not make itself: Inspect
+// checks that one is what it claims and reaches no other file, and Convert turns one
+// that passed into another format.
+package qemuimg
 
 import (
 	"bytes"
