@@ -9,6 +9,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/dib"
 	"github.com/nodepool-builder/nodepool-builder/poller"
+	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
@@ -19,7 +20,7 @@ import (
 // new parts; work already running keeps the parts it started with.
 type parts struct {
 	cfg      *config.Config
-	sources  map[store.Source]Source
+	sources  map[store.Source]source.Source
 	uploader *uploader.Uploader
 }
 
@@ -96,21 +97,19 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 	}
 	return &parts{
 		cfg: cfg,
-		sources: map[store.Source]Source{
+		sources: map[store.Source]source.Source{
 			store.SourceZuul: poller.New(poller.Options{
 				Store:    b.store,
 				Config:   cfg,
 				Fetchers: fetchers,
 				Clients:  clients,
 				Logger:   b.log,
-				Backoff:  b.spaceBackoff,
 				Metrics:  b.opts.Metrics,
 			}),
 			store.SourceDIB: dib.New(dib.Options{
 				Store:         b.store,
 				Config:        cfg,
 				Logger:        b.log,
-				Slots:         b.buildSlots,
 				CheckInterval: b.opts.Intervals.DIBCheck,
 				Metrics:       b.opts.Metrics,
 				Progress:      b.opts.Progress,

@@ -13,33 +13,12 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
-	"github.com/nodepool-builder/nodepool-builder/dib"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
-	"github.com/nodepool-builder/nodepool-builder/poller"
 	"github.com/nodepool-builder/nodepool-builder/progress"
+	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 )
-
-// Source makes images: diskimage-builder, a Zuul job, or whatever comes next.
-// The core does everything else (uploads, rotation, retries, recovery), so a new
-// source is one package that implements this.
-type Source interface {
-	// Images lists the images this source makes under its config, each with how
-	// often it is looked at.
-	Images() map[string]time.Duration
-	// Step looks at one image once and, when it needs a new build, makes it and
-	// returns it ready; nil when nothing was made.
-	Step(ctx context.Context, image string) (*store.Build, error)
-	// Abandon stops whatever a builder that is gone left running for a build it
-	// recorded as building, before the core removes the build's files.
-	Abandon(ctx context.Context, b store.Build) error
-	// BuildNow makes a build of the image now, whatever its schedule says, and
-	// returns it ready: a new one, or for a source that fetches, the newest
-	// there is, fetched now unless it is here already. request, when not empty,
-	// is recorded on a new build, so that the same request made again finds it.
-	BuildNow(ctx context.Context, image, request string) (store.Build, error)
-}
 
 // Intervals of the daemon's loops; zero values take the defaults.
 type Intervals struct {
@@ -98,17 +77,15 @@ type Options struct {
 
 // Builder runs the sources and the upload lifecycle of one images-dir.
 type Builder struct {
-	opts       Options
-	log        *slog.Logger
-	store      *store.Store
-	buildSlots chan struct{}
-	// spaceBackoff outlives reloads: a full images-dir is not forgotten by one.
-	spaceBackoff *poller.Backoff
-	cfgFile      []byte // the config file as it was when the builder started
+	opts  Options
+	log   *slog.Logger
+	store *store.Store
+	// run makes every build, for every source; it outlives reloads.
+	run     *source.Runner
+	cfgFile []byte // the config file as it was when the builder started
 
 	cur    atomic.Pointer[parts]
 	queue  *queue
-	images busyImages
 	wake   chan struct{} // a build arrived: plan uploads now
 	retain chan struct{} // an upload is ready: apply retention now
 
@@ -131,15 +108,15 @@ func New(ctx context.Context, opts Options) (*Builder, error) {
 		opts.BuildWorkers = 1
 	}
 	b := &Builder{
-		opts:         opts,
-		log:          opts.Logger,
-		store:        opts.Store,
-		buildSlots:   make(chan struct{}, opts.BuildWorkers),
-		spaceBackoff: poller.NewBackoff(),
-		queue:        newQueue(),
-		wake:         make(chan struct{}, 1),
-		retain:       make(chan struct{}, 1),
+		opts:   opts,
+		log:    opts.Logger,
+		store:  opts.Store,
+		queue:  newQueue(),
+		wake:   make(chan struct{}, 1),
+		retain: make(chan struct{}, 1),
 	}
+	b.run = source.NewRunner(source.Options{Store: opts.Store, Config: b.Config, Logger: opts.Logger,
+		Slots: make(chan struct{}, opts.BuildWorkers)})
 	p, err := b.assemble(ctx, opts.Config)
 	if err != nil {
 		return nil, err
@@ -318,38 +295,27 @@ func IsNotDone(err error) bool {
 	return errors.As(err, &nd)
 }
 
-// step runs one source step on an image, marked busy meanwhile, and wakes the
-// planner when it made a build. An image busy with a step asked for by an
-// operator (a gearman job) is left to it.
-func (b *Builder) step(ctx context.Context, src Source, image string) (*store.Build, error) {
-	if !b.images.tryEnter(image) {
-		return nil, nil
-	}
-	built, err := src.Step(ctx, image)
-	b.images.leave(image)
-	if built != nil {
+// step runs the core's build path on an image once, and wakes the planner
+// when it made a build. An image busy with a step asked for by an operator (a
+// gearman job) is left to it.
+func (b *Builder) step(ctx context.Context, src source.Source, image string) (*store.Build, error) {
+	res, err := b.run.Step(ctx, src, image)
+	if res.Build != nil {
 		b.built()
 	}
-	return built, err
+	if res.Skipped != "" {
+		b.log.Debug("nothing made", "image", image, "reason", res.Skipped)
+	}
+	return res.Build, err
 }
 
 // buildNow makes a build of an image now, as an operator asked (request names
 // the asking), after the step running on it, if any, is done. allow, when not
 // nil, is asked once that step is done, so that it sees the build the step
 // made: an error from it refuses the build.
-func (b *Builder) buildNow(ctx context.Context, src Source, image, request string, allow func(context.Context) error) (store.Build, error) {
-	if err := b.images.enter(ctx, image); err != nil {
-		return store.Build{}, err
-	}
-	if allow != nil {
-		if err := allow(ctx); err != nil {
-			b.images.leave(image)
-			return store.Build{}, err
-		}
-	}
-	built, err := src.BuildNow(ctx, image, request)
-	b.images.leave(image)
-	if err == nil {
+func (b *Builder) buildNow(ctx context.Context, src source.Source, image, request string, allow func(context.Context) error) (store.Build, error) {
+	built, err := b.run.Now(ctx, src, image, request, allow)
+	if built.State == store.Ready {
 		b.built()
 	}
 	return built, err
@@ -440,7 +406,7 @@ func (b *Builder) recoverBuilds(ctx context.Context, p *parts) error {
 	}
 	var errs []error
 	for _, bd := range builds {
-		if bd.BuilderID != b.store.BuilderID() || b.images.has(bd.Image) {
+		if bd.BuilderID != b.store.BuilderID() || b.run.Busy(bd.Image) {
 			continue
 		}
 		// The image's build lock: a step of this builder holds it while it
@@ -483,7 +449,7 @@ func (b *Builder) recoverBuild(ctx context.Context, p *parts, bd store.Build) er
 		}
 	}
 	b.log.Warn("build was interrupted; removing its files", "build", cur.Name())
-	if _, err := b.store.WriterOf(cur).Abort(ctx, dib.InterruptedReason); err != nil && !errors.Is(err, store.ErrConflict) {
+	if _, err := b.store.WriterOf(cur).Abort(ctx, source.InterruptedReason); err != nil && !errors.Is(err, store.ErrConflict) {
 		return err
 	}
 	return nil
@@ -502,7 +468,7 @@ func (b *Builder) tidy(ctx context.Context, before time.Time) error {
 		Before:     before,
 		ZuulImages: zuul,
 		Busy: func(image, buildID string) bool {
-			return (image != "" && b.images.has(image)) || (buildID != "" && b.queue.onBuild(buildID))
+			return (image != "" && b.run.Busy(image)) || (buildID != "" && b.queue.onBuild(buildID))
 		},
 	})
 	for _, path := range removed {

@@ -15,6 +15,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/gearman"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
+	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/status"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
@@ -225,7 +226,7 @@ func (g *gearmanService) handle(ctx context.Context, j *gearman.Job) ([]byte, er
 // job's data, else its gearman unique id, names the request: the same request
 // again returns the build it made, at once.
 func (g *gearmanService) build(ctx context.Context, j *gearman.Job, image string) (string, error) {
-	var src Source
+	var src source.Source
 	for _, s := range g.b.cur.Load().sources {
 		if _, ok := s.Images()[image]; ok {
 			src = s

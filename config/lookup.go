@@ -109,3 +109,15 @@ func (p *Provider) Image(name string) *ProviderImage {
 	}
 	return nil
 }
+
+// PausedInConfig tells whether the config pauses an image (pause: true on its
+// diskimage or zuul-image).
+func (c *Config) PausedInConfig(name string) bool {
+	if di := c.DiskImage(name); di != nil {
+		return di.Pause
+	}
+	if zi := c.ZuulImage(name); zi != nil {
+		return zi.Pause
+	}
+	return false
+}

@@ -7,19 +7,9 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
-
-// InterruptedReason begins the reason of a build that the builder stopped (it
-// was stopping, or lost the image's lock) rather than one that failed: such a
-// build holds no next build back.
-const InterruptedReason = "interrupted: the builder stopped during this build"
-
-// Interrupted tells whether a failed build was stopped by the builder rather
-// than failed by itself.
-func Interrupted(b store.Build) bool {
-	return b.State == store.Failed && strings.HasPrefix(b.Reason, InterruptedReason)
-}
 
 // Failure is the failed build that holds an image's next build back.
 type Failure struct {
@@ -58,7 +48,7 @@ func LastFailure(cfg *config.Config, image string, builds []store.Build, backoff
 			ready = &builds[i]
 			break
 		}
-		if f == nil && b.State == store.Failed && !Interrupted(b) {
+		if f == nil && b.State == store.Failed && !source.Interrupted(b) {
 			f = &Failure{Build: b, NextAttempt: b.StateTime.Add(backoff)}
 			if p := logPath(cfg.BuildLogDir, image, b.ID); fileExists(p) {
 				f.Log = p

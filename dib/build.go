@@ -14,108 +14,63 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/qemuimg"
+	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
-// Build runs one DIB build of an image to completion and returns the ready build,
-// or an error after recording the build failed and removing its files. The build
-// is recorded (building) before DIB starts, so listings show it while it runs.
-// Its log is <build-log-dir>/<image>-<build_id>.log. A manual build request made
-// before the build started is settled by it, whatever its outcome, unless ctx
-// ended the build: then the request stays for the next run. A ready build comes
-// with an error only when settling the request or pruning old logs failed.
-// A build whose outcome could not be recorded (the write failed, or the image's
-// lock was lost) is returned as it was recorded, building, with an error:
-// nothing more is written, its files and the request stay, and the builder's
-// recovery settles it under the lock.
-func (b *Source) Build(ctx context.Context, image string) (store.Build, error) {
-	return b.build(ctx, image, "")
+// build is one DIB build: what Due found, and how the run went.
+type build struct {
+	img     *config.DiskImage
+	formats []string
+	logFile string
+	began   time.Time
+	res     runResult
 }
 
-// build is Build, recording on the build the request that asked for it.
-func (b *Source) build(ctx context.Context, image, request string) (store.Build, error) {
-	cfg, st := b.opts.Config, b.opts.Store
-	img := cfg.DiskImage(image)
-	if img == nil {
-		return store.Build{}, fmt.Errorf("build %s: %w", image, ErrUnknownImage)
-	}
-	if !b.claim(image) {
-		return store.Build{}, fmt.Errorf("build %s: %w", image, ErrBuilding)
-	}
-	defer b.release(image)
-
-	formats := buildFormats(cfg, image)
-	// The builder's own pid until DIB has one: the record must name a live process.
-	w, err := st.BeginBuild(ctx, store.Build{Image: image, Source: store.SourceDIB, PID: os.Getpid(),
-		Username: img.Username, PythonPath: img.PythonPath, ShellType: img.ShellType, Request: request})
-	if err != nil {
-		return store.Build{}, fmt.Errorf("build %s: %w", image, err)
-	}
+// Make runs DIB for the build w makes, to completion, and records the files
+// it made: every format must have its file; checksums come from the sidecars
+// DIB wrote with --checksum. The build is recorded (building) before DIB
+// starts, so listings show it while it runs. Its log is
+// <build-log-dir>/<image>-<build_id>.log.
+func (b *Source) Make(ctx context.Context, work *source.Work, w *store.BuildWriter) error {
+	d := work.Data.(*build)
 	rec := w.Build()
-	began := time.Now()
-	logFile := logPath(cfg.BuildLogDir, image, rec.ID)
-	b.log.Info("building image", "image", image, "build_id", rec.ID, "formats", formats, "log", logFile)
+	d.began = time.Now()
+	d.logFile = logPath(b.opts.Config.BuildLogDir, rec.Image, rec.ID)
+	b.log.Info("building image", "image", rec.Image, "build_id", rec.ID, "formats", d.formats, "log", d.logFile)
+	if d.res = b.run(ctx, d.img, w, d.formats, d.logFile); d.res.err != nil {
+		return d.res.err
+	}
+	return b.finish(ctx, w, d.formats, d.logFile)
+}
 
-	res := b.run(ctx, img, w, formats, logFile)
-	// The outcome must be recorded even when ctx ended the build, but never
-	// once the image's lock is lost: another builder may hold it by now.
-	wctx := context.WithoutCancel(ctx)
-	var built store.Build
-	var unrecorded error // the outcome could not be written: recovery settles the build
-	if res.err == nil {
-		built, res.err, unrecorded = b.finish(ctx, w, formats, logFile)
+// finished is told how a build ended. A manual build request made before the
+// build started is settled by it, whatever its outcome, unless ctx ended the
+// build: then the request stays for the next run. A build whose outcome could
+// not be recorded keeps its request and its log, for recovery to settle.
+func (b *Source) finished(ctx context.Context, d *build, end source.End) error {
+	image, rec := d.img.Name, end.Build
+	m := metrics.DIBBuild{Image: image, Ran: d.res.ran, ExitCode: d.res.exitCode, TimedOut: d.res.timedOut,
+		Duration: time.Since(d.began), Err: end.Err}
+	if !end.Recorded {
+		b.opts.Metrics.DIBBuilt(m)
+		return nil
 	}
-	if res.err != nil && unrecorded == nil {
-		if store.LockLost(ctx) {
-			unrecorded = store.ErrLockLost
-		} else {
-			// The record first: a build recorded failed is never uploaded from.
-			var err error
-			if built, err = w.Abort(wctx, res.err.Error()); err != nil {
-				res.err = errors.Join(res.err, err)
-			}
-		}
-	}
-	if unrecorded != nil {
-		// Whether the write took is unknown, or the lock it needed is gone:
-		// the record stays as it is for this builder's recovery, which takes
-		// the lock again, and the files and the request stay with it. A
-		// request is settled only by a build recorded ready.
-		built = w.Build()
-		b.log.Warn("the build's outcome could not be recorded; the next pass settles it", "image", image,
-			"build_id", rec.ID, "err", unrecorded)
-		err := fmt.Errorf("build %s: its outcome could not be recorded, the builder settles it on its next pass: %w",
-			rec.Name(), errors.Join(res.err, unrecorded))
-		b.opts.Metrics.DIBBuilt(metrics.DIBBuild{Image: image, Ran: res.ran, ExitCode: res.exitCode, TimedOut: res.timedOut,
-			Duration: time.Since(began), Err: err})
-		return built, err
-	}
-	state := store.Ready
-	if res.err != nil {
-		state = store.Failed
-	}
-	b.log.Info("image build finished", "image", image, "build_id", rec.ID, "state", state,
-		"duration", time.Since(began).Round(time.Second), "log", logFile)
-	b.opts.Metrics.DIBBuilt(metrics.DIBBuild{Image: image, Ran: res.ran, ExitCode: res.exitCode, TimedOut: res.timedOut,
-		Duration: time.Since(began), Err: res.err, Files: b.filePaths(built)})
-
+	b.log.Info("image build finished", "image", image, "build_id", rec.ID, "state", rec.State,
+		"duration", time.Since(d.began).Round(time.Second), "log", d.logFile)
+	m.Files = b.filePaths(rec)
+	b.opts.Metrics.DIBBuilt(m)
 	// Housekeeping: its failures do not undo a ready build, but are reported.
 	var after []error
-	if !res.cancelled {
-		if err := st.ClearBuildRequest(wctx, image, rec.Created); err != nil {
+	if !d.res.cancelled {
+		if err := b.opts.Store.ClearBuildRequest(ctx, image, rec.Created); err != nil {
 			after = append(after, err)
 		}
 	}
 	if err := b.pruneLogs(image); err != nil {
 		after = append(after, err)
 	}
-	if res.err != nil {
-		return built, fmt.Errorf("build %s: %w", rec.Name(), errors.Join(append([]error{res.err}, after...)...))
-	}
-	if len(after) > 0 {
-		return built, fmt.Errorf("build %s is ready, but: %w", rec.Name(), errors.Join(after...))
-	}
-	return built, nil
+	return errors.Join(after...)
 }
 
 // runResult is how a build process went: err says why the build failed.
@@ -187,7 +142,7 @@ func (b *Source) run(ctx context.Context, img *config.DiskImage, w *store.BuildW
 	case o.TimedOut:
 		res.err = fmt.Errorf("timed out after %s (build-timeout) and was killed; log: %s", img.BuildTimeout, logFile)
 	case o.Cancelled:
-		res.err = fmt.Errorf("%s: DIB was cancelled (%w) and killed; log: %s", InterruptedReason, context.Cause(ctx), logFile)
+		res.err = fmt.Errorf("%s: DIB was cancelled (%w) and killed; log: %s", source.InterruptedReason, context.Cause(ctx), logFile)
 		res.cancelled = true
 	case o.ExitCode != 0:
 		res.err = fmt.Errorf("%s exited with code %d; log: %s", prog, o.ExitCode, logFile)
@@ -198,39 +153,27 @@ func (b *Source) run(ctx context.Context, img *config.DiskImage, w *store.BuildW
 	return res
 }
 
-// finish records the files DIB made and marks the build ready. Every format must
-// have its file; checksums come from the sidecars DIB wrote with --checksum.
-// failed says why the build failed (a record changed meanwhile included);
-// unrecorded, that it did not but whether marking it ready took is unknown,
-// or it may not be tried: ctx's lock is lost.
-func (b *Source) finish(ctx context.Context, w *store.BuildWriter, formats []string, logFile string) (built store.Build, failed, unrecorded error) {
+// finish records the files DIB made. An error wrapped by source.Unrecorded
+// says that whether the record was written is unknown.
+func (b *Source) finish(ctx context.Context, w *store.BuildWriter, formats []string, logFile string) error {
 	wctx := context.WithoutCancel(ctx)
 	var files []store.File
 	for _, format := range formats {
 		f, err := b.collect(wctx, w, format)
 		if err != nil {
-			return w.Build(), fmt.Errorf("%w; log: %s", err, logFile), nil
+			return fmt.Errorf("%w; log: %s", err, logFile)
 		}
 		files = append(files, f)
 	}
 	if store.LockLost(ctx) {
-		return w.Build(), nil, store.ErrLockLost
+		return store.ErrLockLost
 	}
-	// Not written, for sure, when someone else changed the record.
-	written := func(err error) (store.Build, error, error) {
-		if errors.Is(err, store.ErrConflict) {
-			return w.Build(), err, nil
-		}
-		return w.Build(), nil, err
+	err := w.Add(wctx, files...)
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		// Not written, for sure, only when someone else changed the record.
+		return source.Unrecorded(err)
 	}
-	if err := w.Add(wctx, files...); err != nil {
-		return written(err)
-	}
-	ready, err := w.Commit(wctx)
-	if err != nil {
-		return written(err)
-	}
-	return ready, nil, nil
+	return err
 }
 
 // collect finds the file DIB wrote for one format, moves it to the store's name

@@ -7,14 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/progress"
+	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -28,9 +29,6 @@ const (
 // ErrUnknownImage is returned (wrapped) for an image that is not a diskimage of the config.
 var ErrUnknownImage = errors.New("not a diskimage of the config")
 
-// ErrBuilding is returned (wrapped) by Build when this Source is already building the image.
-var ErrBuilding = errors.New("a build of this image is already running")
-
 // Options configure a Source.
 type Options struct {
 	Store  *store.Store
@@ -43,10 +41,6 @@ type Options struct {
 	// KillGrace is how long a timed-out or cancelled build gets between SIGTERM,
 	// which lets DIB unmount what it mounted, and SIGKILL.
 	KillGrace time.Duration // default 30s
-	// Slots bounds the builds that run at once (nodepool's --build-workers): a
-	// build holds a slot while it runs. It outlives a Source, so that a reload
-	// does not lift the bound. Nil: no bound.
-	Slots chan struct{}
 	// CheckInterval is how often an image is checked for being due; default 10s.
 	CheckInterval time.Duration
 	// QemuImg checks what DIB made; empty means "qemu-img" from PATH.
@@ -58,14 +52,12 @@ type Options struct {
 	Progress *progress.Tracker
 }
 
-// Source builds the diskimages of a config, one at a time. Its methods are
-// steps: the daemon calls Step in a loop, --once calls it once.
+// Source builds the diskimages of a config: it says when one is due and runs
+// DIB into the build the core begins (see package source). A build takes one
+// of the build slots (nodepool's --build-workers) while it runs.
 type Source struct {
 	opts Options
 	log  *slog.Logger
-
-	mu      sync.Mutex
-	running map[string]bool // images being built by this Source
 }
 
 // New returns a Source.
@@ -82,7 +74,7 @@ func New(opts Options) *Source {
 	if opts.KillGrace <= 0 {
 		opts.KillGrace = DefaultKillGrace
 	}
-	return &Source{opts: opts, log: opts.Logger, running: map[string]bool{}}
+	return &Source{opts: opts, log: opts.Logger}
 }
 
 // Images lists the diskimages of the config that are built (not abstract), each
@@ -99,126 +91,45 @@ func (b *Source) Images() map[string]time.Duration {
 	return out
 }
 
-// Step builds an image when it is due, waiting for a build slot first, and
-// returns the ready build; nil when the image was not due.
-//
-// An image that is due but held back by the backoff after a failed build is
-// not built, and Step says so with a *HeldBack error: due work not done.
-func (b *Source) Step(ctx context.Context, image string) (*store.Build, error) {
-	reason, back, err := b.check(ctx, image)
-	switch {
-	case err != nil:
-		return nil, err
-	case back != nil:
-		return nil, back
-	case reason == "":
-		return nil, nil
-	}
-	if b.opts.Slots != nil {
-		select {
-		case b.opts.Slots <- struct{}{}:
-			defer func() { <-b.opts.Slots }()
-		case <-ctx.Done():
-			return nil, fmt.Errorf("build %s: waiting for a build worker: %w", image, ctx.Err())
-		}
-	}
-	// The image's build lock, as nodepool's builders take it: another holder
-	// builds it, and this builder leaves it alone.
-	held, err := b.opts.Store.TryLock(ctx, store.LockKey{Image: image})
-	if errors.Is(err, store.ErrHeld) {
-		b.log.Info("another builder holds the image's build lock; it builds the image", "image", image)
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("build %s: %w", image, err)
-	}
-	defer held.Release()
-	ctx, cancel := store.UnderLock(ctx, held)
-	defer cancel()
-	// The wait for a slot may have been long, and the lock's last holder may
-	// have just built it: the image may no longer be due.
-	reason, back, err = b.checkLocked(ctx, image)
-	switch {
-	case err != nil:
-		return nil, err
-	case back != nil:
-		return nil, back
-	case reason == "":
-		return nil, nil
-	}
-	b.log.Info("image build due", "image", image, "reason", reason)
-	built, err := b.Build(ctx, image)
-	if built.State != store.Ready {
-		return nil, err
-	}
-	return &built, err // a ready build, and maybe a failure of its housekeeping
-}
-
-// ErrPaused is returned (wrapped) by BuildNow for an image that is paused.
-var ErrPaused = errors.New("paused")
-
-// BuildNow builds an image now, whatever its schedule says, as an operator's
-// request (a gearman job) asks, and returns the ready build; request is
-// recorded on it. A paused image, or one another builder holds the build lock
-// of, is refused.
-func (b *Source) BuildNow(ctx context.Context, image, request string) (store.Build, error) {
+// Due says whether an image needs a build now, and why: when an operator asked
+// for one; when it has no ready build, when its newest ready build is older
+// than rebuild-age or lacks a format the config needs, but not within
+// FailureBackoff of a failed build (a *HeldBack error says so: due work not
+// done); when a manual build request (image-build) waits. Under the image's
+// lock a build request is read from the state itself, since the last holder
+// of the lock may have just built the image and cleared its request, which a
+// lagging listing may not show yet.
+func (b *Source) Due(ctx context.Context, image string, look source.Look) (source.Work, error) {
 	img := b.opts.Config.DiskImage(image)
 	if img == nil {
-		return store.Build{}, fmt.Errorf("build %s: %w", image, ErrUnknownImage)
+		return source.Work{}, fmt.Errorf("check whether %s is due: %w", image, ErrUnknownImage)
 	}
-	paused, err := b.opts.Store.Paused(ctx)
-	if err != nil {
-		return store.Build{}, fmt.Errorf("build %s: %w", image, err)
+	reason := "an operator asked for a build"
+	if look.Request != "" {
+		reason += " (request " + look.Request + ")"
 	}
-	if _, ok := paused[image]; ok {
-		return store.Build{}, fmt.Errorf("build %s: %w by image-pause; image-unpause it first", image, ErrPaused)
-	}
-	if img.Pause {
-		return store.Build{}, fmt.Errorf("build %s: %w in the config (pause: true)", image, ErrPaused)
-	}
-	if b.opts.Slots != nil {
-		select {
-		case b.opts.Slots <- struct{}{}:
-			defer func() { <-b.opts.Slots }()
-		case <-ctx.Done():
-			return store.Build{}, fmt.Errorf("build %s: waiting for a build worker: %w", image, ctx.Err())
+	if !look.Asked {
+		why, back, err := b.checkAt(ctx, image, look.Locked())
+		switch {
+		case err != nil:
+			return source.Work{}, err
+		case back != nil:
+			return source.Work{}, back
+		case why == "":
+			return source.NotDue("not due"), nil
 		}
+		reason = why
 	}
-	held, err := b.opts.Store.TryLock(ctx, store.LockKey{Image: image})
-	if errors.Is(err, store.ErrHeld) {
-		return store.Build{}, fmt.Errorf("build %s: another builder holds the image's build lock and is building it; ask again when it is done: %w", image, err)
-	}
-	if err != nil {
-		return store.Build{}, fmt.Errorf("build %s: %w", image, err)
-	}
-	defer held.Release()
-	ctx, cancel := store.UnderLock(ctx, held)
-	defer cancel()
-	b.log.Info("image build asked for", "image", image, "request", request)
-	return b.build(ctx, image, request)
-}
-
-// Due says whether an image needs a build now, and why ("" = not due). A paused
-// image is never due. A manual request makes it due at once; otherwise it is due
-// when it has no ready build, when its newest ready build is older than
-// rebuild-age or lacks a format the config needs, but not within FailureBackoff
-// of a failed build.
-func (b *Source) Due(ctx context.Context, image string) (string, error) {
-	reason, _, err := b.check(ctx, image)
-	return reason, err
-}
-
-// check is Due, and says too when the image would be due but a failed build
-// holds it back.
-func (b *Source) check(ctx context.Context, image string) (string, *HeldBack, error) {
-	return b.checkAt(ctx, image, false)
-}
-
-// checkLocked is check under the image's lock: a build request is read from
-// the state itself, since the last holder of the lock may have just built the
-// image and cleared its request, which a lagging listing may not show yet.
-func (b *Source) checkLocked(ctx context.Context, image string) (string, *HeldBack, error) {
-	return b.checkAt(ctx, image, true)
+	d := &build{img: img, formats: buildFormats(b.opts.Config, image)}
+	return source.Work{
+		Reason: reason,
+		Slot:   true,
+		// The builder's own pid until DIB has one: the record must name a live process.
+		New: store.Build{Image: image, Source: store.SourceDIB, PID: os.Getpid(),
+			Username: img.Username, PythonPath: img.PythonPath, ShellType: img.ShellType, Request: look.Request},
+		Done: func(ctx context.Context, end source.End) error { return b.finished(ctx, d, end) },
+		Data: d,
+	}, nil
 }
 
 func (b *Source) checkAt(ctx context.Context, image string, locked bool) (string, *HeldBack, error) {
@@ -226,16 +137,6 @@ func (b *Source) checkAt(ctx context.Context, image string, locked bool) (string
 	img := cfg.DiskImage(image)
 	if img == nil {
 		return "", nil, fmt.Errorf("check whether %s is due: %w", image, ErrUnknownImage)
-	}
-	if img.Pause || b.isRunning(image) {
-		return "", nil, nil
-	}
-	paused, err := st.Paused(ctx)
-	if err != nil {
-		return "", nil, fmt.Errorf("check whether %s is due: %w", image, err)
-	}
-	if _, ok := paused[image]; ok {
-		return "", nil, nil
 	}
 	requests, err := st.BuildRequests(ctx)
 	if err != nil {
@@ -314,27 +215,4 @@ func newestReady(builds []store.Build, image string) *store.Build {
 		}
 	}
 	return nil
-}
-
-// claim marks image as being built; false when it already is.
-func (b *Source) claim(image string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.running[image] {
-		return false
-	}
-	b.running[image] = true
-	return true
-}
-
-func (b *Source) release(image string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.running, image)
-}
-
-func (b *Source) isRunning(image string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.running[image]
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
+	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
@@ -82,14 +83,14 @@ func (f *fixture) config(text string) *config.Config {
 	return cfg
 }
 
-func (f *fixture) builder(cfg *config.Config) *Source {
-	return New(Options{
+func (f *fixture) builder(cfg *config.Config) core {
+	return inCore(New(Options{
 		Store:     f.st,
 		Config:    cfg,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now:       f.clock.Now,
 		KillGrace: 300 * time.Millisecond,
-	})
+	}), nil)
 }
 
 // recording is what one run of the fake DIB recorded.
@@ -127,7 +128,7 @@ func (f *fixture) recorded() recording {
 	return r
 }
 
-func (f *fixture) build(ctx context.Context, b *Source, image string) store.Build {
+func (f *fixture) build(ctx context.Context, b core, image string) store.Build {
 	f.t.Helper()
 	bd, err := b.Build(ctx, image)
 	if err != nil {
@@ -148,7 +149,7 @@ func (f *fixture) lastLog(image string) string {
 	return string(data)
 }
 
-func due(t *testing.T, b *Source, image string) string {
+func due(t *testing.T, b core, image string) string {
 	t.Helper()
 	reason, err := b.Due(context.Background(), image)
 	if err != nil {
@@ -574,11 +575,11 @@ func TestBuildTimeoutKillsProcessGroup(t *testing.T) {
 	if err != nil || len(bs) != 1 || bs[0].State != store.Building {
 		t.Fatalf("builds while building = %+v, %v", bs, err)
 	}
-	if got := due(t, b, "debian"); got != "" {
-		t.Errorf("due while building = %q", got)
+	if built, err := b.Step(context.Background(), "debian"); built != nil || err != nil {
+		t.Errorf("a step while building = %+v, %v; want it to leave the image to the build", built, err)
 	}
-	if _, err := b.Build(context.Background(), "debian"); !errors.Is(err, ErrBuilding) {
-		t.Errorf("second build: err = %v, want ErrBuilding", err)
+	if bs, _ := f.st.Builds(context.Background(), store.BuildFilter{Image: "debian"}); len(bs) != 1 {
+		t.Errorf("a second build began while the first ran: %+v", bs)
 	}
 
 	res := <-done
@@ -859,7 +860,7 @@ diskimages:
 
 // stepAll steps every diskimage of the config in turn, as --once does with one
 // build worker, and joins the failures.
-func stepAll(ctx context.Context, b *Source) error {
+func stepAll(ctx context.Context, b core) error {
 	var errs []error
 	for _, img := range b.opts.Config.DiskImages {
 		if _, err := b.Step(ctx, img.Name); err != nil {
@@ -879,8 +880,8 @@ func TestSlotsBoundConcurrentBuilds(t *testing.T) {
     elements: [e]
 `)
 	slots := make(chan struct{}, 1)
-	b := New(Options{Store: f.st, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: f.clock.Now,
-		Slots: slots, KillGrace: time.Second, CheckInterval: time.Minute})
+	b := inCore(New(Options{Store: f.st, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: f.clock.Now,
+		KillGrace: time.Second, CheckInterval: time.Minute}), slots)
 	if imgs := b.Images(); len(imgs) != 2 || imgs["debian"] != time.Minute || imgs["other"] != time.Minute {
 		t.Fatalf("images = %v", imgs)
 	}
@@ -961,13 +962,13 @@ diskimages:
 	if err != nil || bd.State != store.Ready || bd.ID == first.ID || bd.Request != "req-1" {
 		t.Fatalf("BuildNow = %+v, %v; want a new ready build for req-1", bd, err)
 	}
-	if _, err := b.BuildNow(ctx, "paused", ""); !errors.Is(err, ErrPaused) || !strings.Contains(err.Error(), "pause: true") {
+	if _, err := b.BuildNow(ctx, "paused", ""); !errors.Is(err, source.ErrPaused) || !strings.Contains(err.Error(), "pause: true") {
 		t.Errorf("BuildNow of an image paused in the config = %v", err)
 	}
 	if err := f.st.SetPaused(ctx, "debian", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.BuildNow(ctx, "debian", ""); !errors.Is(err, ErrPaused) || !strings.Contains(err.Error(), "image-unpause") {
+	if _, err := b.BuildNow(ctx, "debian", ""); !errors.Is(err, source.ErrPaused) || !strings.Contains(err.Error(), "image-unpause") {
 		t.Errorf("BuildNow of an image paused by image-pause = %v", err)
 	}
 	if err := f.st.SetPaused(ctx, "debian", false); err != nil {
@@ -998,8 +999,8 @@ func TestStatsdNames(t *testing.T) {
 	}
 	defer m.Close()
 	ok := strings.Replace(failing, `FAKE_DIB_EXIT: "3"`, `FAKE_DIB_EXIT: "0"`, 1)
-	b := New(Options{Store: f.st, Config: f.config(ok), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Now: f.clock.Now, Metrics: m})
+	b := inCore(New(Options{Store: f.st, Config: f.config(ok), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now: f.clock.Now, Metrics: m}), nil)
 	bd := f.build(context.Background(), b, "debian")
 	want := []string{
 		"nodepool.dib_image_build.debian.status.rc:0|g",
@@ -1018,8 +1019,8 @@ func TestStatsdNames(t *testing.T) {
 		t.Errorf("statsd lines = %q, want one each of %q", got, want)
 	}
 
-	b = New(Options{Store: f.st, Config: f.config(failing), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Now: f.clock.Now, Metrics: m})
+	b = inCore(New(Options{Store: f.st, Config: f.config(failing), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now: f.clock.Now, Metrics: m}), nil)
 	if _, err := b.Build(context.Background(), "debian"); err == nil {
 		t.Fatal("the failing build succeeded")
 	}
@@ -1076,8 +1077,8 @@ diskimages:
 		{"failed", []store.Build{build(id1, store.Failed, "exited with code 1", time.Minute)}, id1, at.Add(9 * time.Minute)},
 		{"failed before the newest ready", []store.Build{build(id2, store.Ready, "", 0, "raw"), build(id1, store.Failed, "x", time.Hour)}, "", time.Time{}},
 		{"building after a failure", []store.Build{build(id2, store.Building, "", 0), build(id1, store.Failed, "x", time.Minute)}, id1, at.Add(9 * time.Minute)},
-		{"interrupted", []store.Build{build(id1, store.Failed, InterruptedReason+": DIB was cancelled", time.Minute)}, "", time.Time{}},
-		{"interrupted after a failure", []store.Build{build(id2, store.Failed, InterruptedReason, 0), build(id1, store.Failed, "x", time.Minute)}, id1, at.Add(9 * time.Minute)},
+		{"interrupted", []store.Build{build(id1, store.Failed, source.InterruptedReason+": DIB was cancelled", time.Minute)}, "", time.Time{}},
+		{"interrupted after a failure", []store.Build{build(id2, store.Failed, source.InterruptedReason, 0), build(id1, store.Failed, "x", time.Minute)}, id1, at.Add(9 * time.Minute)},
 		{"another image", []store.Build{{ID: id2, Image: "fedora", State: store.Failed, StateTime: at}}, "", time.Time{}},
 		{"failed after an old ready build", []store.Build{build(id1, store.Failed, "x", time.Minute), build(id2, store.Ready, "", 2*time.Hour, "raw")}, id1, at.Add(9 * time.Minute)},
 		{"failed after a fresh ready build", []store.Build{build(id1, store.Failed, "x", time.Minute), build(id2, store.Ready, "", 20*time.Minute, "raw")}, id1, at.Add(40 * time.Minute)},
@@ -1120,7 +1121,7 @@ func TestInterruptedBuildHoldsNothingBack(t *testing.T) {
 		t.Fatal("the build did not stop when its context ended")
 	}
 	bs, _ := f.st.Builds(context.Background(), store.BuildFilter{Image: "debian"})
-	if len(bs) != 1 || !Interrupted(bs[0]) {
+	if len(bs) != 1 || !source.Interrupted(bs[0]) {
 		t.Fatalf("builds = %+v, want one interrupted", bs)
 	}
 	if got := due(t, b, "debian"); got != "no ready build" {

@@ -71,7 +71,7 @@ providers:
 	defer st.Close()
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, nil))
 
-	b := New(Options{Store: st, Config: cfg, Logger: logger})
+	b := inCore(New(Options{Store: st, Config: cfg, Logger: logger}), nil)
 	if reason, err := b.Due(ctx, "debian-bookworm"); err != nil || reason != "no ready build" {
 		t.Fatalf("due = %q, %v; want no ready build", reason, err)
 	}

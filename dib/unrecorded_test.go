@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -128,7 +129,7 @@ func TestReadyWriteFailedLeavesBuildToRecovery(t *testing.T) {
 
 	// Recovery marks it interrupted; the request makes the next step build.
 	rec := bs[0]
-	if err := f.st.SetBuildState(ctx, &rec, store.Failed, InterruptedReason); err != nil {
+	if err := f.st.SetBuildState(ctx, &rec, store.Failed, source.InterruptedReason); err != nil {
 		t.Fatal(err)
 	}
 	fb.readyFails.Store(0)

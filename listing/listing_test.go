@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/dib"
+	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -181,7 +182,7 @@ zuul-images:
 	failed["nolog"] = mk("nolog", store.Failed, "create build log dir: permission denied", false)
 	mk("mended", store.Failed, "exited with code 1", true)
 	mk("mended", store.Ready, "", false)
-	mk("stopped", store.Failed, dib.InterruptedReason, true)
+	mk("stopped", store.Failed, source.InterruptedReason, true)
 	mk("zuul", store.Failed, "checksum mismatch", false)
 	if err := st.RequestBuild(ctx, "requested"); err != nil {
 		t.Fatal(err)

@@ -165,17 +165,14 @@ func ImageStatusOf(ctx context.Context, st *store.Store, cfg *config.Config, bui
 	var out []Image
 	for _, name := range cfg.ImageNames() {
 		s := Image{Name: name}
+		if cfg.PausedInConfig(name) {
+			s.PausedBy = append(s.PausedBy, PausedByConfig)
+		}
 		if di := cfg.DiskImage(name); di != nil {
 			s.Source = store.SourceDIB
-			if di.Pause {
-				s.PausedBy = append(s.PausedBy, PausedByConfig)
-			}
 			s.Failure = dib.LastFailure(cfg, name, builds, dib.DefaultFailureBackoff)
 		} else {
 			s.Source = store.SourceZuul
-			if cfg.ZuulImage(name).Pause {
-				s.PausedBy = append(s.PausedBy, PausedByConfig)
-			}
 			cur, err := st.Cursor(ctx, name)
 			if err != nil {
 				return nil, fmt.Errorf("read poll cursor of %s: %w", name, err)

@@ -57,7 +57,7 @@ func (f *fixture) publishAt(id int64, end time.Time, tag string) zuultest.Build 
 // poll polls and fails the test unless it ingested the Zuul build want.
 func (f *fixture) pollIngests(what string, want zuultest.Build) {
 	f.t.Helper()
-	out, err := f.p.Poll(context.Background(), "debian")
+	out, err := f.poll(context.Background(), "debian")
 	if err != nil || out.Ingested == nil || out.Ingested.Zuul.UUID != want.UUID || out.Ingested.State != store.Ready {
 		f.t.Fatalf("%s: poll = %+v, %v; want Zuul build %s (id %d) fetched\n%s", what, out, err, want.UUID, want.ID, f.logs.String())
 	}
@@ -104,7 +104,7 @@ func TestPollZuulBehindCursor(t *testing.T) {
 	f.zuul.Restart()
 	older := f.publishAt(0, now.Add(-2*time.Hour), "1")
 	for i := range 3 {
-		out, err := f.p.Poll(ctx, "debian")
+		out, err := f.poll(ctx, "debian")
 		if err != nil || out.Ingested != nil || !strings.Contains(out.Skipped, "behind the poll cursor") {
 			t.Fatalf("poll %d = %+v, %v; want nothing fetched, Zuul behind the cursor", i, out, err)
 		}
@@ -162,7 +162,7 @@ func TestPollRefetchesWhenNoBuildIsReady(t *testing.T) {
 	ctx := context.Background()
 	zb := f.publishAt(0, time.Time{}, "1")
 	f.pollIngests("the first poll", zb)
-	out, err := f.p.Poll(ctx, "debian")
+	out, err := f.poll(ctx, "debian")
 	if err != nil || out.Ingested != nil {
 		t.Fatalf("poll with the build ready = %+v, %v; want nothing fetched", out, err)
 	}
@@ -173,7 +173,7 @@ func TestPollRefetchesWhenNoBuildIsReady(t *testing.T) {
 		}
 	}
 	f.pollIngests("after every build was deleted", zb)
-	out, err = f.p.Poll(ctx, "debian")
+	out, err = f.poll(ctx, "debian")
 	if err != nil || out.Ingested != nil {
 		t.Fatalf("poll with the build ready again = %+v, %v; want nothing fetched", out, err)
 	}
@@ -216,7 +216,7 @@ func TestPollUnderLockReadsTheCursorsBuild(t *testing.T) {
 		t.Fatalf("cursor after the fetch = %+v, %v; want it to name the build", cur, err)
 	}
 	lag.lag.Store(true)
-	out, err := f.p.Poll(ctx, "debian")
+	out, err := f.poll(ctx, "debian")
 	if err != nil || out.Ingested != nil {
 		t.Fatalf("poll while the listing lags = %+v, %v; want nothing fetched: the cursor's build is ready\n%s", out, err, f.logs.String())
 	}

@@ -17,12 +17,12 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/config"
-	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/qemuimg"
+	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 )
@@ -44,11 +44,6 @@ type Options struct {
 	// QemuImg is the qemu-img binary that checks every fetched image and converts
 	// a published format into a needed one; empty means "qemu-img" from PATH.
 	QemuImg string
-	// Backoff holds the images whose fetch waits after running out of disk
-	// space; it outlives a Poller, so that a reload does not forget it. Nil:
-	// one of the Poller's own.
-	Backoff *Backoff
-	Now     func() time.Time // default time.Now
 	// Metrics is told of polls and downloads; nil: nobody is.
 	Metrics *metrics.Metrics
 }
@@ -67,12 +62,6 @@ func New(opts Options) *Poller {
 	if opts.QemuImg == "" {
 		opts.QemuImg = "qemu-img"
 	}
-	if opts.Backoff == nil {
-		opts.Backoff = NewBackoff()
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
 	return &Poller{opts: opts, log: opts.Logger}
 }
 
@@ -89,56 +78,52 @@ func (p *Poller) Images() map[string]time.Duration {
 	return out
 }
 
-// Step polls one zuul-image and returns the build it made ready, if any.
-func (p *Poller) Step(ctx context.Context, image string) (*store.Build, error) {
-	out, err := p.Poll(ctx, image)
-	if out.Skipped != "" {
-		p.log.Debug("nothing fetched", "image", image, "reason", out.Skipped)
-	}
-	return out.Ingested, err
-}
-
 // Abandon settles nothing for a Zuul build a stopped builder left: its download
 // stopped with it, and the partial files stay to be resumed.
 func (p *Poller) Abandon(context.Context, store.Build) error { return nil }
 
-// noNewBuild begins Outcome.Skipped when Zuul's newest build is the one settled.
+// noNewBuild begins the reason nothing is fetched when Zuul's newest build is
+// the one settled.
 const noNewBuild = "no new Zuul build"
-
-// Outcome says what one poll did.
-type Outcome struct {
-	Image    string
-	Ingested *store.Build // the build made ready, if any
-	Skipped  string       // why nothing was done, if nothing was
-}
 
 // ErrRefused marks a Zuul build that was looked at and refused for good (a needed
 // format is missing, a checksum does not match); it is not fetched again.
 var ErrRefused = errors.New("zuul build refused")
 
-// Poll is one poll of one zuul-image: when Zuul has a successful build newer than
-// the last one settled, its needed formats are fetched into a new ready build.
-// When the newest build is the one already ingested but lacks a format that is now
-// needed (a provider was added), that format is fetched into it.
-func (p *Poller) Poll(ctx context.Context, image string) (Outcome, error) {
-	return p.poll(ctx, image, "")
+// fetch is a Zuul build to fetch, as a poll found it.
+type fetch struct {
+	zi     *config.ZuulImage
+	zb     zuulapi.Build
+	needed []string // the formats to fetch
 }
 
-// BuildNow polls a zuul-image now, as an operator's request (a gearman job)
-// asks, and returns the build of Zuul's newest successful build: fetched now
-// (request is recorded on it), or the one fetched before. It fails, saying
-// why, when there is none to return.
-func (p *Poller) BuildNow(ctx context.Context, image, request string) (store.Build, error) {
-	out, err := p.poll(ctx, image, request)
+// Due polls one zuul-image: when Zuul has a successful build newer than the
+// last one settled, its needed formats are to be fetched into a new build, and
+// the poll cursor moves when it is ready. When the newest build is the one
+// already ingested but lacks a format that is now needed (a provider was
+// added), that format is to be fetched into it. Zuul is asked before the
+// image's lock; under it, the state is read again and Zuul's answer kept.
+//
+// An operator's request (a gearman job) is answered with the build of Zuul's
+// newest successful build: fetched now (the request is recorded on it), or the
+// one fetched before; an error says why there is none.
+func (p *Poller) Due(ctx context.Context, image string, look source.Look) (source.Work, error) {
+	w, err := p.due(ctx, image, look)
+	if err != nil || !look.Asked || w.Skip == "" {
+		return w, err
+	}
+	if !strings.HasPrefix(w.Skip, noNewBuild) {
+		return source.Work{}, fmt.Errorf("fetch %s: %s", image, w.Skip)
+	}
+	b, err := p.settledBuild(ctx, image)
 	if err != nil {
-		return store.Build{}, err
+		return source.Work{}, err
 	}
-	if out.Ingested != nil {
-		return *out.Ingested, nil
-	}
-	if !strings.HasPrefix(out.Skipped, noNewBuild) {
-		return store.Build{}, fmt.Errorf("fetch %s: %s", image, out.Skipped)
-	}
+	return source.Work{Have: &b}, nil
+}
+
+// settledBuild is the ready build of the Zuul build the image's cursor settled.
+func (p *Poller) settledBuild(ctx context.Context, image string) (store.Build, error) {
 	cur, err := p.opts.Store.Cursor(ctx, image)
 	if err != nil {
 		return store.Build{}, err
@@ -158,32 +143,21 @@ func (p *Poller) BuildNow(ctx context.Context, image, request string) (store.Bui
 	return store.Build{}, fmt.Errorf("fetch %s: Zuul's newest build %s was fetched, but its build is no longer ready", image, cur.ZuulUUID)
 }
 
-func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, error) {
-	out := Outcome{Image: image}
+func (p *Poller) due(ctx context.Context, image string, look source.Look) (source.Work, error) {
+	if look.Locked() {
+		return p.dueLocked(ctx, look.Seen.Data.(*fetch), look.Request)
+	}
 	zi := p.opts.Config.ZuulImage(image)
 	if zi == nil {
-		return out, fmt.Errorf("poll %s: not a zuul-image", image)
-	}
-	paused, err := p.opts.Store.Paused(ctx)
-	if err != nil {
-		return out, err
-	}
-	if _, ok := paused[image]; ok || zi.Pause {
-		out.Skipped = "paused"
-		return out, nil
+		return source.Work{}, fmt.Errorf("poll %s: not a zuul-image", image)
 	}
 	needed := p.opts.Config.NeededFormats(image)
 	if len(needed) == 0 {
-		out.Skipped = "no provider lists it and it has no formats"
-		return out, nil
-	}
-	if until := p.opts.Backoff.until(image); p.opts.Now().Before(until) {
-		out.Skipped = "images-dir had too little free space; next try after " + until.Format(time.RFC3339)
-		return out, nil
+		return source.NotDue("no provider lists it and it has no formats"), nil
 	}
 	client, ok := p.opts.Clients[image]
 	if !ok {
-		return out, fmt.Errorf("poll %s: no Zuul client", image)
+		return source.Work{}, fmt.Errorf("poll %s: no Zuul client", image)
 	}
 	q := zuulapi.Query{
 		Project:   zi.Project,
@@ -203,90 +177,139 @@ func (p *Poller) poll(ctx context.Context, image, request string) (Outcome, erro
 	zbs, err := client.Builds(ctx, q)
 	if err != nil {
 		p.opts.Metrics.Failed(metrics.StepPoll, err)
-		return out, fmt.Errorf("poll %s: ask Zuul for builds of %s: %w", image, zi.Job, err)
+		return source.Work{}, fmt.Errorf("poll %s: ask Zuul for builds of %s: %w", image, zi.Job, err)
 	}
 	p.opts.Metrics.Polled(image)
 	zbs = p.answers(image, q, zbs)
 	if len(zbs) == 0 {
-		out.Skipped = "Zuul has no successful build of job " + zi.Job
-		return out, nil
+		return source.NotDue("Zuul has no successful build of job " + zi.Job), nil
 	}
 	zb, ok := p.newestAllowed(zi, zbs)
 	if !ok {
-		out.Skipped = fmt.Sprintf("Zuul's newest %d successful builds of job %s are all of unmerged changes; "+
-			"set pipelines to those that run on merged code (periodic, post), or allow-unmerged-changes", len(zbs), zi.Job)
-		return out, nil
+		return source.NotDue(fmt.Sprintf("Zuul's newest %d successful builds of job %s are all of unmerged changes; "+
+			"set pipelines to those that run on merged code (periodic, post), or allow-unmerged-changes", len(zbs), zi.Job)), nil
 	}
+	f := &fetch{zi: zi, zb: zb, needed: needed}
 	cur, err := p.opts.Store.Cursor(ctx, image)
 	if err != nil {
-		return out, err
+		return source.Work{}, err
 	}
 	if judge(cur, zb) != newer {
 		ready, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: zi.Name, State: store.Ready})
 		if err != nil {
-			return out, err
+			return source.Work{}, err
 		}
-		if !due(cur, zb, ready) && !marks(cur, zb) && !p.lacks(ready, zb, needed) {
-			return p.settled(ctx, out, zi, zb, cur, needed, ready) // nothing to fetch: it says why
+		if !due(cur, zb, ready) && !marks(cur, zb) && p.missing(ready, zb, needed) == nil {
+			return p.settled(f, cur, ready), nil // nothing to fetch: it says why
 		}
 	}
-	// The image's build lock: one builder fetches a Zuul build, the others
-	// find it settled when they get the lock.
-	held, err := p.opts.Store.TryLock(ctx, store.LockKey{Image: image})
-	if errors.Is(err, store.ErrHeld) {
-		out.Skipped = "another builder holds the image's build lock"
-		p.log.Info("another builder holds the image's build lock; it fetches the build", "image", image, "zuul_build", zb.UUID)
-		return out, nil
-	}
+	// One builder fetches a Zuul build under the image's build lock; the
+	// others find it settled when they get the lock.
+	return source.Work{Reason: "Zuul build " + zb.UUID, Data: f}, nil
+}
+
+// dueLocked is Due under the image's build lock, for the Zuul build f the
+// look before the lock found.
+func (p *Poller) dueLocked(ctx context.Context, f *fetch, request string) (source.Work, error) {
+	zi, zb, image := f.zi, f.zb, f.zi.Name
+	cur, err := p.opts.Store.Cursor(ctx, image)
 	if err != nil {
-		return out, fmt.Errorf("poll %s: %w", image, err)
+		return source.Work{}, err
 	}
-	defer held.Release()
-	ctx, cancel := store.UnderLock(ctx, held)
-	defer cancel()
-	if cur, err = p.opts.Store.Cursor(ctx, image); err != nil {
-		return out, err
-	}
-	ready, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: zi.Name, State: store.Ready})
+	ready, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: image, State: store.Ready})
 	if err != nil {
-		return out, err
+		return source.Work{}, err
 	}
 	again := due(cur, zb, ready)
 	if again {
 		if again, err = p.gone(ctx, cur); err != nil {
-			return out, err
+			return source.Work{}, err
 		}
 	}
-	if v := judge(cur, zb); v == newer || again {
-		switch {
-		case v != newer:
-			p.log.Info("the zuul-image has no ready build: fetching Zuul's newest build again", "image", image,
-				"zuul_build", zb.UUID, "zuul_id", zb.ID)
-		case zb.ID < cur.ZuulID:
-			// Once: the cursor moves to this build.
-			p.log.Warn("Zuul's ids went back: its newest build's id is below the poll cursor's, but it ended later, so it is "+
-				"fetched; Zuul's database was rebuilt, or the cursor came from a hostile answer", "image", image,
-				"zuul_build", zb.UUID, "zuul_id", zb.ID, "cursor_build", cur.ZuulUUID, "cursor_id", cur.ZuulID)
-		}
-		var b store.Build
-		if b, err = p.ingest(ctx, zi, zb, needed, request); err == nil {
-			out.Ingested = &b
-		}
-	} else {
+	v := judge(cur, zb)
+	if v != newer && !again {
 		if marks(cur, zb) {
-			if err = p.markBehind(ctx, cur, zb); err != nil {
-				return out, err
+			if err := p.markBehind(ctx, cur, zb); err != nil {
+				return source.Work{}, err
 			}
 		}
-		out, err = p.settled(ctx, out, zi, zb, cur, needed, ready)
+		if missing := p.missing(ready, zb, f.needed); missing != nil {
+			// Formats newly needed, fetched into the build that is there.
+			b := ready[0]
+			p.log.Info("fetching formats newly needed", "image", image, "build", b.ID, "formats", missing)
+			return source.Work{Reason: "formats newly needed: " + strings.Join(missing, ", "), Into: &b,
+				Data: &fetch{zi: zi, zb: zb, needed: missing}}, nil
+		}
+		return p.settled(f, cur, ready), nil
 	}
-	if errors.Is(err, diskspace.ErrNoSpace) {
-		wait := p.opts.Backoff.fail(image, p.opts.Now())
-		err = fmt.Errorf("%w; fetching %s waits %s before it tries again: free space in the images-dir", err, image, wait)
-	} else if err == nil {
-		p.opts.Backoff.clear(image)
+	switch {
+	case v != newer:
+		p.log.Info("the zuul-image has no ready build: fetching Zuul's newest build again", "image", image,
+			"zuul_build", zb.UUID, "zuul_id", zb.ID)
+	case zb.ID < cur.ZuulID:
+		// Once: the cursor moves to this build.
+		p.log.Warn("Zuul's ids went back: its newest build's id is below the poll cursor's, but it ended later, so it is "+
+			"fetched; Zuul's database was rebuilt, or the cursor came from a hostile answer", "image", image,
+			"zuul_build", zb.UUID, "zuul_id", zb.ID, "cursor_build", cur.ZuulUUID, "cursor_id", cur.ZuulID)
 	}
-	return out, err
+	st := p.opts.Store
+	return source.Work{
+		Reason: "new Zuul build " + zb.UUID,
+		New: store.Build{
+			Image:   image,
+			Source:  store.SourceZuul,
+			Zuul:    store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: redact.URL(zb.LogURL)},
+			Request: request,
+		},
+		// The build becomes ready and the cursor moves in one write, so a
+		// crash leaves either a build to settle and fetch again, or both done.
+		Commit: func(b store.Build) []store.Change {
+			cur := cursorAt(image, zb, store.Ready, "", st.Now())
+			cur.Build = b.ID
+			return []store.Change{store.PutCursor(cur)}
+		},
+		// A build refused for good is settled: the next poll waits for a
+		// newer Zuul build.
+		Abort: func(_ store.Build, err error) []store.Change {
+			if !errors.Is(err, ErrRefused) {
+				return nil
+			}
+			return []store.Change{store.PutCursor(cursorAt(image, zb, store.Failed, err.Error(), st.Now()))}
+		},
+		Done: func(_ context.Context, end source.End) error {
+			if end.Recorded && (end.Build.State == store.Ready || errors.Is(end.Err, ErrRefused)) {
+				p.prunePartials(image)
+			}
+			return nil
+		},
+		Data: f,
+	}, nil
+}
+
+// Make fetches the formats of the work's Zuul build into w: a new build, or
+// one that lacks formats now needed. Failed, nothing of a new build stays on
+// disk but resumable downloads. A format newly needed that is refused for good
+// (a checksum, an unsafe image) is recorded on the build and not fetched again.
+func (p *Poller) Make(ctx context.Context, work *source.Work, w *store.BuildWriter) error {
+	f := work.Data.(*fetch)
+	if work.Into == nil {
+		p.log.Info("new Zuul build", "image", f.zi.Name, "zuul_build", f.zb.UUID, "zuul_id", f.zb.ID,
+			"end_time", f.zb.EndTime, "formats", f.needed)
+		return p.fetch(ctx, f.zi, f.zb, w, f.needed)
+	}
+	err := p.fetch(ctx, f.zi, f.zb, w, f.needed)
+	var rf *refusedFormat
+	if errors.As(err, &rf) {
+		// Recorded, so that the next poll does not fetch it again.
+		refuse := func(b *store.Build) { b.Refuse(rf.format, rf.err.Error()) }
+		if werr := w.Update(context.WithoutCancel(ctx), refuse); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("fetch %v of Zuul build %s of %s: %w", f.needed, f.zb.UUID, f.zi.Name, err)
+	}
+	return nil
 }
 
 // verdict is what a poll makes of Zuul's newest build against the cursor.
@@ -436,54 +459,6 @@ func unmerged(zb zuulapi.Build) bool {
 	return zb.Ref.Change != "" && zb.Ref.Change != "0"
 }
 
-// ingest fetches a new Zuul build's needed formats into a new store build. The
-// build becomes ready and the cursor moves in one write, so a crash leaves either
-// a build to settle and fetch again, or both done.
-func (p *Poller) ingest(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, needed []string, request string) (store.Build, error) {
-	st := p.opts.Store
-	log := p.log.With("image", zi.Name, "zuul_build", zb.UUID)
-	log.Info("new Zuul build", "zuul_id", zb.ID, "end_time", zb.EndTime, "formats", needed)
-	w, err := st.BeginBuild(ctx, store.Build{
-		Image:   zi.Name,
-		Source:  store.SourceZuul,
-		Zuul:    store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: redact.URL(zb.LogURL)},
-		Request: request,
-	})
-	if err != nil {
-		return store.Build{}, err
-	}
-	err = p.fetch(ctx, zi, zb, w, needed)
-	if err == nil {
-		cur := cursorAt(zi.Name, zb, store.Ready, "", st.Now())
-		cur.Build = w.Build().ID
-		var ready store.Build
-		if ready, err = w.Commit(ctx, store.PutCursor(cur)); err == nil {
-			log.Info("build ready", "build", ready.ID)
-			p.prunePartials(zi.Name)
-			return ready, nil
-		}
-	}
-	// Failed: nothing of it stays on disk but resumable downloads.
-	werr := fmt.Errorf("fetch Zuul build %s of %s: %w", zb.UUID, zi.Name, err)
-	var changes []store.Change
-	refused := errors.Is(err, ErrRefused)
-	if refused {
-		// Settled for good: the next poll waits for a newer Zuul build.
-		changes = append(changes, store.PutCursor(cursorAt(zi.Name, zb, store.Failed, err.Error(), st.Now())))
-	}
-	failed, serr := w.Abort(ctx, err.Error(), changes...)
-	if failed.State != store.Failed {
-		return failed, errors.Join(werr, serr)
-	}
-	if serr != nil {
-		log.Warn("could not remove files of failed build", "error", serr)
-	}
-	if refused {
-		p.prunePartials(zi.Name)
-	}
-	return failed, werr
-}
-
 // prunePartials drops the image's partial downloads once its cursor has moved:
 // the Zuul builds they belong to will not be fetched again.
 func (p *Poller) prunePartials(image string) {
@@ -492,87 +467,46 @@ func (p *Poller) prunePartials(image string) {
 	}
 }
 
-// settled is complete for Zuul's newest build zb, which the cursor has
-// settled; when zb is behind the cursor, the outcome says so.
-func (p *Poller) settled(ctx context.Context, out Outcome, zi *config.ZuulImage, zb zuulapi.Build, cur store.Cursor,
-	needed []string, ready []store.Build) (Outcome, error) {
-	out, err := p.complete(ctx, out, zi, zb, needed, ready)
-	if err == nil && out.Skipped == noNewBuild && judge(cur, zb) == behind {
-		out.Skipped = fmt.Sprintf("%s: Zuul's newest build %s (id %d) is behind the poll cursor (id %d); see zuul-cursor-reset",
-			noNewBuild, zb.UUID, zb.ID, cur.ZuulID)
+// settled says why nothing is fetched for Zuul's newest build zb, which the
+// cursor has settled, and the image's builds lack nothing they can have.
+func (p *Poller) settled(f *fetch, cur store.Cursor, ready []store.Build) source.Work {
+	why := noNewBuild
+	if len(ready) > 0 && ready[0].Zuul.UUID == f.zb.UUID && ready[0].BuilderID == p.opts.Store.BuilderID() {
+		var refused []string
+		for _, format := range f.needed {
+			if reason, ok := ready[0].Refused[format]; ok {
+				refused = append(refused, format+" ("+reason+")")
+			}
+		}
+		if len(refused) > 0 {
+			why += "; refused in the newest: " + strings.Join(refused, "; ")
+		}
 	}
-	return out, err
+	if why == noNewBuild && judge(cur, f.zb) == behind {
+		why = fmt.Sprintf("%s: Zuul's newest build %s (id %d) is behind the poll cursor (id %d); see zuul-cursor-reset",
+			noNewBuild, f.zb.UUID, f.zb.ID, cur.ZuulID)
+	}
+	return source.NotDue(why)
 }
 
-// complete fetches formats that became needed after the newest build was
-// ingested; builds are the image's ready builds, read here when nil. A format
-// refused for good (a checksum, an unsafe image) is recorded on the build and
-// not fetched again.
-func (p *Poller) complete(ctx context.Context, out Outcome, zi *config.ZuulImage, zb zuulapi.Build, needed []string, builds []store.Build) (Outcome, error) {
-	if builds == nil {
-		var err error
-		if builds, err = p.opts.Store.Builds(ctx, store.BuildFilter{Image: zi.Name, State: store.Ready}); err != nil {
-			return out, err
-		}
+// missing is the needed formats that this builder's build of the newest Zuul
+// build, among the image's ready builds, lacks and has not refused: they are
+// fetched into it. nil when it lacks none, or the newest build is another
+// builder's, whose files are on its host.
+func (p *Poller) missing(ready []store.Build, zb zuulapi.Build, needed []string) []string {
+	if len(ready) == 0 || ready[0].Zuul.UUID != zb.UUID || ready[0].BuilderID != p.opts.Store.BuilderID() {
+		return nil
 	}
-	if len(builds) == 0 || builds[0].Zuul.UUID != zb.UUID || builds[0].BuilderID != p.opts.Store.BuilderID() {
-		// Nothing to add to, or the build's files are on another builder's host.
-		out.Skipped = noNewBuild
-		return out, nil
-	}
-	b := builds[0]
-	var missing, refused []string
+	var missing []string
 	for _, f := range needed {
-		if reason, ok := b.Refused[f]; ok {
-			refused = append(refused, f+" ("+reason+")")
+		if _, refused := ready[0].Refused[f]; refused {
 			continue
 		}
-		if file, ok := b.File(f); !ok || !file.Present {
+		if file, ok := ready[0].File(f); !ok || !file.Present {
 			missing = append(missing, f)
 		}
 	}
-	if len(missing) == 0 {
-		out.Skipped = noNewBuild
-		if len(refused) > 0 {
-			out.Skipped += "; refused in the newest: " + strings.Join(refused, "; ")
-		}
-		return out, nil
-	}
-	p.log.Info("fetching formats newly needed", "image", zi.Name, "build", b.ID, "formats", missing)
-	w := p.opts.Store.WriterOf(b)
-	err := p.fetch(ctx, zi, zb, w, missing)
-	var rf *refusedFormat
-	if errors.As(err, &rf) {
-		// Recorded, so that the next poll does not fetch it again.
-		refuse := func(b *store.Build) { b.Refuse(rf.format, rf.err.Error()) }
-		if werr := w.Update(context.WithoutCancel(ctx), refuse); werr != nil {
-			err = errors.Join(err, werr)
-		}
-	}
-	if err != nil {
-		return out, fmt.Errorf("fetch %v of Zuul build %s of %s: %w", missing, zb.UUID, zi.Name, err)
-	}
-	b = w.Build()
-	out.Ingested = &b
-	return out, nil
-}
-
-// lacks tells whether this builder's build of the newest Zuul build, among the
-// image's ready builds, lacks a needed format it has not refused, as complete
-// would fetch it.
-func (p *Poller) lacks(builds []store.Build, zb zuulapi.Build, needed []string) bool {
-	if len(builds) == 0 || builds[0].Zuul.UUID != zb.UUID || builds[0].BuilderID != p.opts.Store.BuilderID() {
-		return false
-	}
-	for _, f := range needed {
-		if _, refused := builds[0].Refused[f]; refused {
-			continue
-		}
-		if file, ok := builds[0].File(f); !ok || !file.Present {
-			return true
-		}
-	}
-	return false
+	return missing
 }
 
 // refusedFormat is a format of a Zuul build refused for good; err wraps ErrRefused.

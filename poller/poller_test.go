@@ -15,6 +15,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
@@ -27,7 +28,8 @@ type fixture struct {
 	cfg     *config.Config
 	zuul    *zuultest.Server
 	p       *Poller
-	logs    bytes.Buffer // the poller's log; read it once a poll has returned
+	run     *source.Runner // the core's build path, as the builder runs the poller
+	logs    bytes.Buffer   // the poller's log; read it once a poll has returned
 }
 
 func newFixture(t *testing.T, providerFormats ...string) *fixture {
@@ -70,6 +72,24 @@ func (f *fixture) newPoller() {
 		Clients: map[string]Builds{"debian": client},
 		Logger:  slog.New(slog.NewTextHandler(&f.logs, nil)),
 	})
+	f.run = source.NewRunner(source.Options{Store: f.st, Config: func() *config.Config { return f.cfg }, Logger: f.p.log})
+}
+
+// Outcome says what one poll did.
+type Outcome struct {
+	Ingested *store.Build // the build made ready, if any
+	Skipped  string       // why nothing was done, if nothing was
+}
+
+// poll is one step of the builder's loop on a zuul-image.
+func (f *fixture) poll(ctx context.Context, image string) (Outcome, error) {
+	res, err := f.run.Step(ctx, f.p, image)
+	return Outcome{Ingested: res.Build, Skipped: res.Skipped}, err
+}
+
+// buildNow is an operator's request for a build of a zuul-image.
+func (f *fixture) buildNow(ctx context.Context, image, request string) (store.Build, error) {
+	return f.run.Now(ctx, f.p, image, request, nil)
 }
 
 func meta(format string) map[string]any {
@@ -123,7 +143,7 @@ func (f *fixture) standard(tag string) []zuultest.ArtifactSpec {
 func TestPollFetchesOnlyNeededFormats(t *testing.T) {
 	f := newFixture(t, "qcow2", "raw")
 	zb := f.publish(f.standard("1")...)
-	out, err := f.p.Poll(context.Background(), "debian")
+	out, err := f.poll(context.Background(), "debian")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,13 +168,13 @@ func TestPollFetchesOnlyNeededFormats(t *testing.T) {
 		t.Fatalf("sidecar sha256 %s, want %s", sum, zb.Artifacts[1].SHA256)
 	}
 	// Polling again finds nothing new.
-	out, err = f.p.Poll(context.Background(), "debian")
+	out, err = f.poll(context.Background(), "debian")
 	if err != nil || out.Ingested != nil {
 		t.Fatalf("second poll = %+v, %v", out, err)
 	}
 	// A newer build is ingested.
 	f.publish(f.standard("2")...)
-	out, err = f.p.Poll(context.Background(), "debian")
+	out, err = f.poll(context.Background(), "debian")
 	if err != nil || out.Ingested == nil {
 		t.Fatalf("poll of a newer build = %+v, %v", out, err)
 	}
@@ -165,7 +185,7 @@ func TestPollRefusesMissingFormatOnce(t *testing.T) {
 	zb := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: f.image("qcow2", "x"), Metadata: meta("qcow2")})
 	f.p.opts.QemuImg = "no-such-qemu-img" // conversion must not rescue it here
 	f.cfg.Providers[0].ImageFormat = "tar"
-	_, err := f.p.Poll(context.Background(), "debian")
+	_, err := f.poll(context.Background(), "debian")
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "tar") || !strings.Contains(err.Error(), "qcow2") {
 		t.Fatalf("poll error = %v", err)
 	}
@@ -174,7 +194,7 @@ func TestPollRefusesMissingFormatOnce(t *testing.T) {
 		t.Fatalf("builds = %+v", builds)
 	}
 	calls := len(f.zuul.BuildsCalls())
-	out, err := f.p.Poll(context.Background(), "debian")
+	out, err := f.poll(context.Background(), "debian")
 	if err != nil || out.Ingested != nil {
 		t.Fatalf("refused build polled again: %+v, %v", out, err)
 	}
@@ -191,10 +211,10 @@ func TestPollTransientFailureRetriesNextPoll(t *testing.T) {
 	zb := f.publish(f.standard("1")...)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := f.p.Poll(ctx, "debian"); err == nil {
+	if _, err := f.poll(ctx, "debian"); err == nil {
 		t.Fatal("poll with a cancelled context succeeded")
 	}
-	out, err := f.p.Poll(context.Background(), "debian")
+	out, err := f.poll(context.Background(), "debian")
 	if err != nil || out.Ingested == nil || out.Ingested.Zuul.UUID != zb.UUID {
 		t.Fatalf("retry after a transient failure = %+v, %v", out, err)
 	}
@@ -205,12 +225,12 @@ func TestPollChecksumMismatchRefused(t *testing.T) {
 	m := meta("qcow2")
 	m["sha256"] = strings.Repeat("a", 64)
 	zb := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: f.image("qcow2", "data"), Metadata: m})
-	_, err := f.p.Poll(context.Background(), "debian")
+	_, err := f.poll(context.Background(), "debian")
 	if !errors.Is(err, ErrRefused) || !errors.Is(err, artifacts.ErrChecksum) {
 		t.Fatalf("poll error = %v", err)
 	}
 	requests := len(f.zuul.ArtifactRequests(zb.Artifacts[0].Path))
-	f.p.Poll(context.Background(), "debian")
+	f.poll(context.Background(), "debian")
 	if len(f.zuul.ArtifactRequests(zb.Artifacts[0].Path)) != requests {
 		t.Fatal("a build with a bad checksum was fetched again")
 	}
@@ -226,7 +246,7 @@ func TestPollRequireChecksum(t *testing.T) {
 	m := meta("qcow2")
 	m["sha256"] = "" // published without a checksum
 	f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: f.image("qcow2", "data"), Metadata: m})
-	_, err := f.p.Poll(context.Background(), "debian")
+	_, err := f.poll(context.Background(), "debian")
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "require-checksum") {
 		t.Fatalf("poll error = %v", err)
 	}
@@ -235,13 +255,13 @@ func TestPollRequireChecksum(t *testing.T) {
 func TestPollFetchesFormatNeededLater(t *testing.T) {
 	f := newFixture(t, "qcow2")
 	zb := f.publish(f.standard("1")...)
-	out, err := f.p.Poll(context.Background(), "debian")
+	out, err := f.poll(context.Background(), "debian")
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := out.Ingested.ID
 	f.cfg.Providers = append(f.cfg.Providers, config.Provider{Name: "new", ImageFormat: "raw", DiskImages: []config.ProviderImage{{Name: "debian"}}})
-	out, err = f.p.Poll(context.Background(), "debian")
+	out, err = f.poll(context.Background(), "debian")
 	if err != nil || out.Ingested == nil || out.Ingested.ID != id {
 		t.Fatalf("poll after adding a raw provider = %+v, %v", out, err)
 	}
@@ -260,18 +280,18 @@ func TestPollRefusalOfALaterFormatIsKept(t *testing.T) {
 	arts := f.standard("1")
 	arts[1].Metadata["sha256"] = strings.Repeat("b", 64) // the raw does not match
 	zb := f.publish(arts...)
-	if _, err := f.p.Poll(context.Background(), "debian"); err != nil {
+	if _, err := f.poll(context.Background(), "debian"); err != nil {
 		t.Fatal(err)
 	}
 	f.cfg.Providers = append(f.cfg.Providers, config.Provider{Name: "new", ImageFormat: "raw", DiskImages: []config.ProviderImage{{Name: "debian"}}})
-	_, err := f.p.Poll(context.Background(), "debian")
+	_, err := f.poll(context.Background(), "debian")
 	if !errors.Is(err, ErrRefused) || !errors.Is(err, artifacts.ErrChecksum) {
 		t.Fatalf("poll of a raw that does not match: %v", err)
 	}
 	raw := zb.Artifacts[1].Path
 	requests := len(f.zuul.ArtifactRequests(raw))
 	for range 2 {
-		out, err := f.p.Poll(context.Background(), "debian")
+		out, err := f.poll(context.Background(), "debian")
 		if err != nil || !strings.Contains(out.Skipped, "refused") {
 			t.Fatalf("poll after the refusal = %+v, %v", out, err)
 		}
@@ -298,12 +318,12 @@ func TestPollPassesOverUnmergedChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := f.p.Poll(context.Background(), "debian")
+	out, err := f.poll(context.Background(), "debian")
 	if err != nil || out.Ingested == nil || out.Ingested.Zuul.UUID != merged.UUID {
 		t.Fatalf("poll = %+v, %v; want the merged build %s", out, err, merged.UUID)
 	}
 	f.cfg.ZuulImages[0].AllowUnmergedChanges = true
-	out, err = f.p.Poll(context.Background(), "debian")
+	out, err = f.poll(context.Background(), "debian")
 	if err != nil || out.Ingested == nil || out.Ingested.Zuul.UUID != change.UUID {
 		t.Fatalf("poll with allow-unmerged-changes = %+v, %v; want the change's build %s", out, err, change.UUID)
 	}
@@ -312,7 +332,7 @@ func TestPollPassesOverUnmergedChanges(t *testing.T) {
 	if _, err := g.zuul.AddBuild(zuultest.BuildSpec{Job: "build-debian", Project: "org/images", Pipeline: "check", Change: 7, Artifacts: g.standard("3")}); err != nil {
 		t.Fatal(err)
 	}
-	out, err = g.p.Poll(context.Background(), "debian")
+	out, err = g.poll(context.Background(), "debian")
 	if err != nil || out.Ingested != nil || !strings.Contains(out.Skipped, "allow-unmerged-changes") {
 		t.Fatalf("poll of changes only = %+v, %v", out, err)
 	}
@@ -356,7 +376,7 @@ func TestPollSkipsAnswersNotAskedFor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := f.p.Poll(context.Background(), "debian")
+			out, err := f.poll(context.Background(), "debian")
 			if err != nil || out.Ingested == nil || out.Ingested.Zuul.UUID != good.UUID {
 				t.Fatalf("poll = %+v, %v; want the build asked for, %s\n%s", out, err, good.UUID, f.logs.String())
 			}
@@ -384,7 +404,7 @@ func TestPollConvertsUnpublishedFormat(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	f.publish(zuultest.ArtifactSpec{Name: "qcow2", Path: src, Metadata: meta("qcow2")})
-	out, err := f.p.Poll(context.Background(), "debian")
+	out, err := f.poll(context.Background(), "debian")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,24 +421,24 @@ func TestPollConvertsUnpublishedFormat(t *testing.T) {
 func TestPollPausedAndUnneeded(t *testing.T) {
 	f := newFixture(t) // no provider lists the image
 	f.publish(f.standard("1")...)
-	out, err := f.p.Poll(context.Background(), "debian")
+	out, err := f.poll(context.Background(), "debian")
 	if err != nil || out.Ingested != nil || out.Skipped == "" {
 		t.Fatalf("poll of an image nobody needs = %+v, %v", out, err)
 	}
 	f.cfg.ZuulImages[0].Formats = []string{"qcow2"}
 	f.cfg.ZuulImages[0].Pause = true
-	out, err = f.p.Poll(context.Background(), "debian")
+	out, err = f.poll(context.Background(), "debian")
 	if err != nil || out.Ingested != nil || out.Skipped != "paused" {
 		t.Fatalf("poll of a paused image = %+v, %v", out, err)
 	}
 	f.cfg.ZuulImages[0].Pause = false
 	f.st.SetPaused(context.Background(), "debian", true) // image-pause
-	out, err = f.p.Poll(context.Background(), "debian")
+	out, err = f.poll(context.Background(), "debian")
 	if err != nil || out.Ingested != nil || out.Skipped != "paused" {
 		t.Fatalf("poll of an image paused with image-pause = %+v, %v", out, err)
 	}
 	f.st.SetPaused(context.Background(), "debian", false)
-	out, err = f.p.Poll(context.Background(), "debian")
+	out, err = f.poll(context.Background(), "debian")
 	if err != nil || out.Ingested == nil || strings.Join(out.Ingested.Formats(), ",") != "qcow2" {
 		t.Fatalf("poll of an image with its own formats = %+v, %v", out, err)
 	}
@@ -429,15 +449,15 @@ func TestPollPausedAndUnneeded(t *testing.T) {
 func TestBuildNow(t *testing.T) {
 	f := newFixture(t, "qcow2")
 	ctx := context.Background()
-	if _, err := f.p.BuildNow(ctx, "debian", "r1"); err == nil || !strings.Contains(err.Error(), "no successful build") {
+	if _, err := f.buildNow(ctx, "debian", "r1"); err == nil || !strings.Contains(err.Error(), "no successful build") {
 		t.Fatalf("BuildNow with no Zuul build = %v, want it to say Zuul has none", err)
 	}
 	zb := f.publish(f.standard("1")...)
-	b, err := f.p.BuildNow(ctx, "debian", "r1")
+	b, err := f.buildNow(ctx, "debian", "r1")
 	if err != nil || b.State != store.Ready || b.Zuul.UUID != zb.UUID || b.Request != "r1" {
 		t.Fatalf("BuildNow = %+v, %v; want the ready build of %s for request r1", b, err, zb.UUID)
 	}
-	again, err := f.p.BuildNow(ctx, "debian", "r2")
+	again, err := f.buildNow(ctx, "debian", "r2")
 	if err != nil || again.ID != b.ID {
 		t.Fatalf("BuildNow with nothing new = %+v, %v; want build %s", again, err, b.ID)
 	}
@@ -448,15 +468,15 @@ func TestBuildNow(t *testing.T) {
 	m := meta("qcow2")
 	m["sha256"] = strings.Repeat("a", 64)
 	bad := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: f.image("qcow2", "2"), Metadata: m})
-	if _, err := f.p.BuildNow(ctx, "debian", ""); err == nil {
+	if _, err := f.buildNow(ctx, "debian", ""); err == nil {
 		t.Fatal("BuildNow of a corrupt Zuul build succeeded")
 	}
-	_, err = f.p.BuildNow(ctx, "debian", "")
+	_, err = f.buildNow(ctx, "debian", "")
 	if err == nil || !strings.Contains(err.Error(), bad.UUID) || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("BuildNow after the refusal = %v, want it to name %s as refused", err, bad.UUID)
 	}
 	f.st.SetPaused(ctx, "debian", true)
-	if _, err := f.p.BuildNow(ctx, "debian", ""); err == nil || !strings.Contains(err.Error(), "paused") {
+	if _, err := f.buildNow(ctx, "debian", ""); err == nil || !strings.Contains(err.Error(), "paused") {
 		t.Fatalf("BuildNow of a paused image = %v", err)
 	}
 }

@@ -1,0 +1,143 @@
+// Package source is the one path every build takes, whatever makes its image.
+// The core marks the image busy, checks that it is not paused and that its
+// images-dir has room, asks the source whether the image is due, takes a build
+// slot and the image's build lock, asks again under the lock, begins the build
+// in the store, lets the source make its files, and commits or aborts it.
+//
+// A source (diskimage-builder, a Zuul job) says only what it alone knows: which
+// images it makes, whether one is due and what its build is, how to make the
+// files into a build writer, and how to abandon a build it was making when a
+// builder stopped.
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// Source makes images.
+type Source interface {
+	// Images lists the images this source makes under its config, each with
+	// how often it is looked at.
+	Images() map[string]time.Duration
+	// Due looks at an image and says what work it needs now. The core has
+	// checked that the image is not paused. It is asked twice for work it
+	// makes: before the image's build lock, then under it, with look.Seen
+	// what the first look found, to read afresh whatever another builder may
+	// have changed in between.
+	//
+	// An error that says due work was held back (a failed build's backoff)
+	// implements NotDone().
+	Due(ctx context.Context, image string, look Look) (Work, error)
+	// Make makes the work's files into w, under the image's build lock:
+	// each file where w.Path says, verified, and recorded with w.Add. The
+	// core commits the build when it returns nil and aborts it otherwise.
+	// An error wrapped by Unrecorded says the build's record could not be
+	// written: the core leaves it to recovery.
+	Make(ctx context.Context, work *Work, w *store.BuildWriter) error
+	// Abandon stops whatever a builder that is gone left running for a
+	// build it recorded as building, before the core removes its files.
+	Abandon(ctx context.Context, b store.Build) error
+}
+
+// Look is what Due is asked.
+type Look struct {
+	// Asked: an operator asked for a build (a gearman image-build job), which
+	// is made whatever the schedule says; or, for a source that fetches,
+	// answered with the build that is there already (Work.Have). Request,
+	// when not empty, names the asking, and is recorded on a new build.
+	Asked   bool
+	Request string
+	// Seen is, under the image's build lock, the work the look before the
+	// lock found; nil before the lock.
+	Seen *Work
+}
+
+// Locked tells whether the look is made under the image's build lock.
+func (l Look) Locked() bool { return l.Seen != nil }
+
+// Work is what Due found: nothing due (Skip), a build that answers an
+// operator's request as it is (Have), or a build to make: a new one (New) or
+// files to add to one that is there (Into).
+type Work struct {
+	// Skip says why nothing is due.
+	Skip string
+	// Have answers an operator's request with a build that is there.
+	Have *store.Build
+
+	// Reason says why the work is due, for the log.
+	Reason string
+	// New is the record a new build begins with: its image, source and what
+	// the source knows of it.
+	New store.Build
+	// Into, when set, is a ready build the work adds files to instead: no
+	// new build is begun, and it is neither committed nor aborted.
+	Into *store.Build
+	// Slot: the work takes one of the build slots (builder.build-workers)
+	// while it runs, as a local build does.
+	Slot bool
+	// Commit returns the changes that land in the write that makes the build
+	// ready (a poll cursor); Abort, those that land with a failure (a
+	// refusal's cursor). Either may be nil.
+	Commit func(b store.Build) []store.Change
+	Abort  func(b store.Build, err error) []store.Change
+	// Done is told how the work ended once that is recorded, or once it is
+	// known that it cannot be: for the source's housekeeping (build logs,
+	// requests, partial files, metrics). Its error is reported with the
+	// build's and undoes nothing.
+	Done func(ctx context.Context, end End) error
+	// Data is the source's own: what Due found, for Make and Done.
+	Data any
+}
+
+// due tells whether the work is to be made.
+func (w Work) due() bool { return w.Skip == "" && w.Have == nil }
+
+// NotDue is the work of an image that needs none, and why.
+func NotDue(why string) Work { return Work{Skip: why} }
+
+// End is how a piece of work ended.
+type End struct {
+	// Build is the build as last recorded: ready, failed, or, when its
+	// outcome could not be recorded, building.
+	Build store.Build
+	// Err says why the work failed; nil when it did not.
+	Err error
+	// Recorded is false when the outcome could not be written: the build
+	// stays building for recovery, which takes the image's lock again.
+	Recorded bool
+}
+
+// InterruptedReason begins the reason of a build that the builder stopped (it
+// was stopping, or lost the image's lock) rather than one that failed: such a
+// build holds no next build back.
+const InterruptedReason = "interrupted: the builder stopped during this build"
+
+// Interrupted tells whether a failed build was stopped by the builder rather
+// than failed by itself.
+func Interrupted(b store.Build) bool {
+	return b.State == store.Failed && strings.HasPrefix(b.Reason, InterruptedReason)
+}
+
+// Unrecorded marks an error of Make that left the build's record unwritten:
+// whether a write took is unknown, so the build is left to recovery rather
+// than aborted.
+func Unrecorded(err error) error { return &unrecorded{err} }
+
+type unrecorded struct{ err error }
+
+func (u *unrecorded) Error() string { return u.err.Error() }
+func (u *unrecorded) Unwrap() error { return u.err }
+
+// ErrPaused is wrapped by the error of an operator's request for a paused image.
+var ErrPaused = errors.New("paused")
+
+// errSkipped turns why nothing was made into the error of an operator's request.
+func errSkipped(image, why string) error {
+	return fmt.Errorf("%s: nothing to make: %s", image, why)
+}
