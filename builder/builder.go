@@ -396,63 +396,7 @@ func (b *Builder) lifecycle(ctx context.Context) error {
 // their files removed). It runs at start and on every pass.
 func (b *Builder) Recover(ctx context.Context) error {
 	p := b.cur.Load()
-	return errors.Join(b.recoverBuilds(ctx, p), p.uploader.Recover(ctx))
-}
-
-func (b *Builder) recoverBuilds(ctx context.Context, p *parts) error {
-	builds, err := b.store.Builds(ctx, store.BuildFilter{State: store.Building})
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, bd := range builds {
-		if bd.BuilderID != b.store.BuilderID() || b.run.Busy(bd.Image) {
-			continue
-		}
-		// The image's build lock: a step of this builder holds it while it
-		// builds or fetches.
-		held, err := b.store.TryLock(ctx, store.LockKey{Image: bd.Image})
-		if errors.Is(err, store.ErrHeld) {
-			continue
-		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		err = b.recoverBuild(ctx, p, bd)
-		held.Release()
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// recoverBuild settles one build left building, under its image's lock: its
-// process is stopped, it is marked failed, and its files go.
-func (b *Builder) recoverBuild(ctx context.Context, p *parts, bd store.Build) error {
-	// Read again under the lock: a step that finished before it was taken
-	// changed the record.
-	cur, err := b.store.Build(ctx, bd.ID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if cur.State != store.Building || cur.Version != bd.Version {
-		return nil
-	}
-	if src, ok := p.sources[cur.Source]; ok {
-		if err := src.Abandon(ctx, cur); err != nil {
-			return err
-		}
-	}
-	b.log.Warn("build was interrupted; removing its files", "build", cur.Name())
-	if _, err := b.store.WriterOf(cur).Abort(ctx, source.InterruptedReason); err != nil && !errors.Is(err, store.ErrConflict) {
-		return err
-	}
-	return nil
+	return errors.Join(b.run.Recover(ctx, p.sources), p.uploader.Recover(ctx))
 }
 
 // tidy removes the builder's own leftovers last changed before a time:

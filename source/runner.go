@@ -129,7 +129,7 @@ func (r *Runner) run(ctx context.Context, src Source, image string, look Look) (
 	}
 	// The image's build lock, as nodepool's builders take it: another holder
 	// makes the build, and this builder leaves the image alone.
-	held, err := r.opts.Store.TryLock(ctx, store.LockKey{Image: image})
+	ctx, unlock, err := r.opts.Store.Hold(ctx, store.LockKey{Image: image})
 	if errors.Is(err, store.ErrHeld) {
 		if look.Asked {
 			return Result{}, fmt.Errorf("build %s: another builder holds the image's build lock and is building it; ask again when it is done: %w", image, err)
@@ -140,9 +140,7 @@ func (r *Runner) run(ctx context.Context, src Source, image string, look Look) (
 	if err != nil {
 		return Result{}, fmt.Errorf("build %s: %w", image, err)
 	}
-	defer held.Release()
-	ctx, cancel := store.UnderLock(ctx, held)
-	defer cancel()
+	defer unlock()
 	// The wait for a slot may have been long, and the lock's last holder may
 	// have just made the build: the work may be done, or be other work now.
 	first := work

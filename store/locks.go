@@ -67,6 +67,21 @@ func UnderLock(ctx context.Context, h Held) (context.Context, context.CancelFunc
 	return ctx, func() { cancel(context.Canceled) }
 }
 
+// Hold takes the lock of key without waiting, as TryLock does (ErrHeld when
+// another holder has it), and returns a context under it (see UnderLock) and
+// the function that lets the lock go, to call once the work under it is done.
+func (s *Store) Hold(ctx context.Context, key LockKey) (context.Context, func(), error) {
+	held, err := s.TryLock(ctx, key)
+	if err != nil {
+		return ctx, nil, err
+	}
+	lctx, cancel := UnderLock(ctx, held)
+	return lctx, func() {
+		cancel()
+		held.Release()
+	}, nil
+}
+
 type heldKey struct{}
 
 // HeldLocks are the locks ctx was made under by UnderLock, outermost first.

@@ -362,18 +362,17 @@ func (u *Uploader) deleteUploads(ctx context.Context, resp responsibility) []err
 		}
 		// The upload's own lock, as nodepool takes it to delete one: another
 		// builder deleting it now leaves it to that builder.
-		held, err := st.TryLock(ctx, store.LockKey{Image: up.Image, BuildID: up.BuildID, Provider: up.Provider, UploadID: up.ID})
+		lctx, unlock, err := st.Hold(ctx, store.LockKey{Image: up.Image, BuildID: up.BuildID, Provider: up.Provider, UploadID: up.ID})
 		if errors.Is(err, store.ErrHeld) || errors.Is(err, store.ErrNotFound) {
 			continue
 		}
+		if err == nil {
+			err = u.deleteUpload(lctx, up)
+			unlock()
+		}
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		if err := u.deleteUpload(ctx, up); err != nil {
-			errs = append(errs, err)
-		}
-		held.Release()
 	}
 	return errs
 }
@@ -392,20 +391,19 @@ func (u *Uploader) deleteBuilds(ctx context.Context, resp responsibility) (bool,
 		if !resp.build(b) {
 			continue
 		}
-		held, err := st.TryLock(ctx, store.LockKey{Image: b.Image, BuildID: b.ID})
+		lctx, unlock, err := st.Hold(ctx, store.LockKey{Image: b.Image, BuildID: b.ID})
 		if errors.Is(err, store.ErrHeld) || errors.Is(err, store.ErrNotFound) {
 			continue
 		}
+		if err == nil {
+			var t bool
+			t, err = u.deleteBuild(lctx, b, resp)
+			took = took || t
+			unlock()
+		}
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		t, err := u.deleteBuild(ctx, b, resp)
-		took = took || t
-		if err != nil {
-			errs = append(errs, err)
-		}
-		held.Release()
 	}
 	return took, errs
 }

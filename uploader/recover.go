@@ -30,20 +30,17 @@ func (u *Uploader) Recover(ctx context.Context) error {
 		if !resp.upload(up) {
 			continue
 		}
-		held, err := u.opts.Store.TryLock(ctx, store.LockKey{Image: up.Image, BuildID: up.BuildID, Provider: up.Provider})
+		lctx, unlock, err := u.opts.Store.Hold(ctx, store.LockKey{Image: up.Image, BuildID: up.BuildID, Provider: up.Provider})
 		if errors.Is(err, store.ErrHeld) || errors.Is(err, store.ErrNotFound) {
 			continue
 		}
+		if err == nil {
+			err = u.recoverUpload(lctx, up)
+			unlock()
+		}
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		lctx, cancel := store.UnderLock(ctx, held)
-		if err := u.recoverUpload(lctx, up); err != nil {
-			errs = append(errs, err)
-		}
-		cancel()
-		held.Release()
 	}
 	return errors.Join(errs...)
 }

@@ -233,16 +233,14 @@ func (u *Uploader) Upload(ctx context.Context, j Job) (store.Upload, error) {
 	// The lock nodepool's builders take to upload a build to a provider: its
 	// holder, here or on another host, is the one uploader, and recovery leaves
 	// what it holds alone.
-	held, err := u.opts.Store.TryLock(ctx, store.LockKey{Image: j.Build.Image, BuildID: j.Build.ID, Provider: j.Provider})
+	ctx, unlock, err := u.opts.Store.Hold(ctx, store.LockKey{Image: j.Build.Image, BuildID: j.Build.ID, Provider: j.Provider})
 	if errors.Is(err, store.ErrHeld) || errors.Is(err, store.ErrNotFound) {
 		return store.Upload{}, fmt.Errorf("upload %s: %w: %w", j, ErrDropped, err)
 	}
 	if err != nil {
 		return store.Upload{}, fmt.Errorf("upload %s: %w", j, err)
 	}
-	defer held.Release()
-	ctx, cancel := store.UnderLock(ctx, held)
-	defer cancel()
+	defer unlock()
 	rec, prev, b, err := u.claim(ctx, j)
 	if err != nil {
 		return store.Upload{}, err

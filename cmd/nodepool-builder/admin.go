@@ -457,7 +457,7 @@ func zuulCursorReset(c *cli.Context) error {
 	if src != store.SourceZuul || zi == nil {
 		return withCode(exitUsage, fmt.Errorf("zuul-cursor-reset: %s is a diskimage, not a zuul-image: it has no poll cursor", name))
 	}
-	held, err := a.st.TryLock(c.Context, store.LockKey{Image: name})
+	ctx, unlock, err := a.st.Hold(c.Context, store.LockKey{Image: name})
 	if errors.Is(err, store.ErrHeld) {
 		return withCode(exitFailed, fmt.Errorf("zuul-cursor-reset: %s's build lock is held: a builder is fetching it; "+
 			"try again when the fetch is done (image-status shows it)", name))
@@ -465,9 +465,7 @@ func zuulCursorReset(c *cli.Context) error {
 	if err != nil {
 		return withCode(exitFailed, fmt.Errorf("zuul-cursor-reset: %w", err))
 	}
-	defer held.Release()
-	ctx, cancel := store.UnderLock(c.Context, held)
-	defer cancel()
+	defer unlock()
 	was, err := a.st.Cursor(ctx, name)
 	if err != nil {
 		return withCode(exitFailed, err)
