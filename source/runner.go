@@ -233,7 +233,7 @@ func (r *Runner) make(ctx context.Context, src Source, image string, work *Work)
 		failed, aerr := w.Abort(wctx, err.Error(), changes...)
 		switch {
 		case failed.State != store.Failed:
-			err = errors.Join(err, aerr)
+			unknown = aerr // the failure is not recorded: the build stays as it is, for recovery
 		case aerr != nil:
 			r.log.Warn("could not remove the files of a failed build", "build", failed.Name(), "error", aerr)
 		}

@@ -848,3 +848,42 @@ func TestInto(t *testing.T) {
 		t.Fatalf("Done was told of build %+v, without the file added", ends[0].Build)
 	}
 }
+
+// TestAbortUnwritten: when Make fails and the failure cannot be written (the
+// record changed meanwhile), the build is not recorded failed: its files stay,
+// and the source is told that the outcome was not recorded, so that it keeps
+// what recovery needs (a build request, the build's log).
+func TestAbortUnwritten(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	failure := errors.New("disk-image-create exited with status 1")
+	f.src.setMake(func(ctx context.Context, w *store.BuildWriter) error {
+		if err := writeFile(ctx, w, "qcow2"); err != nil {
+			return err
+		}
+		// Another writer moves the record on: the abort's write conflicts.
+		other := w.Build()
+		if err := f.st.SetBuildState(ctx, &other, store.Building, "touched"); err != nil {
+			return err
+		}
+		return failure
+	})
+	_, err := f.step("debian")
+	b := f.only("debian")
+	if !errors.Is(err, failure) || !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), b.Name()) {
+		t.Fatalf("step: %v; want the failure and the conflict, naming %s", err, b.Name())
+	}
+	if b.State != store.Building || b.Reason != "touched" {
+		t.Fatalf("build %+v; want left as the other writer wrote it", b)
+	}
+	if files := f.filesOn(b); len(files) != 3 {
+		t.Fatalf("files of a build whose failure was not written: %q; want them left", files)
+	}
+	if cur, err := f.st.Cursor(ctx, "debian"); err != nil || cur.Outcome != "" {
+		t.Fatalf("cursor %+v, %v; want the abort's change not written", cur, err)
+	}
+	ends := f.src.ended()
+	if len(ends) != 1 || ends[0].Recorded || !errors.Is(ends[0].Err, failure) || ends[0].Build.State != store.Building {
+		t.Fatalf("Done was told %+v; want not recorded, the build building, with the failure", ends)
+	}
+}
