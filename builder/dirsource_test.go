@@ -91,7 +91,7 @@ func (d *dirSource) Due(ctx context.Context, image string, look source.Look) (so
 	return source.Work{
 		Reason: reason,
 		Slot:   true,
-		New:    store.Build{Image: image, Source: sourceDir, Request: look.Request},
+		New:    store.Build{Image: image, Source: sourceDir},
 		Data:   sha,
 	}, nil
 }

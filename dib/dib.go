@@ -126,7 +126,7 @@ func (b *Source) Due(ctx context.Context, image string, look source.Look) (sourc
 		Slot:   true,
 		// The builder's own pid until DIB has one: the record must name a live process.
 		New: store.Build{Image: image, Source: store.SourceDIB, PID: os.Getpid(),
-			Username: img.Username, PythonPath: img.PythonPath, ShellType: img.ShellType, Request: look.Request},
+			Username: img.Username, PythonPath: img.PythonPath, ShellType: img.ShellType},
 		Done: func(ctx context.Context, end source.End) error { return b.finished(ctx, d, end) },
 		Data: d,
 	}, nil

@@ -145,7 +145,7 @@ func (p *Poller) settledBuild(ctx context.Context, image string) (store.Build, e
 
 func (p *Poller) due(ctx context.Context, image string, look source.Look) (source.Work, error) {
 	if look.Locked() {
-		return p.dueLocked(ctx, look.Seen.Data.(*fetch), look.Request)
+		return p.dueLocked(ctx, look.Seen.Data.(*fetch))
 	}
 	zi := p.opts.Config.ZuulImage(image)
 	if zi == nil {
@@ -210,7 +210,7 @@ func (p *Poller) due(ctx context.Context, image string, look source.Look) (sourc
 
 // dueLocked is Due under the image's build lock, for the Zuul build f the
 // look before the lock found.
-func (p *Poller) dueLocked(ctx context.Context, f *fetch, request string) (source.Work, error) {
+func (p *Poller) dueLocked(ctx context.Context, f *fetch) (source.Work, error) {
 	zi, zb, image := f.zi, f.zb, f.zi.Name
 	cur, err := p.opts.Store.Cursor(ctx, image)
 	if err != nil {
@@ -256,10 +256,9 @@ func (p *Poller) dueLocked(ctx context.Context, f *fetch, request string) (sourc
 	return source.Work{
 		Reason: "new Zuul build " + zb.UUID,
 		New: store.Build{
-			Image:   image,
-			Source:  store.SourceZuul,
-			Zuul:    store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: redact.URL(zb.LogURL)},
-			Request: request,
+			Image:  image,
+			Source: store.SourceZuul,
+			Zuul:   store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: redact.URL(zb.LogURL)},
 		},
 		// The build becomes ready and the cursor moves in one write, so a
 		// crash leaves either a build to settle and fetch again, or both done.

@@ -102,11 +102,8 @@ func (r *Runner) Now(ctx context.Context, src Source, image, request string, all
 
 // run is a step on an image the caller marked busy.
 func (r *Runner) run(ctx context.Context, src Source, image string, look Look) (Result, error) {
-	if why, err := r.paused(ctx, image); err != nil || why != "" {
-		if err == nil && look.Asked {
-			err = fmt.Errorf("%s: %w %s", image, ErrPaused, why)
-		}
-		return Result{Skipped: "paused"}, err
+	if res, stop, err := r.pausedStop(ctx, image, look); stop {
+		return res, err
 	}
 	if until := r.space.until(image); r.opts.Now().Before(until) {
 		why := "images-dir had too little free space; next try after " + until.Format(time.RFC3339)
@@ -143,9 +140,17 @@ func (r *Runner) run(ctx context.Context, src Source, image string, look Look) (
 	defer unlock()
 	// The wait for a slot may have been long, and the lock's last holder may
 	// have just made the build: the work may be done, or be other work now.
+	// An image paused meanwhile is left alone too.
+	if res, stop, err := r.pausedStop(ctx, image, look); stop {
+		return res, err
+	}
 	first := work
 	look.Seen = &first
 	if work, err = src.Due(ctx, image, look); err == nil && work.due() {
+		if look.Asked {
+			// So that the same request made again finds the build.
+			work.New.Request = look.Request
+		}
 		work.Have, err = r.make(ctx, src, image, &work)
 	}
 	if errors.Is(err, diskspace.ErrNoSpace) {
@@ -161,6 +166,19 @@ func (r *Runner) run(ctx context.Context, src Source, image string, look Look) (
 // that is there.
 func (r *Runner) notDue(work Work) Result {
 	return Result{Build: work.Have, Skipped: work.Skip}
+}
+
+// pausedStop tells whether the step stops because the image is paused (or
+// its pauses could not be read), and with what.
+func (r *Runner) pausedStop(ctx context.Context, image string, look Look) (Result, bool, error) {
+	why, err := r.paused(ctx, image)
+	if err == nil && why == "" {
+		return Result{}, false, nil
+	}
+	if err == nil && look.Asked {
+		err = fmt.Errorf("%s: %w %s", image, ErrPaused, why)
+	}
+	return Result{Skipped: "paused"}, true, err
 }
 
 // paused says why an image is paused ("" when it is not): by image-pause, or
@@ -192,7 +210,7 @@ func (r *Runner) make(ctx context.Context, src Source, image string, work *Work)
 		w := st.WriterOf(*work.Into)
 		err := src.Make(ctx, work, w)
 		built := w.Build()
-		if err = errors.Join(err, r.done(ctx, work, End{Build: built, Err: err, Recorded: true})); err != nil {
+		if err = errors.Join(err, r.done(context.WithoutCancel(ctx), work, End{Build: built, Err: err, Recorded: true})); err != nil {
 			return nil, err
 		}
 		return &built, nil

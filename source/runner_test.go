@@ -15,8 +15,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
@@ -77,7 +77,7 @@ func (f *fake) Make(ctx context.Context, work *Work, w *store.BuildWriter) error
 func (f *fake) work(image string, look Look) Work {
 	return Work{
 		Reason: "the test asks",
-		New:    store.Build{Image: image, Source: store.SourceDIB, Request: look.Request},
+		New:    store.Build{Image: image, Source: store.SourceDIB},
 		Commit: func(b store.Build) []store.Change {
 			f.mu.Lock()
 			defer f.mu.Unlock()
@@ -598,6 +598,22 @@ func TestPaused(t *testing.T) {
 
 			tc.pause(f, false)
 			mustReady(t, stepOf(f.step("debian")), "a step once unpaused")
+
+			// Paused after the first look (while the step waits for a
+			// slot, say): nothing is begun under the lock.
+			f.src.setDue(func(_ context.Context, image string, look Look) (Work, error) {
+				if !look.Locked() {
+					tc.pause(f, true)
+				}
+				return f.src.work(image, look), nil
+			})
+			res, err = f.step("debian")
+			if err != nil || res.Skipped != "paused" || res.Build != nil {
+				t.Fatalf("step on an image paused after its first look: %+v, %v; want skipped, paused", res, err)
+			}
+			if bs := f.builds("debian"); len(bs) != 1 {
+				t.Fatalf("an image paused after its first look was built: %+v", bs)
+			}
 		})
 	}
 }
@@ -643,14 +659,14 @@ func TestNoSpaceBacksOff(t *testing.T) {
 	full.Store(true)
 	f.src.setMake(func(ctx context.Context, w *store.BuildWriter) error {
 		if full.Load() {
-			return fmt.Errorf("convert to raw: %w", artifacts.ErrNoSpace)
+			return fmt.Errorf("convert to raw: %w", diskspace.ErrNoSpace)
 		}
 		return writeFile(ctx, w, "qcow2")
 	})
 	looks := func() int { return len(f.src.looksOf("debian")) }
 
 	_, err := f.step("debian")
-	if !errors.Is(err, artifacts.ErrNoSpace) || !strings.Contains(err.Error(), "waits 1m0s") {
+	if !errors.Is(err, diskspace.ErrNoSpace) || !strings.Contains(err.Error(), "waits 1m0s") {
 		t.Fatalf("step that ran out of space: %v; want ErrNoSpace, saying it waits 1m0s", err)
 	}
 	before := looks()

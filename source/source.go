@@ -50,7 +50,8 @@ type Look struct {
 	// Asked: an operator asked for a build (a gearman image-build job), which
 	// is made whatever the schedule says; or, for a source that fetches,
 	// answered with the build that is there already (Work.Have). Request,
-	// when not empty, names the asking, and is recorded on a new build.
+	// when not empty, names the asking; the core records it on a new build,
+	// so that the same request made again finds it.
 	Asked   bool
 	Request string
 	// Seen is, under the image's build lock, the work the look before the
