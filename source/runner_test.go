@@ -200,6 +200,17 @@ func (f *fixture) builds(image string) []store.Build {
 	return bs
 }
 
+// noneBegun checks that no build of the image was begun nor made.
+func (f *fixture) noneBegun(image, what string) {
+	f.t.Helper()
+	if bs := f.builds(image); len(bs) != 0 {
+		f.t.Fatalf("%s began builds: %+v", what, bs)
+	}
+	if made := f.src.madeImages(); len(made) != 0 {
+		f.t.Fatalf("%s made %q", what, made)
+	}
+}
+
 // only is the one build of the image in the store.
 func (f *fixture) only(image string) store.Build {
 	f.t.Helper()
@@ -288,12 +299,7 @@ func TestStepNotDue(t *testing.T) {
 	if err != nil || res.Skipped != "nothing new since build 7" || res.Build != nil {
 		t.Fatalf("step: %+v, %v; want skipped as the source said", res, err)
 	}
-	if bs := f.builds("debian"); len(bs) != 0 {
-		t.Fatalf("a step with nothing due began builds: %+v", bs)
-	}
-	if made := f.src.madeImages(); len(made) != 0 {
-		t.Fatalf("a step with nothing due made %q", made)
-	}
+	f.noneBegun("debian", "a step with nothing due")
 	if looks := f.src.looksOf("debian"); len(looks) != 1 || looks[0].Seen != nil {
 		t.Fatalf("looks: %+v; want one, before the lock", looks)
 	}
@@ -448,12 +454,7 @@ func TestDueAgainUnderLock(t *testing.T) {
 	if err != nil || res.Skipped != "made meanwhile by another builder" || res.Build != nil {
 		t.Fatalf("step: %+v, %v; want skipped as the second look said", res, err)
 	}
-	if bs := f.builds("debian"); len(bs) != 0 {
-		t.Fatalf("builds begun though the second look found nothing due: %+v", bs)
-	}
-	if made := f.src.madeImages(); len(made) != 0 {
-		t.Fatalf("made %q though the second look found nothing due", made)
-	}
+	f.noneBegun("debian", "a step whose second look found nothing due")
 	looks := f.src.looksOf("debian")
 	if len(looks) != 2 || looks[0].Seen != nil || looks[1].Seen == nil || looks[1].Seen.Data != "first look" {
 		t.Fatalf("looks: %+v; want the second with the first's work", looks)
