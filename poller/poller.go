@@ -294,7 +294,10 @@ func (p *Poller) Make(ctx context.Context, work *source.Work, w *store.BuildWrit
 	if work.Into == nil {
 		p.log.Info("new Zuul build", "image", f.zi.Name, "zuul_build", f.zb.UUID, "zuul_id", f.zb.ID,
 			"end_time", f.zb.EndTime, "formats", f.needed)
-		return p.fetch(ctx, f.zi, f.zb, w, f.needed)
+		if err := p.fetch(ctx, f.zi, f.zb, w, f.needed); err != nil {
+			return fmt.Errorf("fetch Zuul build %s of %s: %w", f.zb.UUID, f.zi.Name, err)
+		}
+		return nil
 	}
 	err := p.fetch(ctx, f.zi, f.zb, w, f.needed)
 	var rf *refusedFormat

@@ -362,13 +362,15 @@ func (u *Uploader) deleteUploads(ctx context.Context, resp responsibility) []err
 		}
 		// The upload's own lock, as nodepool takes it to delete one: another
 		// builder deleting it now leaves it to that builder.
-		lctx, unlock, err := st.Hold(ctx, store.LockKey{Image: up.Image, BuildID: up.BuildID, Provider: up.Provider, UploadID: up.ID})
+		held, err := st.TryLock(ctx, store.LockKey{Image: up.Image, BuildID: up.BuildID, Provider: up.Provider, UploadID: up.ID})
 		if errors.Is(err, store.ErrHeld) || errors.Is(err, store.ErrNotFound) {
 			continue
 		}
 		if err == nil {
-			err = u.deleteUpload(lctx, up)
-			unlock()
+			// Not on a context under the lock: the lock's node is the
+			// upload's child, deleted with the record it guards.
+			err = u.deleteUpload(ctx, up)
+			held.Release()
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -391,15 +393,17 @@ func (u *Uploader) deleteBuilds(ctx context.Context, resp responsibility) (bool,
 		if !resp.build(b) {
 			continue
 		}
-		lctx, unlock, err := st.Hold(ctx, store.LockKey{Image: b.Image, BuildID: b.ID})
+		held, err := st.TryLock(ctx, store.LockKey{Image: b.Image, BuildID: b.ID})
 		if errors.Is(err, store.ErrHeld) || errors.Is(err, store.ErrNotFound) {
 			continue
 		}
 		if err == nil {
+			// Not on a context under the lock: the lock's node is the
+			// build's child, deleted with the record it guards.
 			var t bool
-			t, err = u.deleteBuild(lctx, b, resp)
+			t, err = u.deleteBuild(ctx, b, resp)
 			took = took || t
-			unlock()
+			held.Release()
 		}
 		if err != nil {
 			errs = append(errs, err)

@@ -173,7 +173,7 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 	pausedPolls := func() int {
 		n := 0
 		for l := range strings.SplitSeq(logs.String(), "\n") {
-			if strings.Contains(l, `msg="nothing fetched"`) && strings.Contains(l, "image=debian") && strings.Contains(l, "reason=paused") {
+			if strings.Contains(l, `msg="nothing made"`) && strings.Contains(l, "image=debian") && strings.Contains(l, "reason=paused") {
 				n++
 			}
 		}

@@ -272,7 +272,7 @@ func TestZooKeeperPythonBuilderHoldsTheBuildLock(t *testing.T) {
 	if imgs, _ := e.cloud.List(context.Background(), nil); len(imgs) != 0 {
 		t.Fatalf("uploaded under another builder's lock: %+v", imgs)
 	}
-	for _, says := range []string{"it fetches the build\" image=debian", "it builds the image\" image=dib-image"} {
+	for _, says := range []string{"it makes the build\" image=debian", "it makes the build\" image=dib-image"} {
 		if !strings.Contains(r.stderr, says) {
 			t.Errorf("--once does not say %q:\n%s", says, r.stderr)
 		}
