@@ -36,20 +36,23 @@ type fixture struct {
 	images string
 	logs   string
 	record string // where the fake DIB records its arguments and environment
-	clock  *storetest.Clock
-	st     *store.Store
+	// elements is the config's {{ELEMENTS}}, an elements-dir.
+	elements string
+	clock    *storetest.Clock
+	st       *store.Store
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{
-		t:      t,
-		dir:    dir,
-		images: filepath.Join(dir, "images"),
-		logs:   filepath.Join(dir, "logs", "builds"), // created by the builder
-		record: filepath.Join(dir, "record"),
-		clock:  storetest.NewClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)),
+		t:        t,
+		dir:      dir,
+		images:   filepath.Join(dir, "images"),
+		logs:     filepath.Join(dir, "logs", "builds"), // created by the builder
+		record:   filepath.Join(dir, "record"),
+		elements: filepath.Join(dir, "elements"),
+		clock:    storetest.NewClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)),
 	}
 	st, err := store.Open(context.Background(), store.Options{ImagesDir: f.images, Now: f.clock.Now})
 	if err != nil {
@@ -74,13 +77,22 @@ func (f *fixture) config(text string) *config.Config {
 		"{{LOGS}}", f.logs,
 		"{{DIB}}", "bash "+shellQuote(script),
 		"{{RECORD}}", f.record,
-		"{{ELEMENTS}}", filepath.Join(f.dir, "elements"),
+		"{{ELEMENTS}}", f.elements,
 	)
 	cfg, err := config.Parse("nodepool.yaml", []byte(r.Replace(text)), func(string) (string, bool) { return "", false })
 	if err != nil {
 		f.t.Fatalf("config: %v", err)
 	}
 	return cfg
+}
+
+// diskimages parses a nodepool.yaml of the fixture's images-dir and
+// build-log-dir whose text goes on after "diskimages:": the entries of that
+// list, then any other top-level keys (providers, elements-dir, ...). The
+// placeholders are config's.
+func (f *fixture) diskimages(text string) *config.Config {
+	f.t.Helper()
+	return f.config("images-dir: {{IMAGES}}\nbuild-log-dir: {{LOGS}}\ndiskimages:\n" + text)
 }
 
 func (f *fixture) builder(cfg *config.Config) core {
@@ -191,11 +203,24 @@ func processRunning(pid int) bool {
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }
 
-const twoProviders = `
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-elements-dir: {{ELEMENTS}}
-diskimages:
+// TestBuildRunsDIB: a diskimage's config gives DIB its arguments and
+// environment and the build its formats. Every build is recorded ready with
+// DIB's pid and the sums of its files, keeps DIB's manifest dir, has a log of
+// DIB's command line and output, and is due before it and not right after it.
+func TestBuildRunsDIB(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		diskimages string // the config after "diskimages:" (fixture.diskimages)
+		image      string
+		args       []string          // DIB's arguments, all of them; {{OUT}} is the build's output path
+		argsHave   []string          // arguments DIB is given, wherever they stand
+		env        map[string]string // some of DIB's environment; {{OUT}} as in args, {{ELEMENTS}} as in the config
+		unset      []string          // variables DIB is not given
+		formats    []string
+		then       func(t *testing.T, f *fixture, b core, bd store.Build) // checks of this case alone
+	}{{
+		name: "formats from providers",
+		diskimages: `
   - name: debian
     dib-cmd: {{DIB}}
     elements: [debian-minimal, vm]
@@ -203,6 +228,7 @@ diskimages:
     env-vars:
       FAKE_DIB_RECORD: {{RECORD}}
       TEST_SETTING: "on"
+elements-dir: {{ELEMENTS}}
 providers:
   - name: cloud-a
     cloud: a
@@ -211,125 +237,41 @@ providers:
     cloud: b
     image-format: raw
     diskimages: [{name: debian}]
-`
-
-func TestBuildFormatsFromProviders(t *testing.T) {
-	f := newFixture(t)
-	cfg := f.config(twoProviders)
-	b := f.builder(cfg)
-	if got := due(t, b, "debian"); got != "no ready build" {
-		t.Fatalf("due = %q, want no ready build", got)
-	}
-	bd := f.build(context.Background(), b, "debian")
-	rec := f.recorded()
-
-	out := f.st.BuildPath("debian", bd.ID)
-	wantArgs := []string{"-x", "-t", "qcow2,raw", "--checksum", "--no-tmpfs", "--qemu-img-options", "compat=0.10",
-		"-o", out, "debian-minimal", "vm"}
-	if !slices.Equal(rec.args, wantArgs) {
-		t.Errorf("DIB args\n got %q\nwant %q", rec.args, wantArgs)
-	}
-	for k, want := range map[string]string{
-		"DIB_RELEASE": "bookworm", "DIB_IMAGE_NAME": "debian", "DIB_IMAGE_FILENAME": out,
-		"ELEMENTS_PATH": filepath.Join(f.dir, "elements"), "TEST_SETTING": "on",
-	} {
-		if got := rec.env[k]; got != want {
-			t.Errorf("DIB env %s=%q, want %q", k, got, want)
-		}
-	}
-
-	if bd.State != store.Ready || bd.Source != store.SourceDIB || bd.Image != "debian" {
-		t.Errorf("build = %+v, want a ready dib build of debian", bd)
-	}
-	if bd.PID != rec.pid {
-		t.Errorf("build PID = %d, want the DIB process %d", bd.PID, rec.pid)
-	}
-	if got := bd.Formats(); !slices.Equal(got, []string{"qcow2", "raw"}) {
-		t.Errorf("formats = %q", got)
-	}
-	for _, file := range bd.Files {
-		sha, md, size := fileSums(t, f.st.FilePath("debian", bd.ID, file.Format))
-		if file.SHA256 != sha || file.MD5 != md || file.Size != size {
-			t.Errorf("%s: recorded sha256 %s md5 %s size %d; the file has %s %s %d", file.Format, file.SHA256, file.MD5, file.Size, sha, md, size)
-		}
-	}
-	if _, err := os.Stat(out + ".d/elements"); err != nil {
-		t.Errorf("DIB's manifest dir: %v", err)
-	}
-
-	log := f.lastLog("debian")
-	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
-	if !strings.HasPrefix(lines[0], "Building "+bd.Name()+" at 2026-03-01T12:00:00Z: bash ") ||
-		!strings.Contains(lines[0], "-x -t qcow2,raw --checksum --no-tmpfs --qemu-img-options compat=0.10 -o "+out+" debian-minimal vm") {
-		t.Errorf("log header = %q", lines[0])
-	}
-	if last := lines[len(lines)-1]; last != "Exit code: 0" {
-		t.Errorf("last log line = %q, want Exit code: 0", last)
-	}
-	for _, want := range []string{"building debian (qcow2,raw)", "this line goes to stderr", "Build completed successfully"} {
-		if !strings.Contains(log, want) {
-			t.Errorf("log lacks DIB's output %q:\n%s", want, log)
-		}
-	}
-	if got := due(t, b, "debian"); got != "" {
-		t.Errorf("due right after a build = %q", got)
-	}
-}
-
-func TestBuildOnlyImage(t *testing.T) {
-	f := newFixture(t)
-	b := f.builder(f.config(`
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
+`,
+		image: "debian",
+		args:  []string{"-x", "-t", "qcow2,raw", "--checksum", "--no-tmpfs", "--qemu-img-options", "compat=0.10", "-o", "{{OUT}}", "debian-minimal", "vm"},
+		env: map[string]string{
+			"DIB_RELEASE": "bookworm", "DIB_IMAGE_NAME": "debian", "DIB_IMAGE_FILENAME": "{{OUT}}",
+			"ELEMENTS_PATH": "{{ELEMENTS}}", "TEST_SETTING": "on",
+		},
+		formats: []string{"qcow2", "raw"},
+	}, {
+		name: "tar without elements-dir",
+		diskimages: `
   - name: rootfs
     dib-cmd: {{DIB}}
     elements: [ubuntu-minimal]
     formats: [tar]
     env-vars: {FAKE_DIB_RECORD: {{RECORD}}}
-`))
-	bd := f.build(context.Background(), b, "rootfs")
-	rec := f.recorded()
-	out := f.st.BuildPath("rootfs", bd.ID)
-	want := []string{"-x", "-t", "tar", "--checksum", "--no-tmpfs", "-o", out, "ubuntu-minimal"}
-	if !slices.Equal(rec.args, want) {
-		t.Errorf("DIB args\n got %q\nwant %q", rec.args, want)
-	}
-	if _, ok := rec.env["ELEMENTS_PATH"]; ok {
-		t.Errorf("ELEMENTS_PATH set without elements-dir: %q", rec.env["ELEMENTS_PATH"])
-	}
-	if got := bd.Formats(); !slices.Equal(got, []string{"tar"}) {
-		t.Errorf("formats = %q, want tar", got)
-	}
-}
-
-func TestDefaultFormatIsQcow2(t *testing.T) {
-	f := newFixture(t)
-	b := f.builder(f.config(`
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
+`,
+		image:   "rootfs",
+		args:    []string{"-x", "-t", "tar", "--checksum", "--no-tmpfs", "-o", "{{OUT}}", "ubuntu-minimal"},
+		unset:   []string{"ELEMENTS_PATH"}, // no elements-dir
+		formats: []string{"tar"},
+	}, {
+		name: "default format is qcow2",
+		diskimages: `
   - name: plain
     dib-cmd: {{DIB}}
     elements: [centos-minimal]
     env-vars: {FAKE_DIB_RECORD: {{RECORD}}}
-`))
-	bd := f.build(context.Background(), b, "plain")
-	rec := f.recorded()
-	if !slices.Contains(rec.args, "qcow2") || !slices.Contains(rec.args, "compat=0.10") {
-		t.Errorf("DIB args %q: want -t qcow2 with its qemu-img options", rec.args)
-	}
-	if got := bd.Formats(); !slices.Equal(got, []string{"qcow2"}) {
-		t.Errorf("formats = %q, want qcow2", got)
-	}
-}
-
-func TestParentAbstractChain(t *testing.T) {
-	f := newFixture(t)
-	b := f.builder(f.config(`
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
+`,
+		image:    "plain",
+		argsHave: []string{"qcow2", "compat=0.10"}, // -t qcow2 with its qemu-img options
+		formats:  []string{"qcow2"},
+	}, {
+		name: "parent abstract chain",
+		diskimages: `
   - name: base
     abstract: true
     dib-cmd: {{DIB}}
@@ -351,33 +293,142 @@ diskimages:
     elements: [zuul-worker]
     env-vars:
       TEST_LEAF: leaf
-`))
-	bd := f.build(context.Background(), b, "debian-bookworm")
-	rec := f.recorded()
-	out := f.st.BuildPath("debian-bookworm", bd.ID)
-	want := []string{"-x", "-t", "raw", "--checksum", "--no-tmpfs", "-o", out, "vm", "simple-init", "debian-minimal", "zuul-worker"}
-	if !slices.Equal(rec.args, want) {
-		t.Errorf("DIB args\n got %q\nwant %q", rec.args, want)
-	}
-	for k, want := range map[string]string{
-		"TEST_FROM_BASE": "base", "TEST_OVERRIDDEN": "debian-base", "TEST_LEAF": "leaf",
-		"DIB_RELEASE": "12", "DIB_IMAGE_NAME": "debian-bookworm",
-	} {
-		if got := rec.env[k]; got != want {
-			t.Errorf("DIB env %s=%q, want %q", k, got, want)
-		}
-	}
-	if _, err := b.Build(context.Background(), "base"); !errors.Is(err, ErrUnknownImage) {
-		t.Errorf("building an abstract image: err = %v, want ErrUnknownImage", err)
+`,
+		image: "debian-bookworm",
+		args:  []string{"-x", "-t", "raw", "--checksum", "--no-tmpfs", "-o", "{{OUT}}", "vm", "simple-init", "debian-minimal", "zuul-worker"},
+		env: map[string]string{
+			"TEST_FROM_BASE": "base", "TEST_OVERRIDDEN": "debian-base", "TEST_LEAF": "leaf",
+			"DIB_RELEASE": "12", "DIB_IMAGE_NAME": "debian-bookworm",
+		},
+		formats: []string{"raw"},
+		then: func(t *testing.T, f *fixture, b core, bd store.Build) {
+			if _, err := b.Build(context.Background(), "base"); !errors.Is(err, ErrUnknownImage) {
+				t.Errorf("building an abstract image: err = %v, want ErrUnknownImage", err)
+			}
+		},
+	}, {
+		name:       "checksums computed when DIB writes none",
+		diskimages: strings.Replace(failing, `FAKE_DIB_EXIT: "3"`, `FAKE_DIB_NO_CHECKSUM: "1"`, 1),
+		image:      "debian",
+		formats:    []string{"qcow2", "raw"},
+		then: func(t *testing.T, f *fixture, b core, bd store.Build) {
+			for _, file := range bd.Files {
+				path := f.st.FilePath("debian", bd.ID, file.Format)
+				sha, _, _ := fileSums(t, path)
+				if got, _ := store.ReadSidecar(path + ".sha256"); got != sha {
+					t.Errorf("%s.sha256 sidecar = %q, want %s", path, got, sha)
+				}
+			}
+		},
+	}, {
+		name: "squashfs takes the store name",
+		diskimages: `
+  - name: live
+    dib-cmd: {{DIB}}
+    elements: [e]
+    formats: [squashfs]
+    env-vars: {FAKE_DIB_RECORD: {{RECORD}}}
+`,
+		image:   "live",
+		formats: []string{"squashfs"},
+		then: func(t *testing.T, f *fixture, b core, bd store.Build) {
+			path := f.st.FilePath("live", bd.ID, "squashfs")
+			sha, _, _ := fileSums(t, path)
+			if file, ok := bd.File("squashfs"); !ok || file.SHA256 != sha {
+				t.Errorf("squashfs file = %+v, want sha256 %s", file, sha)
+			}
+			data, err := os.ReadFile(path + ".sha256")
+			if err != nil || !strings.HasSuffix(strings.TrimSpace(string(data)), filepath.Base(path)) {
+				t.Errorf("sidecar %q (%v) does not name %s", data, err, filepath.Base(path))
+			}
+			if files := buildFiles(t, f.images, bd); slices.ContainsFunc(files, func(n string) bool { return strings.Contains(n, ".squash.") || strings.HasSuffix(n, ".squash") }) {
+				t.Errorf("DIB's .squash names left: %q", files)
+			}
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			b := f.builder(f.diskimages(tc.diskimages))
+			if got := due(t, b, tc.image); got != "no ready build" {
+				t.Fatalf("due = %q, want no ready build", got)
+			}
+			bd := f.build(context.Background(), b, tc.image)
+			rec := f.recorded()
+			out := f.st.BuildPath(tc.image, bd.ID)
+			expand := strings.NewReplacer("{{OUT}}", out, "{{ELEMENTS}}", f.elements).Replace
+
+			args := rec.args
+			if tc.args != nil {
+				args = nil
+				for _, a := range tc.args {
+					args = append(args, expand(a))
+				}
+				if !slices.Equal(rec.args, args) {
+					t.Errorf("DIB args\n got %q\nwant %q", rec.args, args)
+				}
+			}
+			for _, a := range tc.argsHave {
+				if !slices.Contains(rec.args, a) {
+					t.Errorf("DIB args %q lack %q", rec.args, a)
+				}
+			}
+			for k, want := range tc.env {
+				if got, want := rec.env[k], expand(want); got != want {
+					t.Errorf("DIB env %s=%q, want %q", k, got, want)
+				}
+			}
+			for _, k := range tc.unset {
+				if v, ok := rec.env[k]; ok {
+					t.Errorf("DIB env has %s=%q, want it unset", k, v)
+				}
+			}
+
+			if bd.State != store.Ready || bd.Source != store.SourceDIB || bd.Image != tc.image {
+				t.Errorf("build = %+v, want a ready dib build of %s", bd, tc.image)
+			}
+			if bd.PID != rec.pid {
+				t.Errorf("build PID = %d, want the DIB process %d", bd.PID, rec.pid)
+			}
+			if got := bd.Formats(); !slices.Equal(got, tc.formats) {
+				t.Errorf("formats = %q, want %q", got, tc.formats)
+			}
+			for _, file := range bd.Files {
+				sha, md, size := fileSums(t, f.st.FilePath(tc.image, bd.ID, file.Format))
+				if file.SHA256 != sha || file.MD5 != md || file.Size != size {
+					t.Errorf("%s: recorded sha256 %s md5 %s size %d; the file has %s %s %d", file.Format, file.SHA256, file.MD5, file.Size, sha, md, size)
+				}
+			}
+			if _, err := os.Stat(out + ".d/elements"); err != nil {
+				t.Errorf("DIB's manifest dir: %v", err)
+			}
+
+			log := f.lastLog(tc.image)
+			lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
+			if !strings.HasPrefix(lines[0], "Building "+bd.Name()+" at 2026-03-01T12:00:00Z: bash ") ||
+				!strings.Contains(lines[0], strings.Join(args, " ")) {
+				t.Errorf("log header = %q, want the build, its time and DIB's command line %q", lines[0], strings.Join(args, " "))
+			}
+			if last := lines[len(lines)-1]; last != "Exit code: 0" {
+				t.Errorf("last log line = %q, want Exit code: 0", last)
+			}
+			for _, want := range []string{"building " + tc.image + " (" + strings.Join(tc.formats, ",") + ")", "this line goes to stderr", "Build completed successfully"} {
+				if !strings.Contains(log, want) {
+					t.Errorf("log lacks DIB's output %q:\n%s", want, log)
+				}
+			}
+			if got := due(t, b, tc.image); got != "" {
+				t.Errorf("due right after a build = %q", got)
+			}
+			if tc.then != nil {
+				tc.then(t, f, b, bd)
+			}
+		})
 	}
 }
 
 func TestDueRebuildAge(t *testing.T) {
 	f := newFixture(t)
-	b := f.builder(f.config(`
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
+	b := f.builder(f.diskimages(`
   - name: debian
     dib-cmd: {{DIB}}
     elements: [debian-minimal]
@@ -397,9 +448,6 @@ diskimages:
 func TestDueNewestBuildLacksFormat(t *testing.T) {
 	f := newFixture(t)
 	const oneProvider = `
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
   - name: debian
     dib-cmd: {{DIB}}
     elements: [debian-minimal]
@@ -409,7 +457,7 @@ providers:
     cloud: a
     diskimages: [{name: debian}]
 `
-	b := f.builder(f.config(oneProvider))
+	b := f.builder(f.diskimages(oneProvider))
 	bd := f.build(context.Background(), b, "debian")
 	// A file removed after upload still counts: the build was made in that format.
 	removed, _ := bd.File("qcow2")
@@ -421,7 +469,7 @@ providers:
 	if got := due(t, b, "debian"); got != "" {
 		t.Errorf("due = %q, want not due", got)
 	}
-	b = f.builder(f.config(oneProvider + `
+	b = f.builder(f.diskimages(oneProvider + `
   - name: cloud-b
     cloud: b
     image-format: vhd
@@ -433,9 +481,6 @@ providers:
 }
 
 const failing = `
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
   - name: debian
     dib-cmd: {{DIB}}
     elements: [debian-minimal]
@@ -447,7 +492,7 @@ diskimages:
 
 func TestFailedBuildCleanup(t *testing.T) {
 	f := newFixture(t)
-	b := f.builder(f.config(failing))
+	b := f.builder(f.diskimages(failing))
 	_, err := b.Build(context.Background(), "debian")
 	if err == nil || !strings.Contains(err.Error(), "exited with code 3") {
 		t.Fatalf("err = %v, want exit code 3", err)
@@ -471,7 +516,7 @@ func TestFailedBuildCleanup(t *testing.T) {
 
 func TestMissingFormatFileFails(t *testing.T) {
 	f := newFixture(t)
-	b := f.builder(f.config(strings.Replace(failing, `FAKE_DIB_EXIT: "3"`, `FAKE_DIB_SKIP_FORMAT: raw`, 1)))
+	b := f.builder(f.diskimages(strings.Replace(failing, `FAKE_DIB_EXIT: "3"`, `FAKE_DIB_SKIP_FORMAT: raw`, 1)))
 	_, err := b.Build(context.Background(), "debian")
 	if err == nil || !strings.Contains(err.Error(), "left no raw file") {
 		t.Fatalf("err = %v, want a missing raw file", err)
@@ -488,52 +533,7 @@ func TestMissingFormatFileFails(t *testing.T) {
 	}
 }
 
-func TestChecksumsComputedWhenDIBWritesNone(t *testing.T) {
-	f := newFixture(t)
-	b := f.builder(f.config(strings.Replace(failing, `FAKE_DIB_EXIT: "3"`, `FAKE_DIB_NO_CHECKSUM: "1"`, 1)))
-	bd := f.build(context.Background(), b, "debian")
-	for _, file := range bd.Files {
-		path := f.st.FilePath("debian", bd.ID, file.Format)
-		sha, md, _ := fileSums(t, path)
-		if file.SHA256 != sha || file.MD5 != md {
-			t.Errorf("%s: recorded %s %s, want %s %s", file.Format, file.SHA256, file.MD5, sha, md)
-		}
-		if got, _ := store.ReadSidecar(path + ".sha256"); got != sha {
-			t.Errorf("%s.sha256 sidecar = %q, want %s", path, got, sha)
-		}
-	}
-}
-
-func TestSquashfsTakesTheStoresName(t *testing.T) {
-	f := newFixture(t)
-	b := f.builder(f.config(`
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
-  - name: live
-    dib-cmd: {{DIB}}
-    elements: [e]
-    formats: [squashfs]
-`))
-	bd := f.build(context.Background(), b, "live")
-	path := f.st.FilePath("live", bd.ID, "squashfs")
-	sha, _, _ := fileSums(t, path)
-	if file, ok := bd.File("squashfs"); !ok || file.SHA256 != sha {
-		t.Errorf("squashfs file = %+v, want sha256 %s", file, sha)
-	}
-	data, err := os.ReadFile(path + ".sha256")
-	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(data)), filepath.Base(path)) {
-		t.Errorf("sidecar %q (%v) does not name %s", data, err, filepath.Base(path))
-	}
-	if files := buildFiles(t, f.images, bd); slices.ContainsFunc(files, func(n string) bool { return strings.Contains(n, ".squash.") || strings.HasSuffix(n, ".squash") }) {
-		t.Errorf("DIB's .squash names left: %q", files)
-	}
-}
-
 const hanging = `
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
   - name: debian
     dib-cmd: {{DIB}}
     elements: [debian-minimal]
@@ -558,7 +558,7 @@ func (f *fixture) waitRecorded() {
 
 func TestBuildTimeoutKillsProcessGroup(t *testing.T) {
 	f := newFixture(t)
-	b := f.builder(f.config(hanging))
+	b := f.builder(f.diskimages(hanging))
 	type result struct {
 		bd  store.Build
 		err error
@@ -617,7 +617,7 @@ func TestBuildTimeoutKillsProcessGroup(t *testing.T) {
 
 func TestCancelKillsBuildAndKeepsRequest(t *testing.T) {
 	f := newFixture(t)
-	b := f.builder(f.config(strings.Replace(hanging, "build-timeout: 2", "build-timeout: 600", 1)))
+	b := f.builder(f.diskimages(strings.Replace(hanging, "build-timeout: 2", "build-timeout: 600", 1)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := f.st.RequestBuild(ctx, "debian"); err != nil {
@@ -657,10 +657,7 @@ func TestCancelKillsBuildAndKeepsRequest(t *testing.T) {
 
 func TestPause(t *testing.T) {
 	f := newFixture(t)
-	cfg := f.config(`
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
+	cfg := f.diskimages(`
   - name: paused
     dib-cmd: {{DIB}}
     elements: [e]
@@ -698,10 +695,7 @@ diskimages:
 
 func TestManualRequest(t *testing.T) {
 	f := newFixture(t)
-	ok := f.config(`
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
+	ok := f.diskimages(`
   - name: debian
     dib-cmd: {{DIB}}
     elements: [e]
@@ -733,7 +727,7 @@ diskimages:
 	}
 
 	// A failed build settles its request too, so it is not retried in a loop.
-	b = f.builder(f.config(strings.Replace(failing, "formats: [qcow2, raw]", "formats: [qcow2]", 1)))
+	b = f.builder(f.diskimages(strings.Replace(failing, "formats: [qcow2, raw]", "formats: [qcow2]", 1)))
 	if err := f.st.RequestBuild(ctx, "debian"); err != nil {
 		t.Fatal(err)
 	}
@@ -747,7 +741,7 @@ diskimages:
 
 func TestFailureBackoff(t *testing.T) {
 	f := newFixture(t)
-	b := f.builder(f.config(failing))
+	b := f.builder(f.diskimages(failing))
 	ctx := context.Background()
 	if err := stepAll(ctx, b); err == nil {
 		t.Fatal("step: no error from a failing build")
@@ -794,17 +788,14 @@ func TestFailureBackoff(t *testing.T) {
 
 func TestBuildLogPruning(t *testing.T) {
 	f := newFixture(t)
-	cfg := f.config(`
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-build-log-retention: 2
-diskimages:
+	cfg := f.diskimages(`
   - name: fedora
     dib-cmd: {{DIB}}
     elements: [fedora]
   - name: fedora-40
     dib-cmd: {{DIB}}
     elements: [fedora]
+build-log-retention: 2
 `)
 	if err := os.MkdirAll(f.logs, 0o755); err != nil {
 		t.Fatal(err)
@@ -823,10 +814,7 @@ diskimages:
 
 func TestStepBuildsOnlyDueImagesAndJoinsFailures(t *testing.T) {
 	f := newFixture(t)
-	b := f.builder(f.config(`
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
+	b := f.builder(f.diskimages(`
   - name: fresh
     dib-cmd: {{DIB}}
     elements: [e]
@@ -874,7 +862,7 @@ func stepAll(ctx context.Context, b core) error {
 // the first build to end; Images lists every diskimage.
 func TestSlotsBoundConcurrentBuilds(t *testing.T) {
 	f := newFixture(t)
-	cfg := f.config(strings.Replace(hanging, "build-timeout: 2", "build-timeout: 600", 1) + `
+	cfg := f.diskimages(strings.Replace(hanging, "build-timeout: 2", "build-timeout: 600", 1) + `
   - name: other
     dib-cmd: {{DIB}}
     elements: [e]
@@ -939,10 +927,7 @@ func TestUnknownImage(t *testing.T) {
 // build lock another builder holds.
 func TestBuildNow(t *testing.T) {
 	f := newFixture(t)
-	cfg := f.config(`
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
+	cfg := f.diskimages(`
   - name: paused
     dib-cmd: {{DIB}}
     elements: [e]
@@ -999,7 +984,7 @@ func TestStatsdNames(t *testing.T) {
 	}
 	defer m.Close()
 	ok := strings.Replace(failing, `FAKE_DIB_EXIT: "3"`, `FAKE_DIB_EXIT: "0"`, 1)
-	b := inCore(New(Options{Store: f.st, Config: f.config(ok), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	b := inCore(New(Options{Store: f.st, Config: f.diskimages(ok), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now: f.clock.Now, Metrics: m}), nil)
 	bd := f.build(context.Background(), b, "debian")
 	want := []string{
@@ -1019,7 +1004,7 @@ func TestStatsdNames(t *testing.T) {
 		t.Errorf("statsd lines = %q, want one each of %q", got, want)
 	}
 
-	b = inCore(New(Options{Store: f.st, Config: f.config(failing), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	b = inCore(New(Options{Store: f.st, Config: f.diskimages(failing), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now: f.clock.Now, Metrics: m}), nil)
 	if _, err := b.Build(context.Background(), "debian"); err == nil {
 		t.Fatal("the failing build succeeded")
@@ -1042,10 +1027,7 @@ func TestStatsdNames(t *testing.T) {
 // build is rebuild-age old.
 func TestLastFailure(t *testing.T) {
 	f := newFixture(t)
-	cfg := f.config(`
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
+	cfg := f.diskimages(`
   - name: debian
     elements: [debian-minimal]
     formats: [raw]
@@ -1108,7 +1090,7 @@ diskimages:
 // stopped is no failure: the next step builds the image at once.
 func TestInterruptedBuildHoldsNothingBack(t *testing.T) {
 	f := newFixture(t)
-	cfg := f.config(strings.Replace(failing, `FAKE_DIB_EXIT: "3"`, `FAKE_DIB_WAIT_FOR: {{RECORD}}.go`, 1))
+	cfg := f.diskimages(strings.Replace(failing, `FAKE_DIB_EXIT: "3"`, `FAKE_DIB_WAIT_FOR: {{RECORD}}.go`, 1))
 	b := f.builder(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

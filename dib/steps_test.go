@@ -31,10 +31,7 @@ func TestStepOf(t *testing.T) {
 func TestBuildHasAProgressTaskWithItsStep(t *testing.T) {
 	f := newFixture(t)
 	gate := filepath.Join(f.dir, "go")
-	b := f.builder(f.config(`
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
+	b := f.builder(f.diskimages(`
   - name: debian
     dib-cmd: {{DIB}}
     elements: [debian-minimal]

@@ -88,9 +88,6 @@ func (f *fixture) flaky() *flakyBackend {
 }
 
 const requested = `
-images-dir: {{IMAGES}}
-build-log-dir: {{LOGS}}
-diskimages:
   - name: debian
     dib-cmd: {{DIB}}
     elements: [debian-minimal]
@@ -106,7 +103,7 @@ diskimages:
 func TestReadyWriteFailedLeavesBuildToRecovery(t *testing.T) {
 	f := newFixture(t)
 	fb := f.flaky()
-	b := f.builder(f.config(requested))
+	b := f.builder(f.diskimages(requested))
 	ctx := context.Background()
 	if err := f.st.RequestBuild(ctx, "debian"); err != nil {
 		t.Fatal(err)
@@ -149,7 +146,7 @@ func TestReadyWriteFailedLeavesBuildToRecovery(t *testing.T) {
 func TestReadyWriteAnswerLostSettlesRequestOnce(t *testing.T) {
 	f := newFixture(t)
 	fb := f.flaky()
-	b := f.builder(f.config(requested))
+	b := f.builder(f.diskimages(requested))
 	ctx := context.Background()
 	if err := f.st.RequestBuild(ctx, "debian"); err != nil {
 		t.Fatal(err)
@@ -183,7 +180,7 @@ func TestReadyWriteAnswerLostSettlesRequestOnce(t *testing.T) {
 func TestLockLostWritesNothing(t *testing.T) {
 	f := newFixture(t)
 	fb := f.flaky()
-	b := f.builder(f.config(strings.Replace(hanging, "build-timeout: 2", "build-timeout: 600", 1)))
+	b := f.builder(f.diskimages(strings.Replace(hanging, "build-timeout: 2", "build-timeout: 600", 1)))
 	ctx := context.Background()
 	if err := f.st.RequestBuild(ctx, "debian"); err != nil {
 		t.Fatal(err)
@@ -226,7 +223,7 @@ func TestLockLostWritesNothing(t *testing.T) {
 func TestReadyWriteConflictFailsTheBuild(t *testing.T) {
 	f := newFixture(t)
 	fb := f.flaky()
-	b := f.builder(f.config(requested))
+	b := f.builder(f.diskimages(requested))
 	ctx := context.Background()
 	fb.readyFails.Store(3)
 	if _, err := b.Step(ctx, "debian"); !errors.Is(err, store.ErrConflict) {
@@ -264,7 +261,7 @@ func (s staleRequests) BuildRequest(ctx context.Context, image string) (time.Tim
 // taken, is not built again.
 func TestRequestClearedMeanwhileIsNotBuilt(t *testing.T) {
 	f := newFixture(t)
-	b := f.builder(f.config(requested))
+	b := f.builder(f.diskimages(requested))
 	ctx := context.Background()
 	first := f.build(ctx, b, "debian")
 	f.clock.Add(time.Minute)
@@ -274,7 +271,7 @@ func TestRequestClearedMeanwhileIsNotBuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.st = st
-	b = f.builder(f.config(requested))
+	b = f.builder(f.diskimages(requested))
 	f.clock.Add(time.Minute)
 	built, err := b.Step(ctx, "debian")
 	if err != nil || built != nil {
