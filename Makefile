@@ -40,7 +40,7 @@ test: deps-test vet
 # detector; -short and -skip leave out their slow integration tests (the real
 # DIB build, a 256 MiB download), which test covers.
 race:
-	$(GO) test -race -short -skip 'TestReal' -count=1 ./store/... ./builder/ ./uploader/... ./poller/ ./dib/ ./artifacts/ ./qemuimg/ ./zuulapi/... ./gearman/
+	$(GO) test -race -short -skip 'TestReal' -count=1 ./store/... ./builder/ ./uploader/... ./poller/ ./dib/ ./artifacts/ ./qemuimg/ ./source/ ./zuulapi/... ./gearman/
 
 # stress hunts tests that pass only on an idle machine: it runs the fast
 # packages' tests N times (default 10) under the race detector with -short,
@@ -49,7 +49,7 @@ race:
 # it. One package, more often: make stress N=50 STRESS_PKGS=./artifacts/
 N ?= 10
 STRESS_PKGS ?= ./artifacts/ ./builder/ ./config/ ./dib/ ./gearman/ ./internal/... \
-	./listing/ ./metrics/... ./poller/ ./progress/ ./qemuimg/ ./state/ ./status/ ./store/... \
+	./listing/ ./metrics/... ./poller/ ./progress/ ./qemuimg/ ./source/ ./state/ ./status/ ./store/... \
 	./uploader/... ./webapp/ ./zuulapi/...
 
 stress: deps-test
