@@ -6,8 +6,10 @@
 # for /usr/bin/python3 (an independent ZooKeeper client for the tests), and
 # gearmand with the gearman and gearadmin commands (the tests run their own
 # gearmand, not the service, and use the commands as an independent client),
-# systemd-analyze, which checks the example systemd unit, and Keystone with the
-# uwsgi that serves it (the tests run their own on a loopback port, not the service).
+# systemd-analyze, which checks the example systemd unit, Keystone with the
+# uwsgi that serves it (the tests run their own on a loopback port, not the service),
+# and the mosquitto MQTT broker with mosquitto_pub (the tests run their own broker,
+# not the service, and publish with the command as an independent client).
 # Does nothing when they are present. Of the services Debian starts when it
 # installs them, it stops and disables only those it installed itself.
 #   usage: deps.sh [demo|test]
@@ -39,6 +41,9 @@ if [ "${1:-demo}" = test ]; then
 	[ -x /usr/bin/keystone-wsgi-public ] || missing="$missing keystone"
 	need uwsgi uwsgi-core
 	[ -r /usr/lib/uwsgi/plugins/python3_plugin.so ] || missing="$missing uwsgi-plugin-python3"
+	# mosquitto lives in sbin; internal/testenv runs it, the service stays off.
+	[ -x /usr/sbin/mosquitto ] || missing="$missing mosquitto"
+	need mosquitto_pub mosquitto-clients
 	# A real browser renders the status page once (fonts so that it shows text).
 	need chromium chromium
 	[ -d /usr/share/fonts/truetype/dejavu ] || missing="$missing fonts-dejavu-core"
@@ -52,11 +57,11 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 # Debian starts glance-api, ZooKeeper (on port 2181), gearmand (on port 4730),
-# Keystone (on port 5000) and the memcached that glance-api pulls in as system
-# services when it installs them; the demo and the tests run their own. Those
+# Keystone (on port 5000), mosquitto (on port 1883) and the memcached that
+# glance-api pulls in as system services when it installs them; the demo and the tests run their own. Those
 # this run installs are stopped and disabled again below. Those installed before it are someone's
 # services, which may be in use: they are left as they are.
-services="glance-api:glance-api zookeeper:zookeeperd gearman-job-server:gearman-job-server keystone:keystone memcached:memcached"
+services="glance-api:glance-api zookeeper:zookeeperd gearman-job-server:gearman-job-server keystone:keystone mosquitto:mosquitto memcached:memcached"
 installed() { [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = installed ]; }
 had=""
 for s in $services; do
