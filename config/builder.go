@@ -72,7 +72,7 @@ var builderKeys = []string{
 	"poll-interval", "upload-workers", "keep-builds", "keep-uploads",
 	"upload-attempts", "state-db", "gearman-servers", "leak-sweep", "max-image-size",
 	"gearman-unserved-after", "download-connections", "webapp",
-	"gearman-functions", "gearman-min-build-interval",
+	"gearman-functions", "gearman-min-build-interval", "zuul-mqtt",
 }
 
 var gearmanKeys = []string{"host", "port"}
@@ -125,6 +125,9 @@ func (p *parser) builder(n *yaml.Node, path string) Builder {
 	}
 	if f, ok := m.fields["webapp"]; ok {
 		b.Webapp = p.builderWebapp(f.val, m.sub("webapp"))
+	}
+	if n, ok := m.get("zuul-mqtt"); ok {
+		b.ZuulMQTT = p.zuulMQTT(n, m.sub("zuul-mqtt"))
 	}
 	return b
 }

@@ -146,6 +146,9 @@ type Builder struct {
 	MaxImageSize        int64 // bytes; default DefaultMaxImageSize
 	// Webapp is where the daemon serves its status pages; nil serves none.
 	Webapp *Webapp
+	// ZuulMQTT is the broker the daemon listens to for Zuul's reports, which
+	// make it poll a zuul-image at once; nil listens to none.
+	ZuulMQTT *ZuulMQTT
 }
 
 // ServesGearman tells whether the builder serves gearman functions of a kind
