@@ -1,0 +1,136 @@
+package zuulmqtt
+
+import (
+	"bytes"
+	"net"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.mqtt.golang/packets"
+)
+
+// near tells whether a is b, give or take the rounding of counting tokens.
+func near(a, b time.Time) bool {
+	d := a.Sub(b)
+	return -time.Millisecond < d && d < time.Millisecond
+}
+
+func TestLimiter(t *testing.T) {
+	l := newLimiter(2, 30*time.Second)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+	// A flood at one instant: the burst goes through, the rest is held as one hint.
+	allowed := 0
+	for range 200 {
+		if l.allow("debian", t0) {
+			allowed++
+		}
+	}
+	if allowed != 2 {
+		t.Fatalf("a flood of 200 let %d hints through, want 2", allowed)
+	}
+	// Another image has a bucket of its own.
+	if !l.allow("ubuntu", t0) {
+		t.Errorf("the first hint for another image was held")
+	}
+	images, next := l.release(t0.Add(29 * time.Second))
+	if len(images) != 0 || !near(next, t0.Add(30*time.Second)) {
+		t.Errorf("release after 29s = %v, next %v; want none until %v", images, next, t0.Add(30*time.Second))
+	}
+	images, next = l.release(t0.Add(30 * time.Second))
+	if !reflect.DeepEqual(images, []string{"debian"}) || !next.IsZero() {
+		t.Errorf("release after 30s = %v, next %v; want [debian], nothing more held", images, next)
+	}
+	images, _ = l.release(t0.Add(31 * time.Second))
+	if len(images) != 0 {
+		t.Errorf("a held hint was given twice: %v", images)
+	}
+	// Still in the flood: held again, given a token later.
+	if l.allow("debian", t0.Add(40*time.Second)) {
+		t.Errorf("a hint 10s after the held one went through")
+	}
+	if _, next = l.release(t0.Add(40 * time.Second)); !near(next, t0.Add(60*time.Second)) {
+		t.Errorf("next release at %v, want %v", next, t0.Add(60*time.Second))
+	}
+	// After a quiet while, the first report goes through at once.
+	images, _ = l.release(t0.Add(10 * time.Minute))
+	if !reflect.DeepEqual(images, []string{"debian"}) {
+		t.Errorf("release after quiet = %v, want the held debian", images)
+	}
+	l.release(t0.Add(20 * time.Minute))
+	if !l.allow("debian", t0.Add(20*time.Minute)) {
+		t.Errorf("the first hint after quiet was held")
+	}
+	// Full buckets that hold nothing are forgotten.
+	l.release(t0.Add(time.Hour))
+	if len(l.buckets) != 0 {
+		t.Errorf("buckets left after an hour of quiet: %v", l.buckets)
+	}
+}
+
+// TestLimitConn feeds packets through limitConn to the MQTT client's own packet
+// reader: a QoS 0 PUBLISH over the limit is skipped unread, and the packets
+// around it read as they were sent.
+func TestLimitConn(t *testing.T) {
+	const limit = 100
+	publish := func(qos byte, payload int) []byte {
+		p := packets.NewControlPacket(packets.Publish).(*packets.PublishPacket)
+		p.TopicName, p.Qos, p.Payload = "zuul/t", qos, bytes.Repeat([]byte("x"), payload)
+		if qos > 0 {
+			p.MessageID = 7
+		}
+		var b bytes.Buffer
+		if err := p.Write(&b); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	connack := []byte{0x20, 0x02, 0x00, 0x00}
+	read := func(stream []byte) ([]packets.ControlPacket, []int, error) {
+		server, client := net.Pipe()
+		go func() {
+			server.Write(stream)
+			server.Close()
+		}()
+		var skipped []int
+		c := newLimitConn(client, limit, func(n int) { skipped = append(skipped, n) })
+		defer c.Close()
+		var got []packets.ControlPacket
+		for {
+			p, err := packets.ReadPacket(c)
+			if err != nil {
+				return got, skipped, err
+			}
+			got = append(got, p)
+		}
+	}
+
+	stream := append(append(append(append([]byte{}, connack...), publish(0, 90)...), publish(0, 5000)...), publish(0, 3)...)
+	got, skipped, err := read(stream)
+	if len(got) != 3 || err == nil || !strings.Contains(err.Error(), "EOF") {
+		t.Fatalf("read %d packets (%v), then %v; want 3 then EOF", len(got), got, err)
+	}
+	if p, ok := got[1].(*packets.PublishPacket); !ok || len(p.Payload) != 90 {
+		t.Errorf("second packet %v, want the PUBLISH of 90 bytes", got[1])
+	}
+	if p, ok := got[2].(*packets.PublishPacket); !ok || len(p.Payload) != 3 {
+		t.Errorf("third packet %v, want the PUBLISH of 3 bytes after the skipped one", got[2])
+	}
+	if len(skipped) != 1 || skipped[0] < 5000 {
+		t.Errorf("skipped %v, want the one PUBLISH of 5000 bytes", skipped)
+	}
+
+	// What cannot be skipped without the client noticing ends the connection.
+	for name, big := range map[string][]byte{
+		"a QoS 1 PUBLISH": publish(1, 5000),
+		"a SUBACK":        append([]byte{0x90, 0xe8, 0x07}, make([]byte, 1000)...),
+		"a bad length":    {0x30, 0xff, 0xff, 0xff, 0xff, 0x01},
+	} {
+		got, skipped, err := read(append(append([]byte{}, connack...), big...))
+		if len(got) != 1 || len(skipped) != 0 || err == nil || strings.Contains(err.Error(), "EOF") {
+			t.Errorf("%s: read %d packets, skipped %v, then %v; want the CONNACK, then an error", name, len(got), skipped, err)
+		}
+	}
+}

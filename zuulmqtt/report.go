@@ -1,0 +1,165 @@
+package zuulmqtt
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/zuulapi"
+)
+
+// report is what the listener reads of a report of Zuul's MQTT reporter: the
+// item's tenant, pipeline and ref, and its builds. Everything else (log and
+// artifact URLs, times, returned data) is never read: the poll a report leads
+// to asks the builds API for all of it.
+type report struct {
+	Action   string `json:"action"`
+	Tenant   string `json:"tenant"`
+	Pipeline string `json:"pipeline"`
+	// Project, Branch and Change are the item's (its first change's, when it
+	// holds several); Change is empty for a branch or a tag.
+	Project  string     `json:"project"`
+	Branch   string     `json:"branch"`
+	Change   flexString `json:"change"`
+	Buildset struct {
+		Builds []reportBuild `json:"builds"`
+	} `json:"buildset"`
+}
+
+// reportBuild is one of the buildset's builds; a job that did not run has no
+// uuid and no result.
+type reportBuild struct {
+	JobName string `json:"job_name"`
+	UUID    string `json:"uuid"`
+	Result  string `json:"result"`
+	// Change is, from recent Zuul versions on, the change the build ran on:
+	// an object whose project, branch and change win over the item's. Older
+	// versions do not send it.
+	Change json.RawMessage `json:"change"`
+}
+
+// reportChange is a build's change object.
+type reportChange struct {
+	Project string     `json:"project"`
+	Branch  string     `json:"branch"`
+	Change  flexString `json:"change"`
+}
+
+// errMalformed is what parseReport wraps.
+var errMalformed = errors.New("not a report of Zuul's MQTT reporter")
+
+// parseReport decodes a message. A message that is not a JSON object, whose
+// fields have the wrong types, or that lacks an action, tenant or pipeline is
+// malformed.
+func parseReport(payload []byte) (*report, error) {
+	var r report
+	if err := json.Unmarshal(payload, &r); err != nil {
+		return nil, fmt.Errorf("%w: %w", errMalformed, err)
+	}
+	switch {
+	case r.Action == "":
+		return nil, fmt.Errorf("%w: no action", errMalformed)
+	case r.Tenant == "":
+		return nil, fmt.Errorf("%w: no tenant", errMalformed)
+	case r.Pipeline == "":
+		return nil, fmt.Errorf("%w: no pipeline", errMalformed)
+	}
+	return &r, nil
+}
+
+// finished tells whether the report is of an item whose builds are done:
+// Zuul reports "enqueue" and "start" before they run, and everything else
+// (success, failure, dequeue, ...) after. A build of an unfinished item that
+// claims a result is not believed.
+func (r *report) finished() bool {
+	return r.Action != "enqueue" && r.Action != "start"
+}
+
+// builds returns the report's builds as the builds API would show them to a
+// poll: with their job, uuid, result, pipeline and ref. A build that ran has
+// a uuid; the others are left out.
+func (r *report) builds() ([]zuulapi.Build, error) {
+	var out []zuulapi.Build
+	for i, b := range r.Buildset.Builds {
+		if b.UUID == "" {
+			continue
+		}
+		ref := zuulapi.Ref{Project: r.Project, Branch: r.Branch, Change: string(r.Change)}
+		if raw := bytes.TrimSpace(b.Change); len(raw) > 0 && raw[0] == '{' {
+			var c reportChange
+			if err := json.Unmarshal(raw, &c); err != nil {
+				return nil, fmt.Errorf("%w: build %d: change: %w", errMalformed, i, err)
+			}
+			ref = zuulapi.Ref{Project: c.Project, Branch: c.Branch, Change: string(c.Change)}
+		}
+		out = append(out, zuulapi.Build{
+			UUID:     b.UUID,
+			JobName:  b.JobName,
+			Result:   b.Result,
+			Pipeline: r.Pipeline,
+			Ref:      ref,
+			// Zuul reports the builds that stand in the buildset: a retried
+			// one is in retry_builds, which is not read.
+			Final: true,
+		})
+	}
+	return out, nil
+}
+
+// couldBe tells whether zb, a build of a report from tenant, could be one a
+// poll of zi fetches: it asks the builds API the same question (project, job,
+// branch, pipelines, a successful result) and passes over builds of unmerged
+// changes the same way (see poller's newestAllowed). A zuul-image with no
+// tenant (a white-label api-url) takes reports from any tenant: the poll asks
+// its own.
+func couldBe(zi *config.ZuulImage, tenant string, zb zuulapi.Build) bool {
+	if zi.Tenant != "" && zi.Tenant != tenant {
+		return false
+	}
+	q := zuulapi.Query{
+		Project:   zi.Project,
+		Branch:    zi.Branch,
+		JobName:   zi.Job,
+		Pipelines: zi.Pipelines,
+		Result:    "SUCCESS",
+		Complete:  true,
+		Final:     true,
+	}
+	if q.Check(zb) != nil {
+		return false
+	}
+	return zi.AllowUnmergedChanges || !unmerged(zb)
+}
+
+// unmerged tells whether a build ran on a change rather than on a branch or
+// a tag, by the rule the poller applies.
+func unmerged(zb zuulapi.Build) bool {
+	return zb.Ref.Change != "" && zb.Ref.Change != "0"
+}
+
+// flexString takes a JSON string, number or null: Zuul sends a change number
+// as an integer, and "" or null for a ref that is not a change.
+type flexString string
+
+func (s *flexString) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
+	switch {
+	case bytes.Equal(data, []byte("null")):
+		*s = ""
+	case len(data) > 0 && data[0] == '"':
+		var v string
+		if err := json.Unmarshal(data, &v); err != nil {
+			return err
+		}
+		*s = flexString(v)
+	default:
+		var n json.Number
+		if err := json.Unmarshal(data, &n); err != nil {
+			return fmt.Errorf("want a string or a number, not %.20s", data)
+		}
+		*s = flexString(n.String())
+	}
+	return nil
+}

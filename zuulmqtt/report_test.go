@@ -1,0 +1,172 @@
+package zuulmqtt
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+)
+
+const buildUUID = "0123456789abcdef0123456789abcdef"
+
+// zuulReport is a report as Zuul's MQTT reporter publishes it (Zuul 12: with
+// changes, and a change object per build), of one build; edit changes it
+// before it is encoded. Fields the listener does not read are there too, to
+// be ignored.
+func zuulReport(edit func(r map[string]any, build map[string]any)) []byte {
+	build := map[string]any{
+		"job_name": "build-debian", "job_uuid": "j1", "voting": true,
+		"uuid": buildUUID, "start_time": 1.7e9, "end_time": 1.7e9 + 600, "execute_time": 1.7e9,
+		"log_url": "https://logs.example.com/x/", "web_url": "https://zuul.example.com/t/example/build/x",
+		"result": "SUCCESS", "dependencies": []string{}, "artifacts": []any{
+			map[string]any{"name": "raw image", "url": "https://evil.example.com/image.raw", "metadata": map[string]any{"type": "zuul_image", "format": "raw", "sha256": "00"}},
+		},
+		"change": map[string]any{"project": "org/images", "branch": "master", "change": nil, "patchset": nil, "ref": "refs/heads/master"},
+	}
+	r := map[string]any{
+		"timestamp": 1.7e9, "action": "success", "tenant": "example", "zuul_ref": "Z1", "pipeline": "post",
+		"project": "org/images", "branch": "master", "change_url": "https://review.example.com/", "change": nil,
+		"patchset": nil, "commit_id": "abc", "owner": nil, "ref": "refs/heads/master", "message": "Build succeeded.",
+		"trigger_time": 1.7e9, "enqueue_time": 1.7e9, "uuid": "item1", "zuul_event_id": "e1",
+		"changes": []any{map[string]any{"project": "org/images", "branch": "master"}},
+		"buildset": map[string]any{"uuid": "bs1", "result": "SUCCESS", "builds": []any{build}, "retry_builds": []any{}},
+	}
+	if edit != nil {
+		edit(r, build)
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+// debianImage is the zuul-image zuulReport's build is of.
+func debianImage() config.ZuulImage {
+	return config.ZuulImage{Name: "debian", Tenant: "example", Project: "org/images", Branch: "master",
+		Pipelines: []string{"periodic", "post"}, Job: "build-debian"}
+}
+
+// matches tells whether any build of the report could be zi's.
+func matches(t *testing.T, zi config.ZuulImage, payload []byte) bool {
+	t.Helper()
+	r, err := parseReport(payload)
+	if err != nil {
+		t.Fatalf("parseReport: %v", err)
+	}
+	if !r.finished() {
+		return false
+	}
+	builds, err := r.builds()
+	if err != nil {
+		t.Fatalf("builds: %v", err)
+	}
+	for _, zb := range builds {
+		if couldBe(&zi, r.Tenant, zb) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestReportMatches(t *testing.T) {
+	// An older Zuul: no change object in the build, the change at the top.
+	older := func(change any) func(r, b map[string]any) {
+		return func(r, b map[string]any) {
+			delete(b, "change")
+			delete(r, "changes")
+			r["change"] = change
+		}
+	}
+	tests := []struct {
+		name  string
+		image func(*config.ZuulImage)
+		edit  func(r, b map[string]any)
+		want  bool
+	}{
+		{"the image's build", nil, nil, true},
+		{"another job", nil, func(r, b map[string]any) { b["job_name"] = "build-ubuntu" }, false},
+		{"a failed build", nil, func(r, b map[string]any) { b["result"] = "FAILURE" }, false},
+		{"a build with no result", nil, func(r, b map[string]any) { b["result"] = nil }, false},
+		{"a job that did not run", nil, func(r, b map[string]any) { delete(b, "uuid"); delete(b, "result") }, false},
+		{"a uuid that is not Zuul's", nil, func(r, b map[string]any) { b["uuid"] = "../../etc" }, false},
+		{"another tenant", nil, func(r, b map[string]any) { r["tenant"] = "other" }, false},
+		{"another pipeline", nil, func(r, b map[string]any) { r["pipeline"] = "check" }, false},
+		{"another branch", nil, func(r, b map[string]any) { b["change"].(map[string]any)["branch"] = "stable" }, false},
+		{"another project", nil, func(r, b map[string]any) { b["change"].(map[string]any)["project"] = "org/other" }, false},
+		{"the build's change wins over the item's", nil, func(r, b map[string]any) { r["project"] = "org/other" }, true},
+		{"the canonical project name", func(zi *config.ZuulImage) { zi.Project = "review.example.com/org/images" }, nil, true},
+		{"a branch pattern", func(zi *config.ZuulImage) { zi.Branch = "ma*" }, nil, true},
+		{"any branch", func(zi *config.ZuulImage) { zi.Branch = "" }, func(r, b map[string]any) { b["change"].(map[string]any)["branch"] = "stable" }, true},
+		{"any pipeline", func(zi *config.ZuulImage) { zi.Pipelines = nil }, func(r, b map[string]any) { r["pipeline"] = "gate" }, true},
+		{"a white-label image takes any tenant", func(zi *config.ZuulImage) { zi.Tenant = "" }, func(r, b map[string]any) { r["tenant"] = "other" }, true},
+		{"an unmerged change in check", func(zi *config.ZuulImage) { zi.Pipelines = nil }, func(r, b map[string]any) {
+			r["pipeline"] = "check"
+			b["change"].(map[string]any)["change"] = 12345
+		}, false},
+		{"an unmerged change, allowed", func(zi *config.ZuulImage) { zi.Pipelines, zi.AllowUnmergedChanges = nil, true }, func(r, b map[string]any) {
+			r["pipeline"] = "check"
+			b["change"].(map[string]any)["change"] = 12345
+		}, true},
+		{"change 0 is no change", nil, func(r, b map[string]any) { b["change"].(map[string]any)["change"] = "0" }, true},
+		{"older Zuul, a branch", nil, older(""), true},
+		{"older Zuul, null change", nil, older(nil), true},
+		{"older Zuul, an unmerged change", nil, older(42), false},
+		{"older Zuul, an unmerged change as text", nil, older("42"), false},
+		{"a second build matches", nil, func(r, b map[string]any) {
+			other := map[string]any{"job_name": "lint", "uuid": strings.Repeat("a", 32), "result": "FAILURE"}
+			r["buildset"].(map[string]any)["builds"] = []any{other, b}
+		}, true},
+		{"a forged start report", nil, func(r, b map[string]any) { r["action"] = "start" }, false},
+		{"an enqueue report", nil, func(r, b map[string]any) { r["action"] = "enqueue" }, false},
+		{"a failed buildset with this build successful", nil, func(r, b map[string]any) {
+			r["action"] = "failure"
+			r["buildset"].(map[string]any)["result"] = "FAILURE"
+		}, true},
+		{"a dequeued item with this build successful", nil, func(r, b map[string]any) { r["action"] = "dequeue" }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			zi := debianImage()
+			if tt.image != nil {
+				tt.image(&zi)
+			}
+			if got := matches(t, zi, zuulReport(tt.edit)); got != tt.want {
+				t.Errorf("matches = %t, want %t", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReportMalformed(t *testing.T) {
+	tests := map[string][]byte{
+		"not JSON":                  []byte("{not json"),
+		"empty":                     nil,
+		"a list":                    []byte(`[{"action": "success"}]`),
+		"a string":                  []byte(`"success"`),
+		"trailing garbage":          append(zuulReport(nil), "x"...),
+		"no action":                 zuulReport(func(r, b map[string]any) { delete(r, "action") }),
+		"no tenant":                 zuulReport(func(r, b map[string]any) { r["tenant"] = "" }),
+		"no pipeline":               zuulReport(func(r, b map[string]any) { delete(r, "pipeline") }),
+		"a tenant that is a number": zuulReport(func(r, b map[string]any) { r["tenant"] = 7 }),
+		"builds not a list":         zuulReport(func(r, b map[string]any) { r["buildset"] = map[string]any{"builds": "x"} }),
+		"a change that is a list":   zuulReport(func(r, b map[string]any) { r["change"] = []int{1} }),
+	}
+	for name, payload := range tests {
+		t.Run(name, func(t *testing.T) {
+			if _, err := parseReport(payload); !errors.Is(err, errMalformed) {
+				t.Errorf("parseReport = %v, want errMalformed", err)
+			}
+		})
+	}
+	// A build's change that is no change object is found when the builds are read.
+	r, err := parseReport(zuulReport(func(r, b map[string]any) { b["change"] = map[string]any{"change": []int{1}} }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.builds(); !errors.Is(err, errMalformed) {
+		t.Errorf("builds = %v, want errMalformed", err)
+	}
+}
