@@ -30,7 +30,7 @@ func zuulReport(edit func(r map[string]any, build map[string]any)) []byte {
 		"project": "org/images", "branch": "master", "change_url": "https://review.example.com/", "change": nil,
 		"patchset": nil, "commit_id": "abc", "owner": nil, "ref": "refs/heads/master", "message": "Build succeeded.",
 		"trigger_time": 1.7e9, "enqueue_time": 1.7e9, "uuid": "item1", "zuul_event_id": "e1",
-		"changes": []any{map[string]any{"project": "org/images", "branch": "master"}},
+		"changes":  []any{map[string]any{"project": "org/images", "branch": "master"}},
 		"buildset": map[string]any{"uuid": "bs1", "result": "SUCCESS", "builds": []any{build}, "retry_builds": []any{}},
 	}
 	if edit != nil {
