@@ -25,13 +25,13 @@ type limitConn struct {
 	net.Conn
 	r      *bufio.Reader
 	limit  int
-	onSkip func(size int)
+	onSkip func(topic string, size int)
 
 	pending []byte // a packet header read and not yet passed on
 	pass    int    // bytes of the current packet still to pass on
 }
 
-func newLimitConn(c net.Conn, limit int, onSkip func(int)) *limitConn {
+func newLimitConn(c net.Conn, limit int, onSkip func(topic string, size int)) *limitConn {
 	return &limitConn{Conn: c, r: bufio.NewReader(c), limit: limit, onSkip: onSkip}
 }
 
@@ -86,11 +86,25 @@ func (c *limitConn) nextPacket() error {
 	if kind != packetPublish || qos != 0 {
 		return fmt.Errorf("the broker sent a packet of %d bytes (type %d, QoS %d), over the %d this client takes", size, kind, qos, c.limit)
 	}
-	if _, err := io.CopyN(io.Discard, c.r, int64(size)); err != nil {
+	// The topic, for the log: its length in two bytes, then the topic.
+	var topic []byte
+	rest := size
+	if rest >= 2 {
+		var n [2]byte
+		if _, err := io.ReadFull(c.r, n[:]); err != nil {
+			return err
+		}
+		topic = make([]byte, min(int(n[0])<<8|int(n[1]), rest-2))
+		if _, err := io.ReadFull(c.r, topic); err != nil {
+			return err
+		}
+		rest -= 2 + len(topic)
+	}
+	if _, err := io.CopyN(io.Discard, c.r, int64(rest)); err != nil {
 		return err
 	}
 	if c.onSkip != nil {
-		c.onSkip(size)
+		c.onSkip(string(topic), size)
 	}
 	return nil
 }

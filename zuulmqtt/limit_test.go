@@ -95,7 +95,12 @@ func TestLimitConn(t *testing.T) {
 			server.Close()
 		}()
 		var skipped []int
-		c := newLimitConn(client, limit, func(n int) { skipped = append(skipped, n) })
+		c := newLimitConn(client, limit, func(topic string, n int) {
+			if topic != "zuul/t" {
+				t.Errorf("skipped a message to %q, want zuul/t", topic)
+			}
+			skipped = append(skipped, n)
+		})
 		defer c.Close()
 		var got []packets.ControlPacket
 		for {

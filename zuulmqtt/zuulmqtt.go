@@ -517,11 +517,11 @@ func (l *Listener) receive(_ mqtt.Client, m mqtt.Message) {
 }
 
 // skipped counts a message limitConn dropped unread.
-func (l *Listener) skipped(size int) {
+func (l *Listener) skipped(topic string, size int) {
 	l.mu.Lock()
 	l.state.LastMessage = time.Now()
 	l.mu.Unlock()
-	l.ignore(IgnoredTooLarge, "", size, nil)
+	l.ignore(IgnoredTooLarge, topic, size, nil)
 }
 
 // work reads the queued reports and gives hints, held ones too, and calls
