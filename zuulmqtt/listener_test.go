@@ -288,6 +288,20 @@ func TestTLSPassword(t *testing.T) {
 		})
 	}
 
+	t.Run("a broker no trusted CA vouches for", func(t *testing.T) {
+		m := testenv.NewMosquitto(t, testenv.MosquittoOptions{TLS: true})
+		cfg := brokerConfig(m)
+		cfg.CACert = "" // the system roots only
+		r := startRig(t, m, cfg, Options{})
+		testenv.WaitFor(t, 10*time.Second, "the certificate error in the state", func() bool {
+			return strings.Contains(r.l.State().LastError, "set ca-cert to the CA that signed it")
+		}, r.show)
+		t.Logf("last error: %s", r.l.State().LastError)
+		if r.connected() != 0 {
+			t.Errorf("OnConnect called without a trusted connection")
+		}
+	})
+
 	t.Run("wrong password", func(t *testing.T) {
 		m := testenv.NewMosquitto(t, testenv.MosquittoOptions{TLS: true})
 		cfg := brokerConfig(m)

@@ -479,6 +479,8 @@ func (l *Listener) connectError(err error) error {
 			fix = "set username and password-file to a user the broker knows"
 		}
 		return fmt.Errorf("the broker at %s refused the login %s (%s); %s", l.cfg.URL, who, msg, fix)
+	case strings.Contains(lower, "x509:") || strings.Contains(lower, "tls: failed to verify"):
+		return fmt.Errorf("connect to %s: %w; if the broker's certificate is right, set ca-cert to the CA that signed it", l.cfg.URL, err)
 	case strings.Contains(lower, "identifier rejected"):
 		return fmt.Errorf("the broker at %s refused the client id %s (%s)", l.cfg.URL, l.clientID, msg)
 	}
