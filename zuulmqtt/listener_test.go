@@ -54,12 +54,17 @@ func testImages() []config.ZuulImage {
 	return []config.ZuulImage{debianImage(), ubuntu, sentinel}
 }
 
-// startRig runs a listener for cfg until the test ends.
+// startRig runs a listener for cfg until the test ends. An opts.Hint is
+// called before a hint is recorded.
 func startRig(t *testing.T, m *testenv.Mosquitto, cfg config.ZuulMQTT, opts Options) *rig {
 	t.Helper()
 	r := &rig{t: t, m: m, log: &testenv.Buffer{}, done: make(chan error, 1)}
 	opts.Images = testImages
+	before := opts.Hint
 	opts.Hint = func(image string) {
+		if before != nil {
+			before(image)
+		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.hints = append(r.hints, image)
@@ -439,5 +444,53 @@ func TestCancel(t *testing.T) {
 				return string(buf[:runtime.Stack(buf, true)])
 			})
 		})
+	}
+}
+
+// TestBacklog: while the caller is slow to take a hint, reports wait, up to a
+// bound in bytes; what is over it is dropped and counted, not held in memory.
+func TestBacklog(t *testing.T) {
+	m := testenv.NewMosquitto(t, testenv.MosquittoOptions{})
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	blocked := make(chan struct{}, 1)
+	gate := func(image string) {
+		if image == "debian" {
+			select {
+			case blocked <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+	}
+	r := startRig(t, m, brokerConfig(m), Options{Hint: gate})
+	r.waitSubscribed(1, 10*time.Second)
+	m.Publish(t, topic, zuulReport(nil))
+	select {
+	case <-blocked:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no hint for debian\n%s", r.show())
+	}
+	// 24 messages of almost 1 MiB: 16 MiB wait, the rest is over the bound.
+	big := string(append(zuulReport(nil), bytes.Repeat([]byte(" "), MaxMessageSize-2000)...))
+	lines := make([]string, 24)
+	for i := range lines {
+		lines[i] = big
+	}
+	m.PublishLines(t, topic, lines)
+	testenv.WaitFor(t, 10*time.Second, "messages dropped as backlog", func() bool { return r.l.State().Ignored[IgnoredBacklog] >= 1 }, r.show)
+	unblock()
+	r.sentinel()
+	// Every message is accounted for: the first report, the 24, the sentinel.
+	st := r.l.State()
+	total := st.Used
+	for _, n := range st.Ignored {
+		total += n
+	}
+	if total != 26 || st.Ignored[IgnoredBacklog] == 0 || st.Ignored[IgnoredBacklog] > 24-queueBytes/MaxMessageSize+1 {
+		t.Errorf("used %d, ignored %v; want 26 messages in all, 1 to %d of the large ones dropped as backlog",
+			st.Used, st.Ignored, 24-queueBytes/MaxMessageSize+1)
 	}
 }

@@ -78,8 +78,11 @@ const (
 	stableAfter = time.Minute
 	// failLogEvery is how often a failure streak is logged after its first failure.
 	failLogEvery = 5 * time.Minute
-	// queueLen is how many received reports wait to be read.
-	queueLen = 256
+	// queueLen is how many received reports wait to be read, and
+	// queueBytes how many bytes they may hold together: a flood of large
+	// messages is dropped rather than held.
+	queueLen   = 256
+	queueBytes = 16 << 20
 	// logTopicLen is how much of a topic a log line shows.
 	logTopicLen = 200
 )
@@ -138,6 +141,7 @@ type Listener struct {
 
 	running atomic.Bool
 	queue   chan message
+	queued  atomic.Int64 // bytes in queue
 	// connected tells the worker that a connect finished: call OnConnect.
 	connected chan struct{}
 
@@ -511,9 +515,15 @@ func (l *Listener) receive(_ mqtt.Client, m mqtt.Message) {
 		l.ignore(IgnoredTooLarge, m.Topic(), len(payload), nil)
 		return
 	}
+	if l.queued.Add(int64(len(payload))) > queueBytes {
+		l.queued.Add(-int64(len(payload)))
+		l.ignore(IgnoredBacklog, m.Topic(), len(payload), nil)
+		return
+	}
 	select {
 	case l.queue <- message{topic: m.Topic(), payload: payload}:
 	default:
+		l.queued.Add(-int64(len(payload)))
 		l.ignore(IgnoredBacklog, m.Topic(), len(payload), nil)
 	}
 }
@@ -553,6 +563,7 @@ func (l *Listener) work(ctx context.Context) {
 				l.opts.OnConnect()
 			}
 		case m := <-l.queue:
+			l.queued.Add(-int64(len(m.payload)))
 			l.handle(m, lim)
 			release()
 		case <-timer.C:
