@@ -447,18 +447,13 @@ const mergedWindow = 20
 // anyone may propose and nobody has reviewed.
 func (p *Poller) newestAllowed(zi *config.ZuulImage, zbs []zuulapi.Build) (zuulapi.Build, bool) {
 	for _, zb := range zbs {
-		if zi.AllowUnmergedChanges || !unmerged(zb) {
+		if zi.AllowUnmergedChanges || !zb.Unmerged() {
 			return zb, true
 		}
 		p.log.Debug("passing over a Zuul build of an unmerged change", "image", zi.Name, "zuul_build", zb.UUID,
 			"pipeline", zb.Pipeline, "change", zb.Ref.Change)
 	}
 	return zuulapi.Build{}, false
-}
-
-// unmerged tells whether a build ran on a change rather than on a branch or tag.
-func unmerged(zb zuulapi.Build) bool {
-	return zb.Ref.Change != "" && zb.Ref.Change != "0"
 }
 
 // prunePartials drops the image's partial downloads once its cursor has moved:

@@ -44,6 +44,15 @@ type Ref struct {
 	RefURL   string
 }
 
+// Unmerged tells whether the build ran on a change (a ref with a change
+// number, as in a check pipeline) rather than on a branch or a tag: code that
+// anyone may propose and nobody may have reviewed. A zuul-image fetches such a
+// build only with allow-unmerged-changes; the poller and the MQTT listener
+// both ask this.
+func (b Build) Unmerged() bool {
+	return b.Ref.Change != "" && b.Ref.Change != "0"
+}
+
 // Artifact is a file a build published. URL is absolute whenever the build
 // has a log URL to resolve it against.
 type Artifact struct {

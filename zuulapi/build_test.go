@@ -135,3 +135,11 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 }
+
+func TestUnmerged(t *testing.T) {
+	for change, want := range map[string]bool{"": false, "0": false, "123": true, "1": true} {
+		if got := (Build{Ref: Ref{Change: change}}).Unmerged(); got != want {
+			t.Errorf("a build on change %q: Unmerged() = %v, want %v", change, got, want)
+		}
+	}
+}

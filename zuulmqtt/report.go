@@ -111,7 +111,7 @@ func (r *report) builds() ([]zuulapi.Build, error) {
 // couldBe tells whether zb, a build of a report from tenant, could be one a
 // poll of zi fetches: it asks the builds API the same question (project, job,
 // branch, pipelines, a successful result) and passes over builds of unmerged
-// changes the same way (see poller's newestAllowed). A zuul-image with no
+// changes by the same rule (zuulapi.Build.Unmerged). A zuul-image with no
 // tenant (a white-label api-url) takes reports from any tenant: the poll asks
 // its own.
 func couldBe(zi *config.ZuulImage, tenant string, zb zuulapi.Build) bool {
@@ -130,13 +130,7 @@ func couldBe(zi *config.ZuulImage, tenant string, zb zuulapi.Build) bool {
 	if q.Check(zb) != nil {
 		return false
 	}
-	return zi.AllowUnmergedChanges || !unmerged(zb)
-}
-
-// unmerged tells whether a build ran on a change rather than on a branch or
-// a tag, by the rule the poller applies.
-func unmerged(zb zuulapi.Build) bool {
-	return zb.Ref.Change != "" && zb.Ref.Change != "0"
+	return zi.AllowUnmergedChanges || !zb.Unmerged()
 }
 
 // flexString takes a JSON string, number or null: Zuul sends a change number
