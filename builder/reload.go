@@ -20,14 +20,21 @@ import (
 // step already running finishes under the config it started with. A loop
 // waiting for its next step takes a changed interval at once: its next step is
 // due the new interval after its last one.
+//
+// A loop can be woken: its next step starts at once, whatever its interval.
+// A wake while a step runs makes the next step start right after it; wakes
+// that come together make one step, never a step each.
 type supervisor struct {
 	b     *Builder
 	mu    sync.Mutex
-	loops map[loopKey]context.CancelFunc
+	loops map[loopKey]*loopHandle
 	wg    sync.WaitGroup
 	// reloaded is closed, and replaced, when a reload made new parts: the
 	// loops read their intervals again.
 	reloaded chan struct{}
+	// idle, when set (by tests), is called when a loop waits for its next
+	// step with no wake pending.
+	idle func(loopKey)
 }
 
 type loopKey struct {
@@ -35,8 +42,47 @@ type loopKey struct {
 	image  string
 }
 
+// loopHandle is what the supervisor holds of a running loop.
+type loopHandle struct {
+	cancel context.CancelFunc
+	// wake holds one pending wake: the next step is due now.
+	wake chan struct{}
+}
+
 func newSupervisor(b *Builder) *supervisor {
-	return &supervisor{b: b, loops: map[loopKey]context.CancelFunc{}, reloaded: make(chan struct{})}
+	return &supervisor{b: b, loops: map[loopKey]*loopHandle{}, reloaded: make(chan struct{})}
+}
+
+// wake makes the next step of an image's loop due now: at once when the loop
+// waits, right after the step it runs otherwise. It tells whether the image
+// has a loop.
+func (s *supervisor) wake(k loopKey) bool {
+	s.mu.Lock()
+	h, ok := s.loops[k]
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	select {
+	case h.wake <- struct{}{}:
+	default: // a wake is pending already: one step answers both
+	}
+	return true
+}
+
+// wakeAll wakes the loop of every image of a source.
+func (s *supervisor) wakeAll(source store.Source) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, h := range s.loops {
+		if k.source != source {
+			continue
+		}
+		select {
+		case h.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // changed returns the channel that is closed at the next reload.
@@ -59,10 +105,10 @@ func (s *supervisor) reconcile(ctx context.Context) {
 	defer s.mu.Unlock()
 	close(s.reloaded)
 	s.reloaded = make(chan struct{})
-	for k, cancel := range s.loops {
+	for k, h := range s.loops {
 		if !want[k] {
 			s.b.log.Info("image dropped from the config; stopping its work", "image", k.image, "source", k.source)
-			cancel()
+			h.cancel()
 			delete(s.loops, k)
 		}
 	}
@@ -71,16 +117,17 @@ func (s *supervisor) reconcile(ctx context.Context) {
 			continue
 		}
 		lctx, cancel := context.WithCancel(ctx)
-		s.loops[k] = cancel
-		s.wg.Go(func() { s.loop(lctx, k) })
+		h := &loopHandle{cancel: cancel, wake: make(chan struct{}, 1)}
+		s.loops[k] = h
+		s.wg.Go(func() { s.loop(lctx, k, h.wake) })
 	}
 }
 
 // loop steps one image until its context ends. The next step is due its
 // image's interval after the last step ended, the interval as the config says
 // now: a reload that shortens it makes the step due at once when that time has
-// passed, rather than at the end of the old interval.
-func (s *supervisor) loop(ctx context.Context, k loopKey) {
+// passed, rather than at the end of the old interval. A wake makes it due at once.
+func (s *supervisor) loop(ctx context.Context, k loopKey, wake <-chan struct{}) {
 	b := s.b
 	pass := b.loops.start(fmt.Sprintf("%s image %s", k.source, k.image), b.stepBound(k.image))
 	// A loop ends when its image leaves the config, which is no failure.
@@ -111,16 +158,16 @@ func (s *supervisor) loop(ctx context.Context, k loopKey) {
 			b.log.Error("step failed", "image", k.image, "source", k.source, "error", err)
 		}
 		last := time.Now()
-		if !s.wait(ctx, k, last) {
+		if !s.wait(ctx, k, last, wake) {
 			return
 		}
 	}
 }
 
-// wait waits until the image's next step is due, its interval after last; it
-// returns false when the loop is to end (ctx ended, or the image left the
-// config).
-func (s *supervisor) wait(ctx context.Context, k loopKey, last time.Time) bool {
+// wait waits until the image's next step is due, its interval after last or
+// at once when the loop is woken; it returns false when the loop is to end
+// (ctx ended, or the image left the config).
+func (s *supervisor) wait(ctx context.Context, k loopKey, last time.Time, wake <-chan struct{}) bool {
 	for {
 		// Read before the interval, so that a reload in between is not missed.
 		reloaded := s.changed()
@@ -132,9 +179,17 @@ func (s *supervisor) wait(ctx context.Context, k loopKey, last time.Time) bool {
 		if !ok {
 			return false
 		}
+		select {
+		case <-wake: // came while the step ran
+			return true
+		default:
+		}
 		due := time.Until(last.Add(every))
 		if due <= 0 {
 			return true
+		}
+		if s.idle != nil {
+			s.idle(k)
 		}
 		t := time.NewTimer(due)
 		select {
@@ -143,6 +198,9 @@ func (s *supervisor) wait(ctx context.Context, k loopKey, last time.Time) bool {
 			return false
 		case <-reloaded:
 			t.Stop()
+		case <-wake:
+			t.Stop()
+			return true
 		case <-t.C:
 			return true
 		}

@@ -25,6 +25,15 @@ var (
 		"1 while connected to the gearman server, 0 when not.", []string{"server"}, nil)
 	zookeeperDesc = prometheus.NewDesc("nodepool_builder_zookeeper_connected",
 		"1 while the ZooKeeper session is up, 0 when not.", nil, nil)
+	mqttConnectedDesc = prometheus.NewDesc("nodepool_builder_zuul_mqtt_connected",
+		"1 while connected and subscribed to Zuul's MQTT broker, 0 when not.", nil, nil)
+	mqttLastMessageDesc = prometheus.NewDesc("nodepool_builder_zuul_mqtt_last_message_timestamp_seconds",
+		"Unix time the last message from Zuul's MQTT broker arrived, used or not.", nil, nil)
+	mqttMessagesDesc = prometheus.NewDesc("nodepool_builder_zuul_mqtt_messages_total",
+		"Messages from Zuul's MQTT broker, by outcome: used (a zuul-image was polled for it), or why it was ignored.",
+		[]string{"outcome"}, nil)
+	mqttPollsDesc = prometheus.NewDesc("nodepool_builder_zuul_mqtt_polls_total",
+		"Polls of zuul-images that Zuul's MQTT reports asked for.", nil, nil)
 )
 
 var (
@@ -104,18 +113,36 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// linkCollector reads the connections to gearman and ZooKeeper at every scrape.
+// linkCollector reads the connections to gearman, ZooKeeper and Zuul's MQTT
+// broker at every scrape.
 type linkCollector struct{ m *Metrics }
 
 func (c linkCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- gearmanDesc
 	ch <- zookeeperDesc
+	ch <- mqttConnectedDesc
+	ch <- mqttLastMessageDesc
+	ch <- mqttMessagesDesc
+	ch <- mqttPollsDesc
 }
 
 func (c linkCollector) Collect(ch chan<- prometheus.Metric) {
 	c.m.mu.Lock()
-	gearman, zk := c.m.gearman, c.m.zookeeper
+	gearman, zk, mqtt := c.m.gearman, c.m.zookeeper, c.m.zuulMQTT
 	c.m.mu.Unlock()
+	if mqtt != nil {
+		if s, ok := mqtt(); ok {
+			ch <- prometheus.MustNewConstMetric(mqttConnectedDesc, prometheus.GaugeValue, b2f(s.Connected))
+			if !s.LastMessage.IsZero() {
+				ch <- prometheus.MustNewConstMetric(mqttLastMessageDesc, prometheus.GaugeValue, float64(s.LastMessage.UnixNano())/1e9)
+			}
+			ch <- prometheus.MustNewConstMetric(mqttMessagesDesc, prometheus.CounterValue, float64(s.Used), "used")
+			for reason, n := range s.Ignored {
+				ch <- prometheus.MustNewConstMetric(mqttMessagesDesc, prometheus.CounterValue, float64(n), reason)
+			}
+			ch <- prometheus.MustNewConstMetric(mqttPollsDesc, prometheus.CounterValue, float64(s.Polls))
+		}
+	}
 	if gearman != nil {
 		for _, l := range gearman() {
 			ch <- prometheus.MustNewConstMetric(gearmanDesc, prometheus.GaugeValue, b2f(l.Connected), l.Server)

@@ -67,6 +67,19 @@ type Metrics struct {
 	state     StateReader
 	gearman   func() []Link
 	zookeeper func() bool
+	zuulMQTT  func() (ZuulMQTT, bool)
+}
+
+// ZuulMQTT is what the metrics show of the listener to Zuul's MQTT reports.
+type ZuulMQTT struct {
+	Connected bool
+	// LastMessage is when the last message arrived; zero before the first.
+	LastMessage time.Time
+	// Used counts the messages that made zuul-images be polled, Polls the
+	// polls they asked for, Ignored the other messages by reason; every
+	// reason a message can be ignored for is there, zeros included.
+	Used, Polls uint64
+	Ignored     map[string]uint64
 }
 
 // durationBuckets suit work that takes minutes to hours: 30 s to 8 h.
@@ -160,6 +173,17 @@ func (m *Metrics) WatchZooKeeper(connected func() bool) {
 	}
 	m.mu.Lock()
 	m.zookeeper = connected
+	m.mu.Unlock()
+}
+
+// WatchZuulMQTT has the listener to Zuul's MQTT reports read through read at
+// every scrape; read says false while no listener runs.
+func (m *Metrics) WatchZuulMQTT(read func() (ZuulMQTT, bool)) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.zuulMQTT = read
 	m.mu.Unlock()
 }
 

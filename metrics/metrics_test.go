@@ -145,6 +145,55 @@ func TestStateReadAtScrape(t *testing.T) {
 	}
 }
 
+// TestZuulMQTTReadAtScrape: the listener to Zuul's MQTT reports is read at
+// every scrape: its connection, its last message, and its messages by outcome;
+// while no listener runs, none of its series is there.
+func TestZuulMQTTReadAtScrape(t *testing.T) {
+	m, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := time.Unix(1_800_000_000, 500_000_000)
+	s, running := ZuulMQTT{Connected: true, LastMessage: last, Used: 3, Polls: 4,
+		Ignored: map[string]uint64{"malformed": 2, "no-match": 0}}, true
+	m.WatchZuulMQTT(func() (ZuulMQTT, bool) { return s, running })
+	fams := metricstest.Scrape(t, m.Handler())
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"nodepool_builder_zuul_mqtt_connected", nil, 1},
+		{"nodepool_builder_zuul_mqtt_last_message_timestamp_seconds", nil, 1_800_000_000.5},
+		{"nodepool_builder_zuul_mqtt_messages_total", []string{"outcome", "used"}, 3},
+		{"nodepool_builder_zuul_mqtt_messages_total", []string{"outcome", "malformed"}, 2},
+		{"nodepool_builder_zuul_mqtt_messages_total", []string{"outcome", "no-match"}, 0},
+		{"nodepool_builder_zuul_mqtt_polls_total", nil, 4},
+	} {
+		got, ok := fams.Value(c.name, c.labels...)
+		if !ok || got != c.want {
+			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+
+	s.Connected, s.LastMessage = false, time.Time{}
+	fams = metricstest.Scrape(t, m.Handler())
+	if v, ok := fams.Value("nodepool_builder_zuul_mqtt_connected"); !ok || v != 0 {
+		t.Errorf("zuul_mqtt_connected = %v (present %v) with the connection lost, want 0", v, ok)
+	}
+	if _, ok := fams["nodepool_builder_zuul_mqtt_last_message_timestamp_seconds"]; ok {
+		t.Error("a last message time given before any message arrived")
+	}
+
+	running = false
+	fams = metricstest.Scrape(t, m.Handler())
+	for name := range fams {
+		if strings.HasPrefix(name, "nodepool_builder_zuul_mqtt_") {
+			t.Errorf("%s given while no listener runs", name)
+		}
+	}
+}
+
 func TestNilDoesNothing(t *testing.T) {
 	var m *Metrics
 	m.Uploaded("a", "b", 1, time.Second, nil)
@@ -157,6 +206,7 @@ func TestNilDoesNothing(t *testing.T) {
 	m.WatchState(nil)
 	m.WatchGearman(nil)
 	m.WatchZooKeeper(nil)
+	m.WatchZuulMQTT(nil)
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	if rec.Code != 404 {

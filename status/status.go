@@ -1,8 +1,9 @@
 // Package status holds the files of the images-dir in which a running daemon
-// leaves what its parts do (the long work under way, its gearman worker), for
-// image-status and the status pages of other processes to read: their types,
-// how they are kept fresh and how they are read. It links neither the daemon
-// nor its parts, so that the commands that only read the files do not either.
+// leaves what its parts do (the long work under way, its gearman worker, its
+// listener to Zuul's MQTT reports), for image-status and the status pages of
+// other processes to read: their types, how they are kept fresh and how they
+// are read. It links neither the daemon nor its parts, so that the commands
+// that only read the files do not either.
 package status
 
 import (
