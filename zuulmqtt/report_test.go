@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
 const buildUUID = "0123456789abcdef0123456789abcdef"
@@ -168,5 +169,42 @@ func TestReportMalformed(t *testing.T) {
 	}
 	if _, err := r.builds(); !errors.Is(err, errMalformed) {
 		t.Errorf("builds = %v, want errMalformed", err)
+	}
+}
+
+// TestStandInZuulReports: the reports the stand-in Zuul publishes for the
+// tests of the daemon are read as this package reads Zuul's: its report of a
+// successful post build of the job is a zuul-image's, of a check build of a
+// change or a failed build not.
+func TestStandInZuulReports(t *testing.T) {
+	s := zuultest.NewServer(zuultest.ServerOptions{})
+	defer s.Close()
+	zi := debianImage()
+	for _, c := range []struct {
+		spec zuultest.BuildSpec
+		want bool
+	}{
+		{zuultest.BuildSpec{Job: "build-debian", Pipeline: "post"}, true},
+		{zuultest.BuildSpec{Job: "build-debian", Pipeline: "post", Result: "FAILURE"}, false},
+		{zuultest.BuildSpec{Job: "build-debian", Pipeline: "check", Change: 123, Patchset: "1"}, false},
+		{zuultest.BuildSpec{Job: "build-ubuntu", Pipeline: "post"}, false},
+	} {
+		b, err := s.AddBuild(c.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, payload, err := s.MQTTReport(b.UUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := matches(t, zi, payload); got != c.want {
+			t.Errorf("the stand-in's report of %+v: a build of %s %v, want %v", c.spec, zi.Name, got, c.want)
+		}
+	}
+	check := debianImage()
+	check.Pipelines, check.AllowUnmergedChanges = nil, true
+	b, _ := s.AddBuild(zuultest.BuildSpec{Job: "build-debian", Pipeline: "check", Change: 124, Patchset: "1"})
+	if _, payload, _ := s.MQTTReport(b.UUID); !matches(t, check, payload) {
+		t.Error("a check build of a change is not taken by a zuul-image with allow-unmerged-changes")
 	}
 }

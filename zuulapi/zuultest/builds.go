@@ -363,6 +363,7 @@ func (s *Server) serveBuilds(w http.ResponseWriter, r *http.Request, tenant stri
 		RawQuery:      r.URL.RawQuery,
 		Query:         r.URL.Query(),
 		Authorization: r.Header.Get("Authorization"),
+		Time:          time.Now(),
 	})
 	opts := s.opts
 	failCode := 0

@@ -80,12 +80,14 @@ type RequestInfo struct {
 	Range  string // the Range header, "" when absent
 }
 
-// APICall is one request to a builds endpoint, as the server saw it.
+// APICall is one request to a builds endpoint, as the server saw it, and
+// when it arrived.
 type APICall struct {
 	Path          string
 	RawQuery      string
 	Query         url.Values
 	Authorization string
+	Time          time.Time
 }
 
 // Connections is how many connections clients opened to the server.

@@ -578,3 +578,53 @@ func TestRedirect(t *testing.T) {
 		t.Fatalf("an unknown redirect answered %s", resp.Status)
 	}
 }
+
+// TestMQTTReport: the report of a build is Zuul's MQTT reporter's message for
+// its buildset: the item's tenant, pipeline and ref, and the build with its
+// job, uuid and result; a change's build carries the change's number.
+func TestMQTTReport(t *testing.T) {
+	s := NewServer(ServerOptions{})
+	defer s.Close()
+	post := mustAdd(t, s, BuildSpec{Job: "build-debian", Pipeline: "post"})
+	check := mustAdd(t, s, BuildSpec{Job: "build-debian", Pipeline: "check", Change: 123, Patchset: "4", Result: "FAILURE"})
+	type reportBuild struct {
+		JobName string          `json:"job_name"`
+		UUID    string          `json:"uuid"`
+		Result  string          `json:"result"`
+		Change  json.RawMessage `json:"change"`
+	}
+	type report struct {
+		Action, Tenant, Pipeline, Project, Branch, Ref string
+		Change                                         any
+		Buildset                                       struct {
+			Builds []reportBuild `json:"builds"`
+		} `json:"buildset"`
+	}
+	for _, c := range []struct {
+		uuid, topic, action, pipeline, result, ref string
+		change                                     any
+	}{
+		{post.UUID, "zuul/example/post/org/images", "success", "post", "SUCCESS", "refs/heads/master", ""},
+		{check.UUID, "zuul/example/check/org/images", "failure", "check", "FAILURE", "refs/changes/23/123/4", 123.0},
+	} {
+		topic, payload, err := s.MQTTReport(c.uuid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r report
+		if err := json.Unmarshal(payload, &r); err != nil {
+			t.Fatalf("the report of %s: %v\n%s", c.uuid, err, payload)
+		}
+		if topic != c.topic || r.Action != c.action || r.Tenant != "example" || r.Pipeline != c.pipeline ||
+			r.Project != "org/images" || r.Branch != "master" || r.Ref != c.ref || r.Change != c.change ||
+			len(r.Buildset.Builds) != 1 {
+			t.Fatalf("the report of %s on %s: %+v", c.uuid, topic, r)
+		}
+		if b := r.Buildset.Builds[0]; b.JobName != "build-debian" || b.UUID != c.uuid || b.Result != c.result || len(b.Change) == 0 {
+			t.Errorf("the build in the report of %s: %+v", c.uuid, b)
+		}
+	}
+	if _, _, err := s.MQTTReport("0123"); err == nil {
+		t.Error("a report of a build the server does not have")
+	}
+}
