@@ -14,6 +14,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
+	"github.com/nodepool-builder/nodepool-builder/zuulmqtt"
 )
 
 // parts are what one config makes: its sources and its uploader. A reload makes
@@ -22,6 +23,9 @@ type parts struct {
 	cfg      *config.Config
 	sources  map[store.Source]source.Source
 	uploader *uploader.Uploader
+	// mqtt is the listener of builder.zuul-mqtt, not started; nil without it.
+	// The daemon runs it, or keeps the one it runs when the settings are the same.
+	mqtt *zuulmqtt.Listener
 }
 
 // OpenCloud opens the image service of a provider.
@@ -95,8 +99,16 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 		}
 		clients[zi.Name] = client
 	}
+	var listener *zuulmqtt.Listener
+	if z := cfg.Builder.ZuulMQTT; z != nil {
+		var err error
+		if listener, err = b.newListener(*z); err != nil {
+			return nil, fmt.Errorf("%w: builder.%w", config.ErrUnusable, err)
+		}
+	}
 	return &parts{
-		cfg: cfg,
+		cfg:  cfg,
+		mqtt: listener,
 		sources: map[store.Source]source.Source{
 			store.SourceZuul: poller.New(poller.Options{
 				Store:    b.store,

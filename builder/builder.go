@@ -95,6 +95,13 @@ type Builder struct {
 	gearman atomic.Pointer[gearmanService]
 	// loops records the passes of Run's loops, for Health.
 	loops loops
+	// sup runs the sources' loops while the daemon runs; mqtt runs the
+	// listener to Zuul's MQTT reports, which wakes them.
+	sup  atomic.Pointer[supervisor]
+	mqtt atomic.Pointer[mqttService]
+	// loopIdle, when set (by tests), is called when a source's loop waits
+	// for its next step with no wake pending.
+	loopIdle func(loopKey)
 }
 
 // New assembles a builder for opts.Config. It fails, wrapping config.ErrUnusable, when
@@ -225,7 +232,13 @@ func (b *Builder) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	sources := newSupervisor(b)
+	b.sup.Store(sources)
 	sources.reconcile(ctx)
+	// Zuul's reports wake the loops, so they listen once the loops run.
+	mqtt := newMQTTService(ctx, b)
+	b.mqtt.Store(mqtt)
+	b.opts.Metrics.WatchZuulMQTT(mqtt.metrics)
+	mqtt.apply(b.cur.Load())
 	wg.Go(func() { b.dispatch(ctx, false) })
 	wg.Go(func() {
 		b.every(ctx, b.opts.Intervals.Plan, b.wake, "plan uploads", b.plan)
@@ -258,6 +271,7 @@ func (b *Builder) Run(ctx context.Context) error {
 	b.log.Info("stopping: waiting for the work under way to stop")
 	sources.stop()
 	wg.Wait()
+	mqtt.wait()
 	return nil
 }
 

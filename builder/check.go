@@ -11,6 +11,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
+	"github.com/nodepool-builder/nodepool-builder/zuulmqtt"
 )
 
 // CheckError is what Check found wrong: every problem, each saying what it is
@@ -40,16 +41,19 @@ func (e *CheckError) Unwrap() []error { return append([]error{config.ErrUnusable
 // write in, or that another builder used (see store.Options.TakeOver); a
 // build-log-dir it cannot write (when there are diskimages to build); no
 // clouds.yaml or a provider's cloud missing from it or unusable, a zuul-image's
-// api-url or ca-cert, and zookeeper-tls files that do not load. It reports every
+// api-url or ca-cert, zookeeper-tls files that do not load, and the files
+// builder.zuul-mqtt names (ca-cert, client-cert and client-key, password-file)
+// that do not read. It reports every
 // problem it finds, as a *CheckError. It only reads: it touches no network,
 // takes no lock and creates nothing. config-validate runs it, and so does the
 // builder before its first step, so both say the same.
 //
 // The warnings are what works but puts a credential at risk: a Zuul token or
-// an api-url's password, or a cloud's login, sent over plain http, and a cloud
-// that checks no TLS certificate; each names its zuul-image or provider. The
-// builder logs them when it opens the Zuul clients and the clouds, at start and
-// on every reload.
+// an api-url's password, or a cloud's login, sent over plain http, a cloud
+// that checks no TLS certificate, and the MQTT broker's password sent over
+// plain mqtt://; each names its zuul-image, provider or section. The builder
+// logs them when it opens the Zuul clients and the clouds, at start and on
+// every reload, and when it starts listening to the broker.
 func Check(ctx context.Context, cfg *config.Config) (warnings []string, err error) {
 	problems := checkDirs(cfg)
 	cloudProblems, warnings := checkClouds(ctx, cfg)
@@ -66,6 +70,17 @@ func Check(ctx context.Context, cfg *config.Config) (warnings []string, err erro
 		}
 	}
 	problems = append(problems, checkZooKeeperTLS(cfg)...)
+	if z := cfg.Builder.ZuulMQTT; z != nil {
+		// Making the listener reads its files; it connects to nothing.
+		l, err := zuulmqtt.New(*z, zuulmqtt.Options{Images: func() []config.ZuulImage { return nil }, Hint: func(string) {}})
+		if err != nil {
+			problems = append(problems, fmt.Errorf("builder.%w", err))
+		} else {
+			for _, w := range l.Warnings() {
+				warnings = append(warnings, "builder."+w)
+			}
+		}
+	}
 	if len(problems) == 0 {
 		return warnings, nil
 	}

@@ -52,6 +52,22 @@ func TestCheck(t *testing.T) {
 			c.BuildLogDir = filepath.Join(clouds, "logs")
 			c.DiskImages = nil
 		}},
+		{name: "zuul-mqtt whose files read", change: func(c *config.Config) {
+			c.Builder.ZuulMQTT = &config.ZuulMQTT{URL: "mqtts://mqtt.example.com:8883", Host: "mqtt.example.com", Port: 8883,
+				TLS: true, Username: "nodepool", PasswordFile: clouds}
+		}},
+		{name: "zuul-mqtt ca-cert", change: func(c *config.Config) {
+			c.Builder.ZuulMQTT = &config.ZuulMQTT{URL: "mqtts://mqtt.example.com:8883", Host: "mqtt.example.com", Port: 8883,
+				TLS: true, CACert: filepath.Join(dir, "absent-mqtt-ca.pem")}
+		}, want: []string{"builder.zuul-mqtt: read ca-cert"}},
+		{name: "zuul-mqtt password-file", change: func(c *config.Config) {
+			c.Builder.ZuulMQTT = &config.ZuulMQTT{URL: "mqtts://mqtt.example.com:8883", Host: "mqtt.example.com", Port: 8883,
+				TLS: true, Username: "nodepool", PasswordFile: filepath.Join(dir, "absent-password")}
+		}, want: []string{"builder.zuul-mqtt: read password-file"}},
+		{name: "zuul-mqtt client certificate", change: func(c *config.Config) {
+			c.Builder.ZuulMQTT = &config.ZuulMQTT{URL: "mqtts://mqtt.example.com:8883", Host: "mqtt.example.com", Port: 8883,
+				TLS: true, ClientCert: clouds, ClientKey: clouds}
+		}, want: []string{"builder.zuul-mqtt: load client-cert"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -137,6 +153,10 @@ func TestCheckWarnings(t *testing.T) {
 		Providers: []config.Provider{{Name: "p-glance", Cloud: "glance"}, {Name: "p-plain", Cloud: "plain"}, {Name: "p-tls", Cloud: "tls"}},
 		Builder:   config.Builder{StateDB: filepath.Join(images, "builder.db")},
 	}
+	mqttPassword := filepath.Join(dir, "mqtt-password")
+	os.WriteFile(mqttPassword, []byte("pw-m1\n"), 0o600)
+	cfg.Builder.ZuulMQTT = &config.ZuulMQTT{URL: "mqtt://mqtt.example.org:1883", Host: "mqtt.example.org", Port: 1883,
+		Username: "nodepool", PasswordFile: mqttPassword}
 	warnings, err := Check(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("Check: %v", err)
@@ -145,6 +165,7 @@ func TestCheckWarnings(t *testing.T) {
 		"provider p-plain (cloud plain): a login to this cloud sends auth.password over plain http://",
 		"zuul-image token-http: the Zuul token of auth-token-file is sent over plain http://",
 		"zuul-image password-http: the credentials in api-url (user:password@) are sent over plain http:// to http://zuul.example.org/",
+		"builder.zuul-mqtt: the password of password-file is sent over plain mqtt:// to mqtt://mqtt.example.org:1883",
 	}
 	if len(warnings) != len(want) {
 		t.Fatalf("warnings = %q, want %d", warnings, len(want))

@@ -50,7 +50,7 @@ type loopHandle struct {
 }
 
 func newSupervisor(b *Builder) *supervisor {
-	return &supervisor{b: b, loops: map[loopKey]*loopHandle{}, reloaded: make(chan struct{})}
+	return &supervisor{b: b, loops: map[loopKey]*loopHandle{}, reloaded: make(chan struct{}), idle: b.loopIdle}
 }
 
 // wake makes the next step of an image's loop due now: at once when the loop
@@ -268,6 +268,9 @@ func (b *Builder) reload(ctx context.Context, sources *supervisor) error {
 	}
 	b.cur.Store(p)
 	sources.reconcile(ctx)
+	if m := b.mqtt.Load(); m != nil {
+		m.apply(p) // after the loops it wakes
+	}
 	if g := b.gearman.Load(); g != nil {
 		g.refresh() // images may have come or gone
 	}

@@ -1,0 +1,117 @@
+package builder
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/source"
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// gatedSource is a source of one image whose every look waits until the test
+// lets it go; nothing is ever due.
+type gatedSource struct {
+	images map[string]time.Duration
+	gate   chan struct{} // a value lets one look go
+
+	mu    sync.Mutex
+	looks int
+}
+
+func (g *gatedSource) Images() map[string]time.Duration { return maps.Clone(g.images) }
+
+func (g *gatedSource) Due(ctx context.Context, image string, _ source.Look) (source.Work, error) {
+	g.mu.Lock()
+	g.looks++
+	g.mu.Unlock()
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return source.Work{}, ctx.Err()
+	}
+	return source.NotDue("the test says so"), nil
+}
+
+func (g *gatedSource) Make(context.Context, *source.Work, *store.BuildWriter) error { return nil }
+
+func (g *gatedSource) Abandon(context.Context, store.Build) error { return nil }
+
+func (g *gatedSource) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.looks
+}
+
+// newGatedRig is a rig whose only source is a gatedSource with the image
+// gate-a looked at every hour; idle receives the image's loop each time it
+// waits for its next step with no wake pending.
+func newGatedRig(t *testing.T) (r *rig, g *gatedSource, k loopKey, idle chan loopKey) {
+	t.Helper()
+	idle = make(chan loopKey, 100)
+	r = newRig(t, twoImages, func(o *Options) { o.Load = nil })
+	r.b.loopIdle = func(k loopKey) { idle <- k }
+	g = &gatedSource{images: map[string]time.Duration{"gate-a": time.Hour}, gate: make(chan struct{})}
+	p := *r.b.cur.Load()
+	p.sources = map[store.Source]source.Source{sourceDir: g}
+	r.b.cur.Store(&p)
+	return r, g, loopKey{sourceDir, "gate-a"}, idle
+}
+
+// waitIdle waits until the loop waits for its next step.
+func waitIdle(t *testing.T, idle <-chan loopKey) {
+	t.Helper()
+	select {
+	case <-idle:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loop did not come to wait for its next step")
+	}
+}
+
+// TestWakeStepsAtOnce: a woken loop steps at once, not an interval (an hour)
+// after its last step; an image with no loop is not woken.
+func TestWakeStepsAtOnce(t *testing.T) {
+	r, g, k, idle := newGatedRig(t)
+	r.run()
+	testenv.WaitFor(t, 10*time.Second, "the first step", func() bool { return g.count() == 1 })
+	g.gate <- struct{}{}
+	waitIdle(t, idle)
+
+	if !r.b.sup.Load().wake(k) {
+		t.Fatal("wake found no loop of gate-a")
+	}
+	testenv.WaitFor(t, 10*time.Second, "a step right after the wake", func() bool { return g.count() == 2 })
+	g.gate <- struct{}{}
+	waitIdle(t, idle)
+	if r.b.sup.Load().wake(loopKey{sourceDir, "no-such-image"}) {
+		t.Error("wake found a loop of an image no source has")
+	}
+}
+
+// TestWakeWhileStepRunsMakesOneMoreStep: wakes that come while a step runs
+// are answered by one more step, right after it, not by a step each.
+func TestWakeWhileStepRunsMakesOneMoreStep(t *testing.T) {
+	r, g, k, idle := newGatedRig(t)
+	r.run()
+	testenv.WaitFor(t, 10*time.Second, "the first step", func() bool { return g.count() == 1 })
+	for range 3 {
+		r.b.sup.Load().wake(k)
+	}
+	g.gate <- struct{}{}
+	testenv.WaitFor(t, 10*time.Second, "a step right after the one the wakes came during", func() bool { return g.count() == 2 })
+	g.gate <- struct{}{}
+	waitIdle(t, idle)
+	if n := g.count(); n != 2 {
+		t.Fatalf("%d steps after three wakes during the first; want 2", n)
+	}
+	s := r.b.sup.Load()
+	s.mu.Lock()
+	pending := len(s.loops[k].wake)
+	s.mu.Unlock()
+	if pending != 0 {
+		t.Fatal("a wake is still pending once the step after the wakes ended")
+	}
+}

@@ -1,0 +1,185 @@
+package builder
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/metrics"
+	"github.com/nodepool-builder/nodepool-builder/metrics/metricstest"
+	"github.com/nodepool-builder/nodepool-builder/status"
+	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
+	"github.com/nodepool-builder/nodepool-builder/zuulmqtt"
+)
+
+// mqttRig is a builder whose zuul-image zimg is polled every hour from a
+// stand-in Zuul, with builder.zuul-mqtt at a real broker.
+type mqttRig struct {
+	*rig
+	zuul *zuultest.Server
+	logs *logBuffer
+	m    *metrics.Metrics
+}
+
+func (r *mqttRig) text(extra string) string {
+	return strings.NewReplacer("{{ZUUL}}", r.zuul.URL(), "{{EVERY}}", "3600", "%s", r.st.Dir()).Replace(zuulImage) +
+		"builder:\n" + extra
+}
+
+func mqttSection(url string) string { return "  zuul-mqtt:\n    url: " + url + "\n" }
+
+func newMQTTRig(t *testing.T, broker *testenv.Mosquitto) *mqttRig {
+	t.Helper()
+	zuul := zuultest.NewServer(zuultest.ServerOptions{})
+	t.Cleanup(zuul.Close)
+	r := &mqttRig{zuul: zuul, logs: &logBuffer{}}
+	m, err := metrics.New(metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.m = m
+	text := strings.NewReplacer("{{ZUUL}}", zuul.URL(), "{{EVERY}}", "3600").Replace(zuulImage) + "builder:\n" + mqttSection(broker.URL)
+	r.rig = newRig(t, text, func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
+		o.Metrics = m
+	})
+	return r
+}
+
+func (r *mqttRig) polls() int { return len(r.zuul.BuildsCalls()) }
+
+func (r *mqttRig) state() zuulmqtt.State {
+	s, _ := r.b.mqtt.Load().state()
+	return s
+}
+
+// report publishes on broker the report of a build of zimg that the builds
+// API does not list (any longer): what the poll it leads to finds is up to
+// the API, not the report.
+func (r *mqttRig) report(broker *testenv.Mosquitto) {
+	r.t.Helper()
+	b, err := r.zuul.AddBuild(zuultest.BuildSpec{Job: "build-zimg"})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	topic, payload, err := r.zuul.MQTTReport(b.UUID)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.zuul.RemoveBuild(b.UUID)
+	broker.Publish(r.t, topic, payload)
+}
+
+func (r *mqttRig) show() string {
+	return "log:\n" + r.logs.b.String()
+}
+
+// TestZuulMQTTReportPollsNow: with builder.zuul-mqtt, the daemon polls every
+// zuul-image once it is connected, and a report of a build of zimg's job makes
+// it poll zimg at once, though its poll-interval is an hour; the connection
+// and the messages show in the status file and the metrics. A reload that
+// changes the settings listens with the new ones, counting on; one whose files
+// do not read is refused; one without the section stops listening.
+func TestZuulMQTTReportPollsNow(t *testing.T) {
+	broker := testenv.NewMosquitto(t, testenv.MosquittoOptions{})
+	r := newMQTTRig(t, broker)
+	r.run()
+	// The first poll, and the one every connect asks for.
+	testenv.WaitFor(t, 10*time.Second, "the first poll and the poll after the connect", func() bool {
+		return r.polls() == 2 && r.state().Connected
+	}, r.show)
+	if r.logs.count("connected to Zuul's MQTT broker: polling every zuul-image now") != 1 {
+		t.Errorf("the log does not say the connect polls every zuul-image\n%s", r.show())
+	}
+
+	r.report(broker)
+	testenv.WaitFor(t, 5*time.Second, "a poll for the report", func() bool { return r.polls() == 3 }, r.show)
+	if s := r.state(); s.Used != 1 || s.Hints != 1 {
+		t.Errorf("state after one report: %+v; want it used once, one poll", s)
+	}
+	if r.logs.count(`msg="polling a zuul-image now: Zuul reported a successful build of its job over MQTT" part=zuul-mqtt`) != 1 {
+		t.Errorf("the log does not say the report made zimg be polled\n%s", r.show())
+	}
+	broker.Publish(t, "zuul/example/post/org/images", []byte("{not json"))
+	testenv.WaitFor(t, 5*time.Second, "the malformed message counted", func() bool {
+		return r.state().Ignored[zuulmqtt.IgnoredMalformed] == 1
+	}, r.show)
+	testenv.WaitFor(t, 5*time.Second, "the status file to show the listener", func() bool {
+		s, err := status.ReadZuulMQTT(r.st)
+		return err == nil && s != nil && s.Listening && s.Connected && s.URL == broker.URL && s.Used == 1 && s.Polls == 1 &&
+			s.Ignored[zuulmqtt.IgnoredMalformed] == 1 && !s.LastMessage.IsZero() && !s.Stale(time.Now())
+	}, r.show)
+	fams := metricstest.Scrape(t, r.m.Handler())
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"nodepool_builder_zuul_mqtt_connected", nil, 1},
+		{"nodepool_builder_zuul_mqtt_messages_total", []string{"outcome", "used"}, 1},
+		{"nodepool_builder_zuul_mqtt_messages_total", []string{"outcome", "malformed"}, 1},
+		{"nodepool_builder_zuul_mqtt_messages_total", []string{"outcome", "no-match"}, 0},
+		{"nodepool_builder_zuul_mqtt_polls_total", nil, 1},
+	} {
+		if got, ok := fams.Value(c.name, c.labels...); !ok || got != c.want {
+			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+
+	// New settings: another broker.
+	other := testenv.NewMosquitto(t, testenv.MosquittoOptions{})
+	r.write(r.text(mqttSection(other.URL)))
+	testenv.WaitFor(t, 10*time.Second, "the listener on the new broker, and its poll after the connect", func() bool {
+		s := r.state()
+		return s.URL == other.URL && s.Connected && r.polls() == 4
+	}, r.show)
+	r.report(other)
+	testenv.WaitFor(t, 5*time.Second, "a poll for the report on the new broker", func() bool { return r.polls() == 5 }, r.show)
+	if s := r.state(); s.Used != 2 || s.Ignored[zuulmqtt.IgnoredMalformed] != 1 {
+		t.Errorf("state on the new broker: %+v; want the counts of both listeners (used 2, malformed 1)", s)
+	}
+
+	// Files that do not read: the reload is refused, the listener stays.
+	r.write(r.text("  zuul-mqtt:\n    url: mqtts://127.0.0.1:1\n    ca-cert: " + filepath.Join(r.dir, "absent-ca.pem") + "\n"))
+	testenv.WaitFor(t, 10*time.Second, "the reload to be refused", func() bool { return r.logs.count("config not reloaded") == 1 }, r.show)
+	if r.logs.count("builder.zuul-mqtt: read ca-cert") != 1 || r.state().URL != other.URL {
+		t.Errorf("the refused reload does not say why, or changed the listener (%s)\n%s", r.state().URL, r.show())
+	}
+
+	// Without the section: no listener, and the status file says so.
+	r.write(r.text("  keep-builds: 2\n"))
+	testenv.WaitFor(t, 10*time.Second, "the listener to stop", func() bool {
+		s, err := status.ReadZuulMQTT(r.st)
+		return err == nil && s != nil && !s.Listening && !s.Connected && s.Used == 2
+	}, r.show)
+	if _, ok := metricstest.Scrape(t, r.m.Handler())["nodepool_builder_zuul_mqtt_connected"]; ok {
+		t.Error("zuul_mqtt_connected given while no listener runs")
+	}
+}
+
+// TestZuulMQTTFilesMustRead: a builder whose zuul-mqtt names a password file
+// that does not read is not made: the config is unusable.
+func TestZuulMQTTFilesMustRead(t *testing.T) {
+	r := newRig(t, twoImages)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nodepool.yaml")
+	text := "images-dir: " + r.st.Dir() + "\nbuilder:\n  zuul-mqtt:\n    url: mqtt://127.0.0.1:1\n" +
+		"    username: nodepool\n    password-file: " + filepath.Join(dir, "absent") + "\n"
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(t.Context(), Options{Config: cfg, Store: r.st})
+	if !errors.Is(err, config.ErrUnusable) || !strings.Contains(err.Error(), "builder.zuul-mqtt: read password-file") {
+		t.Fatalf("New = %v; want the password file named, and the config unusable", err)
+	}
+}
