@@ -3,6 +3,7 @@ package listing
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/dib"
 	"github.com/nodepool-builder/nodepool-builder/source"
+	"github.com/nodepool-builder/nodepool-builder/status"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -367,5 +369,59 @@ func TestImageStatusZuulBehind(t *testing.T) {
 	WriteImageStatus(&b, images)
 	if strings.Contains(b.String(), "behind") {
 		t.Errorf("image-status of a cursor not behind says it is:\n%s", b.String())
+	}
+}
+
+// TestImageStatusZuulMQTT: with builder.zuul-mqtt, image-status shows what the
+// daemon last said of its listener: the broker, the connection, the last
+// message and error, the messages used and ignored by reason; a status the
+// daemon no longer keeps says so; without the section nothing is shown.
+func TestImageStatusZuulMQTT(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg, st := openState(t, dir, statusImages+"builder:\n  zuul-mqtt:\n    url: mqtts://mqtt.example.com\n")
+	images, err := ImageStatus(ctx, st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := func(cfg *config.Config) string {
+		var b bytes.Buffer
+		if err := WriteImageStatusText(&b, st, cfg, images); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	if got := text(cfg); !strings.Contains(got, "Zuul MQTT reports: no status yet") {
+		t.Errorf("image-status before the daemon wrote a status:\n%s", got)
+	}
+
+	now := time.Now()
+	s := status.ZuulMQTT{Stamp: status.Stamp{PID: 42}, Listening: true, URL: "mqtts://mqtt.example.com:8883",
+		Topics: []string{"zuul/#", "ci/+/post/#"}, Connected: true, Since: now.Add(-time.Hour), LastMessage: now.Add(-5 * time.Second),
+		LastError: "connection to mqtts://mqtt.example.com:8883 lost: EOF\x1b[2J", LastErrorAt: now.Add(-2 * time.Hour),
+		Used: 3, Polls: 4, Ignored: map[string]uint64{"no-match": 7, "malformed": 1, "backlog": 0}}
+	f := status.NewFile(st, status.ZuulMQTTPart, slog.New(slog.DiscardHandler))
+	f.Save(&s)
+	got := text(cfg)
+	for _, want := range []string{
+		"Zuul MQTT reports (daemon pid 42, 3 messages used, 4 polls asked for):",
+		"| mqtts://mqtt.example.com:8883 | zuul/# ci/+/post/# | yes       | 00:01:00:0",
+		"| 00:00:00:0",
+		"| 3    | malformed 1, no-match 7 | connection to mqtts://mqtt.example.com:8883 lost: EOF\\x1b[2J | 00:02:00:0",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("image-status does not say %q:\n%s", want, got)
+		}
+	}
+
+	s.Listening = false
+	f.Save(&s)
+	if got := text(cfg); !strings.Contains(got, "Zuul MQTT reports: the daemon is not listening; what it last said") ||
+		!strings.Contains(got, "| no        |") {
+		t.Errorf("image-status of a daemon that stopped listening:\n%s", got)
+	}
+	cfg.Builder.ZuulMQTT = nil
+	if got := text(cfg); strings.Contains(got, "MQTT") {
+		t.Errorf("image-status without builder.zuul-mqtt shows the listener:\n%s", got)
 	}
 }

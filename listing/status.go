@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -262,7 +263,8 @@ func WriteImageStatus(w io.Writer, images []Image) {
 
 // WriteImageStatusText prints image-status as the CLI does: the images' table
 // and, when the config has gearman-servers, what the daemon last said of its
-// gearman worker.
+// gearman worker, and when it has builder.zuul-mqtt, of its listener to Zuul's
+// MQTT reports.
 func WriteImageStatusText(w io.Writer, st *store.Store, cfg *config.Config, images []Image) error {
 	WriteImageStatus(w, images)
 	ps, err := status.ReadProgress(st)
@@ -270,15 +272,74 @@ func WriteImageStatusText(w io.Writer, st *store.Store, cfg *config.Config, imag
 		return fmt.Errorf("read progress status: %w", err)
 	}
 	WriteProgress(w, ps, time.Now())
-	if len(cfg.Builder.GearmanServers) == 0 {
-		return nil
+	if len(cfg.Builder.GearmanServers) > 0 {
+		gs, err := status.ReadGearman(st)
+		if err != nil {
+			return fmt.Errorf("read gearman status: %w", err)
+		}
+		WriteGearmanStatus(w, gs, time.Now())
 	}
-	gs, err := status.ReadGearman(st)
-	if err != nil {
-		return fmt.Errorf("read gearman status: %w", err)
+	if cfg.Builder.ZuulMQTT != nil {
+		ms, err := status.ReadZuulMQTT(st)
+		if err != nil {
+			return fmt.Errorf("read zuul-mqtt status: %w", err)
+		}
+		WriteZuulMQTTStatus(w, ms, time.Now())
 	}
-	WriteGearmanStatus(w, gs, time.Now())
 	return nil
+}
+
+// WriteZuulMQTTStatus prints what the daemon last said of its listener to
+// Zuul's MQTT reports: the broker, the connection, the last message and
+// error, and the messages used and ignored.
+func WriteZuulMQTTStatus(w io.Writer, ms *status.ZuulMQTT, now time.Time) {
+	fmt.Fprintln(w)
+	if ms == nil {
+		fmt.Fprintln(w, "Zuul MQTT reports: no status yet; the daemon writes it once it runs with builder.zuul-mqtt.")
+		return
+	}
+	if ms.Stale(now) {
+		fmt.Fprintf(w, "Zuul MQTT reports: the daemon is not listening; what it last said, %s ago:\n", Age(ms.Updated))
+	} else {
+		fmt.Fprintf(w, "Zuul MQTT reports (daemon pid %d, %d messages used, %d polls asked for):\n", ms.PID, ms.Used, ms.Polls)
+	}
+	t := Table{Header: []string{"Broker", "Topics", "Connected", "Since", "Last Message", "Used", "Ignored", "Last Error", "Error Age"}}
+	connected, since, last, errAge := "no", "", "never", ""
+	if ms.Connected && !ms.Stale(now) {
+		connected = "yes"
+	}
+	if !ms.Since.IsZero() {
+		since = Age(ms.Since)
+	}
+	if !ms.LastMessage.IsZero() {
+		last = Age(ms.LastMessage)
+	}
+	if !ms.LastErrorAt.IsZero() {
+		errAge = Age(ms.LastErrorAt)
+	}
+	t.Add(ms.URL, strings.Join(ms.Topics, " "), connected, since, last, fmt.Sprint(ms.Used), IgnoredCounts(ms.Ignored),
+		Shorten(ms.LastError, ReasonWidth), errAge)
+	t.Write(w)
+}
+
+// IgnoredCounts says how many messages were ignored and why, as "malformed 2,
+// no-match 5"; "0" when none was.
+func IgnoredCounts(ignored map[string]uint64) string {
+	reasons := make([]string, 0, len(ignored))
+	for r, n := range ignored {
+		if n > 0 {
+			reasons = append(reasons, r)
+		}
+	}
+	if len(reasons) == 0 {
+		return "0"
+	}
+	slices.Sort(reasons)
+	parts := make([]string, len(reasons))
+	for i, r := range reasons {
+		parts[i] = fmt.Sprintf("%s %d", r, ignored[r])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // WriteProgress prints the long work the daemon runs now, as it last said:
