@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/listing"
+	"github.com/nodepool-builder/nodepool-builder/status"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -32,6 +34,22 @@ type pageData struct {
 	Images   []imageRow
 	Failures []failureRow
 	Running  []runningRow
+	// MQTT is the listener to Zuul's MQTT reports, with builder.zuul-mqtt.
+	MQTT *mqttRow
+}
+
+// mqttRow is what the daemon last said of its listener to Zuul's MQTT reports.
+type mqttRow struct {
+	// NoStatus: the daemon has said nothing yet; Stale: it no longer listens.
+	NoStatus, Stale bool
+	URL, Topics     string
+	Connected       bool
+	Since           *when
+	LastMessage     *when // nil: no message yet
+	Used, Polls     uint64
+	Ignored         string
+	LastError       string
+	LastErrorAt     *when
 }
 
 type imageRow struct {
@@ -218,9 +236,35 @@ func (h *handler) pageData(ctx context.Context) (pageData, error) {
 			n++
 		}
 	}
+	if cfg.Builder.ZuulMQTT != nil {
+		ms, err := status.ReadZuulMQTT(st)
+		if err != nil {
+			return pageData{}, fmt.Errorf("read zuul-mqtt status: %w", err)
+		}
+		d.MQTT = mqttStatus(ms, now)
+	}
 	for _, t := range h.opts.Progress.Running() {
 		d.Running = append(d.Running, runningRow{Kind: string(t.Kind), Subject: t.Subject, Summary: t.Summary(),
 			Done: t.Done, Total: t.Total, Started: at(t.Started, now)})
 	}
 	return d, nil
+}
+
+// mqttStatus is the page's row of the listener's status.
+func mqttStatus(ms *status.ZuulMQTT, now time.Time) *mqttRow {
+	if ms == nil {
+		return &mqttRow{NoStatus: true}
+	}
+	row := &mqttRow{Stale: ms.Stale(now), URL: ms.URL, Topics: strings.Join(ms.Topics, " "), Used: ms.Used, Polls: ms.Polls,
+		Ignored: listing.IgnoredCounts(ms.Ignored), LastError: ms.LastError}
+	row.Connected = ms.Connected && !row.Stale
+	opt := func(t time.Time) *when {
+		if t.IsZero() {
+			return nil
+		}
+		w := at(t, now)
+		return &w
+	}
+	row.Since, row.LastMessage, row.LastErrorAt = opt(ms.Since), opt(ms.LastMessage), opt(ms.LastErrorAt)
+	return row
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/dib"
 	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/progress"
+	"github.com/nodepool-builder/nodepool-builder/status"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -343,5 +345,40 @@ func TestAges(t *testing.T) {
 	}
 	if w := at(time.Time{}, now); w.Age != "unknown" || w.RFC3339 != "" {
 		t.Errorf("a time not known = %+v", w)
+	}
+}
+
+// TestPageZuulMQTT: with builder.zuul-mqtt, the page shows what the daemon
+// last said of its listener to Zuul's MQTT reports, escaped; without the
+// section it shows nothing of it.
+func TestPageZuulMQTT(t *testing.T) {
+	f := newFixture(t)
+	srv := f.server(t, Options{})
+	if _, _, body := get(t, srv.URL+"/"); strings.Contains(body, "MQTT") {
+		t.Errorf("the page shows an MQTT listener the config has not")
+	}
+	f.cfg.Builder.ZuulMQTT = &config.ZuulMQTT{URL: "mqtt://mqtt.example.com:1883"}
+	if _, _, body := get(t, srv.URL+"/"); !strings.Contains(body, "No status yet: the daemon writes it once it listens.") {
+		t.Errorf("the page before the daemon wrote the listener's status:\n%s", body)
+	}
+	now := time.Now()
+	status.NewFile(f.st, status.ZuulMQTTPart, slog.New(slog.DiscardHandler)).Save(&status.ZuulMQTT{
+		Stamp: status.Stamp{PID: 7}, Listening: true, URL: "mqtt://mqtt.example.com:1883", Topics: []string{"zuul/#"},
+		Connected: false, Since: now.Add(-time.Minute), LastMessage: now.Add(-time.Hour),
+		LastError: "connect to mqtt://mqtt.example.com:1883: " + evil, LastErrorAt: now.Add(-time.Minute),
+		Used: 5, Polls: 6, Ignored: map[string]uint64{"no-match": 9}})
+	_, _, body := get(t, srv.URL+"/")
+	for _, w := range []string{
+		"<h2>Zuul's MQTT reports</h2>", "<td>mqtt://mqtt.example.com:1883</td>", "<td>zuul/#</td>",
+		`<span class="state bad">not connected</span> since <span title="` + now.Add(-time.Minute).UTC().Format(time.RFC3339) + `">`,
+		"<td>5 used (6 polls asked for); ignored: no-match 9</td>",
+		`<span class="reason">connect to mqtt://mqtt.example.com:1883: &lt;script&gt;`,
+	} {
+		if !strings.Contains(body, w) {
+			t.Errorf("the page lacks %q", w)
+		}
+	}
+	if strings.Contains(body, "<script") {
+		t.Errorf("the page carries a script:\n%s", body)
 	}
 }
