@@ -62,11 +62,14 @@ stress: deps-test
 # Then the ZooKeeper mode (TLS) at scale, 500 zuul-images × 20 providers and
 # three builders: a --once with nothing to do and a daemon's steady-state pass
 # with the three running, beside one client's full read of the tree (about two
-# minutes).
+# minutes). Last, how long a new Zuul build waits for its download: reported
+# over MQTT, beside polling alone at the default 60 s (about five minutes, most
+# of it waiting for the polls).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./artifacts/ ./uploader/... ./store/zookeeper/
 	$(GO) test -run '^$$' -bench BenchmarkOnceNoOp -benchtime 5x ./cmd/nodepool-builder/
 	$(GO) test -run '^$$' -bench BenchmarkZooKeeperNoOp -benchtime 3x -timeout 30m ./cmd/nodepool-builder/
+	$(GO) test -run '^$$' -bench BenchmarkNewBuildLatency -benchtime 5x -timeout 30m ./cmd/nodepool-builder/
 
 # demo runs the main job end to end on this machine: a throwaway Glance, a
 # stand-in Zuul serving small generated images, one --once run, image-list.

@@ -84,7 +84,8 @@ func newMQTTService(ctx context.Context, b *Builder) *mqttService {
 
 // apply runs the listener p's config asks for: none, the one running when its
 // settings did not change, or p's own, made when p was assembled, in place of
-// the one running. Calls are not made at once (Run, then each reload in turn).
+// the one running. It is never called concurrently: Run calls it, then each
+// reload in turn.
 func (m *mqttService) apply(p *parts) {
 	want := p.cfg.Builder.ZuulMQTT
 	m.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -68,31 +67,6 @@ func (d *mqttDaemon) report(t *testing.T, uuid string) time.Time {
 	return start
 }
 
-// logTime is the time of the first log line that holds every one of parts.
-var logTimeRE = regexp.MustCompile(`^time=(\S+) `)
-
-func (d *mqttDaemon) logTime(t *testing.T, parts ...string) (time.Time, bool) {
-	t.Helper()
-lines:
-	for _, line := range strings.Split(d.logs.String(), "\n") {
-		for _, p := range parts {
-			if !strings.Contains(line, p) {
-				continue lines
-			}
-		}
-		m := logTimeRE.FindStringSubmatch(line)
-		if m == nil {
-			t.Fatalf("a log line without its time: %s", line)
-		}
-		at, err := time.Parse("2006-01-02T15:04:05.000Z07:00", m[1])
-		if err != nil {
-			t.Fatalf("the time of log line %q: %v", line, err)
-		}
-		return at, true
-	}
-	return time.Time{}, false
-}
-
 // fetchedAfter waits until the daemon starts the download of a Zuul build,
 // at most reportDeadline after since, and returns how long after since it
 // began, by the daemon's log.
@@ -101,7 +75,7 @@ func (d *mqttDaemon) fetchedAfter(t *testing.T, since time.Time, uuid string) ti
 	var at time.Time
 	testenv.WaitFor(t, reportDeadline, "the download of "+uuid+" to start", func() bool {
 		var ok bool
-		at, ok = d.logTime(t, `msg="new Zuul build"`, "zuul_build="+uuid)
+		at, ok = logLineTime(t, d.logs.String(), `msg="new Zuul build"`, "zuul_build="+uuid)
 		return ok
 	}, d.logs.String)
 	return at.Sub(since)
