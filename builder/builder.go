@@ -99,9 +99,6 @@ type Builder struct {
 	// listener to Zuul's MQTT reports, which wakes them.
 	sup  atomic.Pointer[supervisor]
 	mqtt atomic.Pointer[mqttService]
-	// loopIdle, when set (by tests), is called when a source's loop waits
-	// for its next step with no wake pending.
-	loopIdle func(loopKey)
 }
 
 // New assembles a builder for opts.Config. It fails, wrapping config.ErrUnusable, when

@@ -32,9 +32,6 @@ type supervisor struct {
 	// reloaded is closed, and replaced, when a reload made new parts: the
 	// loops read their intervals again.
 	reloaded chan struct{}
-	// idle, when set (by tests), is called when a loop waits for its next
-	// step with no wake pending.
-	idle func(loopKey)
 }
 
 type loopKey struct {
@@ -50,7 +47,7 @@ type loopHandle struct {
 }
 
 func newSupervisor(b *Builder) *supervisor {
-	return &supervisor{b: b, loops: map[loopKey]*loopHandle{}, reloaded: make(chan struct{}), idle: b.loopIdle}
+	return &supervisor{b: b, loops: map[loopKey]*loopHandle{}, reloaded: make(chan struct{})}
 }
 
 // wake makes the next step of an image's loop due now: at once when the loop
@@ -187,9 +184,6 @@ func (s *supervisor) wait(ctx context.Context, k loopKey, last time.Time, wake <
 		due := time.Until(last.Add(every))
 		if due <= 0 {
 			return true
-		}
-		if s.idle != nil {
-			s.idle(k)
 		}
 		t := time.NewTimer(due)
 		select {

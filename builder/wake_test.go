@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 	"testing"
@@ -47,45 +48,47 @@ func (g *gatedSource) count() int {
 }
 
 // newGatedRig is a rig whose only source is a gatedSource with the image
-// gate-a looked at every hour; idle receives the image's loop each time it
-// waits for its next step with no wake pending.
-func newGatedRig(t *testing.T) (r *rig, g *gatedSource, k loopKey, idle chan loopKey) {
+// gate-a looked at every hour.
+func newGatedRig(t *testing.T) (r *rig, g *gatedSource, k loopKey) {
 	t.Helper()
-	idle = make(chan loopKey, 100)
 	r = newRig(t, twoImages, func(o *Options) { o.Load = nil })
-	r.b.loopIdle = func(k loopKey) { idle <- k }
 	g = &gatedSource{images: map[string]time.Duration{"gate-a": time.Hour}, gate: make(chan struct{})}
 	p := *r.b.cur.Load()
 	p.sources = map[store.Source]source.Source{sourceDir: g}
 	r.b.cur.Store(&p)
-	return r, g, loopKey{sourceDir, "gate-a"}, idle
+	return r, g, loopKey{sourceDir, "gate-a"}
 }
 
-// waitIdle waits until the loop waits for its next step.
-func waitIdle(t *testing.T, idle <-chan loopKey) {
+// waitPasses waits until the loop's passes (steps) have ended n times, as the
+// health check counts them, and the loop runs none: from then on it only
+// waits, and steps again only when woken (a wake it had before then is
+// pending, and answered at once).
+func waitPasses(t *testing.T, r *rig, k loopKey, n int) {
 	t.Helper()
-	select {
-	case <-idle:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the loop did not come to wait for its next step")
-	}
+	name := fmt.Sprintf("%s image %s", k.source, k.image)
+	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("%d steps of %s ended", n, name), func() bool {
+		r.b.loops.mu.Lock()
+		defer r.b.loops.mu.Unlock()
+		rec := r.b.loops.byName[name]
+		return rec != nil && rec.passes == n && !rec.ended.Before(rec.began)
+	})
 }
 
 // TestWakeStepsAtOnce: a woken loop steps at once, not an interval (an hour)
 // after its last step; an image with no loop is not woken.
 func TestWakeStepsAtOnce(t *testing.T) {
-	r, g, k, idle := newGatedRig(t)
+	r, g, k := newGatedRig(t)
 	r.run()
 	testenv.WaitFor(t, 10*time.Second, "the first step", func() bool { return g.count() == 1 })
 	g.gate <- struct{}{}
-	waitIdle(t, idle)
+	waitPasses(t, r, k, 1)
 
 	if !r.b.sup.Load().wake(k) {
 		t.Fatal("wake found no loop of gate-a")
 	}
 	testenv.WaitFor(t, 10*time.Second, "a step right after the wake", func() bool { return g.count() == 2 })
 	g.gate <- struct{}{}
-	waitIdle(t, idle)
+	waitPasses(t, r, k, 2)
 	if r.b.sup.Load().wake(loopKey{sourceDir, "no-such-image"}) {
 		t.Error("wake found a loop of an image no source has")
 	}
@@ -94,7 +97,7 @@ func TestWakeStepsAtOnce(t *testing.T) {
 // TestWakeWhileStepRunsMakesOneMoreStep: wakes that come while a step runs
 // are answered by one more step, right after it, not by a step each.
 func TestWakeWhileStepRunsMakesOneMoreStep(t *testing.T) {
-	r, g, k, idle := newGatedRig(t)
+	r, g, k := newGatedRig(t)
 	r.run()
 	testenv.WaitFor(t, 10*time.Second, "the first step", func() bool { return g.count() == 1 })
 	for range 3 {
@@ -103,7 +106,7 @@ func TestWakeWhileStepRunsMakesOneMoreStep(t *testing.T) {
 	g.gate <- struct{}{}
 	testenv.WaitFor(t, 10*time.Second, "a step right after the one the wakes came during", func() bool { return g.count() == 2 })
 	g.gate <- struct{}{}
-	waitIdle(t, idle)
+	waitPasses(t, r, k, 2)
 	if n := g.count(); n != 2 {
 		t.Fatalf("%d steps after three wakes during the first; want 2", n)
 	}
