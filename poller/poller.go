@@ -159,16 +159,8 @@ func (p *Poller) due(ctx context.Context, image string, look source.Look) (sourc
 	if !ok {
 		return source.Work{}, fmt.Errorf("poll %s: no Zuul client", image)
 	}
-	q := zuulapi.Query{
-		Project:   zi.Project,
-		Branch:    zi.Branch,
-		JobName:   zi.Job,
-		Pipelines: zi.Pipelines,
-		Result:    "SUCCESS",
-		Complete:  true,
-		Limit:     1,
-		Final:     true,
-	}
+	q := zuulapi.Successful(zi.Project, zi.Branch, zi.Job, zi.Pipelines)
+	q.Limit = 1
 	if !zi.AllowUnmergedChanges {
 		// Builds of changes are passed over: look a little further back for the
 		// newest build of merged code.

@@ -93,8 +93,8 @@ type wireBuild struct {
 type wireRef struct {
 	Project  string     `json:"project"`
 	Branch   string     `json:"branch"`
-	Change   flexString `json:"change"`
-	Patchset flexString `json:"patchset"`
+	Change   FlexString `json:"change"`
+	Patchset FlexString `json:"patchset"`
 	Oldrev   string     `json:"oldrev"`
 	Newrev   string     `json:"newrev"`
 	RefURL   string     `json:"ref_url"`
@@ -184,11 +184,12 @@ func (w wireBuild) build() (Build, error) {
 	return b, nil
 }
 
-// flexString takes a JSON string, number or null: Zuul reports change
-// numbers as integers in some versions and strings in others.
-type flexString string
+// FlexString takes a JSON string, number or null: Zuul reports change
+// numbers as integers in some versions and strings in others, in its API and
+// in its MQTT reports alike.
+type FlexString string
 
-func (s *flexString) UnmarshalJSON(data []byte) error {
+func (s *FlexString) UnmarshalJSON(data []byte) error {
 	data = bytes.TrimSpace(data)
 	switch {
 	case bytes.Equal(data, []byte("null")):
@@ -198,13 +199,13 @@ func (s *flexString) UnmarshalJSON(data []byte) error {
 		if err := json.Unmarshal(data, &v); err != nil {
 			return err
 		}
-		*s = flexString(v)
+		*s = FlexString(v)
 	default:
 		var n json.Number
 		if err := json.Unmarshal(data, &n); err != nil {
 			return fmt.Errorf("want a string or number, got %s", data)
 		}
-		*s = flexString(n.String())
+		*s = FlexString(n.String())
 	}
 	return nil
 }

@@ -30,6 +30,15 @@ type Query struct {
 	Final bool
 }
 
+// Successful is the question a poll of a zuul-image asks: the successful,
+// finished, final builds of job on project, on branch and in pipelines when
+// they are set. The poller sends it; the MQTT listener checks reported builds
+// against it.
+func Successful(project, branch, job string, pipelines []string) Query {
+	return Query{Project: project, Branch: branch, JobName: job, Pipelines: pipelines,
+		Result: "SUCCESS", Complete: true, Final: true}
+}
+
 // Encode returns the query string, in the order Zuul's docs list the
 // parameters: project, job_name, pipeline..., branch, result, complete,
 // limit, skip.

@@ -20,9 +20,9 @@ type report struct {
 	Pipeline string `json:"pipeline"`
 	// Project, Branch and Change are the item's (its first change's, when it
 	// holds several); Change is empty for a branch or a tag.
-	Project  string     `json:"project"`
-	Branch   string     `json:"branch"`
-	Change   flexString `json:"change"`
+	Project  string             `json:"project"`
+	Branch   string             `json:"branch"`
+	Change   zuulapi.FlexString `json:"change"`
 	Buildset struct {
 		Builds []reportBuild `json:"builds"`
 	} `json:"buildset"`
@@ -42,9 +42,9 @@ type reportBuild struct {
 
 // reportChange is a build's change object.
 type reportChange struct {
-	Project string     `json:"project"`
-	Branch  string     `json:"branch"`
-	Change  flexString `json:"change"`
+	Project string             `json:"project"`
+	Branch  string             `json:"branch"`
+	Change  zuulapi.FlexString `json:"change"`
 }
 
 // errMalformed is what parseReport wraps.
@@ -118,42 +118,9 @@ func couldBe(zi *config.ZuulImage, tenant string, zb zuulapi.Build) bool {
 	if zi.Tenant != "" && zi.Tenant != tenant {
 		return false
 	}
-	q := zuulapi.Query{
-		Project:   zi.Project,
-		Branch:    zi.Branch,
-		JobName:   zi.Job,
-		Pipelines: zi.Pipelines,
-		Result:    "SUCCESS",
-		Complete:  true,
-		Final:     true,
-	}
+	q := zuulapi.Successful(zi.Project, zi.Branch, zi.Job, zi.Pipelines)
 	if q.Check(zb) != nil {
 		return false
 	}
 	return zi.AllowUnmergedChanges || !zb.Unmerged()
-}
-
-// flexString takes a JSON string, number or null: Zuul sends a change number
-// as an integer, and "" or null for a ref that is not a change.
-type flexString string
-
-func (s *flexString) UnmarshalJSON(data []byte) error {
-	data = bytes.TrimSpace(data)
-	switch {
-	case bytes.Equal(data, []byte("null")):
-		*s = ""
-	case len(data) > 0 && data[0] == '"':
-		var v string
-		if err := json.Unmarshal(data, &v); err != nil {
-			return err
-		}
-		*s = flexString(v)
-	default:
-		var n json.Number
-		if err := json.Unmarshal(data, &n); err != nil {
-			return fmt.Errorf("want a string or a number, not %.20s", data)
-		}
-		*s = flexString(n.String())
-	}
-	return nil
 }

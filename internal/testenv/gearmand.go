@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -56,17 +55,7 @@ func RequireGearmand(t testing.TB) string {
 	return ""
 }
 
-func findGearmand() string {
-	if path, err := exec.LookPath("gearmand"); err == nil {
-		return path
-	}
-	for _, path := range gearmandPaths {
-		if fi, err := os.Stat(path); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return path
-		}
-	}
-	return ""
-}
+func findGearmand() string { return findProgram("gearmand", gearmandPaths) }
 
 // NewGearmand starts a gearmand for the test and stops it when the test ends. It skips
 // (or fails under CI) when gearmand is not installed.
@@ -94,15 +83,9 @@ func NewGearmand(t testing.TB) *Gearmand {
 // when logw is not nil. ctx bounds the start only; the caller ends the server with Stop.
 func StartGearmand(ctx context.Context, dir string, logw io.Writer) (*Gearmand, error) {
 	bin := findGearmand()
-	if bin == "" {
-		return nil, errors.New("start gearmand: not installed (Debian package gearman-job-server)")
-	}
-	dir, err := filepath.Abs(dir)
+	dir, err := serverDir("gearmand", "gearman-job-server", bin, dir)
 	if err != nil {
-		return nil, fmt.Errorf("start gearmand in %s: %w", dir, err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("start gearmand: %w", err)
+		return nil, err
 	}
 	g := &Gearmand{
 		Host:    "127.0.0.1",
@@ -157,26 +140,11 @@ func (g *Gearmand) run() (*process, error) {
 // waitReady polls the admin `status` command until it answers, gearmand exits, or time
 // runs out.
 func (g *Gearmand) waitReady(ctx context.Context, exited <-chan struct{}) error {
-	ctx, cancel := context.WithTimeout(ctx, gmReadyTimeout)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	var last error
-	for {
-		// Only a gearman server ends the status answer with a "." line.
+	// Only a gearman server ends the status answer with a "." line.
+	return waitServing(ctx, "gearmand", g.Addr, gmReadyTimeout, 50*time.Millisecond, exited, func(ctx context.Context) error {
 		_, err := g.Status(ctx)
-		if err == nil {
-			return nil
-		}
-		last = err
-		select {
-		case <-exited:
-			return fmt.Errorf("gearmand exited before it served (last check: %v)", last)
-		case <-ctx.Done():
-			return fmt.Errorf("gearmand did not serve at %s: %w (last check: %v)", g.Addr, ctx.Err(), last)
-		case <-tick.C:
-		}
-	}
+		return err
+	})
 }
 
 // FunctionStatus is one line of the admin `status` answer.

@@ -89,17 +89,7 @@ func RequireMosquitto(t testing.TB) string {
 	return bin
 }
 
-func findMosquitto() string {
-	if path, err := exec.LookPath("mosquitto"); err == nil {
-		return path
-	}
-	for _, path := range mosquittoPaths {
-		if fi, err := os.Stat(path); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return path
-		}
-	}
-	return ""
-}
+func findMosquitto() string { return findProgram("mosquitto", mosquittoPaths) }
 
 // NewMosquitto starts an MQTT broker for the test and stops it when the test
 // ends. It skips (or fails under CI) when mosquitto is not installed.
@@ -129,15 +119,9 @@ func NewMosquitto(t testing.TB, opts MosquittoOptions) *Mosquitto {
 // start only; the caller ends the broker with Stop.
 func StartMosquitto(ctx context.Context, dir string, opts MosquittoOptions, logw io.Writer) (*Mosquitto, error) {
 	bin := findMosquitto()
-	if bin == "" {
-		return nil, errors.New("start mosquitto: not installed (Debian package mosquitto)")
-	}
-	dir, err := filepath.Abs(dir)
+	dir, err := serverDir("mosquitto", "mosquitto", bin, dir)
 	if err != nil {
-		return nil, fmt.Errorf("start mosquitto in %s: %w", dir, err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("start mosquitto: %w", err)
+		return nil, err
 	}
 	m := &Mosquitto{
 		Host:    "127.0.0.1",
@@ -287,29 +271,18 @@ func (m *Mosquitto) run() (*process, error) {
 // waitReady waits until the broker accepts connections, it exits, or time runs
 // out. It logs "running" once its listener is open.
 func (m *Mosquitto) waitReady(ctx context.Context, exited <-chan struct{}) error {
-	ctx, cancel := context.WithTimeout(ctx, mqReadyTimeout)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	var last error
-	for {
-		if log, err := os.ReadFile(m.LogFile); err == nil && bytes.Contains(log[m.logOffset():], []byte(" running")) {
-			var d net.Dialer
-			conn, err := d.DialContext(ctx, "tcp", m.Addr)
-			if err == nil {
-				conn.Close()
-				return nil
-			}
-			last = err
+	return waitServing(ctx, "mosquitto", m.Addr, mqReadyTimeout, 20*time.Millisecond, exited, func(ctx context.Context) error {
+		log, err := os.ReadFile(m.LogFile)
+		if err != nil || !bytes.Contains(log[m.logOffset():], []byte(" running")) {
+			return errors.New("its log does not say it runs")
 		}
-		select {
-		case <-exited:
-			return fmt.Errorf("mosquitto exited before it listened (last check: %v)", last)
-		case <-ctx.Done():
-			return fmt.Errorf("mosquitto did not listen at %s: %w (last check: %v)", m.Addr, ctx.Err(), last)
-		case <-tick.C:
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", m.Addr)
+		if err == nil {
+			conn.Close()
 		}
-	}
+		return err
+	})
 }
 
 // logOffset is where the current run's output starts in the log: after the

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -147,4 +148,58 @@ func (s *server) halt(kill bool) error {
 		return fmt.Errorf("%s %s on %s: %w", what, s.name, s.addr(), err)
 	}
 	return nil
+}
+
+// waitServing asks probe every tick until it succeeds, the server's process
+// exits, or timeout passes; the error names the server and its last answer.
+func waitServing(ctx context.Context, name, addr string, timeout, every time.Duration, exited <-chan struct{},
+	probe func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var last error
+	for {
+		if last = probe(ctx); last == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("%s exited before it served (last check: %v)", name, last)
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not serve at %s: %w (last check: %v)", name, addr, ctx.Err(), last)
+		case <-tick.C:
+		}
+	}
+}
+
+// serverDir checks that a server's program was found (bin is not empty; pkg is
+// the Debian package that has it) and makes dir, its directory, absolute and
+// present.
+func serverDir(name, pkg, bin, dir string) (string, error) {
+	if bin == "" {
+		return "", fmt.Errorf("start %s: not installed (Debian package %s)", name, pkg)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("start %s in %s: %w", name, dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return "", fmt.Errorf("start %s: %w", name, err)
+	}
+	return abs, nil
+}
+
+// findProgram finds a program on PATH, or else at one of paths (a server's
+// sbin, which a user's PATH may lack); "" when it is nowhere.
+func findProgram(name string, paths []string) string {
+	if path, err := exec.LookPath(name); err == nil {
+		return path
+	}
+	for _, path := range paths {
+		if fi, err := os.Stat(path); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return path
+		}
+	}
+	return ""
 }

@@ -60,6 +60,20 @@ type build struct {
 	arts     []Artifact
 }
 
+// artifactsJSON is the build's artifacts as Zuul shows them, in its builds API
+// and in its MQTT reports.
+func (b *build) artifactsJSON() []any {
+	arts := []any{}
+	for _, a := range b.arts {
+		o := map[string]any{"name": a.Name, "url": a.published}
+		if len(a.Metadata) > 0 {
+			o["metadata"] = a.Metadata
+		}
+		arts = append(arts, o)
+	}
+	return arts
+}
+
 func newUUID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
@@ -167,14 +181,7 @@ func (b *build) json(shape int) map[string]any {
 		result = sp.Result
 		logURL = b.logURL
 	}
-	arts := []any{}
-	for _, a := range b.arts {
-		o := map[string]any{"name": a.Name, "url": a.published}
-		if len(a.Metadata) > 0 {
-			o["metadata"] = a.Metadata
-		}
-		arts = append(arts, o)
-	}
+	arts := b.artifactsJSON()
 	ref := map[string]any{
 		"project":  sp.Project,
 		"branch":   sp.Branch,

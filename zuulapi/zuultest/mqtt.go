@@ -43,14 +43,7 @@ func (s *Server) MQTTReport(uuid string) (topic string, payload []byte, err erro
 		}
 		return float64(t.UnixNano()) / 1e9
 	}
-	arts := []any{}
-	for _, a := range b.arts {
-		o := map[string]any{"name": a.Name, "url": a.published}
-		if len(a.Metadata) > 0 {
-			o["metadata"] = a.Metadata
-		}
-		arts = append(arts, o)
-	}
+	arts := b.artifactsJSON()
 	action, result := "success", sp.Result
 	if result != "SUCCESS" {
 		action = "failure"
