@@ -273,7 +273,7 @@ func (m *Mosquitto) run() (*process, error) {
 func (m *Mosquitto) waitReady(ctx context.Context, exited <-chan struct{}) error {
 	return waitServing(ctx, "mosquitto", m.Addr, mqReadyTimeout, 20*time.Millisecond, exited, func(ctx context.Context) error {
 		log, err := os.ReadFile(m.LogFile)
-		if err != nil || !bytes.Contains(log[m.logOffset():], []byte(" running")) {
+		if err != nil || !bytes.Contains(log[currentRun(log):], []byte(" running")) {
 			return errors.New("its log does not say it runs")
 		}
 		var d net.Dialer
@@ -285,14 +285,12 @@ func (m *Mosquitto) waitReady(ctx context.Context, exited <-chan struct{}) error
 	})
 }
 
-// logOffset is where the current run's output starts in the log: after the
-// last "starting" line, so that a restart does not take the previous run's
-// "running" for its own.
-func (m *Mosquitto) logOffset() int {
-	log, err := os.ReadFile(m.LogFile)
-	if err != nil {
-		return 0
-	}
+// currentRun is where the current run's output starts in the broker's log:
+// at its last "starting" line, so that a restart does not take the previous
+// run's "running" for its own; the end of the log before that line is written.
+// It looks at the very bytes it is given, never at the file again, which may
+// have changed since.
+func currentRun(log []byte) int {
 	if i := bytes.LastIndex(log, []byte(" starting")); i >= 0 {
 		return i
 	}
