@@ -74,33 +74,40 @@ type launchPick struct {
 
 // launcherScript walks the tree as nodepool-launcher's getMostRecentImageUpload
 // does: every build of every image, every upload of each provider (children
-// named lock skipped), the READY one with the highest state_time.
+// named lock skipped), the READY one with the highest state_time. A node
+// deleted during the walk is skipped, as nodepool's getBuild and
+// getImageUpload skip it (builders go on deleting while it reads).
 const launcherScript = `
 import json
+from kazoo.exceptions import NoNodeError
 root = "/nodepool/images"
 out = {"builds": {}, "uploads": {}, "launch": {}}
 def fields(data):
     return {k: [type(v).__name__, v] for k, v in json.loads(data.decode()).items()}
-for image in zk.get_children(root):
+def children(path):
+    try:
+        return [c for c in zk.get_children(path) if c != "lock"]
+    except NoNodeError:
+        return []
+def get(path):
+    try:
+        return zk.get(path)[0]
+    except NoNodeError:
+        return None
+for image in children(root):
     bpath = root + "/" + image + "/builds"
-    if not zk.exists(bpath):
-        continue
-    for build in zk.get_children(bpath):
-        if build == "lock":
+    for build in children(bpath):
+        data = get(bpath + "/" + build)
+        if data is None:
             continue
-        data, _ = zk.get(bpath + "/" + build)
         out["builds"][image + "/" + build] = fields(data)
         ppath = bpath + "/" + build + "/providers"
-        if not zk.exists(ppath):
-            continue
-        for provider in zk.get_children(ppath):
+        for provider in children(ppath):
             ipath = ppath + "/" + provider + "/images"
-            if not zk.exists(ipath):
-                continue
-            for upload in zk.get_children(ipath):
-                if upload == "lock":
+            for upload in children(ipath):
+                data = get(ipath + "/" + upload)
+                if data is None:
                     continue
-                data, _ = zk.get(ipath + "/" + upload)
                 d = json.loads(data.decode())
                 key = "/".join([image, build, provider, upload])
                 out["uploads"][key] = fields(data)
