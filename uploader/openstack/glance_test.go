@@ -10,15 +10,11 @@ import (
 	"hash"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
@@ -337,61 +333,4 @@ func BenchmarkUpload(b *testing.B) {
 			}
 		})
 	}
-}
-
-// BenchmarkUploadVsCurl uploads one 256 MiB file to a real Glance, through the
-// product and through `curl -T` (the anchor), side by side, and reports the
-// product's time as a ratio of curl's.
-func BenchmarkUploadVsCurl(b *testing.B) {
-	curl := testenv.RequireBinary(b, "curl")
-	g := testenv.NewGlance(b)
-	cloud, err := Open(b.Context(), Options{Cloud: g.Cloud, CloudsFile: g.CloudsFile})
-	if err != nil {
-		b.Fatal(err)
-	}
-	const size = 256 << 20
-	path := filepath.Join(b.TempDir(), "image.raw")
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := io.Copy(f, &noise{left: size, state: 7, sum: md5.New()}); err != nil {
-		b.Fatal(err)
-	}
-	f.Close()
-	create := func() string {
-		id, err := cloud.Create(b.Context(), uploader.ImageSpec{Name: "bench", DiskFormat: "raw"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return id
-	}
-	var product, anchor time.Duration
-	b.SetBytes(size)
-	for b.Loop() {
-		id := create()
-		start := time.Now()
-		r, err := os.Open(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		err = cloud.Upload(b.Context(), id, r, size)
-		r.Close()
-		if err != nil {
-			b.Fatal(err)
-		}
-		product += time.Since(start)
-		cloud.Delete(b.Context(), id)
-
-		id = create()
-		start = time.Now()
-		out, err := exec.Command(curl, "-sS", "--fail", "-X", "PUT", "-H", "Content-Type: application/octet-stream",
-			"-T", path, g.Endpoint+"/v2/images/"+id+"/file").CombinedOutput()
-		if err != nil {
-			b.Fatalf("curl -T: %v: %s", err, out)
-		}
-		anchor += time.Since(start)
-		cloud.Delete(b.Context(), id)
-	}
-	b.ReportMetric(float64(product)/float64(anchor), "x_curl")
 }

@@ -1,0 +1,106 @@
+package uploader_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/benchkit"
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/uploader"
+	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
+)
+
+// TestUploadToGlanceWaitsForNothing: an upload to a real Glance sends its data
+// in one PUT that announces its length (not chunked), and the first status read
+// after it finds the image active, so the upload never waits a poll interval:
+// with an interval of an hour it still ends at once.
+func TestUploadToGlanceWaitsForNothing(t *testing.T) {
+	g := testenv.NewGlance(t)
+	ctx := t.Context()
+	var mu sync.Mutex
+	var seen []string // the requests, in order: "METHOD framing"
+	client := &http.Client{Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
+		framing := ""
+		if r.Method == http.MethodPut {
+			// How the transport frames the body: a known length goes as
+			// Content-Length, anything else chunked.
+			framing = " chunked"
+			if r.ContentLength > 0 && len(r.TransferEncoding) == 0 {
+				framing = " length"
+			}
+		}
+		mu.Lock()
+		seen = append(seen, r.Method+framing)
+		mu.Unlock()
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	cloud, err := openstack.Open(ctx, openstack.Options{Cloud: g.Cloud, CloudsFile: g.CloudsFile, HTTPClient: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	images := filepath.Join(t.TempDir(), "images")
+	if err := os.Mkdir(images, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, store.Options{ImagesDir: images})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	const size = 8 << 20
+	b, err := st.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul})
+	if err != nil {
+		t.Fatal(err)
+	}
+	benchkit.WriteDiskImage(t, st.FilePath("debian", b.ID, "raw"), size)
+	b.SetFile(store.File{Format: "raw", Size: size, MD5: fileMD5(t, st.FilePath("debian", b.ID, "raw")), Present: true})
+	if err := st.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &config.Config{
+		ImagesDir:  images,
+		ZuulImages: []config.ZuulImage{{Name: "debian"}},
+		Providers: []config.Provider{{Name: "glance", Cloud: g.Cloud, ImageFormat: "raw", ImageUploadTimeout: time.Hour,
+			DiskImages: []config.ProviderImage{{Name: "debian"}}}},
+		Builder: config.Builder{UploadWorkers: 1, KeepBuilds: 2, KeepUploads: 2, UploadAttempts: 1},
+	}
+	up := uploader.New(uploader.Options{Store: st, Config: cfg, Clouds: map[string]uploader.Cloud{"glance": cloud},
+		PollInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	jobs, err := up.Plan(ctx)
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("plan: %v, %v; want one job", jobs, err)
+	}
+	mu.Lock()
+	seen = nil
+	mu.Unlock()
+	uctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	rec, err := up.Upload(uctx, jobs[0])
+	if err != nil {
+		t.Fatalf("upload with a poll interval of an hour: %v", err)
+	}
+	mu.Lock()
+	got := slices.Clone(seen)
+	mu.Unlock()
+	// Create, the check before the data, the data, one status read.
+	if want := []string{"POST", "GET", "PUT length", "GET"}; !slices.Equal(got, want) {
+		t.Errorf("the upload's requests: %q; want %q", got, want)
+	}
+	if img, err := cloud.Get(ctx, rec.ExternalID); err != nil || img.Status != "active" || img.Size != size {
+		t.Fatalf("Glance's image: %+v, %v; want it active with %d bytes", img, err, size)
+	}
+}
+
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
