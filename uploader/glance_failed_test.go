@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
@@ -47,34 +46,10 @@ func TestGlanceGoneDuringAnUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	images := filepath.Join(dir, "images")
-	if err := os.Mkdir(images, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, store.Options{ImagesDir: images})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	cfg := &config.Config{
-		ImagesDir:  images,
-		ZuulImages: []config.ZuulImage{{Name: "debian"}},
-		Providers: []config.Provider{{Name: "a", Cloud: "away", ImageFormat: "raw", ImageUploadTimeout: time.Minute,
-			DiskImages: []config.ProviderImage{{Name: "debian"}}}},
-		Builder: config.Builder{UploadWorkers: 1, KeepBuilds: 2, KeepUploads: 2, UploadAttempts: 3},
-	}
-	b, err := st.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul})
-	if err != nil {
-		t.Fatal(err)
-	}
+	setup := newGlanceSetup(t, "a", "away", time.Minute, 3)
+	st, cfg := setup.st, setup.cfg
 	data := bytes.Repeat([]byte("not really a disk image "), 1<<16) // 1.5 MiB: ~24 s through the proxy
-	if err := os.WriteFile(st.FilePath("debian", b.ID, "raw"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	b.SetFile(store.File{Format: "raw", Size: int64(len(data)), Present: true})
-	if err := st.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
-		t.Fatal(err)
-	}
+	b := setup.readyBuild(t, func(path string) error { return os.WriteFile(path, data, 0o644) })
 
 	sending := make(chan struct{})
 	var once sync.Once

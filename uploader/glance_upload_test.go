@@ -4,17 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/benchkit"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
-	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
 )
@@ -48,33 +44,13 @@ func TestUploadToGlanceWaitsForNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	images := filepath.Join(t.TempDir(), "images")
-	if err := os.Mkdir(images, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, store.Options{ImagesDir: images})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
 	const size = 8 << 20
-	b, err := st.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul})
-	if err != nil {
-		t.Fatal(err)
-	}
-	benchkit.WriteDiskImage(t, st.FilePath("debian", b.ID, "raw"), size)
-	b.SetFile(store.File{Format: "raw", Size: size, MD5: fileMD5(t, st.FilePath("debian", b.ID, "raw")), Present: true})
-	if err := st.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
-		t.Fatal(err)
-	}
-	cfg := &config.Config{
-		ImagesDir:  images,
-		ZuulImages: []config.ZuulImage{{Name: "debian"}},
-		Providers: []config.Provider{{Name: "glance", Cloud: g.Cloud, ImageFormat: "raw", ImageUploadTimeout: time.Hour,
-			DiskImages: []config.ProviderImage{{Name: "debian"}}}},
-		Builder: config.Builder{UploadWorkers: 1, KeepBuilds: 2, KeepUploads: 2, UploadAttempts: 1},
-	}
-	up := uploader.New(uploader.Options{Store: st, Config: cfg, Clouds: map[string]uploader.Cloud{"glance": cloud},
+	setup := newGlanceSetup(t, "glance", g.Cloud, time.Hour, 1)
+	setup.readyBuild(t, func(path string) error {
+		benchkit.WriteDiskImage(t, path, size)
+		return nil
+	})
+	up := uploader.New(uploader.Options{Store: setup.st, Config: setup.cfg, Clouds: map[string]uploader.Cloud{"glance": cloud},
 		PollInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	jobs, err := up.Plan(ctx)
 	if err != nil || len(jobs) != 1 {

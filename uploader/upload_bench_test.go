@@ -2,8 +2,6 @@ package uploader_test
 
 import (
 	"context"
-	"crypto/md5"
-	"encoding/hex"
 	"flag"
 	"io"
 	"log/slog"
@@ -14,10 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/benchkit"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
-	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
 )
@@ -53,24 +49,9 @@ func BenchmarkUploadVsCurl(b *testing.B) {
 	benchkit.WriteDiskImage(b, image, size)
 	sum := fileMD5(b, image)
 
-	images := filepath.Join(dir, "images")
-	if err := os.Mkdir(images, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	st, err := store.Open(ctx, store.Options{ImagesDir: images})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
-	cfg := &config.Config{
-		ImagesDir:  images,
-		ZuulImages: []config.ZuulImage{{Name: "debian"}},
-		Providers: []config.Provider{{Name: "glance", Cloud: g.Cloud, ImageFormat: "raw", ImageUploadTimeout: 10 * time.Minute,
-			DiskImages: []config.ProviderImage{{Name: "debian"}}}},
-		Builder: config.Builder{UploadWorkers: 1, KeepBuilds: 2, KeepUploads: 2, UploadAttempts: 1},
-	}
+	s := newGlanceSetup(b, "glance", g.Cloud, 10*time.Minute, 1)
 	timed := &timedCloud{Cloud: cloud}
-	up := uploader.New(uploader.Options{Store: st, Config: cfg, Clouds: map[string]uploader.Cloud{"glance": timed},
+	up := uploader.New(uploader.Options{Store: s.st, Config: s.cfg, Clouds: map[string]uploader.Cloud{"glance": timed},
 		Logger: slog.New(slog.DiscardHandler)})
 
 	times := benchkit.SideBySide{Anchor: "curl"}
@@ -84,17 +65,7 @@ func BenchmarkUploadVsCurl(b *testing.B) {
 	// upload makes a new build of the image (a hard link: no copy) and uploads
 	// it as a builder does, and returns the product's time.
 	upload := func() time.Duration {
-		bld, err := st.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := os.Link(image, st.FilePath("debian", bld.ID, "raw")); err != nil {
-			b.Fatal(err)
-		}
-		bld.SetFile(store.File{Format: "raw", Size: size, MD5: sum, Present: true})
-		if err := st.SetBuildState(ctx, &bld, store.Ready, ""); err != nil {
-			b.Fatal(err)
-		}
+		bld := s.readyBuild(b, func(path string) error { return os.Link(image, path) })
 		jobs, err := up.Plan(ctx)
 		if err != nil || len(jobs) != 1 || jobs[0].Build.ID != bld.ID {
 			b.Fatalf("plan: %v, %v; want one job for build %s", jobs, err, bld.ID)
@@ -212,19 +183,4 @@ func (c *timedCloud) Get(ctx context.Context, id string) (uploader.Image, error)
 		c.mu.Unlock()
 	}
 	return img, err
-}
-
-// fileMD5 returns the md5 of a file, as the build record holds it.
-func fileMD5(tb testing.TB, path string) string {
-	tb.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	h := md5.New()
-	if _, err := io.Copy(h, f); err != nil {
-		tb.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }

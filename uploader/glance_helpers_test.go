@@ -1,0 +1,84 @@
+package uploader_test
+
+import (
+	"crypto/md5"
+	"encoding/hex"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// glanceSetup is what the tests and the bench that upload to a real Glance
+// share: a store in a fresh images-dir and a config with one zuul-image,
+// debian, uploaded as raw to one provider.
+type glanceSetup struct {
+	st  *store.Store
+	cfg *config.Config
+}
+
+// newGlanceSetup opens the store, closed when the test ends, and makes the
+// config: provider on cloud, each upload bounded by timeout and tried attempts
+// times.
+func newGlanceSetup(tb testing.TB, provider, cloud string, timeout time.Duration, attempts int) glanceSetup {
+	tb.Helper()
+	images := filepath.Join(tb.TempDir(), "images")
+	if err := os.Mkdir(images, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	st, err := store.Open(tb.Context(), store.Options{ImagesDir: images})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	return glanceSetup{st: st, cfg: &config.Config{
+		ImagesDir:  images,
+		ZuulImages: []config.ZuulImage{{Name: "debian"}},
+		Providers: []config.Provider{{Name: provider, Cloud: cloud, ImageFormat: "raw", ImageUploadTimeout: timeout,
+			DiskImages: []config.ProviderImage{{Name: "debian"}}}},
+		Builder: config.Builder{UploadWorkers: 1, KeepBuilds: 2, KeepUploads: 2, UploadAttempts: attempts},
+	}}
+}
+
+// readyBuild records a ready build of debian whose raw file put writes, with
+// the file's size and md5.
+func (s glanceSetup) readyBuild(tb testing.TB, put func(path string) error) store.Build {
+	tb.Helper()
+	ctx := tb.Context()
+	b, err := s.st.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	path := s.st.FilePath("debian", b.ID, "raw")
+	if err := put(path); err != nil {
+		tb.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b.SetFile(store.File{Format: "raw", Size: fi.Size(), MD5: fileMD5(tb, path), Present: true})
+	if err := s.st.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// fileMD5 returns the md5 of a file, as the build record holds it.
+func fileMD5(tb testing.TB, path string) string {
+	tb.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	h := md5.New()
+	if _, err := io.Copy(h, f); err != nil {
+		tb.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
