@@ -11,13 +11,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/benchkit"
 )
 
 // benchConnRate is the cap of the benchmark server on each connection, as object stores
@@ -195,55 +194,16 @@ func BenchmarkFetchRangesMemory(b *testing.B) {
 	srv := cappedServer(b, size, benchConnRate)
 	var worst int64
 	for b.Loop() {
-		base, ok := resetHighWater()
+		mem := benchkit.ResetPeak()
+		fetchOnce(b, srv, 8, size)
+		grew, ok := mem.Growth(b)
 		if !ok {
 			b.Skip("cannot reset the peak resident memory")
 		}
-		fetchOnce(b, srv, 8, size)
-		worst = max(worst, statusBytes(b, "VmHWM")-base)
+		worst = max(worst, grew)
 	}
 	b.ReportMetric(float64(worst)/(1<<20), "MiB_peak_rss_growth")
 	if worst > 64<<20 {
 		b.Errorf("peak resident memory grew by %d MiB fetching 1 GiB", worst>>20)
 	}
-}
-
-// resetHighWater returns the resident memory of the process after handing freed memory
-// back, and resets the peak the kernel keeps (VmHWM).
-func resetHighWater() (int64, bool) {
-	runtime.GC()
-	debug.FreeOSMemory()
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		return 0, false
-	}
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0, false
-	}
-	n, err := statusField(string(data), "VmRSS")
-	return n, err == nil
-}
-
-// statusBytes returns a memory field of /proc/self/status, in bytes.
-func statusBytes(b *testing.B, field string) int64 {
-	b.Helper()
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		b.Fatal(err)
-	}
-	n, err := statusField(string(data), field)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return n
-}
-
-func statusField(status, field string) (int64, error) {
-	for line := range strings.Lines(status) {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no %s in /proc/self/status", field)
 }
