@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/reconnect"
 )
 
 // DefaultPort is gearmand's port, used when a Server's Port is 0.
@@ -286,53 +287,39 @@ func (w *Worker) Run(ctx context.Context) error {
 // serve keeps a connection to server i until ctx ends; its jobs get jobCtx.
 func (w *Worker) serve(ctx, jobCtx context.Context, i int) {
 	addr := w.opts.Servers[i].String()
-	delay := w.opts.MinBackoff
-	// A failure streak starts with a failure after a stable connection (or at start);
-	// its first failure is logged, and then one every failLogEvery.
-	// The first connection of a streak is logged too, so the recovery shows.
+	streak := reconnect.Streak{Min: w.opts.MinBackoff, Max: w.opts.MaxBackoff, StableAfter: w.stableAfter, LogEvery: w.failLogEvery}
+	// The first connection of a streak is logged too, so the recovery shows;
+	// then one every failLogEvery while the streak goes on.
 	var (
-		inStreak, connLogged     bool
-		failures                 int
-		lastFailLog, lastConnLog time.Time
+		connLogged  bool
+		lastConnLog time.Time
 	)
-	failed := func(msg string, err error) {
-		failures++
-		w.setServer(i, false, err)
-		if !inStreak || time.Since(lastFailLog) >= w.failLogEvery {
-			w.log.Warn(msg, "address", addr, "failures", failures, "error", err)
-			lastFailLog = time.Now()
-		}
-		if !inStreak {
-			inStreak, connLogged = true, false
-		}
-	}
 	for ctx.Err() == nil {
+		var lasted time.Duration
+		msg := "cannot connect to gearman server"
 		conn, err := w.dial(ctx, addr)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			failed("cannot connect to gearman server", err)
-		} else {
+		if err == nil {
 			started := time.Now()
 			err = w.runConn(ctx, jobCtx, i, addr, conn, func(registered int) {
 				w.setServer(i, true, nil)
-				if !inStreak || !connLogged || time.Since(lastConnLog) >= w.failLogEvery {
+				if streak.Failures() == 0 || !connLogged || time.Since(lastConnLog) >= w.failLogEvery {
 					w.log.Info("connected to gearman server", "address", addr, "functions", registered)
 					connLogged, lastConnLog = true, time.Now()
 				}
 			})
-			if ctx.Err() != nil {
-				break
-			}
-			if time.Since(started) >= w.stableAfter {
-				inStreak, failures, delay = false, 0, w.opts.MinBackoff
-			}
-			failed("lost gearman server", err)
+			lasted, msg = time.Since(started), "lost gearman server"
 		}
-		// Jitter spreads the builders that lost the same server over the delay.
-		wait := delay/2 + rand.N(delay/2+1)
-		delay = min(delay*2, w.opts.MaxBackoff)
+		if ctx.Err() != nil {
+			break
+		}
+		wait, logIt := streak.Failed(lasted)
+		if streak.Failures() == 1 {
+			connLogged = false // a new streak: its first connection is logged
+		}
+		w.setServer(i, false, err)
+		if logIt {
+			w.log.Warn(msg, "address", addr, "failures", streak.Failures(), "error", err)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):

@@ -104,24 +104,6 @@ func TestWarnings(t *testing.T) {
 	}
 }
 
-func TestBackoff(t *testing.T) {
-	prevMax := time.Duration(0)
-	for failures := range 40 {
-		for range 50 {
-			d := backoff(failures)
-			upper := min(maxBackoff, minBackoff<<min(failures, 10))
-			if d < upper/2 || d > upper || d > maxBackoff {
-				t.Fatalf("backoff(%d) = %v, want within [%v, %v], at most %v", failures, d, upper/2, upper, maxBackoff)
-			}
-		}
-		upper := min(maxBackoff, minBackoff<<min(failures, 10))
-		if upper < prevMax {
-			t.Fatalf("the bound shrank at %d failures", failures)
-		}
-		prevMax = upper
-	}
-}
-
 func TestRunTwice(t *testing.T) {
 	l, err := New(config.ZuulMQTT{URL: "mqtt://127.0.0.1:1", Host: "127.0.0.1", Port: 1}, Options{Images: images, Hint: noHint})
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	mrand "math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/escape"
+	"github.com/nodepool-builder/nodepool-builder/internal/reconnect"
 )
 
 // MaxMessageSize is the largest report read; a larger message is dropped
@@ -70,7 +70,7 @@ const (
 	// keepAlive is how often an idle connection is checked.
 	keepAlive = 30 * time.Second
 	// minBackoff and maxBackoff bound the wait before a reconnect, which
-	// doubles, with jitter, while connecting keeps failing.
+	// doubles, with jitter, while connecting keeps failing (reconnect.Streak).
 	minBackoff = 500 * time.Millisecond
 	maxBackoff = 10 * time.Second
 	// stableAfter is how long a connection must last for the next failure to
@@ -304,26 +304,22 @@ func (l *Listener) Run(ctx context.Context) error {
 
 // connectLoop keeps a connection until ctx ends.
 func (l *Listener) connectLoop(ctx context.Context) {
-	var (
-		failures    int
-		lastFailLog time.Time
-	)
+	streak := reconnect.Streak{Min: minBackoff, Max: maxBackoff, StableAfter: stableAfter, LogEvery: failLogEvery}
 	for ctx.Err() == nil {
 		connectedAt, err := l.session(ctx)
 		if ctx.Err() != nil {
 			l.setDisconnected(nil)
 			return
 		}
-		if !connectedAt.IsZero() && time.Since(connectedAt) >= stableAfter {
-			failures = 0
+		var lasted time.Duration
+		if !connectedAt.IsZero() {
+			lasted = time.Since(connectedAt)
 		}
-		delay := backoff(failures)
-		failures++
+		delay, logIt := streak.Failed(lasted)
 		msg := l.setDisconnected(err)
-		if failures == 1 || time.Since(lastFailLog) >= failLogEvery {
+		if logIt {
 			l.log.Warn("no connection to Zuul's MQTT broker; reports are not heard until it is back, polls go on",
-				"error", msg, "failures", failures, "retry_in", delay.Round(time.Millisecond))
-			lastFailLog = time.Now()
+				"error", msg, "failures", streak.Failures(), "retry_in", delay.Round(time.Millisecond))
 		}
 		t := time.NewTimer(delay)
 		select {
@@ -332,17 +328,6 @@ func (l *Listener) connectLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-}
-
-// backoff is the wait before the next connect after failures failed ones in a
-// row: doubling from minBackoff up to maxBackoff, with jitter over its upper
-// half so that builders that lost the broker together do not come back together.
-func backoff(failures int) time.Duration {
-	d := maxBackoff
-	if failures < 10 {
-		d = min(maxBackoff, minBackoff<<failures)
-	}
-	return d/2 + mrand.N(d/2+1)
 }
 
 // session makes one connection: connect, subscribe, and wait until it is lost
