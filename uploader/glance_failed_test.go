@@ -49,7 +49,7 @@ func TestGlanceGoneDuringAnUpload(t *testing.T) {
 	setup := newGlanceSetup(t, "a", "away", time.Minute, 3)
 	st, cfg := setup.st, setup.cfg
 	data := bytes.Repeat([]byte("not really a disk image "), 1<<16) // 1.5 MiB: ~24 s through the proxy
-	b := setup.readyBuild(t, func(path string) error { return os.WriteFile(path, data, 0o644) })
+	b := setup.readyBuild(t, "", func(path string) error { return os.WriteFile(path, data, 0o644) })
 
 	sending := make(chan struct{})
 	var once sync.Once

@@ -46,7 +46,7 @@ func TestUploadToGlanceWaitsForNothing(t *testing.T) {
 
 	const size = 8 << 20
 	setup := newGlanceSetup(t, "glance", g.Cloud, time.Hour, 1)
-	setup.readyBuild(t, func(path string) error {
+	setup.readyBuild(t, "", func(path string) error {
 		benchkit.WriteDiskImage(t, path, size)
 		return nil
 	})

@@ -65,7 +65,7 @@ func BenchmarkUploadVsCurl(b *testing.B) {
 	// upload makes a new build of the image (a hard link: no copy) and uploads
 	// it as a builder does, and returns the product's time.
 	upload := func() time.Duration {
-		bld := s.readyBuild(b, func(path string) error { return os.Link(image, path) })
+		bld := s.readyBuild(b, sum, func(path string) error { return os.Link(image, path) })
 		jobs, err := up.Plan(ctx)
 		if err != nil || len(jobs) != 1 || jobs[0].Build.ID != bld.ID {
 			b.Fatalf("plan: %v, %v; want one job for build %s", jobs, err, bld.ID)
