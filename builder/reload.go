@@ -210,7 +210,8 @@ func (s *supervisor) stop() {
 // changes. A config that does not load, or cannot be used, is reported and the
 // running one stays.
 func (b *Builder) watchConfig(ctx context.Context, sources *supervisor) {
-	path, last := b.cur.Load().cfg.Path, b.cfgFile
+	path := b.cur.Load().cfg.Path
+	file := configFile{last: b.cfgFile}
 	t := time.NewTicker(b.opts.Intervals.ConfigCheck)
 	defer t.Stop()
 	for {
@@ -222,10 +223,9 @@ func (b *Builder) watchConfig(ctx context.Context, sources *supervisor) {
 			why = "reload signal"
 		case <-t.C:
 			now, err := os.ReadFile(path)
-			if err != nil || bytes.Equal(now, last) {
+			if err != nil || !file.changed(now) {
 				continue
 			}
-			last = now
 			why = "config file changed"
 		}
 		if err := b.reload(ctx, sources); err != nil {
@@ -236,6 +236,32 @@ func (b *Builder) watchConfig(ctx context.Context, sources *supervisor) {
 		b.log.Info("config reloaded", "reason", why, "diskimages", len(cfg.DiskImages),
 			"zuul_images", len(cfg.ZuulImages), "providers", len(cfg.Providers))
 	}
+}
+
+// configFile tells a change of the config file that is done from one under
+// way. A file rewritten in place can be read half-written, and half a config may
+// well load: one that lists fewer images would have their uploads, files and
+// records deleted. So a change counts once the file has read the same at two
+// checks in a row.
+type configFile struct {
+	last       []byte // the content the running config was loaded from, as last settled
+	pending    []byte // a different content seen at the last check
+	hasPending bool
+}
+
+// changed takes the content read at a check and reports whether it is a new
+// content that held still since the check before.
+func (f *configFile) changed(now []byte) bool {
+	if bytes.Equal(now, f.last) {
+		f.pending, f.hasPending = nil, false
+		return false
+	}
+	if !f.hasPending || !bytes.Equal(now, f.pending) {
+		f.pending, f.hasPending = now, true
+		return false
+	}
+	f.last, f.pending, f.hasPending = now, nil, false
+	return true
 }
 
 // reload loads and assembles the config and makes it current: loops of dropped

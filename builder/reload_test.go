@@ -139,3 +139,32 @@ func TestReloadRefusesWhatStartRefuses(t *testing.T) {
 		t.Errorf("the log does not say why:\n%s", logs.b.String())
 	}
 }
+
+// TestConfigFileChangeMustHoldStill: a new content of the config file counts
+// once two checks in a row read it, so that a file caught half-written (which
+// may load, with images missing) is never reloaded; a file that goes back to
+// the running content is no change.
+func TestConfigFileChangeMustHoldStill(t *testing.T) {
+	running := []byte("images-dir: /var/lib/nodepool\nzuul-images:\n  - name: a\n  - name: b\n")
+	half := running[:len(running)-12]
+	edited := append(bytes.Clone(running), "  - name: c\n"...)
+	f := configFile{last: running}
+	for i, c := range []struct {
+		read []byte
+		want bool
+	}{
+		{running, false},
+		{half, false},     // caught mid-write
+		{edited, false},   // whole now, but new since the last check
+		{edited, true},    // held still: a change
+		{edited, false},   // and only once
+		{half, false},     // another rewrite, caught mid-write
+		{edited, false},   // back to the running content before it settled
+		{[]byte{}, false}, // emptied
+		{[]byte{}, true},  // and it stays empty: a change (the reload refuses it)
+	} {
+		if got := f.changed(c.read); got != c.want {
+			t.Fatalf("check %d (%d bytes): changed %v, want %v", i, len(c.read), got, c.want)
+		}
+	}
+}
