@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,7 +127,7 @@ func New(ctx context.Context, opts Options) (*Builder, error) {
 	b.cur.Store(p)
 	b.watchMetrics()
 	// A change of the file from now on is a reason to reload.
-	b.cfgFile, _ = os.ReadFile(opts.Config.Path)
+	b.cfgFile, _ = config.Snapshot(opts.Config.Files)
 	return b, nil
 }
 

@@ -183,7 +183,7 @@ func newRig(t *testing.T, text string, edit ...func(*Options)) *rig {
 	images := filepath.Join(dir, "images")
 	r.cfg = filepath.Join(dir, "nodepool.yaml")
 	r.write(fmt.Sprintf(text, images))
-	cfg, err := config.Load(r.cfg)
+	cfg, err := config.Load(config.Files{Nodepool: r.cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func newRig(t *testing.T, text string, edit ...func(*Options)) *rig {
 		Store:         st,
 		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
 		UploadWorkers: 1,
-		Load:          func() (*config.Config, error) { return config.Load(r.cfg) },
+		Load:          func() (*config.Config, error) { return config.Load(config.Files{Nodepool: r.cfg}) },
 		OpenCloud: func(_ context.Context, p *config.Provider) (uploader.Cloud, error) {
 			return r.clouds[p.Name], nil
 		},

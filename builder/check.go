@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
@@ -48,7 +49,8 @@ func (e *CheckError) Unwrap() []error { return append([]error{config.ErrUnusable
 // takes no lock and creates nothing. config-validate runs it, and so does the
 // builder before its first step, so both say the same.
 //
-// The warnings are what works but puts a credential at risk: a Zuul token or
+// The warnings are the config's own (Config.Warnings: a layout nodepool's
+// tools refuse), then what works but puts a credential at risk: a Zuul token or
 // an api-url's password, or a cloud's login, sent over plain http, a cloud
 // that checks no TLS certificate, and the MQTT broker's password sent over
 // plain mqtt://; each names its zuul-image, provider or section. The builder
@@ -56,8 +58,9 @@ func (e *CheckError) Unwrap() []error { return append([]error{config.ErrUnusable
 // every reload, and when it starts listening to the broker.
 func Check(ctx context.Context, cfg *config.Config) (warnings []string, err error) {
 	problems := checkDirs(cfg)
-	cloudProblems, warnings := checkClouds(ctx, cfg)
+	cloudProblems, cloudWarnings := checkClouds(ctx, cfg)
 	problems = append(problems, cloudProblems...)
+	warnings = append(slices.Clone(cfg.Warnings), cloudWarnings...)
 	for _, zi := range cfg.ZuulImages {
 		// Making the client checks the api-url and reads the ca-cert.
 		c, err := zuulapi.New(zuulapi.Options{APIURL: zi.APIURL, Tenant: zi.Tenant, TokenFile: zi.AuthTokenFile, CACertFile: zi.CACert})

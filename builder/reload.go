@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 )
@@ -206,11 +206,11 @@ func (s *supervisor) stop() {
 	s.wg.Wait()
 }
 
-// watchConfig reloads the config on the Reload signal and when the config file
+// watchConfig reloads the config on the Reload signal and when a config file
 // changes. A config that does not load, or cannot be used, is reported and the
 // running one stays.
 func (b *Builder) watchConfig(ctx context.Context, sources *supervisor) {
-	path := b.cur.Load().cfg.Path
+	files := b.cur.Load().cfg.Files
 	file := configFile{last: b.cfgFile}
 	t := time.NewTicker(b.opts.Intervals.ConfigCheck)
 	defer t.Stop()
@@ -222,7 +222,7 @@ func (b *Builder) watchConfig(ctx context.Context, sources *supervisor) {
 		case <-b.opts.Reload:
 			why = "reload signal"
 		case <-t.C:
-			now, err := os.ReadFile(path)
+			now, err := config.Snapshot(files)
 			if err != nil || !file.changed(now) {
 				continue
 			}
@@ -235,10 +235,13 @@ func (b *Builder) watchConfig(ctx context.Context, sources *supervisor) {
 		cfg := b.cur.Load().cfg
 		b.log.Info("config reloaded", "reason", why, "diskimages", len(cfg.DiskImages),
 			"zuul_images", len(cfg.ZuulImages), "providers", len(cfg.Providers))
+		for _, w := range cfg.Warnings {
+			b.log.Warn(w)
+		}
 	}
 }
 
-// configFile tells a change of the config file that is done from one under
+// configFile tells a change of the config files that is done from one under
 // way. A file rewritten in place can be read half-written, and half a config may
 // well load: one that lists fewer images would have their uploads, files and
 // records deleted. So a change counts once the file has read the same at two

@@ -174,7 +174,7 @@ func TestZuulMQTTFilesMustRead(t *testing.T) {
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(path)
+	cfg, err := config.Load(config.Files{Nodepool: path})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
-// Package config loads and validates nodepool.yaml: the keys this builder uses are
-// typed and checked, nodepool's other keys are accepted and ignored, and any
-// other key is an error.
+// Package config loads and validates the builder's config: nodepool.yaml, whose
+// keys this builder uses are typed and checked, whose other keys of nodepool's
+// are accepted and ignored, and where any other key is an error; and the
+// builder's own file beside it, with what nodepool has no key for.
 package config
 
 import (
@@ -16,10 +17,18 @@ import (
 // changed images-dir, ZooKeeper TLS files that do not load.
 var ErrUnusable = errors.New("config cannot be used")
 
-// Config is a loaded, validated nodepool.yaml.
+// Config is a loaded, validated config.
 type Config struct {
-	// Path is the file the config was loaded from.
-	Path string
+	// Files are the files the config was loaded from, as Load was given them,
+	// so that a reload reads the same.
+	Files Files
+	// Path is nodepool.yaml, BuilderPath the builder's own file ("" when there
+	// was none), as errors name them.
+	Path        string
+	BuilderPath string
+	// Warnings are what loads but should change: a layout nodepool's tools
+	// refuse, a zuul-image nodepool-launcher cannot boot.
+	Warnings []string
 
 	ImagesDir         string
 	BuildLogDir       string // default /var/log/nodepool/builds
@@ -67,6 +76,16 @@ type DiskImage struct {
 
 // ZuulImage is a zuul-images entry: an image built by a Zuul job.
 type ZuulImage struct {
+	// Declared tells whether nodepool.yaml declares the image as a diskimage
+	// of its name, as nodepool requires of every image its providers and
+	// labels name. Username, PythonPath and ShellType are that declaration's
+	// (nodepool's defaults when it has none): nodepool-launcher connects to the
+	// nodes it boots from the image as the upload records say.
+	Declared   bool
+	Username   string // default zuul
+	PythonPath string // default auto
+	ShellType  string
+
 	Name            string
 	APIURL          string
 	Tenant          string // may be empty for a white-label root

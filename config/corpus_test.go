@@ -87,7 +87,7 @@ func TestCorpusReject(t *testing.T) {
 		msg  string
 	}{
 		"duplicate_diskimage_name.yaml":   {70, "diskimages[1].name", `"trusty" is defined twice`},
-		"missing_diskimage_provider.yaml": {6, "providers[0].diskimages[0].name", `"wrong" is neither a diskimage nor a zuul-image`},
+		"missing_diskimage_provider.yaml": {6, "providers[0].diskimages[0].name", `"wrong" is not a diskimage; define it under diskimages`},
 		"missing_parent_diskimage.yaml":   {191, "diskimages[2].parent", `"this_does_not_exist" is not a diskimage`},
 		"no_diskimage_name.yaml":          {51, "diskimages[0].name", "is required"},
 		"yaml_error.yaml":                 {57, "diskimages", "YAML syntax error"},
@@ -135,13 +135,15 @@ func TestCorpusReject(t *testing.T) {
 }
 
 func TestLoadZuulImagesExample(t *testing.T) {
-	path := filepath.Join("testdata", "zuul-images.yaml")
-	cfg, err := Load(path)
+	path := filepath.Join("testdata", "zuul-images", "nodepool.yaml")
+	cfg, err := Load(Files{Nodepool: path})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &Config{
+		Files:             Files{Nodepool: path},
 		Path:              path,
+		BuilderPath:       filepath.Join("testdata", "zuul-images", BuilderFileName),
 		ImagesDir:         "/var/lib/nodepool/images",
 		BuildLogDir:       "/var/log/nodepool/builds",
 		BuildLogRetention: 14,
@@ -153,6 +155,9 @@ func TestLoadZuulImagesExample(t *testing.T) {
 		},
 		ZuulImages: []ZuulImage{
 			{
+				Declared:             true,
+				Username:             "debian",
+				PythonPath:           "/usr/bin/python3",
 				Name:                 "debian-bookworm",
 				APIURL:               "https://zuul.example.com/",
 				Tenant:               "example",
@@ -174,6 +179,10 @@ func TestLoadZuulImagesExample(t *testing.T) {
 				Metadata: map[string]string{"os_distro": "debian", "os_version": "12"},
 			},
 			{
+				Declared:     true,
+				Username:     "zuul",
+				PythonPath:   "auto",
+				ShellType:    "sh",
 				Name:         "ubuntu-noble",
 				APIURL:       "http://zuul.internal:9000",
 				Project:      "org/images",
@@ -233,11 +242,51 @@ func TestLoadZuulImagesExample(t *testing.T) {
 	if got := cfg.NeededFormats("ubuntu-noble"); fmt.Sprint(got) != "[qcow2]" {
 		t.Errorf("NeededFormats(ubuntu-noble) = %v, want [qcow2] (paused entries count)", got)
 	}
+	if len(cfg.DiskImages) != 0 {
+		t.Errorf("DiskImages = %+v, want none: the entries declare zuul-images", cfg.DiskImages)
+	}
+}
+
+// A one-file config, the builder's settings in nodepool.yaml, loads as the
+// same config in two files does, with warnings that say what to move where.
+func TestLoadOneFile(t *testing.T) {
+	pair, err := Load(Files{Nodepool: filepath.Join("testdata", "zuul-images", "nodepool.yaml")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", "one-file.yaml")
+	cfg, err := Load(Files{Nodepool: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		path + " holds zuul-images and builder, which nodepool's config-validate refuses",
+		"move them into nodepool-builder.yaml",
+		"the top-level gearman-servers is an older nodepool's key",
+		"zuul-images debian-bookworm, ubuntu-noble are not declared under diskimages",
+	} {
+		if !strings.Contains(strings.Join(cfg.Warnings, "\n"), want) {
+			t.Errorf("warnings %q do not say %q", cfg.Warnings, want)
+		}
+	}
+	// What differs: where it was read from, and what the declarations add.
+	cfg.Files, cfg.Path, cfg.BuilderPath, cfg.Warnings = pair.Files, pair.Path, pair.BuilderPath, pair.Warnings
+	for i := range cfg.ZuulImages {
+		zi, pz := &cfg.ZuulImages[i], pair.ZuulImages[i]
+		if zi.Declared || zi.Username != DefaultUsername || zi.PythonPath != DefaultPythonPath || zi.ShellType != "" {
+			t.Errorf("undeclared %s = %+v, want nodepool's defaults", zi.Name, zi)
+		}
+		zi.Declared, zi.Username, zi.PythonPath, zi.ShellType = pz.Declared, pz.Username, pz.PythonPath, pz.ShellType
+	}
+	// The pair's launcher stanzas are more complete; nothing here reads them.
+	if !reflect.DeepEqual(cfg, pair) {
+		t.Errorf("one file =\n%+v\ntwo files =\n%+v", cfg, pair)
+	}
 }
 
 func TestLoadMissingFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "nodepool.yaml")
-	_, err := Load(path)
+	_, err := Load(Files{Nodepool: path})
 	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), path) {
 		t.Errorf("Load(missing) = %v, want a not-exist error naming the file", err)
 	}
@@ -248,7 +297,7 @@ func TestLoadNamesFileInErrors(t *testing.T) {
 	if err := os.WriteFile(path, []byte("images-dir: /i\nbuilder:\n  keep-builds: 0\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Load(path)
+	_, err := Load(Files{Nodepool: path})
 	var e *Error
 	if !errors.As(err, &e) || e.File != path || e.Line != 3 || e.Path != "builder.keep-builds" {
 		t.Errorf("Load error = %v, want %s:3: builder.keep-builds", err, path)

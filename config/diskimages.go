@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -25,7 +26,20 @@ type imageNames map[string]imageDef
 
 type imageDef struct {
 	kind string // "diskimage", "abstract diskimage" or "zuul-image"
+	file string
 	line int
+	path string // the key path of the name
+	// declared is the line of a zuul-image's declaration in nodepool.yaml; 0
+	// while there is none.
+	declared int
+}
+
+// where says where a name was defined, for a message of p's file.
+func (d imageDef) where(p *parser) string {
+	if d.file == p.file {
+		return fmt.Sprintf("on line %d", d.line)
+	}
+	return fmt.Sprintf("at %s:%d", d.file, d.line)
 }
 
 // claim records an image name, reporting a bad or repeated one.
@@ -36,10 +50,10 @@ func (p *parser) claim(names imageNames, n *yaml.Node, path, name, kind string) 
 		return false
 	}
 	if prev, dup := names[name]; dup {
-		p.errorf(n, path, "%q is defined twice (first on line %d as a %s); image names must be unique across diskimages and zuul-images, so rename or remove one", name, prev.line, prev.kind)
+		p.errorf(n, path, "%q is defined twice (first %s as a %s); image names must be unique across diskimages and zuul-images, so rename or remove one", name, prev.where(p), prev.kind)
 		return false
 	}
-	names[name] = imageDef{kind: kind, line: n.Line}
+	names[name] = imageDef{kind: kind, file: p.file, line: n.Line, path: path}
 	return true
 }
 
@@ -62,8 +76,10 @@ type diskImageEntry struct {
 }
 
 // diskImages reads the diskimages list and applies parent/abstract
-// inheritance. Abstract images are left out of the result.
-func (p *parser) diskImages(top *mapping, names imageNames) []DiskImage {
+// inheritance. Abstract images are left out of the result, and so are the
+// entries named after a zuul-image: those declare it to nodepool, and are
+// recorded on it.
+func (p *parser) diskImages(top *mapping, names imageNames, zuul []ZuulImage) []DiskImage {
 	items, ok := top.list("diskimages", "diskimages", "[{name: debian, elements: [debian-minimal]}]")
 	if !ok {
 		return nil
@@ -73,6 +89,12 @@ func (p *parser) diskImages(top *mapping, names imageNames) []DiskImage {
 	for i, item := range items {
 		e := p.diskImageEntry(item, indexPath(top.sub("diskimages"), i))
 		if e == nil {
+			continue
+		}
+		if def, ok := names[e.own.Name]; ok && def.kind == "zuul-image" {
+			if zi := zuulImageNamed(zuul, e.own.Name); zi != nil {
+				p.declaration(e, zi, names)
+			}
 			continue
 		}
 		entries = append(entries, e)
@@ -87,7 +109,57 @@ func (p *parser) diskImages(top *mapping, names imageNames) []DiskImage {
 			byName[e.own.Name] = e
 		}
 	}
-	return p.inherit(entries, byName)
+	return p.inherit(entries, byName, names)
+}
+
+func zuulImageNamed(zuul []ZuulImage, name string) *ZuulImage {
+	for i := range zuul {
+		if zuul[i].Name == name {
+			return &zuul[i]
+		}
+	}
+	return nil
+}
+
+// declarationKeys are the keys a zuul-image's declaration may hold: its name,
+// nodepool's pause, and how nodepool-launcher connects to the nodes it boots
+// from the image, which the upload records carry to it.
+var declarationKeys = []string{"name", "pause", "username", "python-path", "shell-type"}
+
+// declaration checks a diskimages entry named after a zuul-image, which
+// declares it to nodepool: it holds no diskimage-builder settings, and pause:
+// true keeps every Python nodepool-builder reading the file from building it.
+// Its connection settings are recorded on the zuul-image.
+func (p *parser) declaration(e *diskImageEntry, zi *ZuulImage, names imageNames) {
+	def := names[zi.Name]
+	at := childPath(e.path, "name")
+	if def.declared != 0 {
+		p.errorf(e.nameNode, at, "zuul-image %q is declared twice (first on line %d); keep one entry", zi.Name, def.declared)
+		return
+	}
+	def.declared = e.nameNode.Line
+	names[zi.Name] = def
+	var dib []string
+	for _, key := range diskImageKeys {
+		if e.set[key] && !slices.Contains(declarationKeys, key) {
+			dib = append(dib, key)
+		}
+	}
+	if len(dib) > 0 {
+		p.errorf(e.nameNode, at, "%q is a zuul-image (defined %s), so this entry declares it to nodepool, but it also holds "+
+			"diskimage-builder settings (%s): whether the image is built here or fetched from Zuul would be unclear. "+
+			"Remove them (a zuul-image's formats and metadata are set on the zuul-image), or rename one of the two",
+			zi.Name, def.where(p), strings.Join(dib, ", "))
+	}
+	if !e.own.Pause {
+		p.errorf(e.nameNode, at, "declares zuul-image %q to nodepool, and needs pause: true so that a Python "+
+			"nodepool-builder reading this file never builds it with diskimage-builder; add pause: true (the "+
+			"zuul-image's own pause is its key in %s, or image-pause)", zi.Name, def.file)
+	}
+	d := baseDiskImage()
+	e.applyTo(&d)
+	zi.Declared = true
+	zi.Username, zi.PythonPath, zi.ShellType = d.Username, d.PythonPath, d.ShellType
 }
 
 func (p *parser) diskImageEntry(item *yaml.Node, path string) *diskImageEntry {
@@ -202,7 +274,7 @@ func (e *diskImageEntry) applyTo(d *DiskImage) {
 
 // inherit resolves every entry against its parent chain and returns the
 // concrete images in file order.
-func (p *parser) inherit(entries []*diskImageEntry, byName map[string]*diskImageEntry) []DiskImage {
+func (p *parser) inherit(entries []*diskImageEntry, byName map[string]*diskImageEntry, names imageNames) []DiskImage {
 	const (
 		unvisited = iota
 		visiting
@@ -229,6 +301,11 @@ func (p *parser) inherit(entries []*diskImageEntry, byName map[string]*diskImage
 		d := baseDiskImage()
 		if e.own.Parent != "" {
 			parent, ok := byName[e.own.Parent]
+			if def := names[e.own.Parent]; !ok && def.kind == "zuul-image" {
+				p.errorf(e.parentNode, childPath(e.path, "parent"), "%q is a zuul-image, which is fetched from Zuul and cannot be a parent; name a diskimage, or remove parent", e.own.Parent)
+				state[e] = failed
+				return false
+			}
 			if !ok {
 				p.errorf(e.parentNode, childPath(e.path, "parent"), "%q is not a diskimage; name one defined under diskimages, or remove parent", e.own.Parent)
 				state[e] = failed

@@ -27,27 +27,50 @@ const (
 	DefaultWebappAddress = "0.0.0.0"
 )
 
-// Load reads and validates the config file at path. Environment variables
-// named in %(NODEPOOL_FOO) are taken from the process environment.
-func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read config %s: %w", path, err)
-	}
-	return Parse(path, data, os.LookupEnv)
+// Parse validates the text of a one-file config: nodepool.yaml holding the
+// builder's own settings too, as configs did before the builder's own file.
+// file names it in errors. Every %(NODEPOOL_FOO) in the text is first replaced
+// by getenv("NODEPOOL_FOO"), as nodepool does; a nil getenv reads the process
+// environment. On failure the error is an Errors holding every problem found.
+func Parse(file string, data []byte, getenv func(string) (string, bool)) (*Config, error) {
+	return ParseFiles(Source{Name: file, Data: data}, nil, getenv)
 }
 
-// Parse validates the text of a config file. file names it in errors.
-// Every %(NODEPOOL_FOO) in the text is first replaced by getenv("NODEPOOL_FOO"),
-// as nodepool does; a nil getenv reads the process environment.
-// On failure the error is an Errors holding every problem found.
-func Parse(file string, data []byte, getenv func(string) (string, bool)) (*Config, error) {
+// ParseFiles validates nodepool.yaml and the builder's own file (nil when there
+// is none) as Parse validates one file. The errors name the file each is in,
+// nodepool.yaml's first.
+func ParseFiles(nodepool Source, own *Source, getenv func(string) (string, bool)) (*Config, error) {
 	if getenv == nil {
 		getenv = os.LookupEnv
 	}
-	p := &parser{file: file}
-	text, unset := substitute(data, getenv)
+	np := &parser{file: nodepool.Name}
+	npRoot, ok := np.document(nodepool.Data, getenv)
+	bp := &parser{}
+	var ownRoot *yaml.Node
+	if own != nil {
+		bp.file = own.Name
+		var ownOK bool
+		ownRoot, ownOK = bp.document(own.Data, getenv)
+		ok = ok && ownOK
+	}
+	var cfg *Config
+	if ok {
+		cfg = assemble(np, npRoot, bp, ownRoot, own != nil)
+		cfg.Path = nodepool.Name
+		if own != nil {
+			cfg.BuilderPath = own.Name
+		}
+	}
+	if errs := append(np.errs.sorted(), bp.errs.sorted()...); len(errs) > 0 {
+		return nil, errs
+	}
+	return cfg, nil
+}
 
+// document substitutes the environment into one file's text and decodes it.
+// false means it could not be read; its problems are recorded.
+func (p *parser) document(data []byte, getenv func(string) (string, bool)) (*yaml.Node, bool) {
+	text, unset := substitute(data, getenv)
 	lines := strings.Split(string(text), "\n")
 	root, err := decode(text)
 	if err != nil {
@@ -60,7 +83,7 @@ func Parse(file string, data []byte, getenv func(string) (string, bool)) (*Confi
 		} else {
 			p.syntaxError(text, lines, err)
 		}
-		return nil, p.errs.sorted()
+		return nil, false
 	}
 	if len(unset) > 0 {
 		// The rest of the file was read with the variables left empty, so its
@@ -72,15 +95,9 @@ func Parse(file string, data []byte, getenv func(string) (string, bool)) (*Confi
 			}
 			p.errorf(&yaml.Node{Line: u.line}, path, "%s", u.msg())
 		}
-		return nil, p.errs.sorted()
+		return nil, false
 	}
-
-	cfg := p.config(root)
-	cfg.Path = file
-	if len(p.errs) > 0 {
-		return nil, p.errs.sorted()
-	}
-	return cfg, nil
+	return root, true
 }
 
 // extraDocument reports a second YAML document in the file, which nodepool's
@@ -256,11 +273,11 @@ func sectionAt(lines []string, line int) string {
 	return ""
 }
 
-// topKeys are the top-level keys this builder reads: nodepool's, nodepool's
-// old gearman-servers, and its own zuul-images and builder.
+// topKeys are the top-level keys of nodepool.yaml this builder reads:
+// nodepool's, and nodepool's old gearman-servers.
 var topKeys = []string{
 	"images-dir", "build-log-dir", "build-log-retention", "elements-dir",
-	"webapp", "diskimages", "zuul-images", "providers", "builder",
+	"webapp", "diskimages", "providers",
 	"zookeeper-servers", "zookeeper-tls", "zookeeper-timeout", "gearman-servers",
 }
 
@@ -270,59 +287,120 @@ var topKeys = []string{
 // nodepool's. Any other top-level key is an error, as it is in nodepool.
 var topNodepoolKeys = []string{"labels", "max-hold-age", "tenant-resource-limits", "drivers-dir"}
 
-// config reads the top-level mapping.
-func (p *parser) config(root *yaml.Node) *Config {
+// ownKeys are the top-level keys of the builder's own file: its settings that
+// nodepool's schema has no key for.
+var ownKeys = []string{"zuul-images", "builder"}
+
+// assemble reads the top-level mappings of nodepool.yaml (np) and of the
+// builder's own file (bp; hasOwn tells whether there is one) into a Config.
+// Without the builder's own file, its settings may be in nodepool.yaml, as
+// one-file configs have them: they load, with a warning.
+func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, hasOwn bool) *Config {
 	cfg := &Config{
 		BuildLogDir:       DefaultBuildLogDir,
 		BuildLogRetention: DefaultBuildLogRetention,
 		Builder:           defaultBuilder(),
 	}
-	if isNull(root) {
-		return cfg
-	}
-	m, ok := p.readMapping(root, "", "a nodepool config", slices.Concat(topKeys, topNodepoolKeys), true)
+	top, ok := np.topMapping(npRoot, "a nodepool config", slices.Concat(topKeys, topNodepoolKeys, ownKeys))
 	if !ok {
 		return cfg
 	}
-	if s, ok := m.str("images-dir"); ok {
+	own, ok := bp.ownMapping(ownRoot, np.file)
+	if !ok {
+		return cfg
+	}
+	// Where the builder's own settings are: its file, or nodepool.yaml.
+	settings, sp := own, bp
+	var inNodepool []string
+	for _, key := range ownKeys {
+		if _, ok := top.fields[key]; ok {
+			inNodepool = append(inNodepool, key)
+		}
+	}
+	oneFile := false
+	switch {
+	case len(inNodepool) > 0 && hasOwn:
+		for _, key := range inNodepool {
+			np.errorf(top.fields[key].key, key, "is a setting of the builder's own, and the builder reads its own file %s: "+
+				"move this section there (nodepool's config-validate refuses it in nodepool.yaml)", bp.file)
+		}
+	case len(inNodepool) > 0:
+		settings, sp, oneFile = top, np, true
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("%s holds %s, which nodepool's config-validate refuses "+
+			"(\"extra keys not allowed\"): move them into %s beside it (or the file --builder-config names), and declare "+
+			"each zuul-image in nodepool.yaml as a diskimage of its name with pause: true, so that nodepool-launcher "+
+			"and Python nodepool-builders can read the file and labels can name the image",
+			np.file, strings.Join(inNodepool, " and "), BuilderFileName))
+	}
+
+	if s, ok := top.str("images-dir"); ok {
 		cfg.ImagesDir = s
 	}
-	if s, ok := m.str("build-log-dir"); ok {
+	if s, ok := top.str("build-log-dir"); ok {
 		cfg.BuildLogDir = s
 	}
-	if v, ok := m.integer("build-log-retention", -1, math.MaxInt, "-1 (keep all logs) or the number of logs to keep per image"); ok {
+	if v, ok := top.integer("build-log-retention", -1, math.MaxInt, "-1 (keep all logs) or the number of logs to keep per image"); ok {
 		cfg.BuildLogRetention = v
 	}
-	if s, ok := m.str("elements-dir"); ok {
+	if s, ok := top.str("elements-dir"); ok {
 		cfg.ElementsDir = s
 	}
-	if n, ok := m.get("webapp"); ok {
-		cfg.LauncherWebapp = p.webapp(n, m.sub("webapp"))
+	if n, ok := top.get("webapp"); ok {
+		cfg.LauncherWebapp = np.webapp(n, top.sub("webapp"))
 	}
-	if n, ok := m.get("builder"); ok {
-		cfg.Builder = p.builder(n, m.sub("builder"))
+	if n, ok := settings.get("builder"); ok {
+		cfg.Builder = sp.builder(n, settings.sub("builder"))
 	}
-	cfg.ZooKeeper = p.zookeeper(m)
+	cfg.ZooKeeper = np.zookeeper(top)
 	// nodepool's old top-level gearman-servers, and the builder section's.
-	for _, g := range p.gearmanServers(m) {
-		if !slices.Contains(cfg.Builder.GearmanServers, g) {
-			cfg.Builder.GearmanServers = append(cfg.Builder.GearmanServers, g)
+	if old := np.gearmanServers(top); len(old) > 0 {
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("%s: the top-level gearman-servers is an older nodepool's key, which "+
+			"nodepool 10's config-validate refuses: move it to builder.gearman-servers in %s", np.file, BuilderFileName))
+		for _, g := range old {
+			if !slices.Contains(cfg.Builder.GearmanServers, g) {
+				cfg.Builder.GearmanServers = append(cfg.Builder.GearmanServers, g)
+			}
 		}
 	}
 
 	names := imageNames{}
-	cfg.DiskImages = p.diskImages(m, names)
-	cfg.ZuulImages = p.zuulImages(m, names, cfg.Builder.PollInterval)
-	cfg.Providers = p.providers(m, names)
+	cfg.ZuulImages = sp.zuulImages(settings, names, cfg.Builder.PollInterval)
+	cfg.DiskImages = np.diskImages(top, names, cfg.ZuulImages)
+	var undeclared []string
+	for i := range cfg.ZuulImages {
+		zi := &cfg.ZuulImages[i]
+		if zi.Declared {
+			continue
+		}
+		if oneFile {
+			undeclared = append(undeclared, zi.Name)
+			continue
+		}
+		def := names[zi.Name]
+		sp.errorf(&yaml.Node{Line: def.line}, def.path, "%q is not declared in %s: add \"- {name: %s, pause: true}\" under its "+
+			"diskimages (and to the nodepool.yaml of every nodepool-launcher and Python nodepool-builder), so that "+
+			"nodepool's providers and labels can name it", zi.Name, np.file, zi.Name)
+	}
+	if len(undeclared) > 0 {
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("%s: zuul-images %s are not declared under diskimages, so "+
+			"nodepool-launcher cannot boot them, and a Python nodepool-builder deletes their uploads in the providers it "+
+			"has: add \"- {name: <image>, pause: true}\" under diskimages for each", np.file, strings.Join(undeclared, ", ")))
+	}
+	cfg.Providers = np.providers(top, names)
 
 	if cfg.ImagesDir == "" {
 		for _, key := range []string{"diskimages", "zuul-images"} {
+			m, mp := top, np
+			if key == "zuul-images" {
+				m, mp = settings, sp
+			}
 			if n, ok := m.get(key); ok && isSequence(n) {
 				at := m.fields[key].key
-				if f, ok := m.fields["images-dir"]; ok {
-					at = f.key // present but empty
+				if f, ok := top.fields["images-dir"]; ok {
+					at, mp = f.key, np // present but empty
 				}
-				p.errorf(at, "images-dir", "is required when %s are configured; set it to the directory for image files and the state database, e.g. /opt/nodepool_dib", key)
+				mp.errorf(at, "images-dir", "is required when %s are configured; set it in %s to the directory for image "+
+					"files and the state database, e.g. /opt/nodepool_dib", key, np.file)
 				break
 			}
 		}
@@ -331,6 +409,40 @@ func (p *parser) config(root *yaml.Node) *Config {
 		cfg.Builder.StateDB = filepath.Join(cfg.ImagesDir, "builder.db")
 	}
 	return cfg
+}
+
+// topMapping reads a file's top-level mapping; an empty file is an empty
+// mapping. false means it is not a mapping, which is reported.
+func (p *parser) topMapping(root *yaml.Node, what string, known []string) (*mapping, bool) {
+	if isNull(root) {
+		return &mapping{p: p, fields: map[string]field{}}, true
+	}
+	return p.readMapping(root, "", what, known, true)
+}
+
+// ownMapping reads the top-level mapping of the builder's own file. A key of
+// nodepool's is refused with where it belongs.
+func (p *parser) ownMapping(root *yaml.Node, nodepoolFile string) (*mapping, bool) {
+	if isNull(root) {
+		return &mapping{p: p, fields: map[string]field{}}, true
+	}
+	m, ok := p.readMapping(root, "", "the builder's config", ownKeys, false)
+	if !ok {
+		return m, false
+	}
+	nodepools := slices.Concat(topKeys, topNodepoolKeys)
+	for i := 0; i+1 < len(m.node.Content); i += 2 {
+		k := m.node.Content[i]
+		switch {
+		case k.ShortTag() == "!!merge" || slices.Contains(ownKeys, k.Value):
+		case slices.Contains(nodepools, k.Value):
+			p.errorf(k, k.Value, "is a key of nodepool's, which belongs in %s, not in the builder's own file: "+
+				"move it there (this file holds zuul-images and builder)", nodepoolFile)
+		default:
+			p.errorf(k, k.Value, "%s", unknownKeyMsg(k.Value, "the builder's config", ownKeys))
+		}
+	}
+	return m, true
 }
 
 // webappKeys are nodepool's webapp keys, all of them.

@@ -15,6 +15,21 @@ func parse(text string) (*Config, error) {
 	return Parse("nodepool.yaml", []byte(text), noEnv)
 }
 
+// parseFiles parses nodepool.yaml and the builder's own file.
+func parseFiles(nodepool, own string) (*Config, error) {
+	return ParseFiles(Source{Name: "nodepool.yaml", Data: []byte(nodepool)},
+		&Source{Name: "nodepool-builder.yaml", Data: []byte(own)}, noEnv)
+}
+
+func mustParseFiles(t *testing.T, nodepool, own string) *Config {
+	t.Helper()
+	cfg, err := parseFiles(nodepool, own)
+	if err != nil {
+		t.Fatalf("ParseFiles: %v", err)
+	}
+	return cfg
+}
+
 func mustParse(t *testing.T, text string) *Config {
 	t.Helper()
 	cfg, err := parse(text)
@@ -111,7 +126,10 @@ func TestParseErrors(t *testing.T) {
 		{"zuul poll-interval zero", head + "zuul-images:\n  - {name: z, api-url: 'https://z/', project: p, job: j, poll-interval: 0}\n", 3, "zuul-images[0].poll-interval", "must be a positive number of seconds"},
 		{"zuul pipelines a string", head + "zuul-images:\n  - {name: z, api-url: 'https://z/', project: p, job: j, pipelines: post}\n", 3, "zuul-images[0].pipelines", "expected a list of pipeline names like [periodic, post]"},
 		{"zuul formats bad", head + "zuul-images:\n  - {name: z, api-url: 'https://z/', project: p, job: j, formats: [q c o w]}\n", 3, "zuul-images[0].formats[0]", "is not a format"},
-		{"zuul name taken by a diskimage", head + "diskimages:\n  - name: a\nzuul-images:\n  - {name: a, api-url: 'https://z/', project: p, job: j}\n", 5, "zuul-images[0].name", `"a" is defined twice (first on line 3 as a diskimage)`},
+		{"zuul name taken by a diskimage", head + "diskimages:\n  - {name: a, elements: [vm], pause: true}\nzuul-images:\n  - {name: a, api-url: 'https://z/', project: p, job: j}\n", 3, "diskimages[0].name", `"a" is a zuul-image (defined on line 5), so this entry declares it to nodepool, but it also holds diskimage-builder settings (elements)`},
+		{"declaration without pause", head + "diskimages:\n  - {name: a}\nzuul-images:\n  - {name: a, api-url: 'https://z/', project: p, job: j}\n", 3, "diskimages[0].name", `declares zuul-image "a" to nodepool, and needs pause: true`},
+		{"declaration twice", head + "diskimages:\n  - {name: a, pause: true}\n  - {name: a, pause: true}\nzuul-images:\n  - {name: a, api-url: 'https://z/', project: p, job: j}\n", 4, "diskimages[1].name", `zuul-image "a" is declared twice (first on line 3)`},
+		{"declaration as a parent", head + "diskimages:\n  - {name: a, pause: true}\n  - {name: b, parent: a}\nzuul-images:\n  - {name: a, api-url: 'https://z/', project: p, job: j}\n", 4, "diskimages[1].parent", `"a" is a zuul-image, which is fetched from Zuul and cannot be a parent`},
 		{"artifact without type", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifacts:\n      - format: raw\n", 8, "zuul-images[0].artifacts[0].type", "is required; give the artifact metadata.type"},
 		{"artifact without format", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifacts:\n      - type: image-raw\n", 8, "zuul-images[0].artifacts[0].format", "is required"},
 		{"artifact unknown key", head + "zuul-images:\n  - name: z\n    api-url: https://z/\n    project: p\n    job: j\n    artifacts:\n      - format: raw\n        type: image-raw\n        url: x\n", 10, "zuul-images[0].artifacts[0].url", "unknown key in an artifacts entry; known keys are format, type, name"},
@@ -142,7 +160,7 @@ func TestParseErrors(t *testing.T) {
 		{"image-upload-timeout negative", head + "providers:\n  - {name: a, cloud: c, image-upload-timeout: -1}\n", 3, "providers[0].image-upload-timeout", "must be a positive number of seconds"},
 		{"rate text", head + "providers:\n  - {name: a, cloud: c, rate: fast}\n", 3, "providers[0].rate", "must be a number of seconds to wait between API calls"},
 		{"provider diskimages not a list", head + "providers:\n  - {name: a, cloud: c, diskimages: x}\n", 3, "providers[0].diskimages", "expected a list of images"},
-		{"provider image unknown", head + "diskimages:\n  - name: right\nproviders:\n  - name: a\n    cloud: c\n    diskimages:\n      - name: right\n      - name: wrong\n", 9, "providers[0].diskimages[1].name", `"wrong" is neither a diskimage nor a zuul-image`},
+		{"provider image unknown", head + "diskimages:\n  - name: right\nproviders:\n  - name: a\n    cloud: c\n    diskimages:\n      - name: right\n      - name: wrong\n", 9, "providers[0].diskimages[1].name", `"wrong" is not a diskimage; define it under diskimages`},
 		{"provider image abstract", head + "diskimages:\n  - name: base\n    abstract: true\nproviders:\n  - name: a\n    cloud: c\n    diskimages:\n      - name: base\n", 9, "providers[0].diskimages[0].name", `"base" is an abstract diskimage`},
 		{"provider image twice", head + "diskimages:\n  - name: d\nproviders:\n  - name: a\n    cloud: c\n    diskimages:\n      - name: d\n      - name: d\n", 9, "providers[0].diskimages[1].name", `"d" is listed twice in this provider (first on line 8)`},
 		{"provider image without name", head + "providers:\n  - name: a\n    cloud: c\n    diskimages:\n      - pause: true\n", 6, "providers[0].diskimages[0].name", "is required; name a diskimage or zuul-image"},
@@ -247,26 +265,29 @@ providers:
 }
 
 func TestParseDefaults(t *testing.T) {
-	cfg := mustParse(t, `images-dir: /opt/images
+	cfg := mustParseFiles(t, `images-dir: /opt/images
 webapp: {}
-builder:
-  webapp: {}
 diskimages:
   - name: d
-zuul-images:
   - name: z
-    api-url: https://zuul.example.com/
-    project: org/images
-    job: build-z
+    pause: true
 providers:
   - name: p
     cloud: c
     diskimages:
       - name: d
       - name: z
+`, `builder:
+  webapp: {}
+zuul-images:
+  - name: z
+    api-url: https://zuul.example.com/
+    project: org/images
+    job: build-z
 `)
 	want := &Config{
 		Path:              "nodepool.yaml",
+		BuilderPath:       "nodepool-builder.yaml",
 		ImagesDir:         "/opt/images",
 		BuildLogDir:       "/var/log/nodepool/builds",
 		BuildLogRetention: 7,
@@ -280,6 +301,9 @@ providers:
 			PythonPath:   "auto",
 		}},
 		ZuulImages: []ZuulImage{{
+			Declared:     true,
+			Username:     "zuul",
+			PythonPath:   "auto",
 			Name:         "z",
 			APIURL:       "https://zuul.example.com/",
 			Project:      "org/images",
@@ -566,7 +590,7 @@ func TestParseUnknownKeys(t *testing.T) {
 		{"nothing near: the known keys are listed", head + "zookeeper-tls:\n  cert: c\n  key: k\n  ca: a\n  verify: false\n",
 			"nodepool.yaml:6: zookeeper-tls.verify: unknown key in the zookeeper-tls section; known keys are cert, key, ca"},
 		{"nothing near at the top level", head + "colour: blue\n",
-			"nodepool.yaml:2: colour: unknown key in a nodepool config; known keys are images-dir, build-log-dir, build-log-retention, elements-dir, webapp, diskimages, zuul-images, providers, builder, zookeeper-servers, zookeeper-tls, zookeeper-timeout, gearman-servers, labels, max-hold-age, tenant-resource-limits, drivers-dir"},
+			"nodepool.yaml:2: colour: unknown key in a nodepool config; known keys are images-dir, build-log-dir, build-log-retention, elements-dir, webapp, diskimages, providers, zookeeper-servers, zookeeper-tls, zookeeper-timeout, gearman-servers, labels, max-hold-age, tenant-resource-limits, drivers-dir, zuul-images, builder"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -161,7 +161,7 @@ func (p *parser) providerImages(m *mapping, names imageNames) []ProviderImage {
 		def, known := names[pi.Name]
 		switch {
 		case !known:
-			p.errorf(n, im.sub("name"), "%q is neither a diskimage nor a zuul-image; define it under diskimages or zuul-images, or fix the name", pi.Name)
+			p.errorf(n, im.sub("name"), "%q is not a diskimage; define it under diskimages (where a zuul-image is declared too, as a diskimage of its name with pause: true), or fix the name", pi.Name)
 			continue
 		case def.kind == "abstract diskimage":
 			p.errorf(n, im.sub("name"), "%q is an abstract diskimage, which is never built; list an image that has it as parent", pi.Name)

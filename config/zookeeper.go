@@ -17,7 +17,7 @@ type ZooKeeper struct {
 // ZooKeeperServer is one zookeeper-servers entry.
 type ZooKeeperServer struct {
 	Host   string
-	Port   int    // default 2181
+	Port   int    // default 2281, as nodepool 10 reads the key
 	Chroot string // a path every znode lives under, e.g. /nodepool-test
 }
 
@@ -28,9 +28,12 @@ type ZooKeeperTLS struct {
 	CA   string
 }
 
-// Defaults of the ZooKeeper keys, as nodepool's.
+// Defaults of the ZooKeeper keys, as nodepool's. nodepool 10's loadConfig
+// takes a server without a port at 2281, ZooKeeper's usual TLS port (its
+// connection class says 2181, which loadConfig never uses): the launcher and
+// the builder reading one file reach the same server.
 const (
-	DefaultZooKeeperPort    = 2181
+	DefaultZooKeeperPort    = 2281
 	DefaultZooKeeperTimeout = 10 * time.Second
 )
 

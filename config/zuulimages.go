@@ -17,8 +17,8 @@ var zuulImageKeys = []string{
 
 var artifactKeys = []string{"format", "type", "name"}
 
-// zuulImages reads the zuul-images list. The section is ours, so unknown keys
-// are errors. pollInterval is the builder's, the default for each entry.
+// zuulImages reads the zuul-images list: of the builder's own file, or of a
+// one-file nodepool.yaml. The section is ours, so unknown keys are errors. pollInterval is the builder's, the default for each entry.
 func (p *parser) zuulImages(top *mapping, names imageNames, pollInterval time.Duration) []ZuulImage {
 	items, ok := top.list("zuul-images", "zuul-images", "[{name: debian, api-url: https://zuul.example.com/, project: org/images, job: build-debian}]")
 	if !ok {
@@ -45,7 +45,7 @@ func (p *parser) zuulImages(top *mapping, names imageNames, pollInterval time.Du
 
 // zuulImage reads one entry; false means it has no usable name.
 func (p *parser) zuulImage(m *mapping, pollInterval time.Duration) (ZuulImage, bool) {
-	z := ZuulImage{PollInterval: pollInterval}
+	z := ZuulImage{PollInterval: pollInterval, Username: DefaultUsername, PythonPath: DefaultPythonPath}
 	if m.require("name", "give every zuul-image the name providers refer to it by") {
 		z.Name, _ = m.str("name")
 	}

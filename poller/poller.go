@@ -247,10 +247,13 @@ func (p *Poller) dueLocked(ctx context.Context, f *fetch) (source.Work, error) {
 	st := p.opts.Store
 	return source.Work{
 		Reason: "new Zuul build " + zb.UUID,
+		// The connection settings of the image's declaration in nodepool.yaml:
+		// the upload records carry them to nodepool-launcher.
 		New: store.Build{
-			Image:  image,
-			Source: store.SourceZuul,
-			Zuul:   store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: redact.URL(zb.LogURL)},
+			Image:    image,
+			Source:   store.SourceZuul,
+			Zuul:     store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: redact.URL(zb.LogURL)},
+			Username: zi.Username, PythonPath: zi.PythonPath, ShellType: zi.ShellType,
 		},
 		// The build becomes ready and the cursor moves in one write, so a
 		// crash leaves either a build to settle and fetch again, or both done.

@@ -180,6 +180,26 @@ func TestPollFetchesOnlyNeededFormats(t *testing.T) {
 	}
 }
 
+// A build carries the connection settings of the zuul-image's declaration in
+// nodepool.yaml, which its upload records take to nodepool-launcher.
+func TestPollRecordsTheDeclaredConnection(t *testing.T) {
+	f := newFixture(t, "raw")
+	zi := &f.cfg.ZuulImages[0]
+	zi.Username, zi.PythonPath, zi.ShellType = "debian", "/usr/bin/python3", "sh"
+	f.publish(f.standard("1")...)
+	out, err := f.poll(context.Background(), "debian")
+	if err != nil || out.Ingested == nil {
+		t.Fatalf("poll = %+v, %v", out, err)
+	}
+	b, err := f.st.Build(context.Background(), out.Ingested.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Username != "debian" || b.PythonPath != "/usr/bin/python3" || b.ShellType != "sh" {
+		t.Errorf("build = %+v, want username debian, python-path /usr/bin/python3, shell-type sh", b)
+	}
+}
+
 func TestPollRefusesMissingFormatOnce(t *testing.T) {
 	f := newFixture(t, "raw")
 	zb := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: f.image("qcow2", "x"), Metadata: meta("qcow2")})

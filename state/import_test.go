@@ -22,7 +22,7 @@ func loadTestConfig(t *testing.T, dir, zk string) *config.Config {
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(path)
+	cfg, err := config.Load(config.Files{Nodepool: path})
 	if err != nil {
 		t.Fatal(err)
 	}

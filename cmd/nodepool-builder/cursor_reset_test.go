@@ -30,7 +30,7 @@ zuul-images:
     project: org/images
     job: build-debian
 `+zkKeys(z, zkChroot))
-	cfg, err := config.Load(cfgPath)
+	cfg, err := config.Load(config.Files{Nodepool: cfgPath})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
@@ -201,9 +202,15 @@ func (d *daemon) waitLog(t *testing.T, timeout time.Duration, s string) {
 
 func TestDaemonReloadsConfig(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
-	write := func(qImages, rImages, images string) {
+	ownPath := filepath.Join(filepath.Dir(e.cfgPath), config.BuilderFileName)
+	// nodepool.yaml declares the zuul-image when declared is set; the
+	// builder's own file beside it holds the zuul-images.
+	write := func(qImages, rImages string, declared bool) {
+		declaration := "diskimages: []\n"
+		if declared {
+			declaration = "diskimages:\n  - name: debian\n    pause: true\n"
+		}
 		cfg := fmt.Sprintf(`images-dir: %s
-zuul-images:
 %sproviders:
   - name: cloud-q
     cloud: %s
@@ -213,14 +220,20 @@ zuul-images:
     cloud: %s
     image-format: raw
     diskimages:
-%s`, filepath.Join(e.dir, "images"), images, e.glance.Cloud, qImages, e.glance.Cloud, rImages)
+%s`, filepath.Join(e.dir, "images"), declaration, e.glance.Cloud, qImages, e.glance.Cloud, rImages)
 		if err := os.WriteFile(e.cfgPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeOwn := func(images string) {
+		if err := os.WriteFile(ownPath, []byte("zuul-images:\n"+images), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	image := fmt.Sprintf("  - name: debian\n    api-url: %s\n    tenant: example\n    project: org/images\n    job: build-debian\n    poll-interval: 1\n", e.zuul.URL())
 	listed := "      - name: debian\n"
-	write(listed, "      []\n", image)
+	write(listed, "      []\n", true)
+	writeOwn(image)
 	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
 	d := startDaemon(t, e.cfgPath)
 	logs := d.logs
@@ -230,14 +243,14 @@ zuul-images:
 	testenv.WaitFor(t, 60*time.Second, "the upload to cloud-q", count("cloud-q"), logs.String)
 
 	// A provider newly listing the image gets the current build (its format fetched now).
-	write(listed, listed, image)
+	write(listed, listed, true)
 	testenv.WaitFor(t, 60*time.Second, "the upload to the newly listing cloud-r (file change)", count("cloud-r"), logs.String)
 	if n := len(e.buildsJSON()); n != 1 {
 		t.Fatalf("a new build was made for the new provider: %d builds", n)
 	}
 
 	// An image removed from a provider's list: its uploads there go (SIGHUP).
-	write("      []\n", listed, image)
+	write("      []\n", listed, true)
 	d.cmd.Process.Signal(syscall.SIGHUP)
 	testenv.WaitFor(t, 60*time.Second, "the uploads in cloud-q to go", func() bool { return len(e.images("cloud-q")) == 0 }, logs.String)
 	if len(e.images("cloud-r")) != 1 {
@@ -246,12 +259,22 @@ zuul-images:
 
 	// A broken config is reported and the running one stays.
 	os.WriteFile(e.cfgPath, []byte("providers: [\n"), 0o644)
-	testenv.WaitFor(t, 30*time.Second, "the broken config to be reported", func() bool {
-		return strings.Contains(logs.String(), "config not reloaded")
-	}, logs.String)
+	refusals := func() int { return strings.Count(logs.String(), "config not reloaded") }
+	testenv.WaitFor(t, 30*time.Second, "the broken config to be reported", func() bool { return refusals() == 1 }, logs.String)
 
-	// An image removed from the config: its uploads, files and records go.
-	write("      []\n", "      []\n", "  []\n")
+	// A zuul-image whose declaration left nodepool.yaml is refused, naming
+	// what to add: the running config stays.
+	write("      []\n", "      []\n", false)
+	testenv.WaitFor(t, 30*time.Second, "the undeclared zuul-image to be reported", func() bool {
+		return refusals() == 2 && strings.Contains(logs.String(), `\"debian\" is not declared in `+e.cfgPath)
+	}, logs.String)
+	if len(e.images("cloud-r")) != 1 {
+		t.Fatal("cloud-r's upload went on a config that was refused")
+	}
+
+	// An image removed from the config, the builder's own file changing
+	// last: its uploads, files and records go.
+	writeOwn("  []\n")
 	testenv.WaitFor(t, 60*time.Second, "everything of the removed image to go", func() bool {
 		files, _ := filepath.Glob(filepath.Join(e.dir, "images", "debian-*"))
 		return len(e.images("cloud-r")) == 0 && len(e.buildsJSON()) == 0 && len(e.uploadsJSON()) == 0 && len(files) == 0

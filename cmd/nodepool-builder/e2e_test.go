@@ -608,7 +608,7 @@ func onThisHost(t *testing.T, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(path)
+	cfg, err := config.Load(config.Files{Nodepool: path})
 	if err != nil {
 		t.Fatalf("%s does not load: %v", path, err)
 	}

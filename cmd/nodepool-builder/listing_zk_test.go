@@ -32,7 +32,7 @@ func TestZooKeeperListingsNeedNoImagesDir(t *testing.T) {
 	}
 
 	// The builder's host writes a build and an upload.
-	hostCfg, err := config.Load(writeFileT(t, filepath.Join(dir, "host.yaml"), configText(filepath.Join(dir, "images"), true)))
+	hostCfg, err := config.Load(config.Files{Nodepool: writeFileT(t, filepath.Join(dir, "host.yaml"), configText(filepath.Join(dir, "images"), true))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,6 +133,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		ErrWriter: stderr,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: "/etc/nodepool/nodepool.yaml", Usage: "nodepool.yaml to use"},
+			&cli.StringFlag{Name: "builder-config", Usage: "the builder's own config file (zuul-images, builder)",
+				DefaultText: config.BuilderFileName + " beside --config, when it exists"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json"},
 			&cli.BoolFlag{Name: "debug", Aliases: []string{"d"}, Usage: "log debug messages (nodepool's -d; the builder always runs in the foreground)", DisableDefaultText: true},
 			&cli.BoolFlag{Name: "foreground", Aliases: []string{"f"}, Usage: "accepted for nodepool's -f; the builder always runs in the foreground", DisableDefaultText: true},
@@ -243,7 +245,7 @@ func newLoggerTo(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 }
 
 func loadConfig(c *cli.Context) (*config.Config, error) {
-	cfg, err := config.Load(c.String("config"))
+	cfg, err := config.Load(config.Files{Nodepool: c.String("config"), Builder: c.String("builder-config")})
 	if err != nil {
 		return nil, withCode(exitUsage, err)
 	}
@@ -264,8 +266,12 @@ func configValidate(c *cli.Context) error {
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
-	fmt.Fprintf(c.App.Writer, "%s is valid: %d diskimages, %d zuul-images, %d providers to upload to\n",
-		cfg.Path, len(cfg.DiskImages), len(cfg.ZuulImages), len(cfg.Providers))
+	files := cfg.Path + " is"
+	if cfg.BuilderPath != "" {
+		files = cfg.Path + " and " + cfg.BuilderPath + " are"
+	}
+	fmt.Fprintf(c.App.Writer, "%s valid: %d diskimages, %d zuul-images, %d providers to upload to\n",
+		files, len(cfg.DiskImages), len(cfg.ZuulImages), len(cfg.Providers))
 	return nil
 }
 

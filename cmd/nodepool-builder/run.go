@@ -115,7 +115,7 @@ func runBuilder(c *cli.Context) error {
 		Logger:        log,
 		UploadWorkers: c.Int("upload-workers"),
 		BuildWorkers:  c.Int("build-workers"),
-		Load:          func() (*config.Config, error) { return config.Load(cfg.Path) },
+		Load:          func() (*config.Config, error) { return config.Load(cfg.Files) },
 		Reload:        reload,
 		Metrics:       m,
 		Progress:      tracker,
@@ -126,8 +126,11 @@ func runBuilder(c *cli.Context) error {
 		}
 		return withCode(exitFailed, err)
 	}
-	log.Info("config loaded", "config", cfg.Path, "diskimages", len(cfg.DiskImages),
+	log.Info("config loaded", "config", cfg.Path, "builder_config", cfg.BuilderPath, "diskimages", len(cfg.DiskImages),
 		"zuul_images", len(cfg.ZuulImages), "providers", len(cfg.Providers))
+	for _, w := range cfg.Warnings {
+		log.Warn(w)
+	}
 	pctx, stopProgress := context.WithCancel(ctx)
 	var shown sync.WaitGroup
 	defer func() {

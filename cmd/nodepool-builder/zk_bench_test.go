@@ -138,7 +138,7 @@ func (f *zkFleet) populateImage(ctx context.Context, st *store.Store, image stri
 // openBuilder opens the state of a builder's config and the builder over it,
 // as the command does.
 func openBuilder(ctx context.Context, path string, log *slog.Logger, iv builder.Intervals) (*builder.Builder, *store.Store, *zookeeper.Backend, error) {
-	cfg, err := config.Load(path)
+	cfg, err := config.Load(config.Files{Nodepool: path})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -147,7 +147,7 @@ func openBuilder(ctx context.Context, path string, log *slog.Logger, iv builder.
 		return nil, nil, nil, err
 	}
 	b, err := builder.New(ctx, builder.Options{Config: cfg, Store: st, Logger: log, Intervals: iv,
-		Load: func() (*config.Config, error) { return config.Load(path) }})
+		Load: func() (*config.Config, error) { return config.Load(config.Files{Nodepool: path}) }})
 	if err != nil {
 		st.Close()
 		return nil, nil, nil, err
@@ -200,7 +200,7 @@ func BenchmarkZooKeeperNoOp(b *testing.B) {
 		}
 	}
 	start := time.Now()
-	cfg, err := config.Load(f.configs[0])
+	cfg, err := config.Load(config.Files{Nodepool: f.configs[0]})
 	if err != nil {
 		b.Fatal(err)
 	}
