@@ -3,9 +3,12 @@
 # a standalone Glance, qemu-img and zstd; with "test", also diskimage-builder (it
 # brings debootstrap; a debian-minimal build also runs sudo and mkfs.ext4 on the
 # host), ZooKeeper (the tests run its jars with java, not the service), kazoo
-# for /usr/bin/python3 (an independent ZooKeeper client for the tests), and
-# gearmand with the gearman and gearadmin commands (the tests run their own
-# gearmand, not the service, and use the commands as an independent client),
+# for /usr/bin/python3 (an independent ZooKeeper client for the tests), the
+# Python packages nodepool 10's own code in third_party/nodepool needs under
+# /usr/bin/python3 (the tests run its config validation and loading, and its
+# nodepool-builder, to check ours against the real thing), and gearmand with
+# the gearman and gearadmin commands (the tests run their own gearmand, not the
+# service, and use the commands as an independent client),
 # systemd-analyze, which checks the example systemd unit, Keystone with the
 # uwsgi that serves it (the tests run their own on a loopback port, not the service),
 # and the mosquitto MQTT broker with mosquitto_pub (the tests run their own broker,
@@ -31,6 +34,20 @@ if [ "${1:-demo}" = test ]; then
 	need java default-jre-headless
 	# Debian's kazoo is importable only by Debian's python, not a pyenv or venv one.
 	/usr/bin/python3 -c 'import kazoo.client' >/dev/null 2>&1 || missing="$missing python3-kazoo"
+	# nodepool's own code (third_party/nodepool), run by /usr/bin/python3 too: its
+	# config (yaml, voluptuous), its builder command (daemon, extras, statsd; pbr and
+	# pkg_resources for its version) and openstack driver (openstacksdk). Loading a
+	# config imports every driver, so every driver's SDK is needed: paramiko and
+	# cachetools (their shared state machine), boto3 (aws), requests (azure),
+	# googleapiclient (gce), kubernetes (kubernetes, openshiftpods), openshift.
+	for m in yaml:python3-yaml voluptuous:python3-voluptuous openstack:python3-openstacksdk \
+		daemon:python3-daemon extras:python3-extras statsd:python3-statsd \
+		pbr.version:python3-pbr pkg_resources:python3-pkg-resources \
+		paramiko:python3-paramiko cachetools:python3-cachetools boto3:python3-boto3 \
+		requests:python3-requests googleapiclient.discovery:python3-googleapi \
+		kubernetes.client:python3-kubernetes openshift.dynamic:python3-openshift; do
+		/usr/bin/python3 -c "import ${m%%:*}" >/dev/null 2>&1 || missing="$missing ${m#*:}"
+	done
 	# gearmand lives in sbin too; internal/testenv runs it, the service stays off.
 	[ -x /usr/sbin/gearmand ] || missing="$missing gearman-job-server"
 	need gearman gearman-tools
