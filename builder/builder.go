@@ -173,6 +173,7 @@ func (b *Builder) Once(ctx context.Context) error {
 	sweep.Go(func() { fail(b.cur.Load().uploader.Sweep(ctx)) })
 	defer sweep.Wait()
 	fail(b.Recover(ctx))
+	fail(b.store.MarkOwnedBuilds(ctx))
 	// Nothing of this process runs yet and the images-dir lock keeps others out:
 	// whatever is left over now is a leftover, however young.
 	fail(b.tidy(ctx, b.store.Now()))
@@ -222,6 +223,9 @@ func (b *Builder) Run(ctx context.Context) error {
 	// starts, so that no new step is taken for its owner.
 	if err := b.Recover(ctx); err != nil {
 		b.log.Error("recovery incomplete; it is tried again on every pass", "error", err)
+	}
+	if err := b.store.MarkOwnedBuilds(ctx); err != nil {
+		b.log.Error("could not mark this builder's builds; it is tried again at the next start", "error", err)
 	}
 	if err := b.tidy(ctx, b.store.Now()); err != nil {
 		b.log.Error("tidy-up incomplete", "error", err)
@@ -409,11 +413,22 @@ func (b *Builder) Recover(ctx context.Context) error {
 	return errors.Join(b.run.Recover(ctx, p.sources), p.uploader.Recover(ctx))
 }
 
-// tidy removes the builder's own leftovers last changed before a time:
-// temporary files, files of builds the state does not know, partial downloads
-// nobody will resume.
+// tidy settles the builds of this builder whose records another program
+// deleted, and removes the builder's own leftovers last changed before a
+// time: temporary files, files of builds the state does not know, partial
+// downloads nobody will resume.
 func (b *Builder) tidy(ctx context.Context, before time.Time) error {
 	cfg := b.cur.Load().cfg
+	busy := func(image, buildID string) bool {
+		return (image != "" && b.run.Busy(image)) || (buildID != "" && b.queue.onBuild(buildID))
+	}
+	lost, lostErr := b.store.SettleLost(ctx, busy)
+	for _, l := range lost {
+		b.warnLost(cfg, l)
+	}
+	if lostErr != nil {
+		lostErr = fmt.Errorf("settle builds deleted by another program: %w", lostErr)
+	}
 	zuul := map[string]bool{}
 	for _, zi := range cfg.ZuulImages {
 		zuul[zi.Name] = true
@@ -421,15 +436,33 @@ func (b *Builder) tidy(ctx context.Context, before time.Time) error {
 	removed, err := b.store.RemoveLeftovers(ctx, store.Leftovers{
 		Before:     before,
 		ZuulImages: zuul,
-		Busy: func(image, buildID string) bool {
-			return (image != "" && b.run.Busy(image)) || (buildID != "" && b.queue.onBuild(buildID))
-		},
+		Busy:       busy,
 	})
 	for _, path := range removed {
 		b.log.Info("removed leftover file", "path", path)
 	}
 	if err != nil {
-		return fmt.Errorf("remove leftovers: %w", err)
+		err = fmt.Errorf("remove leftovers: %w", err)
 	}
-	return nil
+	return errors.Join(lostErr, err)
+}
+
+// warnLost says that a build of this builder was deleted by another program,
+// and the likely cause: a nodepool.yaml, of a Python nodepool-builder sharing
+// the ZooKeeper, that does not have the image, so that its cleanup deletes
+// the image's uploads and builds.
+func (b *Builder) warnLost(cfg *config.Config, l store.LostBuild) {
+	args := []any{"image", l.Image, "build", l.Image + "-" + l.ID}
+	cause := fmt.Sprintf("Likely cause: a Python nodepool-builder sharing the state whose nodepool.yaml does not "+
+		"list %s under diskimages deletes its builds and uploads (so does nodepool dib-image-delete).", l.Image)
+	if zi := cfg.ZuulImage(l.Image); zi != nil {
+		cause = fmt.Sprintf("Likely cause: a Python nodepool-builder sharing the state whose nodepool.yaml does not "+
+			"declare zuul-image %s: add \"- {name: %s, pause: true}\" under diskimages in the nodepool.yaml of every "+
+			"nodepool-builder and launcher (or nodepool dib-image-delete was run).", l.Image, l.Image)
+	}
+	if l.ZuulUUID != "" {
+		args = append(args, "zuul_build", l.ZuulUUID)
+		cause += " That Zuul build is not fetched again on its own: the next one is, or image-build fetches it now."
+	}
+	b.log.Warn("a build of this builder was deleted by another program, not by this builder: its files are removed. "+cause, args...)
 }

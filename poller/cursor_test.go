@@ -2,6 +2,8 @@ package poller
 
 import (
 	"context"
+	"errors"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -154,9 +156,27 @@ func TestPollAfterHostileHugeID(t *testing.T) {
 	}
 }
 
+// deleteReleased deletes a build as the builder's lifecycle does once an
+// operator or retention released it: released, its files forgotten, then its
+// record.
+func deleteReleased(t *testing.T, st *store.Store, id string) {
+	t.Helper()
+	ctx := context.Background()
+	b, err := st.ReleaseBuild(ctx, id, "released by the test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ForgetBuild(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Write(ctx, store.DeleteBuild(b)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPollRefetchesWhenNoBuildIsReady: every build of a zuul-image was
-// deleted; the next poll fetches Zuul's newest build again, though the cursor
-// has it.
+// released and deleted; the next poll fetches Zuul's newest build again,
+// though the cursor has it.
 func TestPollRefetchesWhenNoBuildIsReady(t *testing.T) {
 	f := newFixture(t, "qcow2")
 	ctx := context.Background()
@@ -168,9 +188,7 @@ func TestPollRefetchesWhenNoBuildIsReady(t *testing.T) {
 	}
 	builds, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian"})
 	for _, b := range builds {
-		if err := f.st.Write(ctx, store.DeleteBuild(b)); err != nil {
-			t.Fatal(err)
-		}
+		deleteReleased(t, f.st, b.ID)
 	}
 	f.pollIngests("after every build was deleted", zb)
 	out, err = f.poll(ctx, "debian")
@@ -222,11 +240,80 @@ func TestPollUnderLockReadsTheCursorsBuild(t *testing.T) {
 	}
 	// Once that build is really gone, the image is due again.
 	lag.lag.Store(false)
-	if err := f.st.Write(ctx, store.DeleteBuild(mustBuild(t, f.st, cur.Build))); err != nil {
-		t.Fatal(err)
-	}
+	deleteReleased(t, f.st, cur.Build)
 	lag.lag.Store(true)
 	f.pollIngests("after the cursor's build was deleted", zb)
+}
+
+// TestPollDoesNotRefetchALostBuild: the record of the build a Zuul build
+// became goes without a builder of ours releasing it (a Python
+// nodepool-builder whose nodepool.yaml lacks the image deletes it). The poll
+// does not fetch that Zuul build again, which would only be deleted again;
+// the tidy-up removes the build's files and says on the cursor that it was
+// lost; an operator's request fetches it, and a newer Zuul build is fetched
+// as ever.
+func TestPollDoesNotRefetchALostBuild(t *testing.T) {
+	for _, how := range []string{"deleted", "marked deleting"} {
+		t.Run(how, func(t *testing.T) {
+			f := newFixture(t, "qcow2")
+			ctx := context.Background()
+			zb := f.publishAt(0, time.Time{}, "1")
+			f.pollIngests("the first poll", zb)
+			cur, _ := f.st.Cursor(ctx, "debian")
+			b := mustBuild(t, f.st, cur.Build)
+			file := f.st.FilePath("debian", b.ID, "qcow2")
+			// As nodepool's cleanup writes it: the state changes, the reason
+			// it had while ready (none) stays.
+			b.SetState(store.Deleting, time.Now())
+			if err := f.st.Write(ctx, store.PutBuild(&b)); err != nil {
+				t.Fatal(err)
+			}
+			if how == "deleted" {
+				if err := f.st.Write(ctx, store.DeleteBuild(b)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := f.poll(ctx, "debian")
+			if err != nil || out.Ingested != nil {
+				t.Fatalf("poll after the record went = %+v, %v; want nothing fetched\n%s", out, err, f.logs.String())
+			}
+			if how == "marked deleting" {
+				// The lifecycle deletes it, as it deletes any deleting build.
+				if err := f.st.ForgetBuild(b); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.st.Write(ctx, store.DeleteBuild(b)); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("file of the deleted build: %v", err)
+				}
+			}
+			lost, err := f.st.SettleLost(ctx, nil)
+			if err != nil || len(lost) != 1 || lost[0].ID != b.ID || lost[0].ZuulUUID != zb.UUID {
+				t.Fatalf("SettleLost = %+v, %v; want build %s of Zuul build %s", lost, err, b.ID, zb.UUID)
+			}
+			if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("file of the lost build: %v, want it removed", err)
+			}
+			if again, _ := f.st.SettleLost(ctx, nil); len(again) != 0 {
+				t.Errorf("SettleLost again = %+v, want nothing: settled once", again)
+			}
+			cur, _ = f.st.Cursor(ctx, "debian")
+			if cur.Outcome != store.OutcomeLost || cur.ZuulUUID != zb.UUID || !strings.Contains(cur.Reason, "deleted by another program") {
+				t.Fatalf("cursor = %+v, want Zuul build %s lost", cur, zb.UUID)
+			}
+			out, err = f.poll(ctx, "debian")
+			if err != nil || out.Ingested != nil || !strings.Contains(out.Skipped, "was deleted by another program") {
+				t.Fatalf("poll after the loss was settled = %+v, %v; want nothing fetched, and why", out, err)
+			}
+			got, err := f.buildNow(ctx, "debian", "")
+			if err != nil || got.Zuul.UUID != zb.UUID || got.State != store.Ready {
+				t.Fatalf("an operator's request = %+v, %v; want Zuul build %s fetched again", got, err, zb.UUID)
+			}
+			f.pollIngests("a newer Zuul build", f.publishAt(0, time.Time{}, "2"))
+		})
+	}
 }
 
 func mustBuild(t *testing.T, st *store.Store, id string) store.Build {

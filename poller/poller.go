@@ -95,6 +95,7 @@ type fetch struct {
 	zi     *config.ZuulImage
 	zb     zuulapi.Build
 	needed []string // the formats to fetch
+	asked  bool     // an operator asked for a build
 }
 
 // Due polls one zuul-image: when Zuul has a successful build newer than the
@@ -181,7 +182,7 @@ func (p *Poller) due(ctx context.Context, image string, look source.Look) (sourc
 		return source.NotDue(fmt.Sprintf("Zuul's newest %d successful builds of job %s are all of unmerged changes; "+
 			"set pipelines to those that run on merged code (periodic, post), or allow-unmerged-changes", len(zbs), zi.Job)), nil
 	}
-	f := &fetch{zi: zi, zb: zb, needed: needed}
+	f := &fetch{zi: zi, zb: zb, needed: needed, asked: look.Asked}
 	cur, err := p.opts.Store.Cursor(ctx, image)
 	if err != nil {
 		return source.Work{}, err
@@ -191,7 +192,7 @@ func (p *Poller) due(ctx context.Context, image string, look source.Look) (sourc
 		if err != nil {
 			return source.Work{}, err
 		}
-		if !due(cur, zb, ready) && !marks(cur, zb) && p.missing(ready, zb, needed) == nil {
+		if !due(cur, zb, ready, look.Asked) && !marks(cur, zb) && p.missing(ready, zb, needed) == nil {
 			return p.settled(f, cur, ready), nil // nothing to fetch: it says why
 		}
 	}
@@ -212,7 +213,7 @@ func (p *Poller) dueLocked(ctx context.Context, f *fetch) (source.Work, error) {
 	if err != nil {
 		return source.Work{}, err
 	}
-	again := due(cur, zb, ready)
+	again := due(cur, zb, ready, f.asked)
 	if again {
 		if again, err = p.gone(ctx, cur); err != nil {
 			return source.Work{}, err
@@ -351,14 +352,25 @@ func judge(cur store.Cursor, zb zuulapi.Build) verdict {
 // due tells whether Zuul's newest build zb is to be fetched again though the
 // cursor has settled it: the zuul-image has no ready build left (all were
 // deleted), as a diskimage with none is built. A build refused for good is not
-// fetched again.
-func due(cur store.Cursor, zb zuulapi.Build, ready []store.Build) bool {
-	refused := cur.ZuulUUID == zb.UUID && cur.Outcome == string(store.Failed)
-	return len(ready) == 0 && !refused
+// fetched again; nor is one whose build another program deleted, unless an
+// operator asks: fetched again, it would be deleted again.
+func due(cur store.Cursor, zb zuulapi.Build, ready []store.Build, asked bool) bool {
+	if len(ready) > 0 {
+		return false
+	}
+	if cur.ZuulUUID == zb.UUID {
+		switch cur.Outcome {
+		case string(store.Failed):
+			return false
+		case store.OutcomeLost:
+			return asked
+		}
+	}
+	return true
 }
 
 // gone tells, reading the state itself, whether the build the cursor's Zuul
-// build became is gone. The ready builds come from a cache, which in ZooKeeper
+// build became is gone, released by a builder of ours. The ready builds come from a cache, which in ZooKeeper
 // may not have seen yet a build another builder made a moment ago, before it
 // let go of the image's lock: the cursor, read afresh, names that build. A
 // cursor that names none (a refusal, or recorded before builds were named) is
@@ -369,10 +381,17 @@ func (p *Poller) gone(ctx context.Context, cur store.Cursor) (bool, error) {
 	}
 	b, err := p.opts.Store.Build(ctx, cur.Build)
 	switch {
+	case errors.Is(err, store.ErrNotFound) && p.opts.Store.Owns(cur.Image, cur.Build):
+		// Its record went though no builder of ours released it: another
+		// program deleted it, which the tidy-up settles on the cursor.
+		return false, nil
 	case errors.Is(err, store.ErrNotFound):
 		return true, nil
 	case err != nil:
 		return false, err
+	}
+	if b.State == store.Deleting && !b.Released() && p.opts.Store.Owns(b.Image, b.ID) {
+		return false, nil // another program marked it deleting: as above, once it is gone
 	}
 	return b.State != store.Ready, nil
 }
@@ -473,6 +492,10 @@ func (p *Poller) settled(f *fetch, cur store.Cursor, ready []store.Build) source
 		if len(refused) > 0 {
 			why += "; refused in the newest: " + strings.Join(refused, "; ")
 		}
+	}
+	if why == noNewBuild && cur.ZuulUUID == f.zb.UUID && cur.Outcome == store.OutcomeLost && len(ready) == 0 {
+		why = fmt.Sprintf("%s: the build Zuul's newest build %s became was deleted by another program (%s); it is "+
+			"fetched again when Zuul has a newer build, or now with image-build", noNewBuild, f.zb.UUID, cur.Reason)
 	}
 	if why == noNewBuild && judge(cur, f.zb) == behind {
 		why = fmt.Sprintf("%s: Zuul's newest build %s (id %d) is behind the poll cursor (id %d); see zuul-cursor-reset",

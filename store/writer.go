@@ -32,6 +32,11 @@ func (s *Store) BeginBuild(ctx context.Context, b Build) (*BuildWriter, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Marked once the record exists, before any file: a marker without a
+	// record is a build whose record another program deleted.
+	if err := s.markOwned(rec.Image, rec.ID); err != nil {
+		return nil, err
+	}
 	return &BuildWriter{s: s, build: rec}, nil
 }
 
@@ -124,7 +129,7 @@ func (w *BuildWriter) Abort(ctx context.Context, reason string, changes ...Chang
 	if err := w.s.RemoveBuildFiles(next.Image, next.ID); err != nil {
 		return next, err
 	}
-	return next, nil
+	return next, w.s.unmarkOwned(next.Image, next.ID)
 }
 
 // own is b with Files and Refused of its own: a change of it that is not

@@ -445,7 +445,7 @@ func (u *Uploader) deleteBuild(ctx context.Context, b store.Build, resp responsi
 	st := u.opts.Store
 	own := b.BuilderID == st.BuilderID()
 	if own {
-		if err := st.RemoveBuildFiles(b.Image, b.ID); err != nil {
+		if err := st.ForgetBuild(b); err != nil {
 			return false, err
 		}
 	}

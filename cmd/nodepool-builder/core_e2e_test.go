@@ -529,6 +529,17 @@ func (e *env) invariants(latest zuultest.Build) string {
 			if left, _ := os.ReadDir(filepath.Join(e.imagesDir(), n)); len(left) > 0 {
 				return fmt.Sprintf("partial downloads left of settled builds: %v", names(left))
 			}
+		case n == ".builds":
+			// A marker for each build the builder made and holds.
+			marked, _ := os.ReadDir(filepath.Join(e.imagesDir(), n))
+			var want []string
+			for _, b := range builds {
+				want = append(want, b.ID)
+			}
+			sort.Strings(want)
+			if got := names(marked); !slices.Equal(got, want) {
+				return fmt.Sprintf("the builder's marks of its builds are %v, want one for each build %v", got, want)
+			}
 		default:
 			return fmt.Sprintf("orphan file in the images-dir: %s", n)
 		}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
 
@@ -324,28 +325,32 @@ func TestConfigValidateWarnsOfCredentialsOverHTTP(t *testing.T) {
            user_domain_name: Default, project_name: ci, project_domain_name: Default}
 `))
 	token := writeFileT(t, filepath.Join(dir, "zuul.token"), "tok\n")
-	config := "images-dir: " + filepath.Join(dir, "images") + `
-zuul-images:
+	cfg := writeFileT(t, filepath.Join(dir, "nodepool.yaml"), "images-dir: "+filepath.Join(dir, "images")+`
+diskimages:
+  - name: zuul
+    pause: true
+providers:
+  - name: p1
+    cloud: cloud-a
+    diskimages:
+      - name: zuul
+`)
+	own := `zuul-images:
   - name: zuul
     api-url: http://ci:` + password + `@zuul.example.org/
     tenant: t
     project: p
     job: j
     auth-token-file: ` + token + `
-providers:
-  - name: p1
-    cloud: cloud-a
-    diskimages:
-      - name: zuul
 `
-	cfg := writeFileT(t, filepath.Join(dir, "nodepool.yaml"), config)
+	writeFileT(t, filepath.Join(dir, config.BuilderFileName), own)
 	want := []string{
 		"nodepool-builder: warning: provider p1 (cloud cloud-a): a login to this cloud sends auth.password and the user:password@ of auth_url over plain http:// to Keystone at http://keystone.example.org:5000/v3",
 		"nodepool-builder: warning: zuul-image zuul: the Zuul token of auth-token-file is sent over plain http:// to http://zuul.example.org/",
 		"nodepool-builder: warning: zuul-image zuul: the credentials in api-url (user:password@) are sent over plain http:// to http://zuul.example.org/",
 	}
 	text := runCmd("-c", cfg, "config-validate")
-	if text.code != exitOK || !strings.Contains(text.stdout, "is valid") {
+	if text.code != exitOK || !strings.Contains(text.stdout, "are valid") {
 		t.Fatalf("config-validate exited %d, want 0 and the config valid:\n%s%s", text.code, text.stdout, text.stderr)
 	}
 	for _, w := range want {
@@ -358,8 +363,9 @@ providers:
 		t.Errorf("config-validate --log-format json exited %d, want 0 and %d JSON warnings:\n%s", js.code, len(want), js.stderr)
 	}
 	// A problem stops --once before it opens anything: it warns as config-validate does.
-	cfg = writeFileT(t, filepath.Join(dir, "broken.yaml"), strings.Replace(config, "    auth-token-file:", "    ca-cert: "+token+"\n    auth-token-file:", 1))
-	validate, once := runCmd("-c", cfg, "config-validate"), runCmd("-c", cfg, "--once")
+	broken := writeFileT(t, filepath.Join(dir, "broken.yaml"), strings.Replace(own, "    auth-token-file:", "    ca-cert: "+token+"\n    auth-token-file:", 1))
+	validate := runCmd("-c", cfg, "--builder-config", broken, "config-validate")
+	once := runCmd("-c", cfg, "--builder-config", broken, "--once")
 	if validate.code != exitUsage || once.stderr != validate.stderr || !strings.Contains(once.stderr, want[0]) {
 		t.Errorf("with a problem, config-validate (exit %d) and --once (exit %d) say different things, or no warning:\n%s\n%s",
 			validate.code, once.code, validate.stderr, once.stderr)
