@@ -181,8 +181,7 @@ func TestLoadZuulImagesExample(t *testing.T) {
 			{
 				Declared:     true,
 				Username:     "zuul",
-				PythonPath:   "auto",
-				ShellType:    "sh",
+				PythonPath:   "/usr/bin/python3.11",
 				Name:         "ubuntu-noble",
 				APIURL:       "http://zuul.internal:9000",
 				Project:      "org/images",
@@ -208,7 +207,6 @@ func TestLoadZuulImagesExample(t *testing.T) {
 			{
 				Name:               "cloud-b",
 				Cloud:              "othercloud",
-				ImageFormat:        "raw",
 				ImageNameFormat:    "{image_name}-{timestamp}",
 				ImageUploadTimeout: time.Hour,
 				Rate:               1,
@@ -236,8 +234,8 @@ func TestLoadZuulImagesExample(t *testing.T) {
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Load =\n%+v\nwant\n%+v", cfg, want)
 	}
-	if got := cfg.NeededFormats("debian-bookworm"); fmt.Sprint(got) != "[qcow2 raw vhd]" {
-		t.Errorf("NeededFormats(debian-bookworm) = %v, want [qcow2 raw vhd]", got)
+	if got := cfg.NeededFormats("debian-bookworm"); fmt.Sprint(got) != "[qcow2 vhd]" {
+		t.Errorf("NeededFormats(debian-bookworm) = %v, want [qcow2 vhd]", got)
 	}
 	if got := cfg.NeededFormats("ubuntu-noble"); fmt.Sprint(got) != "[qcow2]" {
 		t.Errorf("NeededFormats(ubuntu-noble) = %v, want [qcow2] (paused entries count)", got)
@@ -262,7 +260,7 @@ func TestLoadOneFile(t *testing.T) {
 	for _, want := range []string{
 		path + " holds zuul-images and builder, which nodepool's config-validate refuses",
 		"move them into nodepool-builder.yaml",
-		"the top-level gearman-servers is an older nodepool's key",
+		"gearman-servers: is an older nodepool's key",
 		"zuul-images debian-bookworm, ubuntu-noble are not declared under diskimages",
 	} {
 		if !strings.Contains(strings.Join(cfg.Warnings, "\n"), want) {

@@ -15,16 +15,26 @@ import (
 // parser walks a YAML node tree and collects every problem it finds, so that
 // one run of config-validate reports them all.
 type parser struct {
-	file string
-	errs Errors
+	file  string
+	errs  Errors
+	warns []string // what loads but should change, each as an Error prints
 }
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
+	p.errs = append(p.errs, p.problem(n, path, format, args...))
+}
+
+// warnf records what loads but should change, located as errors are.
+func (p *parser) warnf(n *yaml.Node, path, format string, args ...any) {
+	p.warns = append(p.warns, p.problem(n, path, format, args...).Error())
+}
+
+func (p *parser) problem(n *yaml.Node, path, format string, args ...any) *Error {
 	line := 0
 	if n != nil {
 		line = n.Line
 	}
-	p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+	return &Error{File: p.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)}
 }
 
 // resolve follows aliases, so that an anchored value reads like the original.

@@ -354,8 +354,8 @@ func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, has
 	cfg.ZooKeeper = np.zookeeper(top)
 	// nodepool's old top-level gearman-servers, and the builder section's.
 	if old := np.gearmanServers(top); len(old) > 0 {
-		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("%s: the top-level gearman-servers is an older nodepool's key, which "+
-			"nodepool 10's config-validate refuses: move it to builder.gearman-servers in %s", np.file, BuilderFileName))
+		np.warnf(top.fields["gearman-servers"].key, "gearman-servers", "is an older nodepool's key, which nodepool 10's "+
+			"config-validate refuses: move it to builder.gearman-servers in %s", BuilderFileName)
 		for _, g := range old {
 			if !slices.Contains(cfg.Builder.GearmanServers, g) {
 				cfg.Builder.GearmanServers = append(cfg.Builder.GearmanServers, g)
@@ -408,6 +408,7 @@ func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, has
 	if cfg.Builder.StateDB == "" && cfg.ImagesDir != "" {
 		cfg.Builder.StateDB = filepath.Join(cfg.ImagesDir, "builder.db")
 	}
+	cfg.Warnings = slices.Concat(cfg.Warnings, np.warns, bp.warns)
 	return cfg
 }
 

@@ -33,7 +33,7 @@ var providerKeys = []string{
 // hostname-format and upload-script are older nodepools'. What pools and
 // cloud-images hold is the launcher's to check.
 var providerNodepoolKeys = []string{
-	"max-concurrency", "boot-timeout", "launch-timeout", "launch-retries", "nodepool-id",
+	"max-concurrency", "priority", "boot-timeout", "launch-timeout", "launch-retries", "nodepool-id",
 	"clean-floating-ips", "port-cleanup-interval", "pools", "cloud-images",
 	"hostname-format", "upload-script",
 }
@@ -116,6 +116,9 @@ func (p *parser) provider(m *mapping, names imageNames) Provider {
 	pr.RegionName, _ = m.str("region-name")
 	if n, ok := m.get("image-format"); ok {
 		pr.ImageFormat, _ = p.checkFormat(n, m.sub("image-format"))
+		p.warnf(n, m.sub("image-format"), "is not a key of nodepool 10's providers, and nodepool's config-validate "+
+			"refuses it: nodepool's builders and launchers take a provider's format from its cloud's image_format in "+
+			"clouds.yaml, which this builder reads too; set it there")
 	}
 	if s, ok := m.str("image-name-format"); ok {
 		if err := checkNameFormat(s); err != nil {

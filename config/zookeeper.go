@@ -80,6 +80,10 @@ func (p *parser) zookeeper(m *mapping) *ZooKeeper {
 	}
 	if v, ok := m.seconds("zookeeper-timeout", false); ok {
 		zk.Timeout = v
+		if n, _ := m.get("zookeeper-timeout"); n.ShortTag() == "!!int" {
+			p.warnf(n, m.sub("zookeeper-timeout"), "nodepool's config-validate refuses a whole number here (its schema "+
+				"takes a float): write %s.0", n.Value)
+		}
 	}
 	if len(zk.Servers) == 0 {
 		return nil

@@ -620,6 +620,17 @@ func onThisHost(t *testing.T, path string) string {
 	}
 	t.Setenv("OS_CLIENT_CONFIG_FILE", writeFileT(t, filepath.Join(dir, "clouds.yaml"), clouds.String()))
 	text := regexp.MustCompile(`(?m)^(images-dir|build-log-dir):.*$`).ReplaceAllString(string(data), "# $1 is set below")
+	// The state stays in SQLite: the cluster and its certificates are not here.
+	text = regexp.MustCompile(`(?m)^(zookeeper-[a-z]+):.*(\n[ #].*)*$`).ReplaceAllStringFunc(text, func(block string) string {
+		return strings.Repeat("#\n", strings.Count(block, "\n")) + "# zookeeper keys left out"
+	})
 	text += fmt.Sprintf("\nimages-dir: %s\nbuild-log-dir: %s\n", filepath.Join(dir, "images"), filepath.Join(dir, "logs"))
+	if cfg.BuilderPath != "" {
+		own, err := os.ReadFile(cfg.BuilderPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFileT(t, filepath.Join(dir, config.BuilderFileName), string(own))
+	}
 	return writeFileT(t, filepath.Join(dir, filepath.Base(path)), text)
 }

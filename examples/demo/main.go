@@ -97,15 +97,30 @@ func demo(ctx context.Context, builder string, keep bool) error {
 	if err != nil {
 		return err
 	}
+	// nodepool.yaml is nodepool's file, which a launcher reads too; the
+	// builder's own settings are in nodepool-builder.yaml beside it.
 	cfgPath := filepath.Join(dir, "nodepool.yaml")
-	cfg := fmt.Sprintf(configTemplate, filepath.Join(dir, "images"), port, zuul.URL(), glance.Cloud, glance.Cloud)
+	cfg := fmt.Sprintf(nodepoolTemplate, filepath.Join(dir, "images"))
+	// Two clouds of the one Glance, each with the image_format nodepool and
+	// the builder take a provider's format from.
+	cloudsFile := filepath.Join(dir, "clouds.yaml")
+	clouds := fmt.Sprintf(cloudsTemplate, glance.Endpoint, glance.Endpoint)
+	if err := os.WriteFile(cloudsFile, []byte(clouds), 0o600); err != nil {
+		return err
+	}
+	own := fmt.Sprintf(builderTemplate, port, zuul.URL())
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nodepool-builder.yaml"), []byte(own), 0o644); err != nil {
 		return err
 	}
 	step("nodepool.yaml")
 	fmt.Print(cfg)
+	step("nodepool-builder.yaml")
+	fmt.Print(own)
 
-	env := append(os.Environ(), "OS_CLIENT_CONFIG_FILE="+glance.CloudsFile)
+	env := append(os.Environ(), "OS_CLIENT_CONFIG_FILE="+cloudsFile)
 	step("nodepool-builder --once")
 	if err := runBuilder(ctx, env, builder, "-c", cfgPath, "--once"); err != nil {
 		return fmt.Errorf("nodepool-builder --once: %w", err)
@@ -225,8 +240,45 @@ func meta(format string) map[string]any {
 	return map[string]any{"type": "zuul_image", "image_name": "debian-bookworm", "format": format}
 }
 
-const configTemplate = `images-dir: %s
-builder:
+const nodepoolTemplate = `images-dir: %s
+# The zuul-image, declared to nodepool: providers and labels name it.
+diskimages:
+  - name: debian-bookworm
+    pause: true
+labels:
+  - name: debian-bookworm
+providers:
+  - name: cloud-qcow2
+    cloud: cloud-qcow2
+    diskimages:
+      - name: debian-bookworm
+    pools:
+      - name: main
+        max-servers: 2
+        labels:
+          - name: debian-bookworm
+            diskimage: debian-bookworm
+            min-ram: 1024
+  - name: cloud-raw
+    cloud: cloud-raw
+    diskimages:
+      - name: debian-bookworm
+        meta:
+          hw_disk_bus: scsi
+`
+
+const cloudsTemplate = `clouds:
+  cloud-qcow2:
+    auth_type: none
+    image_endpoint_override: %s
+    image_format: qcow2
+  cloud-raw:
+    auth_type: none
+    image_endpoint_override: %s
+    image_format: raw
+`
+
+const builderTemplate = `builder:
   webapp:
     listen-address: 127.0.0.1
     port: %d
@@ -236,19 +288,6 @@ zuul-images:
     tenant: example
     project: org/images
     job: build-debian-bookworm-image
-providers:
-  - name: cloud-qcow2
-    cloud: %s
-    image-format: qcow2
-    diskimages:
-      - name: debian-bookworm
-  - name: cloud-raw
-    cloud: %s
-    image-format: raw
-    diskimages:
-      - name: debian-bookworm
-        meta:
-          hw_disk_bus: scsi
 `
 
 // makeImages writes a 16 MiB raw disk with some content and its qcow2 conversion.
