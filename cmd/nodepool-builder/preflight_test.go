@@ -374,3 +374,36 @@ providers:
 		t.Errorf("the password shows:\n%s", all)
 	}
 }
+
+// TestConfigValidateReadsBothFiles: config-validate reads nodepool.yaml and
+// the builder's own file beside it, or the one --builder-config names, and
+// says in which file each problem is; a named file that is missing is a usage
+// error that names it.
+func TestConfigValidateReadsBothFiles(t *testing.T) {
+	dir := t.TempDir()
+	np := writeFileT(t, filepath.Join(dir, "nodepool.yaml"), "images-dir: "+filepath.Join(dir, "images")+`
+build-log-retention: many
+diskimages:
+  - name: zuul
+    pause: true
+`)
+	own := writeFileT(t, filepath.Join(dir, config.BuilderFileName), `zuul-images:
+  - name: zuul
+    api-url: https://zuul.example.org/
+    project: p
+    job: j
+builder:
+  keep-builds: 0
+`)
+	r := runCmd("-c", np, "config-validate")
+	for _, want := range []string{np + ":2: build-log-retention: ", own + ":7: builder.keep-builds: "} {
+		if r.code != exitUsage || !strings.Contains(r.stderr, want) {
+			t.Errorf("config-validate exited %d, want %d and an error starting %q:\n%s", r.code, exitUsage, want, r.stderr)
+		}
+	}
+	missing := filepath.Join(dir, "elsewhere.yaml")
+	r = runCmd("-c", np, "--builder-config", missing, "config-validate")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "read builder config "+missing) {
+		t.Errorf("config-validate with a missing --builder-config exited %d, want %d and the file named:\n%s", r.code, exitUsage, r.stderr)
+	}
+}
