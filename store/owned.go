@@ -2,15 +2,18 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"time"
 )
 
 // ownedDirName holds a marker for each build this builder made and no builder
-// of its kind has released: <image>-<build id>, empty. In a state shared with
+// of its kind has released: <image>-<build id>, holding how many uploads of the
+// build this builder began in each provider (an empty file: none yet). In a state shared with
 // other programs (ZooKeeper), a record can go without this builder deleting
 // it: a Python nodepool-builder whose nodepool.yaml lacks the image deletes its
 // uploads and builds, and so does nodepool's dib-image-delete. The marker is
@@ -43,6 +46,64 @@ func (s *Store) unmarkOwned(image, buildID string) error {
 		return fmt.Errorf("unmark build %s-%s: %w", image, buildID, err)
 	}
 	return nil
+}
+
+// marks is what a build's marker holds.
+type marks struct {
+	// Uploads counts, by provider, the uploads of the build this builder
+	// began: one, unless an upload it made was deleted since.
+	Uploads map[string]int `json:"uploads,omitempty"`
+}
+
+// readMarks reads a build's marker; false when there is none.
+func (s *Store) readMarks(image, buildID string) (marks, bool, error) {
+	var m marks
+	data, err := os.ReadFile(s.ownedPath(image, buildID))
+	if errors.Is(err, os.ErrNotExist) {
+		return m, false, nil
+	}
+	if err != nil {
+		return m, false, fmt.Errorf("read the marks of build %s-%s: %w", image, buildID, err)
+	}
+	if len(data) > 0 {
+		if err := json.Unmarshal(data, &m); err != nil {
+			return m, true, fmt.Errorf("read the marks of build %s-%s: %w", image, buildID, err)
+		}
+	}
+	return m, true, nil
+}
+
+// CountUpload records that this builder began a new upload of its build b to
+// provider (not a retry of a failed one), and returns how many it has begun
+// there: more than one means an upload it made there is gone, deleted by an
+// operator (image-delete) or by another program. 0 for a build of another
+// builder.
+func (s *Store) CountUpload(b Build, provider string) (int, error) {
+	s.ownedMu.Lock()
+	defer s.ownedMu.Unlock()
+	m, ok, err := s.readMarks(b.Image, b.ID)
+	if !ok || err != nil {
+		return 0, err
+	}
+	if m.Uploads == nil {
+		m.Uploads = map[string]int{}
+	}
+	m.Uploads[provider]++
+	data, err := json.Marshal(m)
+	if err != nil {
+		return 0, err
+	}
+	if err := writeFileAtomic(s.ownedPath(b.Image, b.ID), data); err != nil {
+		return 0, fmt.Errorf("count an upload of build %s to %s: %w", b.Name(), provider, err)
+	}
+	return m.Uploads[provider], nil
+}
+
+// UploadsBegun is how many uploads of this builder's build b to provider it
+// has begun (see CountUpload).
+func (s *Store) UploadsBegun(b Build, provider string) (int, error) {
+	m, _, err := s.readMarks(b.Image, b.ID)
+	return m.Uploads[provider], err
 }
 
 // Owns tells whether this builder made a build that no builder of its kind has
@@ -139,6 +200,14 @@ func (s *Store) SettleLost(ctx context.Context, busy func(image, buildID string)
 	var lost []LostBuild
 	var errs []error
 	for _, e := range entries {
+		if tempName.MatchString(e.Name()) {
+			// A change of a marker that a stop cut short; one being written
+			// now is younger than a minute.
+			if info, err := e.Info(); err == nil && s.now().Sub(info.ModTime()) > time.Minute {
+				os.Remove(filepath.Join(s.dir, ownedDirName, e.Name()))
+			}
+			continue
+		}
 		m := ownedName.FindStringSubmatch(e.Name())
 		if m == nil || recorded[e.Name()] || (busy != nil && (busy(m[1], "") || busy(m[1], m[2]))) {
 			continue

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
@@ -40,6 +41,8 @@ type Store struct {
 	builderID string
 	hostname  string
 	now       func() time.Time
+	// ownedMu orders the changes of the marks of this builder's builds.
+	ownedMu sync.Mutex
 }
 
 // Options say where the images-dir and its state are.

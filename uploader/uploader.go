@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
@@ -63,6 +64,9 @@ type Options struct {
 type Uploader struct {
 	opts Options
 	log  *slog.Logger
+	// heldBack are the builds and providers whose uploads kept being deleted,
+	// said once: "<build id>/<provider>".
+	heldBack sync.Map
 }
 
 // New returns an Uploader.
@@ -157,6 +161,9 @@ func (u *Uploader) Plan(ctx context.Context) ([]Job, error) {
 			if !u.needed(byBuild[j.Key()], now, &j) {
 				continue
 			}
+			if j.Retry == nil && u.uploadsGone(*newest, p.Name) {
+				continue
+			}
 			if !file.Present {
 				// Removed after its uploads: a provider that wants it now needs a new build.
 				u.log.Warn("cannot upload: the build's file was removed after upload (delete-after-upload)",
@@ -191,6 +198,50 @@ func (u *Uploader) needed(ups []store.Upload, now time.Time, j *Job) bool {
 				j.Retry = &retry
 			}
 		}
+	}
+	return true
+}
+
+// reuploadCause is why an upload this builder made of its own build is gone
+// though its rotation did not release it.
+const reuploadCause = "deleted by an operator (image-delete), or by another program: likely a Python " +
+	"nodepool-builder sharing the state whose nodepool.yaml does not list the image under this provider, or " +
+	"does not declare the zuul-image (\"- {name: <image>, pause: true}\" under its diskimages)"
+
+// countUpload records a new upload of the builder's own build b to a provider;
+// one that is not its first there says so at warning level: the ones before
+// were deleted.
+func (u *Uploader) countUpload(log *slog.Logger, b store.Build, provider string) {
+	n, err := u.opts.Store.CountUpload(b, provider)
+	switch {
+	case err != nil:
+		log.Warn("could not count the upload in the build's mark", "error", err)
+	case n > 1:
+		log.Warn(fmt.Sprintf("uploading the build to this provider again: an upload of it this builder made there is "+
+			"gone, %s; once it was uploaded again upload-attempts (%d) times, it is not any more", reuploadCause,
+			u.maxAttempts()), "uploads", n)
+	}
+}
+
+// uploadsGone tells whether the builder's own build b is not to be uploaded to
+// a provider again: it was uploaded there again upload-attempts times, each
+// upload before deleted, not by this builder's rotation. The next build is,
+// and an image-upload job makes one now.
+func (u *Uploader) uploadsGone(b store.Build, provider string) bool {
+	if b.BuilderID != u.opts.Store.BuilderID() {
+		return false
+	}
+	n, err := u.opts.Store.UploadsBegun(b, provider)
+	if err != nil {
+		u.log.Warn("could not read the build's mark", "build", b.Name(), "error", err)
+		return false
+	}
+	if n <= u.maxAttempts() {
+		return false
+	}
+	if _, said := u.heldBack.LoadOrStore(b.ID+"/"+provider, true); !said {
+		u.log.Warn(fmt.Sprintf("not uploading the build to this provider again: %d uploads of it this builder made "+
+			"there are gone, %s", n, reuploadCause), "image", b.Image, "build", b.Name(), "provider", provider)
 	}
 	return true
 }
@@ -248,6 +299,9 @@ func (u *Uploader) Upload(ctx context.Context, j Job) (store.Upload, error) {
 	log := u.log.With("image", b.Image, "build", b.ID, "provider", p.Name, "upload", rec.ID)
 	if j.Retry != nil {
 		log.Info("retrying upload", "attempt", rec.Attempts, "last_error", j.Retry.LastError)
+	}
+	if prev == nil && rec.Attempts == 1 {
+		u.countUpload(log, b, p.Name)
 	}
 	file, _ := b.File(j.Format)
 	a := &attempt{u: u, job: j, cloud: cloud, provider: p, build: b, file: file, rec: &rec, prev: prev, log: log}

@@ -260,6 +260,91 @@ func (f *fixture) uploads(filter store.UploadFilter) []store.Upload {
 	return ups
 }
 
+// makeBuild makes a ready build through the store's build writer, as the
+// builder's sources do: it is this builder's own, marked as such.
+func (f *fixture) makeBuild(image, format string) store.Build {
+	f.t.Helper()
+	ctx := context.Background()
+	w, err := f.st.BeginBuild(ctx, store.Build{Image: image, Source: store.SourceZuul})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	data := []byte(w.Build().ID + "/" + format)
+	if err := os.WriteFile(w.Path(format), data, 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	sum := md5.Sum(data)
+	if err := w.Add(ctx, store.File{Format: format, MD5: hex.EncodeToString(sum[:]), SHA256: "s", Size: int64(len(data))}); err != nil {
+		f.t.Fatal(err)
+	}
+	b, err := w.Commit(ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return b
+}
+
+// TestUploadDeletedElsewhereIsMadeAgainBounded: an upload of the builder's own
+// build that another program deletes (a Python nodepool-builder whose
+// nodepool.yaml lacks the image: its record and its cloud image go) is made
+// again, with a warning, but only upload-attempts times: the deleter would
+// delete each again. The next build is uploaded as ever.
+func TestUploadDeletedElsewhereIsMadeAgainBounded(t *testing.T) {
+	f := newFixture(t)
+	var logs testenv.Buffer
+	f.up.log = slog.New(slog.NewTextHandler(&logs, nil))
+	ctx := context.Background()
+	b := f.makeBuild("debian", "qcow2") // provider b takes raw: only a uploads it
+	deleteElsewhere := func() {
+		t.Helper()
+		ups := f.uploads(store.UploadFilter{BuildID: b.ID, Provider: "a"})
+		if len(ups) != 1 || ups[0].State != store.Ready {
+			t.Fatalf("uploads of %s to a = %+v, want one ready", b.Name(), ups)
+		}
+		if err := f.clouds["a"].Delete(ctx, ups[0].ExternalID); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.st.Write(ctx, store.DeleteUpload(ups[0])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	attempts := f.cfg.Builder.UploadAttempts
+	for i := range attempts {
+		deleteElsewhere()
+		if err := f.step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(logs.String(), "uploading the build to this provider again"); n != i+1 {
+			t.Fatalf("after %d deletes, %d warnings of an upload made again; want %d\n%s", i+1, n, i+1, logs.String())
+		}
+	}
+	deleteElsewhere()
+	for range 2 {
+		if err := f.step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ups := f.uploads(store.UploadFilter{BuildID: b.ID, Provider: "a"}); len(ups) != 0 {
+		t.Errorf("uploads after upload-attempts (%d) deletes = %+v, want none made", attempts, ups)
+	}
+	if n := strings.Count(logs.String(), "not uploading the build to this provider again"); n != 1 {
+		t.Errorf("%d warnings that the build is not uploaded again, want one\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "does not declare the zuul-image") {
+		t.Errorf("the warnings do not name the likely cause:\n%s", logs.String())
+	}
+	next := f.makeBuild("debian", "qcow2")
+	if err := f.step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ups := f.uploads(store.UploadFilter{BuildID: next.ID, Provider: "a"}); len(ups) != 1 || ups[0].State != store.Ready {
+		t.Errorf("uploads of the next build = %+v, want one ready", ups)
+	}
+}
+
 func TestUploadEachProviderGetsItsFormat(t *testing.T) {
 	f := newFixture(t)
 	b := f.addBuild("debian", "qcow2", "raw")
