@@ -424,7 +424,7 @@ func (b *Builder) tidy(ctx context.Context, before time.Time) error {
 	}
 	lost, lostErr := b.store.SettleLost(ctx, busy)
 	for _, l := range lost {
-		b.warnLost(cfg, l)
+		b.warnLost(ctx, cfg, l)
 	}
 	if lostErr != nil {
 		lostErr = fmt.Errorf("settle builds deleted by another program: %w", lostErr)
@@ -447,12 +447,34 @@ func (b *Builder) tidy(ctx context.Context, before time.Time) error {
 	return errors.Join(lostErr, err)
 }
 
+// nodepoolKeepBuilds is how many ready builds of an image nodepool's cleanup
+// keeps (CleanupWorker._cleanupImage, for an image its nodepool.yaml has): it
+// deletes the older ones, whichever builder made them.
+const nodepoolKeepBuilds = 2
+
 // warnLost says that a build of this builder was deleted by another program,
 // and the likely cause: a nodepool.yaml, of a Python nodepool-builder sharing
 // the ZooKeeper, that does not have the image, so that its cleanup deletes
-// the image's uploads and builds.
-func (b *Builder) warnLost(cfg *config.Config, l store.LostBuild) {
+// the image's uploads and builds. A build that is not its poll cursor's and
+// that the image's ready builds outnumber as nodepool keeps them was rotated
+// out: a Python nodepool-builder that has the image deletes such a build as
+// this builder would, and may do so first. That is no loss, unless keep-builds
+// asks for more builds than nodepool keeps.
+func (b *Builder) warnLost(ctx context.Context, cfg *config.Config, l store.LostBuild) {
 	args := []any{"image", l.Image, "build", l.Image + "-" + l.ID}
+	ready, err := b.store.Builds(ctx, store.BuildFilter{Image: l.Image, State: store.Ready})
+	if err == nil && l.ZuulUUID == "" && len(ready) >= nodepoolKeepBuilds {
+		if keep := cfg.Builder.KeepBuilds; keep > nodepoolKeepBuilds {
+			b.log.Warn(fmt.Sprintf("a build of this builder was deleted by another program in rotation: keep-builds is %d, "+
+				"but a Python nodepool-builder sharing the state keeps the %d newest ready builds of an image and deletes "+
+				"the older ones; its files are removed. Set keep-builds to %d or less beside Python nodepool-builders.",
+				keep, nodepoolKeepBuilds, nodepoolKeepBuilds), args...)
+			return
+		}
+		b.log.Info(fmt.Sprintf("a build of this builder was deleted in rotation by another builder, which keeps the %d "+
+			"newest ready builds of an image as this builder does: its files are removed", nodepoolKeepBuilds), args...)
+		return
+	}
 	cause := fmt.Sprintf("Likely cause: a Python nodepool-builder sharing the state whose nodepool.yaml does not "+
 		"list %s under diskimages deletes its builds and uploads (so does nodepool dib-image-delete).", l.Image)
 	if zi := cfg.ZuulImage(l.Image); zi != nil {

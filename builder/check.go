@@ -97,7 +97,7 @@ func checkHost(cfg *config.Config) []error {
 	return append(checkDirs(cfg), checkZooKeeperTLS(cfg)...)
 }
 
-// checkDirs checks the images-dir and, when there are diskimages, the
+// checkDirs checks the images-dir and, when there are diskimages to build, the
 // build-log-dir.
 func checkDirs(cfg *config.Config) []error {
 	var problems []error
@@ -116,7 +116,7 @@ func checkDirs(cfg *config.Config) []error {
 		add(store.CheckImagesDir(cfg.ImagesDir, db))
 		add(store.CheckClaim(cfg.ImagesDir, db))
 	}
-	if len(cfg.DiskImages) > 0 {
+	if len(cfg.DiskImages) > 0 && !cfg.Builder.LeaveDiskImages {
 		add(store.CheckWritable("build-log-dir", cfg.BuildLogDir))
 	}
 	return problems

@@ -72,7 +72,7 @@ var builderKeys = []string{
 	"poll-interval", "upload-workers", "keep-builds", "keep-uploads",
 	"upload-attempts", "state-db", "gearman-servers", "leak-sweep", "max-image-size",
 	"gearman-unserved-after", "download-connections", "webapp",
-	"gearman-functions", "gearman-min-build-interval", "zuul-mqtt",
+	"gearman-functions", "gearman-min-build-interval", "zuul-mqtt", "build-diskimages",
 }
 
 var gearmanKeys = []string{"host", "port"}
@@ -106,6 +106,9 @@ func (p *parser) builder(n *yaml.Node, path string) Builder {
 	}
 	if v, ok := m.boolean("leak-sweep"); ok {
 		b.LeakSweep = v
+	}
+	if v, ok := m.boolean("build-diskimages"); ok {
+		b.LeaveDiskImages = !v
 	}
 	if v, ok := m.byteSize("max-image-size"); ok {
 		b.MaxImageSize = v

@@ -161,8 +161,13 @@ type Builder struct {
 	// DownloadConnections is how many connections fetch one artifact when its
 	// server takes Range requests; 0 means the fetcher's default.
 	DownloadConnections int
-	LeakSweep           bool  // default true
-	MaxImageSize        int64 // bytes; default DefaultMaxImageSize
+	// LeaveDiskImages (build-diskimages: false) leaves the diskimages to other
+	// builders sharing the state (Python nodepool-builders reading the same
+	// nodepool.yaml): this builder builds none, and rotates and deletes them
+	// as nodepool's builders do.
+	LeaveDiskImages bool
+	LeakSweep       bool  // default true
+	MaxImageSize    int64 // bytes; default DefaultMaxImageSize
 	// Webapp is where the daemon serves its status pages; nil serves none.
 	Webapp *Webapp
 	// ZuulMQTT is the broker the daemon listens to for Zuul's reports, which

@@ -249,3 +249,15 @@ func TestZooKeeperDefaultPort(t *testing.T) {
 		t.Errorf("zookeeper = %+v, want zk:2281", cfg.ZooKeeper)
 	}
 }
+
+// build-diskimages: false leaves the diskimages of a shared nodepool.yaml to
+// the Python nodepool-builders that read it too; they stay in the config.
+func TestParseBuildDiskImages(t *testing.T) {
+	cfg := mustParseFiles(t, "images-dir: /i\ndiskimages:\n  - {name: d, elements: [vm]}\n", "builder:\n  build-diskimages: false\n")
+	if !cfg.Builder.LeaveDiskImages || cfg.DiskImage("d") == nil {
+		t.Errorf("builder = %+v, diskimage d %v; want the diskimages left to others and d in the config", cfg.Builder, cfg.DiskImage("d"))
+	}
+	if cfg := mustParseFiles(t, "images-dir: /i\n", ""); cfg.Builder.LeaveDiskImages {
+		t.Error("diskimages are left to others by default")
+	}
+}

@@ -78,13 +78,16 @@ func New(opts Options) *Source {
 }
 
 // Images lists the diskimages of the config that are built (not abstract), each
-// with how often it is checked for being due.
+// with how often it is checked for being due; none with build-diskimages: false.
 func (b *Source) Images() map[string]time.Duration {
 	every := b.opts.CheckInterval
 	if every <= 0 {
 		every = DefaultCheckInterval
 	}
 	out := map[string]time.Duration{}
+	if b.opts.Config.Builder.LeaveDiskImages {
+		return out // other builders build them
+	}
 	for _, img := range b.opts.Config.DiskImages {
 		out[img.Name] = every
 	}

@@ -873,6 +873,12 @@ func TestSlotsBoundConcurrentBuilds(t *testing.T) {
 	if imgs := b.Images(); len(imgs) != 2 || imgs["debian"] != time.Minute || imgs["other"] != time.Minute {
 		t.Fatalf("images = %v", imgs)
 	}
+	// build-diskimages: false leaves them all to other builders.
+	leave := *cfg
+	leave.Builder.LeaveDiskImages = true
+	if imgs := New(Options{Store: f.st, Config: &leave}).Images(); len(imgs) != 0 {
+		t.Fatalf("images with build-diskimages false = %v, want none", imgs)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	first := make(chan error, 1)

@@ -11,7 +11,7 @@ go=${GO:-go}
 
 # The longest tests of cmd/nodepool-builder, a minute or more each on a 2-core
 # machine under -race: together about half of that package's time.
-long='^(TestKill9|TestZooKeeperChaos|TestZooKeeperBesideAnotherBuilder|TestDaemonUploadsOnceGlanceIsBack|TestZooKeeperTwoHosts|TestZooKeeperRestartDuringUploads|TestGearmanFunctions|TestDaemonReloadsConfig)$'
+long='^(TestPythonBuilderBesideOurs|TestPythonBuilderWithoutTheDeclaration|TestKill9|TestZooKeeperChaos|TestZooKeeperBesideAnotherBuilder|TestDaemonUploadsOnceGlanceIsBack|TestZooKeeperTwoHosts|TestZooKeeperRestartDuringUploads|TestGearmanFunctions|TestDaemonReloadsConfig)$'
 
 out=$(mktemp) || exit 1
 pid=""
