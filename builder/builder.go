@@ -422,7 +422,7 @@ func (b *Builder) tidy(ctx context.Context, before time.Time) error {
 	busy := func(image, buildID string) bool {
 		return (image != "" && b.run.Busy(image)) || (buildID != "" && b.queue.onBuild(buildID))
 	}
-	lost, lostErr := b.store.SettleLost(ctx, busy)
+	lost, lostErr := b.store.SettleLost(ctx, before, busy)
 	for _, l := range lost {
 		b.warnLost(ctx, cfg, l)
 	}

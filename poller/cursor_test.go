@@ -289,14 +289,14 @@ func TestPollDoesNotRefetchALostBuild(t *testing.T) {
 					t.Fatalf("file of the deleted build: %v", err)
 				}
 			}
-			lost, err := f.st.SettleLost(ctx, nil)
+			lost, err := f.st.SettleLost(ctx, time.Now(), nil)
 			if err != nil || len(lost) != 1 || lost[0].ID != b.ID || lost[0].ZuulUUID != zb.UUID {
 				t.Fatalf("SettleLost = %+v, %v; want build %s of Zuul build %s", lost, err, b.ID, zb.UUID)
 			}
 			if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("file of the lost build: %v, want it removed", err)
 			}
-			if again, _ := f.st.SettleLost(ctx, nil); len(again) != 0 {
+			if again, _ := f.st.SettleLost(ctx, time.Now(), nil); len(again) != 0 {
 				t.Errorf("SettleLost again = %+v, want nothing: settled once", again)
 			}
 			cur, _ = f.st.Cursor(ctx, "debian")

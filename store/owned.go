@@ -178,8 +178,9 @@ func (s *Store) MarkOwnedBuilds(ctx context.Context) error {
 // lock: the poll cursor that names it says it was lost, its files and its
 // marker go. busy tells of work of this process on an image or a build, which
 // is left alone (nil: none); so is an image whose lock another holds, until a
-// later call.
-func (s *Store) SettleLost(ctx context.Context, busy func(image, buildID string) bool) ([]LostBuild, error) {
+// later call. A change of a marker that a stop cut short, last changed before
+// the time given, goes too.
+func (s *Store) SettleLost(ctx context.Context, before time.Time, busy func(image, buildID string) bool) ([]LostBuild, error) {
 	// The markers are listed before the state is read: a marker listed then
 	// belongs to a build recorded before it, which the read then sees.
 	entries, err := os.ReadDir(filepath.Join(s.dir, ownedDirName))
@@ -201,9 +202,7 @@ func (s *Store) SettleLost(ctx context.Context, busy func(image, buildID string)
 	var errs []error
 	for _, e := range entries {
 		if tempName.MatchString(e.Name()) {
-			// A change of a marker that a stop cut short; one being written
-			// now is younger than a minute.
-			if info, err := e.Info(); err == nil && s.now().Sub(info.ModTime()) > time.Minute {
+			if info, err := e.Info(); err == nil && info.ModTime().Before(before) {
 				os.Remove(filepath.Join(s.dir, ownedDirName, e.Name()))
 			}
 			continue

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 )
 
 // begin makes a ready build of image through the build writer, with a raw file.
@@ -77,7 +78,7 @@ func TestOwnedBuilds(t *testing.T) {
 	}
 	kept := begin(t, s, "kept")
 
-	lost, err := s.SettleLost(ctx, nil)
+	lost, err := s.SettleLost(ctx, time.Now(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestOwnedBuilds(t *testing.T) {
 	if _, err := os.Stat(s.FilePath(kept.Image, kept.ID, "raw")); err != nil || !s.Owns(kept.Image, kept.ID) {
 		t.Errorf("build %s with its record: %v, marked %v; want its file and mark kept", kept.Name(), err, s.Owns(kept.Image, kept.ID))
 	}
-	if again, err := s.SettleLost(ctx, nil); err != nil || len(again) != 0 {
+	if again, err := s.SettleLost(ctx, time.Now(), nil); err != nil || len(again) != 0 {
 		t.Errorf("SettleLost again = %+v, %v; want nothing", again, err)
 	}
 }
