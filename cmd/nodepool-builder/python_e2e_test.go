@@ -245,6 +245,43 @@ func (b *beside) sample() launcherView {
 	return v
 }
 
+// nodepoolAgrees checks that nodepool's own ZooKeeper class, which
+// nodepool-launcher reads the uploads with, picks the upload to boot of each
+// image in each provider as the launcher's walk does: reading the znodes,
+// and from its image cache, which the launcher calls (our records' extra
+// child znodes and all). Its reads and the walk's are not one snapshot: the
+// two are compared until they agree, with a deadline.
+func (b *beside) nodepoolAgrees() {
+	b.t.Helper()
+	var keys []string
+	for _, image := range []string{"dib-image", "zuul-image"} {
+		for _, provider := range besideProviders {
+			keys = append(keys, image+"/"+provider)
+		}
+	}
+	var differ string
+	testenv.WaitFor(b.t, 2*time.Minute, "nodepool's ZooKeeper class to pick what the launcher's walk picks", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		direct, cached, err := testenv.NodepoolLaunchPicks(ctx, kazooConn(b.z), keys...)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		v := b.sample()
+		for _, key := range keys {
+			pick, ok := v.Launch[key]
+			for how, got := range map[string]map[string]testenv.NodepoolUpload{"from the znodes": direct, "from its cache": cached} {
+				u, found := got[key]
+				if found != ok || (ok && (u.ExternalID != pick.ExternalID || u.Username != "zuul" || u.PythonPath != "auto")) {
+					differ = fmt.Sprintf("for %s nodepool picks %+v (%v) %s, the launcher's walk %+v (%v)", key, u, found, how, pick, ok)
+					return false
+				}
+			}
+		}
+		return true
+	}, func() string { return differ })
+}
+
 // builds are the ids of an image's builds in v in a state ("" for any),
 // newest first.
 func builds(v launcherView, image, state string) []string {
@@ -473,6 +510,7 @@ func TestPythonBuilderBesideOurs(t *testing.T) {
 	v := made(z1, "the first builds of both images, uploaded everywhere")
 	t.Logf("first builds uploaded after %s", time.Since(start).Round(time.Second))
 	pythonMade(v, dibBuilds[0])
+	b.nodepoolAgrees()
 	for _, p := range besideProviders {
 		re := regexp.MustCompile(`Image build dib-image-` + dibBuilds[0] + ` \(external_id \S+\) in ` + p + ` is ready`)
 		b.py.WaitLog(t, re, 10*time.Second)
@@ -503,6 +541,7 @@ func TestPythonBuilderBesideOurs(t *testing.T) {
 	v = made(z2, "the second builds of both images, uploaded everywhere")
 	t.Logf("second builds uploaded after %s", time.Since(start).Round(time.Second))
 	pythonMade(v, dibBuilds[1])
+	b.nodepoolAgrees()
 	madeBy(v, "zuul-image", zuulBuilds[1])
 	for image, ids := range map[string][]string{"dib-image": dibBuilds, "zuul-image": zuulBuilds} {
 		if got := builds(v, image, ""); !slices.Equal(got, []string{ids[1], ids[0]}) {
@@ -554,6 +593,7 @@ func TestPythonBuilderBesideOurs(t *testing.T) {
 	before := znodes(t, b.z, "dib-image", "zuul-image")
 	b.cleanupPass()
 	sameZnodes(t, "over a cleanup pass of the Python builder once settled", before, znodes(t, b.z, "dib-image", "zuul-image"))
+	b.nodepoolAgrees()
 	if !settled() {
 		t.Fatalf("the settled state changed: %s\n%s", wrong, b.logs())
 	}

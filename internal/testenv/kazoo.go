@@ -95,6 +95,17 @@ func RunKazoo(ctx context.Context, c KazooConn, script string, args ...string) (
 // kazooCommand is the command that runs script connected as c says, in its
 // own process group.
 func kazooCommand(ctx context.Context, c KazooConn, script string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, kazooPython, append([]string{"-c", kazooPreamble + script}, args...)...)
+	cmd.Env = append(append(os.Environ(), c.env()...),
+		// Unbuffered, so what a killed script printed is not lost.
+		"PYTHONUNBUFFERED=1",
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
+}
+
+// env is how a Python script finds the connection: the TESTENV_ZK_* variables.
+func (c KazooConn) env() []string {
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -103,19 +114,14 @@ func kazooCommand(ctx context.Context, c KazooConn, script string, args ...strin
 	if c.TLS {
 		tlsFlag = "1"
 	}
-	cmd := exec.CommandContext(ctx, kazooPython, append([]string{"-c", kazooPreamble + script}, args...)...)
-	cmd.Env = append(os.Environ(),
-		"TESTENV_ZK_HOSTS="+c.Hosts,
-		"TESTENV_ZK_TIMEOUT="+strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64),
-		"TESTENV_ZK_TLS="+tlsFlag,
-		"TESTENV_ZK_CA="+c.CA,
-		"TESTENV_ZK_CERT="+c.Cert,
-		"TESTENV_ZK_KEY="+c.Key,
-		// Unbuffered, so what a killed script printed is not lost.
-		"PYTHONUNBUFFERED=1",
-	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	return cmd
+	return []string{
+		"TESTENV_ZK_HOSTS=" + c.Hosts,
+		"TESTENV_ZK_TIMEOUT=" + strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64),
+		"TESTENV_ZK_TLS=" + tlsFlag,
+		"TESTENV_ZK_CA=" + c.CA,
+		"TESTENV_ZK_CERT=" + c.Cert,
+		"TESTENV_ZK_KEY=" + c.Key,
+	}
 }
 
 // kazooImportable tells, once per test binary, whether kazooPython can import kazoo.

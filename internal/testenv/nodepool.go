@@ -469,3 +469,74 @@ func (o *nodepoolOutput) String() string {
 	defer o.mu.Unlock()
 	return o.buf.String()
 }
+
+// NodepoolUpload is an image upload as nodepool's ZooKeeper class reads it.
+type NodepoolUpload struct {
+	BuildID    string  `json:"build_id"`
+	ID         string  `json:"id"`
+	ExternalID string  `json:"external_id"`
+	StateTime  float64 `json:"state_time"`
+	Username   string  `json:"username"`
+	PythonPath string  `json:"python_path"`
+	ShellType  string  `json:"shell_type"`
+}
+
+// nodepoolLaunchPicks reads, with nodepool's own ZooKeeper class, the upload
+// nodepool-launcher boots for each image/provider in argv: the newest READY
+// one, read from the znodes and from the image cache the launcher reads it
+// from (cached=True), once that cache is ready.
+const nodepoolLaunchPicks = `import json, logging, os, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+from nodepool.zk import ZooKeeperClient
+from nodepool.zk.zookeeper import ZooKeeper
+e = os.environ
+client = ZooKeeperClient(e["TESTENV_ZK_HOSTS"], timeout=float(e["TESTENV_ZK_TIMEOUT"]),
+                         tls_cert=e["TESTENV_ZK_CERT"], tls_key=e["TESTENV_ZK_KEY"], tls_ca=e["TESTENV_ZK_CA"])
+client.connect()
+zk = ZooKeeper(client, enable_cache=True)
+def pick(u):
+    if u is None:
+        return None
+    return {"build_id": u.build_id, "id": u.id, "external_id": u.external_id or "",
+            "state_time": u.state_time, "username": u.username or "",
+            "python_path": u.python_path or "", "shell_type": u.shell_type or ""}
+out = {"direct": {}, "cached": {}}
+for arg in sys.argv[1:]:
+    image, provider = arg.split("/")
+    out["direct"][arg] = pick(zk.getMostRecentImageUpload(image, provider))
+    out["cached"][arg] = pick(zk.getMostRecentImageUpload(image, provider, cached=True))
+print(json.dumps(out))
+zk.disconnect()
+`
+
+// NodepoolLaunchPicks reads, with nodepool 10's own ZooKeeper class connected
+// as c says (it takes TLS only), the upload nodepool-launcher boots for each
+// "image/provider" key: the newest READY upload there, as its
+// getMostRecentImageUpload finds it reading the znodes (direct) and its image
+// cache (cached, what the launcher calls). A key with none is absent. It does
+// not check that nodepool can run: see RequireNodepool.
+func NodepoolLaunchPicks(ctx context.Context, c KazooConn, keys ...string) (direct, cached map[string]NodepoolUpload, err error) {
+	out, _, err := runNodepool(ctx, "getMostRecentImageUpload", nodepoolLaunchPicks, c.env(), keys...)
+	if err != nil {
+		return nil, nil, err
+	}
+	var picks struct {
+		Direct map[string]*NodepoolUpload `json:"direct"`
+		Cached map[string]*NodepoolUpload `json:"cached"`
+	}
+	if err := json.Unmarshal([]byte(out), &picks); err != nil {
+		return nil, nil, fmt.Errorf("nodepool getMostRecentImageUpload: decode what it printed: %w\n%s", err, out)
+	}
+	direct, cached = map[string]NodepoolUpload{}, map[string]NodepoolUpload{}
+	for k, u := range picks.Direct {
+		if u != nil {
+			direct[k] = *u
+		}
+	}
+	for k, u := range picks.Cached {
+		if u != nil {
+			cached[k] = *u
+		}
+	}
+	return direct, cached, nil
+}
