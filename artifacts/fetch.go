@@ -286,21 +286,40 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 }
 
 // checkRequest checks the request and returns its parsed URL.
-func checkRequest(req Request) (*url.URL, error) {
-	u, err := url.Parse(req.URL)
+// ErrUnfetchableURL is wrapped by the refusal of an artifact URL the builder cannot fetch
+// whatever the config says: not a URL, not http or https (s3://, swift://), or without a
+// host. The job published it: it is the build's to fix.
+var ErrUnfetchableURL = errors.New("artifact URL cannot be fetched")
+
+// parseURL parses an artifact URL, refusing one that cannot be fetched.
+func parseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
 	if err != nil {
 		// url.Error repeats the URL whole, secrets and all.
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return nil, fmt.Errorf("parse URL: %w", err)
+		return nil, fmt.Errorf("%w: parse URL: %w", ErrUnfetchableURL, err)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("unsupported URL scheme %q: only http and https are fetched", u.Scheme)
+	switch {
+	case u.Scheme == "s3":
+		return nil, fmt.Errorf("%w: unsupported URL scheme %q: only http and https are fetched; the image job should "+
+			"publish the object's https URL (its bucket's endpoint, or a presigned URL), as zuul-jobs' upload-image-s3 does",
+			ErrUnfetchableURL, u.Scheme)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("%w: unsupported URL scheme %q: only http and https are fetched; the image job should "+
+			"publish an http or https URL", ErrUnfetchableURL, u.Scheme)
+	case u.Hostname() == "":
+		return nil, fmt.Errorf("%w: URL has no host", ErrUnfetchableURL)
 	}
-	if u.Hostname() == "" {
-		return nil, errors.New("URL has no host")
+	return u, nil
+}
+
+func checkRequest(req Request) (*url.URL, error) {
+	u, err := parseURL(req.URL)
+	if err != nil {
+		return nil, err
 	}
 	if req.Dest == "" {
 		return nil, errors.New("no destination path")
@@ -838,6 +857,11 @@ func (d *download) do(req *http.Request) (*http.Response, error) {
 	var uerr *url.Error
 	if errors.Is(err, untrusted.ErrUnsafe) && errors.As(err, &uerr) {
 		// Our refusal names the redirect target, redacted; url.Error would repeat it whole.
+		// A refused address is named by the dial, which knows no host: the URL does.
+		if u, perr := url.Parse(uerr.URL); perr == nil && errors.Is(err, ErrInternalAddress) {
+			return nil, fmt.Errorf("%w (host %s, of %s; add %s to the zuul-image's artifact-hosts if it is yours)",
+				uerr.Err, u.Host, redact.URL(uerr.URL), HostEntry(u))
+		}
 		return nil, uerr.Err
 	}
 	return resp, err

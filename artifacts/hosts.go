@@ -86,18 +86,44 @@ func (h *Hosts) named(host, port string) bool {
 	return false
 }
 
+// ErrHostNotAllowed is wrapped by the refusal of a URL, an artifact's or a redirect's, whose
+// host the zuul-image does not allow, or whose host resolved to an internal address the
+// operator did not name: the operator's configuration, not the build's content, which
+// an artifact-hosts entry (HostEntry) changes. It wraps untrusted.ErrUnsafe too.
+var ErrHostNotAllowed = errors.New("artifact host not allowed")
+
+// HostEntry is the artifact-hosts entry that allows u: its host, with its port when the
+// URL names one (an entry without a port allows every port).
+func HostEntry(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	return u.Hostname()
+}
+
+// Check refuses a URL that the hosts do not allow, as a download of it is refused
+// before it connects; the error wraps ErrHostNotAllowed and names the URL redacted, or,
+// for a URL no download can fetch, ErrUnfetchableURL.
+func (h *Hosts) Check(rawURL string) error {
+	u, err := parseURL(rawURL)
+	if err != nil {
+		return err // ErrUnfetchableURL: no host to allow
+	}
+	return h.check(u, "URL")
+}
+
 // check refuses u when it is not allowed, naming it redacted.
 func (h *Hosts) check(u *url.URL, what string) error {
 	if h.allows(u) {
 		return nil
 	}
-	return fmt.Errorf("%w: refused %s %s: host %s is not among the allowed artifact hosts (%s); add it to the zuul-image's artifact-hosts if it is yours",
-		untrusted.ErrUnsafe, what, redact.URL(u.String()), u.Host, h)
+	return fmt.Errorf("%w: %w: refused %s %s: host %s is not among the allowed artifact hosts (%s); add %s to the zuul-image's artifact-hosts if it is yours",
+		ErrHostNotAllowed, untrusted.ErrUnsafe, what, redact.URL(u.String()), u.Host, h, HostEntry(u))
 }
 
 // ErrInternalAddress is wrapped by the error of a connection refused because it would go
 // to an internal address (loopback, link-local, private, shared, unspecified, multicast)
-// for a host the operator did not name.
+// for a host the operator did not name. It wraps ErrHostNotAllowed too.
 var ErrInternalAddress = errors.New("internal address")
 
 // internalPrefixes are ranges netip's predicates do not cover.
@@ -114,8 +140,8 @@ func checkAddress(network, address string, _ syscall.RawConn) error {
 		return fmt.Errorf("%w: cannot read dialled address %q: %w", untrusted.ErrUnsafe, address, err)
 	}
 	if internalAddr(ap.Addr()) {
-		return fmt.Errorf("%w: refused to connect to %s: %w; name the host in the zuul-image's artifact-hosts if it is yours",
-			untrusted.ErrUnsafe, ap.Addr(), ErrInternalAddress)
+		return fmt.Errorf("%w: %w: refused to connect to %s: %w; name the host in the zuul-image's artifact-hosts if it is yours",
+			ErrHostNotAllowed, untrusted.ErrUnsafe, ap.Addr(), ErrInternalAddress)
 	}
 	return nil
 }

@@ -141,7 +141,8 @@ func (l *loops) check(now time.Time) error {
 // has stopped, no pass runs past its bound), the state answers a read within a
 // few seconds and nothing waits for the operator; otherwise an error saying
 // what is wrong. When the daemon works but something waits for the operator (a
-// zuul-image's Zuul is behind its poll cursor), the error is a *Degraded.
+// zuul-image's Zuul is behind its poll cursor, or its newest Zuul build has
+// an artifact on a host it does not allow), the error is a *Degraded.
 func (b *Builder) Health(ctx context.Context) error {
 	errs := []error{b.loops.check(time.Now())}
 	ctx, cancel := context.WithTimeout(ctx, storeProbeTime)
@@ -163,6 +164,9 @@ func (b *Builder) Health(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("the state does not answer: %w", err))
 			break
+		}
+		if cur.Waiting != "" {
+			degraded.Reasons = append(degraded.Reasons, fmt.Sprintf("zuul-image %s: %s", zi.Name, cur.Waiting))
 		}
 		if cur.BehindID != 0 {
 			degraded.Reasons = append(degraded.Reasons, fmt.Sprintf("zuul-image %s: Zuul's newest build (id %d) is behind the poll "+

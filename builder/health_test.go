@@ -110,3 +110,33 @@ func TestHealthZuulBehindCursor(t *testing.T) {
 		t.Fatalf("Health once the cursor is not behind = %v", err)
 	}
 }
+
+// TestHealthWaitingForArtifactHost: a zuul-image whose newest Zuul build
+// waits for an artifact host to be allowed makes Health degraded, saying why;
+// once it does not wait, Health is nil again.
+func TestHealthWaitingForArtifactHost(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Options{ImagesDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	b := &Builder{store: st}
+	b.cur.Store(&parts{cfg: &config.Config{ZuulImages: []config.ZuulImage{{Name: "debian"}}}})
+	b.loops.running.Store(true)
+	const why = "Zuul build abc is not fetched: add objects.example.com to the zuul-image's artifact-hosts"
+	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", Waiting: why})); err != nil {
+		t.Fatal(err)
+	}
+	err = b.Health(ctx)
+	var d *Degraded
+	if !errors.As(err, &d) || !strings.Contains(err.Error(), "zuul-image debian: "+why) {
+		t.Fatalf("Health of a build waiting for a host = %v (%T), want *Degraded saying why", err, err)
+	}
+	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Health(ctx); err != nil {
+		t.Fatalf("Health once nothing waits = %v", err)
+	}
+}

@@ -372,6 +372,33 @@ func TestImageStatusZuulBehind(t *testing.T) {
 	}
 }
 
+// TestImageStatusWaitingForHost: a zuul-image whose newest Zuul build waits
+// for an artifact host says so, in the table, under it, and in JSON, before
+// any Zuul build was settled too.
+func TestImageStatusWaitingForHost(t *testing.T) {
+	ctx := context.Background()
+	cfg, st := openState(t, t.TempDir(), statusImages)
+	const why = "Zuul build zb2 is not fetched: add objects.example.com to the zuul-image's artifact-hosts"
+	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", Waiting: why})); err != nil {
+		t.Fatal(err)
+	}
+	images, err := ImageStatus(ctx, st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := images[2].JSON()
+	if j.ZuulWaiting == nil || *j.ZuulWaiting != why || j.LastZuulBuild != nil || j.LastZuulOutcome != nil {
+		t.Errorf("debian = %+v; want zuul_waiting, and no Zuul build settled", j)
+	}
+	var b bytes.Buffer
+	WriteImageStatus(&b, images)
+	for _, w := range []string{"waiting for a host", "Zuul builds waiting for an artifact host", "| debian | " + why} {
+		if !strings.Contains(b.String(), w) {
+			t.Errorf("image-status table lacks %q:\n%s", w, b.String())
+		}
+	}
+}
+
 // TestImageStatusZuulMQTT: with builder.zuul-mqtt, image-status shows what the
 // daemon last said of its listener: the broker, the connection, the last
 // message and error, the messages used and ignored by reason; a status the

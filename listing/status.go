@@ -30,7 +30,8 @@ type Image struct {
 	// after it was made is in progress.
 	Building bool
 	Newest   *store.Build // the newest ready build
-	// Cursor is, for a zuul-image, the newest Zuul build settled and how.
+	// Cursor is, for a zuul-image, the newest Zuul build settled and how, and
+	// what the newest waits for.
 	Cursor *store.Cursor
 	// Failure is, for a diskimage, its newest build since the newest ready
 	// one if that failed: what holds its next build back, and until when.
@@ -61,6 +62,10 @@ type ImageJSON struct {
 	// zuul-cursor-reset makes the next poll fetch Zuul's newest build.
 	LastZuulID   *int64 `json:"last_zuul_id"`
 	ZuulBehindID *int64 `json:"zuul_behind_id"`
+	// ZuulWaiting, when not null, says why Zuul's newest build, due, is not
+	// fetched: an artifact of it is on a host the zuul-image does not allow,
+	// which its artifact-hosts would; it is fetched once that host is allowed.
+	ZuulWaiting *string `json:"zuul_waiting"`
 	// For a diskimage whose newest build failed: that build
 	// (<image>-<build_id>), when and why it failed, its build log (null when
 	// there is none), and when the image is next built (RFC 3339; null while
@@ -110,12 +115,17 @@ func (s Image) JSON() ImageJSON {
 		row.NewestBuild, row.NewestBuildTime = &name, &at
 	}
 	if c := s.Cursor; c != nil {
-		row.LastZuulBuild, row.LastZuulOutcome, row.LastZuulID = &c.ZuulUUID, &c.Outcome, &c.ZuulID
+		if c.ZuulUUID != "" {
+			row.LastZuulBuild, row.LastZuulOutcome, row.LastZuulID = &c.ZuulUUID, &c.Outcome, &c.ZuulID
+		}
 		if c.BehindID != 0 {
 			row.ZuulBehindID = &c.BehindID
 		}
 		if c.Reason != "" {
 			row.LastZuulReason = &c.Reason
+		}
+		if c.Waiting != "" {
+			row.ZuulWaiting = &c.Waiting
 		}
 	}
 	if f := s.Failure; f != nil {
@@ -178,7 +188,7 @@ func ImageStatusOf(ctx context.Context, st *store.Store, cfg *config.Config, bui
 			if err != nil {
 				return nil, fmt.Errorf("read poll cursor of %s: %w", name, err)
 			}
-			if cur.ZuulUUID != "" {
+			if cur.ZuulUUID != "" || cur.Waiting != "" {
 				s.Cursor = &cur
 			}
 		}
@@ -214,6 +224,7 @@ func WriteImageStatus(w io.Writer, images []Image) {
 		"Source", "Paused By", "Newest Ready Build", "Build Age", "Last Zuul Build", "Last Build Failure", "Next Attempt"}}
 	failures := Table{Header: []string{"Image", "Failed Build", "Log", "Reason"}}
 	behind := Table{Header: []string{"Image", "Cursor Build", "Cursor Id", "Zuul's Newest Id"}}
+	waiting := Table{Header: []string{"Image", "Why"}}
 	for _, s := range images {
 		// Paused is printed as nodepool prints it.
 		paused, reqAge, newest, newestAge, zuul, failed, next := "False", "", "", "", "", "", ""
@@ -226,12 +237,18 @@ func WriteImageStatus(w io.Writer, images []Image) {
 		if s.Newest != nil {
 			newest, newestAge = s.Newest.Name(), Age(s.Newest.StateTime)
 		}
-		if s.Cursor != nil {
+		if c := s.Cursor; c != nil {
 			// The reason of a refusal is long: image-status --json carries it.
-			zuul = s.Cursor.ZuulUUID + " (" + s.Cursor.Outcome + ")"
-			if c := s.Cursor; c.BehindID != 0 {
+			if c.ZuulUUID != "" {
+				zuul = c.ZuulUUID + " (" + c.Outcome + ")"
+			}
+			if c.BehindID != 0 {
 				zuul += " Zuul behind"
 				behind.Add(s.Name, c.ZuulUUID, fmt.Sprint(c.ZuulID), fmt.Sprint(c.BehindID))
+			}
+			if c.Waiting != "" {
+				zuul = strings.TrimSpace(zuul + " waiting for a host")
+				waiting.Add(s.Name, c.Waiting)
 			}
 		}
 		if f := s.Failure; f != nil {
@@ -258,6 +275,12 @@ func WriteImageStatus(w io.Writer, images []Image) {
 		fmt.Fprintln(w, "Zuul behind the poll cursor (Zuul's newest build has a lower id and ended no later, so it is not fetched; "+
 			"if Zuul's database was rebuilt or restored, zuul-cursor-reset <image> fetches Zuul's newest build):")
 		behind.Write(w)
+	}
+	if len(waiting.rows) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Zuul builds waiting for an artifact host (the newest build's artifacts are on a host the zuul-image "+
+			"does not allow; add it to artifact-hosts and reload, and the build is fetched):")
+		waiting.Write(w)
 	}
 }
 

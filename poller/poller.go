@@ -227,6 +227,9 @@ func (p *Poller) dueLocked(ctx context.Context, f *fetch) (source.Work, error) {
 			}
 		}
 		if missing := p.missing(ready, zb, f.needed); missing != nil {
+			if _, err := p.waitForHosts(ctx, cur, zi, zb, missing); err != nil {
+				return source.Work{}, err
+			}
 			// Formats newly needed, fetched into the build that is there.
 			b := ready[0]
 			p.log.Info("fetching formats newly needed", "image", image, "build", b.ID, "formats", missing)
@@ -244,6 +247,9 @@ func (p *Poller) dueLocked(ctx context.Context, f *fetch) (source.Work, error) {
 		p.log.Warn("Zuul's ids went back: its newest build's id is below the poll cursor's, but it ended later, so it is "+
 			"fetched; Zuul's database was rebuilt, or the cursor came from a hostile answer", "image", image,
 			"zuul_build", zb.UUID, "zuul_id", zb.ID, "cursor_build", cur.ZuulUUID, "cursor_id", cur.ZuulID)
+	}
+	if cur, err = p.waitForHosts(ctx, cur, zi, zb, f.needed); err != nil {
+		return source.Work{}, err
 	}
 	st := p.opts.Store
 	return source.Work{
@@ -266,7 +272,15 @@ func (p *Poller) dueLocked(ctx context.Context, f *fetch) (source.Work, error) {
 		// A build refused for good is settled: the next poll waits for a
 		// newer Zuul build.
 		Abort: func(_ store.Build, err error) []store.Change {
-			if !errors.Is(err, ErrRefused) {
+			var wait *WaitingForHost
+			switch {
+			case errors.As(err, &wait) && wait.Reason != cur.Waiting:
+				// A redirect, or an address a host resolved to: the cursor
+				// says what the build waits for, as the check before does.
+				next := cur
+				next.Image, next.Waiting = image, wait.Reason
+				return []store.Change{store.PutCursor(next)}
+			case !errors.Is(err, ErrRefused):
 				return nil
 			}
 			return []store.Change{store.PutCursor(cursorAt(image, zb, store.Failed, err.Error(), st.Now()))}
@@ -279,6 +293,33 @@ func (p *Poller) dueLocked(ctx context.Context, f *fetch) (source.Work, error) {
 		},
 		Data: f,
 	}, nil
+}
+
+// waitForHosts checks, under the image's lock, that the artifacts of Zuul
+// build zb that make the needed formats are on hosts the zuul-image allows.
+// When one is not, the build waits: the poll cursor says why (it stays where
+// it is otherwise) and the error is a *WaitingForHost. A cursor that said so
+// of a wait that is over says so no more. It returns the cursor as it now is.
+func (p *Poller) waitForHosts(ctx context.Context, cur store.Cursor, zi *config.ZuulImage, zb zuulapi.Build, needed []string) (store.Cursor, error) {
+	wait := ""
+	if d, err := planDownloads(zi, zb, needed); err == nil {
+		// A build that cannot be planned is refused by its fetch, as ever.
+		if wait, err = checkHosts(zi, zb, d); err != nil {
+			return cur, err
+		}
+	}
+	if wait != cur.Waiting {
+		next := cur
+		next.Image, next.Waiting = zi.Name, wait
+		if err := p.opts.Store.Write(ctx, store.PutCursor(next)); err != nil {
+			return cur, fmt.Errorf("poll %s: record what Zuul build %s waits for: %w", zi.Name, zb.UUID, err)
+		}
+		cur = next
+	}
+	if wait != "" {
+		return cur, &WaitingForHost{Image: zi.Name, Reason: wait}
+	}
+	return cur, nil
 }
 
 // Make fetches the formats of the work's Zuul build into w: a new build, or
@@ -538,9 +579,18 @@ func refuse(format string, err error) error {
 	return &refusedFormat{format: format, err: fmt.Errorf("%w: %w", ErrRefused, err)}
 }
 
-// fetch downloads each needed format once, verified and in place, and records it.
-// A format that is not published but can be converted from one that is, is.
-func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, w *store.BuildWriter, needed []string) error {
+// downloads is what a Zuul build's fetch downloads: the formats in order, the
+// artifact of each, and the formats converted from one of them.
+type downloads struct {
+	plan    []string
+	matched map[string]artifacts.Candidate
+	convert map[string]string
+}
+
+// planDownloads picks the artifacts of zb that make the needed formats. A
+// needed format that is neither published nor convertible, or an artifact
+// that cannot be told apart, refuses the build for good (ErrRefused).
+func planDownloads(zi *config.ZuulImage, zb zuulapi.Build, needed []string) (downloads, error) {
 	cands := make([]artifacts.Candidate, 0, len(zb.Artifacts))
 	for _, a := range zb.Artifacts {
 		cands = append(cands, artifacts.Candidate{Name: a.Name, URL: a.URL, Metadata: a.Metadata})
@@ -549,6 +599,64 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 	for _, m := range zi.Artifacts {
 		mappings = append(mappings, artifacts.Mapping{Format: m.Format, Type: m.Type, Name: m.Name})
 	}
+	available := artifacts.Available(cands, mappings)
+	plan, convert, err := planFormats(needed, available)
+	if err != nil {
+		return downloads{}, err
+	}
+	matched, err := artifacts.Match(cands, mappings, plan)
+	if err != nil {
+		return downloads{}, fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	return downloads{plan: plan, matched: matched, convert: convert}, nil
+}
+
+// WaitingForHost is the error of a poll whose due Zuul build is not fetched
+// because an artifact it needs is on a host the zuul-image does not allow:
+// the operator's configuration, not the build's content. The build stays due
+// and is fetched once the host is allowed; the poll cursor says so meanwhile.
+type WaitingForHost struct {
+	Image  string
+	Reason string
+}
+
+func (e *WaitingForHost) Error() string { return e.Image + ": " + e.Reason }
+
+// NotDone marks the error as due work left undone, for the builder's summary.
+func (e *WaitingForHost) NotDone() {}
+
+// hostWait says why a Zuul build waits for an artifact host: err wraps
+// artifacts.ErrHostNotAllowed.
+func hostWait(zb zuulapi.Build, c artifacts.Candidate, format string, err error) string {
+	name := c.Name
+	if len(name) > 100 { // Zuul's answer names it: the state keeps what is said
+		name = name[:100] + "..."
+	}
+	return fmt.Sprintf("Zuul build %s is not fetched: artifact %q (%s): %v (in %s); once it is allowed (a reload), "+
+		"the build is fetched at the next poll", zb.UUID, name, format, err, config.BuilderFileName)
+}
+
+// checkHosts finds the first artifact of d on a host the zuul-image does not
+// allow, and says why the build waits for it; "" when every one is allowed.
+// Redirects and the addresses a host resolves to are only known as a download
+// goes: a refusal then is said by the fetch (see Make).
+func checkHosts(zi *config.ZuulImage, zb zuulapi.Build, d downloads) (string, error) {
+	hosts, err := artifactHosts(zi, zb)
+	if err != nil {
+		return "", err
+	}
+	for _, format := range d.plan {
+		c := d.matched[format]
+		if err := hosts.Check(c.URL); errors.Is(err, artifacts.ErrHostNotAllowed) {
+			return hostWait(zb, c, format, err), nil
+		}
+	}
+	return "", nil
+}
+
+// fetch downloads each needed format once, verified and in place, and records it.
+// A format that is not published but can be converted from one that is, is.
+func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, w *store.BuildWriter, needed []string) error {
 	fetcher, ok := p.opts.Fetchers[zi.Name]
 	if !ok {
 		return fmt.Errorf("no downloader for zuul-image %s", zi.Name)
@@ -561,15 +669,11 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 	if limit <= 0 {
 		limit = untrusted.DefaultMaxSize
 	}
-	available := artifacts.Available(cands, mappings)
-	plan, convert, err := planFormats(needed, available)
+	d, err := planDownloads(zi, zb, needed)
 	if err != nil {
 		return err
 	}
-	matched, err := artifacts.Match(cands, mappings, plan)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrRefused, err)
-	}
+	plan, matched, convert := d.plan, d.matched, d.convert
 	b := w.Build()
 	inspected := map[string]qemuimg.Image{}
 	for _, format := range plan {
@@ -592,9 +696,12 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		})
 		p.opts.Metrics.Downloaded(b.Image, res.Downloaded, time.Since(began), err)
 		switch {
+		case errors.Is(err, artifacts.ErrHostNotAllowed):
+			// The operator's to allow, not the build's fault: not refused.
+			return &WaitingForHost{Image: zi.Name, Reason: hostWait(zb, c, format, err)}
 		case errors.Is(err, untrusted.ErrTooLarge):
 			return refuse(format, fmt.Errorf("artifact %q (%s): %w (%s)", c.Name, format, err, maxImageSize(limit)))
-		case errors.Is(err, artifacts.ErrChecksum), errors.Is(err, untrusted.ErrUnsafe):
+		case errors.Is(err, artifacts.ErrChecksum), errors.Is(err, untrusted.ErrUnsafe), errors.Is(err, artifacts.ErrUnfetchableURL):
 			return refuse(format, fmt.Errorf("artifact %q (%s): %w", c.Name, format, err))
 		case err != nil:
 			return fmt.Errorf("download artifact %q (%s): %w", c.Name, format, err)

@@ -202,6 +202,11 @@ type Cursor struct {
 	// in a cursor recorded before it was kept): whether that build is still
 	// there is read from the state itself, not from what a cache has seen.
 	Build string
+	// Waiting says why Zuul's newest build, due, is not fetched: a host its
+	// artifacts are on is not one the zuul-image allows (artifact-hosts). It
+	// waits for the operator, and goes once that build is fetched or another
+	// is due. "" otherwise.
+	Waiting string
 }
 
 // BuildFilter selects builds; zero fields match everything.

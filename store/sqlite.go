@@ -220,6 +220,10 @@ ALTER TABLE poll_cursors ADD COLUMN zuul_end_time INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE poll_cursors ADD COLUMN behind_id INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE poll_cursors ADD COLUMN build_id TEXT NOT NULL DEFAULT '';
 `,
+	// 8: why a poll cursor's Zuul build waits for the operator.
+	`
+ALTER TABLE poll_cursors ADD COLUMN waiting TEXT NOT NULL DEFAULT '';
+`,
 }
 
 func (s *SQLite) migrate(ctx context.Context) error {
@@ -474,12 +478,13 @@ func deleteUpload(ctx context.Context, tx *sql.Tx, u *Upload) error {
 }
 
 func putCursor(ctx context.Context, tx *sql.Tx, c *Cursor) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO poll_cursors (image, zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id, build_id)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	_, err := tx.ExecContext(ctx, `INSERT INTO poll_cursors (image, zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id, build_id, waiting)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (image) DO UPDATE SET zuul_id = excluded.zuul_id, zuul_uuid = excluded.zuul_uuid,
 			outcome = excluded.outcome, reason = excluded.reason, time = excluded.time,
-			zuul_end_time = excluded.zuul_end_time, behind_id = excluded.behind_id, build_id = excluded.build_id`,
-		c.Image, c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, unixNano(c.Time), unixNano(c.ZuulEndTime), c.BehindID, c.Build)
+			zuul_end_time = excluded.zuul_end_time, behind_id = excluded.behind_id, build_id = excluded.build_id,
+			waiting = excluded.waiting`,
+		c.Image, c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, unixNano(c.Time), unixNano(c.ZuulEndTime), c.BehindID, c.Build, c.Waiting)
 	if err != nil {
 		return fmt.Errorf("record poll cursor of %s: %w", c.Image, err)
 	}
@@ -673,9 +678,9 @@ func (s *SQLite) Uploads(ctx context.Context, f UploadFilter) ([]Upload, error) 
 func (s *SQLite) Cursor(ctx context.Context, image string) (Cursor, error) {
 	c := Cursor{Image: image}
 	var t, end int64
-	err := s.db.QueryRowContext(ctx, `SELECT zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id, build_id
+	err := s.db.QueryRowContext(ctx, `SELECT zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id, build_id, waiting
 		FROM poll_cursors WHERE image = ?`, image).
-		Scan(&c.ZuulID, &c.ZuulUUID, &c.Outcome, &c.Reason, &t, &end, &c.BehindID, &c.Build)
+		Scan(&c.ZuulID, &c.ZuulUUID, &c.Outcome, &c.Reason, &t, &end, &c.BehindID, &c.Build, &c.Waiting)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, nil
 	}
@@ -688,7 +693,7 @@ func (s *SQLite) Cursor(ctx context.Context, image string) (Cursor, error) {
 
 // Cursors returns every image's poll cursor, by image.
 func (s *SQLite) Cursors(ctx context.Context) ([]Cursor, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT image, zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id, build_id
+	rows, err := s.db.QueryContext(ctx, `SELECT image, zuul_id, zuul_uuid, outcome, reason, time, zuul_end_time, behind_id, build_id, waiting
 		FROM poll_cursors ORDER BY image`)
 	if err != nil {
 		return nil, fmt.Errorf("list poll cursors: %w", err)
@@ -698,7 +703,7 @@ func (s *SQLite) Cursors(ctx context.Context) ([]Cursor, error) {
 	for rows.Next() {
 		var c Cursor
 		var t, end int64
-		if err := rows.Scan(&c.Image, &c.ZuulID, &c.ZuulUUID, &c.Outcome, &c.Reason, &t, &end, &c.BehindID, &c.Build); err != nil {
+		if err := rows.Scan(&c.Image, &c.ZuulID, &c.ZuulUUID, &c.Outcome, &c.Reason, &t, &end, &c.BehindID, &c.Build, &c.Waiting); err != nil {
 			return nil, fmt.Errorf("list poll cursors: %w", err)
 		}
 		c.Time, c.ZuulEndTime = fromUnixNano(t), fromUnixNano(end)

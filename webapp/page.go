@@ -62,6 +62,9 @@ type imageRow struct {
 	Uploads      []uploadCell
 	Zuul         string // the newest Zuul build settled, and how
 	ZuulOutcome  string
+	// Waiting says why Zuul's newest build is not fetched: an artifact host
+	// the zuul-image does not allow.
+	Waiting string
 	// Failed is when the newest build of a diskimage failed, FailedLog its
 	// build log, and Next when the image is next built (nil while paused or
 	// requested).
@@ -194,7 +197,7 @@ func (h *handler) pageData(ctx context.Context) (pageData, error) {
 			row.Newest, row.NewestAt = s.Newest.Name(), &t
 		}
 		if s.Cursor != nil {
-			row.Zuul, row.ZuulOutcome = s.Cursor.ZuulUUID, s.Cursor.Outcome
+			row.Zuul, row.ZuulOutcome, row.Waiting = s.Cursor.ZuulUUID, s.Cursor.Outcome, s.Cursor.Waiting
 		}
 		if f := s.Failure; f != nil {
 			t := at(f.Build.StateTime, now)

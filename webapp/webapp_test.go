@@ -99,7 +99,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	f.failed = failed
 	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 7, ZuulUUID: "zb2", Outcome: "failed",
-		Reason: "checksum mismatch " + evil, Time: time.Now()})); err != nil {
+		Reason: "checksum mismatch " + evil, Time: time.Now(), Waiting: "Zuul build zb3 is not fetched: add objects " + evil})); err != nil {
 		t.Fatal(err)
 	}
 	up := f.tracker.Start(progress.Upload, "debian-"+ready.ID+" to cloud-b", 4096)
@@ -212,6 +212,8 @@ func TestPage(t *testing.T) {
 		`cloud-b: <span class="state bad" title="debian-` + f.ready.ID + `">failed</span>`,
 		`last Zuul build zb2 <span class="state bad">failed</span>`,
 		"Zuul build refused", "checksum mismatch &lt;script&gt;", // the cursor's refusal
+		// What Zuul's newest build waits for.
+		`<span class="state bad">waiting for an artifact host</span> <span class="reason">Zuul build zb3 is not fetched: add objects &lt;script&gt;`,
 		"element failed: &lt;script&gt;", // the failed build
 		"glance said &lt;script&gt;",     // the failed upload
 		`<progress value="1024" max="4096">`, "1.0 KiB of 4.0 KiB (25%)",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -31,48 +32,94 @@ func newLoopbackService(t *testing.T, content []byte) *loopbackService {
 	return s
 }
 
-// TestArtifactOnLoopbackServiceRefused: a build whose artifact URL points at a
+// TestArtifactOnHostNotAllowedWaits: a build whose artifact URL points at a
 // service on loopback, directly or through a redirect from Zuul's own host,
-// is refused: the service gets no request, nothing reaches Glance, and the
-// build is not fetched again. The service is on Zuul's loopback address, but
-// on another port than the api-url's, the one the operator named.
-func TestArtifactOnLoopbackServiceRefused(t *testing.T) {
-	secret := append([]byte("LOOPBACK-ONLY-SERVICE "), make([]byte, 1<<20)...)
-	secret = secret[:1<<20] // a plausible raw image: only where it comes from is wrong
+// is not fetched: the service gets no request and nothing reaches Glance.
+// That is the operator's configuration, not a bad build: --once says what
+// host to allow and exits 1, image-status says what the build waits for,
+// nothing is refused for good, and once the operator names the host in
+// artifact-hosts the same build is fetched. The service is on Zuul's loopback
+// address, but on another port than the api-url's, the one the operator named.
+func TestArtifactOnHostNotAllowedWaits(t *testing.T) {
 	tests := []struct {
 		name    string
-		extra   string // added to the zuul-image
+		named   bool // artifact-hosts names Zuul's host alone, before the service's is added
 		publish func(e *env, service string) func(string) string
 		says    []string
 	}{
 		{name: "direct", publish: func(e *env, service string) func(string) string {
 			return func(string) string { return service }
-		}, says: []string{"refused to connect to 127.0.0.1", "artifact-hosts"}},
+		}, says: []string{"refused to connect to 127.0.0.1", "add 127.0.0.1:"}},
 		{name: "through a redirect from Zuul", publish: func(e *env, service string) func(string) string {
 			return func(string) string { return e.zuul.Redirect(service) }
-		}, says: []string{"refused to connect to 127.0.0.1", "artifact-hosts"}},
-		{name: "direct, with artifact-hosts", extra: "    artifact-hosts: ['{{ZUULHOST}}']\n",
+		}, says: []string{"refused to connect to 127.0.0.1", "add 127.0.0.1:"}},
+		{name: "direct, with artifact-hosts", named: true,
 			publish: func(e *env, service string) func(string) string {
 				return func(string) string { return service }
-			}, says: []string{"refused URL http://127.0.0.1:", "not among the allowed artifact hosts"}},
-		{name: "through a redirect, with artifact-hosts", extra: "    artifact-hosts: ['{{ZUULHOST}}']\n",
+			}, says: []string{"refused URL http://127.0.0.1:", "not among the allowed artifact hosts", "add 127.0.0.1:"}},
+		{name: "through a redirect, with artifact-hosts", named: true,
 			publish: func(e *env, service string) func(string) string {
 				return func(string) string { return e.zuul.Redirect(service) }
-			}, says: []string{"refused redirect to http://127.0.0.1:", "not among the allowed artifact hosts"}},
+			}, says: []string{"refused redirect to http://127.0.0.1:", "not among the allowed artifact hosts", "add 127.0.0.1:"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
-			service := newLoopbackService(t, secret)
+			data, err := os.ReadFile(e.makeImage(1).raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			service := newLoopbackService(t, data)
 			zu, _ := url.Parse(e.zuul.URL())
-			e.oneProvider("raw", strings.ReplaceAll(tt.extra, "{{ZUULHOST}}", zu.Host), "")
+			su, _ := url.Parse(service.URL)
+			allow := func(hosts ...string) {
+				extra := ""
+				if len(hosts) > 0 {
+					extra = "    artifact-hosts: ['" + strings.Join(hosts, "', '") + "']\n"
+				}
+				e.oneProvider("raw", extra, "")
+			}
+			if tt.named {
+				allow(zu.Host)
+			} else {
+				allow()
+			}
 			zb := e.addBuild(image{}, zuultest.BuildSpec{Artifacts: []zuultest.ArtifactSpec{{
-				Name: "debian raw", Data: secret, Metadata: zuulImageMeta("raw"),
+				Name: "debian raw", Data: data, Metadata: zuulImageMeta("raw"),
 				Publish: tt.publish(e, service.URL+"/internal/disk.raw"),
 			}}})
-			e.refusedOnce(zb, "debian raw", tt.says...)
+			for run := range 2 {
+				r := e.once(exitFailed)
+				for _, s := range append(tt.says, zb.UUID, "artifact-hosts", "not done") {
+					if !strings.Contains(r.stderr, s) {
+						t.Errorf("run %d: --once does not say %q:\n%s", run, s, r.stderr)
+					}
+				}
+				st, _ := e.status()
+				row := st["debian"]
+				if row.ZuulWaiting == nil || !strings.Contains(*row.ZuulWaiting, zb.UUID) || !strings.Contains(*row.ZuulWaiting, "add 127.0.0.1:") {
+					t.Fatalf("run %d: image-status says the build waits for %v; want Zuul build %s and the host to add", run, row.ZuulWaiting, zb.UUID)
+				}
+				if row.LastZuulOutcome != nil && *row.LastZuulOutcome == "failed" {
+					t.Fatalf("run %d: the Zuul build is refused for good: %v", run, *row.LastZuulReason)
+				}
+			}
 			if n := service.requests.Load(); n != 0 {
 				t.Errorf("the loopback service got %d requests", n)
+			}
+			if imgs, err := e.cloud.List(context.Background(), nil); err != nil || len(imgs) != 0 {
+				t.Fatalf("Glance holds %d images (%v): %+v", len(imgs), err, imgs)
+			}
+			// The operator allows the host: the same build is fetched.
+			allow(zu.Host, su.Host)
+			e.once(0)
+			b, ok := e.zuulBuildOf(zb.UUID)
+			if !ok || b.State != "ready" {
+				t.Fatalf("the build was not fetched once its host was allowed: %+v", e.buildsJSON())
+			}
+			e.checkUploaded("cloud-x", b, "raw")
+			if st, _ := e.status(); st["debian"].ZuulWaiting != nil {
+				t.Errorf("image-status still says the build waits: %s", *st["debian"].ZuulWaiting)
 			}
 		})
 	}

@@ -482,19 +482,20 @@ func testCursor(t *testing.T, open Opener) {
 	}
 	c, err = s.Cursor(ctx, "debian")
 	if err != nil || c.ZuulID != 9 || c.ZuulUUID != "def" || c.Outcome != "ready" || c.Reason != "" || !c.Time.Equal(at) ||
-		!c.ZuulEndTime.IsZero() || c.BehindID != 0 || c.Build != "" {
+		!c.ZuulEndTime.IsZero() || c.BehindID != 0 || c.Build != "" || c.Waiting != "" {
 		t.Fatalf("cursor = %+v, %v", c, err)
 	}
-	// The end time of its Zuul build, Zuul's newest id behind it and the build
-	// it became are kept.
+	// The end time of its Zuul build, Zuul's newest id behind it, the build
+	// it became and what waits for the operator are kept.
 	end := at.Add(-time.Hour).Truncate(time.Second)
 	if err := s.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 9, ZuulUUID: "def", ZuulEndTime: end,
-		Outcome: "ready", Time: at, BehindID: 3, Build: "0123456789abcdef0123456789abcdef"})); err != nil {
+		Outcome: "ready", Time: at, BehindID: 3, Build: "0123456789abcdef0123456789abcdef", Waiting: "host h"})); err != nil {
 		t.Fatal(err)
 	}
 	c, err = s.Cursor(ctx, "debian")
-	if err != nil || !c.ZuulEndTime.Equal(end) || c.BehindID != 3 || c.ZuulID != 9 || c.Build != "0123456789abcdef0123456789abcdef" {
-		t.Fatalf("cursor with an end time and an id behind it = %+v, %v", c, err)
+	if err != nil || !c.ZuulEndTime.Equal(end) || c.BehindID != 3 || c.ZuulID != 9 || c.Build != "0123456789abcdef0123456789abcdef" ||
+		c.Waiting != "host h" {
+		t.Fatalf("cursor with an end time, an id behind it and a wait = %+v, %v", c, err)
 	}
 	if other, _ := s.Cursor(ctx, "fedora"); other.ZuulID != 0 {
 		t.Fatalf("another image's cursor = %+v", other)

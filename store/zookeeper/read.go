@@ -168,10 +168,12 @@ type cursorJSON struct {
 	ZuulEndTime float64 `json:"zuul_end_time,omitempty"`
 	BehindID    int64   `json:"behind_id,omitempty"`
 	Build       string  `json:"build_id,omitempty"`
+	Waiting     string  `json:"waiting,omitempty"`
 }
 
 func encodeCursor(c store.Cursor) ([]byte, error) {
-	return json.Marshal(cursorJSON{c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, seconds(c.Time), seconds(c.ZuulEndTime), c.BehindID, c.Build})
+	return json.Marshal(cursorJSON{c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, seconds(c.Time), seconds(c.ZuulEndTime), c.BehindID, c.Build,
+		c.Waiting})
 }
 
 // Cursor reads an image's poll cursor.
@@ -189,7 +191,7 @@ func (b *Backend) Cursor(_ context.Context, image string) (store.Cursor, error) 
 		return c, fmt.Errorf("read poll cursor of %s: %w", image, err)
 	}
 	c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, c.Time = j.ZuulID, j.ZuulUUID, j.Outcome, j.Reason, fromSeconds(j.Time)
-	c.ZuulEndTime, c.BehindID, c.Build = fromSeconds(j.ZuulEndTime), j.BehindID, j.Build
+	c.ZuulEndTime, c.BehindID, c.Build, c.Waiting = fromSeconds(j.ZuulEndTime), j.BehindID, j.Build, j.Waiting
 	return c, nil
 }
 

@@ -1,0 +1,129 @@
+package poller
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
+	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
+)
+
+// objectStore serves one file, as an object store holds a job's artifact,
+// and counts the requests it gets.
+type objectStore struct {
+	*httptest.Server
+	requests atomic.Int64
+}
+
+func newObjectStore(t *testing.T, data []byte) *objectStore {
+	s := &objectStore{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(data))
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func hostPatterns(t *testing.T, hosts ...string) []hostpattern.Pattern {
+	t.Helper()
+	var out []hostpattern.Pattern
+	for _, h := range hosts {
+		p, err := hostpattern.Parse(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// TestPollWaitsForAnArtifactHost: a Zuul build whose artifact is on a host
+// the zuul-image does not allow is the operator's configuration, not a bad
+// build: it is not fetched and not refused, nothing is recorded of it but
+// the cursor saying what it waits for, the host gets no request, and the
+// poll's error is due work not done. Once the host is allowed, the same build
+// is fetched, and the cursor waits no more.
+func TestPollWaitsForAnArtifactHost(t *testing.T) {
+	f := newFixture(t, "qcow2")
+	ctx := context.Background()
+	data := f.image("qcow2", "1")
+	objects := newObjectStore(t, data)
+	zu, _ := url.Parse(f.zuul.URL())
+	ou, _ := url.Parse(objects.URL)
+	f.cfg.ZuulImages[0].ArtifactHosts = hostPatterns(t, zu.Host)
+	zb := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: data, Metadata: meta("qcow2"),
+		Publish: func(string) string { return objects.URL + "/images/debian.qcow2" }})
+
+	for range 2 {
+		out, err := f.poll(ctx, "debian")
+		var wait *WaitingForHost
+		if !errors.As(err, &wait) || out.Ingested != nil {
+			t.Fatalf("poll = %+v, %v; want nothing fetched, and a *WaitingForHost", out, err)
+		}
+		var nd interface{ NotDone() }
+		if !errors.As(err, &nd) {
+			t.Errorf("the wait is not due work left undone: %T", err)
+		}
+		for _, want := range []string{zb.UUID, ou.Host, "artifact-hosts", "add " + ou.Host} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("the wait does not say %q: %v", want, err)
+			}
+		}
+		cur, _ := f.st.Cursor(ctx, "debian")
+		if cur.Waiting != wait.Reason || cur.ZuulUUID != "" || cur.Outcome != "" {
+			t.Errorf("cursor = %+v; want it to say what Zuul build %s waits for, and to settle nothing", cur, zb.UUID)
+		}
+		if builds, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian"}); len(builds) != 0 {
+			t.Errorf("builds = %+v; want none recorded of a build that waits", builds)
+		}
+	}
+	if n := objects.requests.Load(); n != 0 {
+		t.Errorf("the host not allowed got %d requests", n)
+	}
+
+	f.cfg.ZuulImages[0].ArtifactHosts = hostPatterns(t, zu.Host, ou.Host)
+	out, err := f.poll(ctx, "debian")
+	if err != nil || out.Ingested == nil || out.Ingested.Zuul.UUID != zb.UUID || out.Ingested.State != store.Ready {
+		t.Fatalf("poll once the host is allowed = %+v, %v; want Zuul build %s fetched", out, err, zb.UUID)
+	}
+	if cur, _ := f.st.Cursor(ctx, "debian"); cur.Waiting != "" || cur.ZuulUUID != zb.UUID || cur.Outcome != string(store.Ready) {
+		t.Errorf("cursor once fetched = %+v; want it settled on %s, waiting for nothing", cur, zb.UUID)
+	}
+	if objects.requests.Load() == 0 {
+		t.Error("the allowed host got no request")
+	}
+}
+
+// TestPollRefusesAnUnfetchableURL: an artifact published at a URL no
+// download can fetch (s3://, as newer Zuul launchers accept) is the build's
+// to fix: it is refused once, saying the scheme and what the job should
+// publish, and not tried again.
+func TestPollRefusesAnUnfetchableURL(t *testing.T) {
+	f := newFixture(t, "qcow2")
+	ctx := context.Background()
+	zb := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: f.image("qcow2", "1"), Metadata: meta("qcow2"),
+		Publish: func(string) string { return "s3://images/debian.qcow2" }})
+	out, err := f.poll(ctx, "debian")
+	if !errors.Is(err, ErrRefused) || out.Ingested != nil {
+		t.Fatalf("poll = %+v, %v; want the build refused", out, err)
+	}
+	cur, _ := f.st.Cursor(ctx, "debian")
+	if cur.ZuulUUID != zb.UUID || cur.Outcome != string(store.Failed) || !strings.Contains(cur.Reason, `unsupported URL scheme "s3"`) ||
+		!strings.Contains(cur.Reason, "https URL") {
+		t.Fatalf("cursor = %+v; want Zuul build %s refused, naming the scheme and what to publish", cur, zb.UUID)
+	}
+	out, err = f.poll(ctx, "debian")
+	if err != nil || out.Ingested != nil {
+		t.Fatalf("poll after the refusal = %+v, %v; want nothing", out, err)
+	}
+}
