@@ -10,25 +10,28 @@ import (
 
 // Check returns why b is not an answer to q, or nil when it is. Zuul filters
 // builds on its side; Check is there so that what it answers is not simply
-// believed. It selects as Zuul's own filters do:
+// believed. It selects as Zuul's own filters do (zuul/driver/sql/sqlconnection.py,
+// getBuilds and _getFuzzyFilterOp):
 //
-//   - project, job and branch equal q's, where a "*" in q's value stands for
-//     any run of characters;
+//   - project, job and branch equal q's, where a "*" anywhere in q's value
+//     stands for any run of characters (Zuul's LIKE, with "*" made "%" and
+//     nothing else special);
 //   - the pipeline is one of q's, matched the same way (any, when q names none);
 //   - the result is q's; a complete query's build has one;
 //   - a final query's build is not reported non-final (a build that does not
 //     say, from a Zuul older than the field, is taken as final).
 //
-// Zuul reports a project by its name (org/images); a query that names it by its
-// canonical name (review.example.com/org/images) matches it too, as does the
-// other way round. And b's uuid must be one Zuul makes: 32 hex digits, nothing
-// a terminal or a file name would take for more.
+// Names compare regardless of case: on MySQL and MariaDB, where Zuul's
+// database usually lives, both = and LIKE ignore it under the default
+// collations, so org/images finds Org/Images there. The result is exact: Zuul
+// writes its results in capitals. And b's uuid must be one Zuul makes: 32 hex
+// digits, nothing a terminal or a file name would take for more.
 func (q Query) Check(b Build) error {
 	var why []string
 	if !zuulUUID(b.UUID) {
 		why = append(why, fmt.Sprintf("uuid %q is not 32 hex digits", b.UUID))
 	}
-	if q.Project != "" && !projectMatches(q.Project, b.Ref.Project) {
+	if q.Project != "" && !nameMatches(q.Project, b.Ref.Project) {
 		why = append(why, fmt.Sprintf("project %q is not %q", b.Ref.Project, q.Project))
 	}
 	if q.JobName != "" && !nameMatches(q.JobName, b.JobName) {
@@ -69,35 +72,17 @@ func zuulUUID(s string) bool {
 	return true
 }
 
-// nameMatches matches a value as Zuul's builds filters do: equal, or, when the
-// filter holds a "*", a SQL LIKE where "*" is any run of characters and nothing
-// else is special.
+// nameMatches matches a value as Zuul's builds filters do on MySQL and
+// MariaDB: equal regardless of case, or, when the filter holds a "*", a LIKE
+// where "*" is any run of characters, anywhere in the filter, and nothing else
+// is special (Zuul escapes "%" and "_").
 func nameMatches(filter, v string) bool {
 	if !strings.Contains(filter, "*") {
-		return filter == v
+		return strings.EqualFold(filter, v)
 	}
 	parts := strings.Split(filter, "*")
 	for i, p := range parts {
 		parts[i] = regexp.QuoteMeta(p)
 	}
-	return regexp.MustCompile(`^(?s:` + strings.Join(parts, ".*") + `)$`).MatchString(v)
-}
-
-// projectMatches matches a project filter against the project of a build: by
-// name, or with one of them a canonical name, <host>/<name>, and the other
-// its name. The host must hold a dot, so that org/images is never taken for
-// the canonical name of a project called images.
-func projectMatches(filter, project string) bool {
-	if nameMatches(filter, project) {
-		return true
-	}
-	if host, name, ok := strings.Cut(filter, "/"); ok && hostName(host) && nameMatches(name, project) {
-		return true
-	}
-	host, name, ok := strings.Cut(project, "/")
-	return ok && hostName(host) && nameMatches(filter, name)
-}
-
-func hostName(s string) bool {
-	return strings.Contains(s, ".") && !strings.Contains(s, "*")
+	return regexp.MustCompile(`^(?is:` + strings.Join(parts, ".*") + `)$`).MatchString(v)
 }

@@ -69,7 +69,7 @@ func TestBuildsBothShapes(t *testing.T) {
 	end := time.Date(2024, 6, 1, 12, 0, 0, 0, time.UTC)
 	branch := addBuild(t, s, zuultest.BuildSpec{
 		Job: "build-debian", Project: "org/images", Branch: "main", Pipeline: "periodic",
-		StartTime: end.Add(-30 * time.Minute), EndTime: end, Newrev: "c0ffee",
+		StartTime: end.Add(-30 * time.Minute), EndTime: end,
 		Artifacts: []zuultest.ArtifactSpec{{Name: "debian qcow2", File: "debian.qcow2", Data: []byte("qcow"),
 			Metadata: map[string]any{"type": "zuul_image", "format": "qcow2"}}},
 	})
@@ -89,8 +89,9 @@ func TestBuildsBothShapes(t *testing.T) {
 		if bb.ID != branch.ID || bb.UUID != branch.UUID || cb.ID != change.ID || cb.ID <= bb.ID {
 			t.Errorf("shape %d: ids %d/%s %d/%s", shape, bb.ID, bb.UUID, cb.ID, cb.UUID)
 		}
-		wantRef := zuulapi.Ref{Project: "org/images", Branch: "main", Ref: "refs/heads/main", Newrev: "c0ffee",
-			RefURL: "https://git.example.com/org/images/commit/c0ffee"}
+		// A periodic build's ref is the timer's: a branch with no revisions.
+		wantRef := zuulapi.Ref{Project: "org/images", Branch: "main", Ref: "refs/heads/main",
+			RefURL: "https://review.example.com/gitweb?p=org/images.git;a=commitdiff;h=None"}
 		if bb.Ref != wantRef {
 			t.Errorf("shape %d: ref %+v, want %+v", shape, bb.Ref, wantRef)
 		}
@@ -103,10 +104,10 @@ func TestBuildsBothShapes(t *testing.T) {
 		if bb.Result != "SUCCESS" || !bb.Final || !bb.Voting || bb.Held || bb.LogURL != branch.LogURL || bb.BuildsetUUID == "" {
 			t.Errorf("shape %d: build %+v", shape, bb)
 		}
-		if len(bb.Artifacts) != 1 {
-			t.Fatalf("shape %d: artifacts %+v", shape, bb.Artifacts)
+		if len(bb.Artifacts) != 2 || bb.Artifacts[0].Name != "Zuul Manifest" || bb.Artifacts[0].URL != branch.Manifest.URL {
+			t.Fatalf("shape %d: artifacts %+v, want the manifest and the image", shape, bb.Artifacts)
 		}
-		a := bb.Artifacts[0]
+		a := bb.Artifacts[1]
 		if a.Name != "debian qcow2" || a.URL != branch.Artifacts[0].URL || a.Metadata["format"] != "qcow2" ||
 			a.Metadata["sha256"] != branch.Artifacts[0].SHA256 {
 			t.Errorf("shape %d: artifact %+v", shape, a)
@@ -406,27 +407,46 @@ func TestConnectionErrorsAndCancel(t *testing.T) {
 	}
 }
 
-func TestRelativeArtifactURL(t *testing.T) {
+// TestArtifactURLs: every artifact reaches the client as an absolute URL that
+// serves its file: the manifest and an image the job returned relative to its
+// log URL, which Zuul joined onto it, and an image on the object store, on
+// another host.
+func TestArtifactURLs(t *testing.T) {
 	s := zuultest.NewServer(zuultest.ServerOptions{})
 	defer s.Close()
 	b := addBuild(t, s, zuultest.BuildSpec{Artifacts: []zuultest.ArtifactSpec{
-		{Name: "image raw", Data: []byte("raw bytes"), Compress: "zst", Relative: true},
+		{Name: "raw image", Data: []byte("raw bytes"), Compress: "zst", Relative: true},
+		{Name: "qcow2 image", File: "debian.qcow2", Data: []byte("qcow2 bytes"), OnObjectStore: true},
 	}})
 	got, err := newClient(t, zuulapi.Options{APIURL: s.URL(), Tenant: "example"}).Builds(context.Background(), zuulapi.Query{})
-	if err != nil || len(got) != 1 || len(got[0].Artifacts) != 1 {
+	if err != nil || len(got) != 1 {
 		t.Fatalf("builds %+v, %v", got, err)
 	}
-	a := got[0].Artifacts[0]
-	if a.URL != b.LogURL+"image%20raw.zst" || a.URL != b.Artifacts[0].URL {
-		t.Fatalf("artifact URL %q, want %q", a.URL, b.Artifacts[0].URL)
+	want := []struct {
+		name, url string
+		size      int64
+	}{
+		{"Zuul Manifest", b.LogURL + "zuul-manifest.json", b.Manifest.ServedSize},
+		{"raw image", b.LogURL + "raw%20image.zst", b.Artifacts[0].ServedSize},
+		{"qcow2 image", s.ObjectStoreURL() + "/images/" + b.UUID + "-debian.qcow2", b.Artifacts[1].ServedSize},
 	}
-	resp, err := http.Get(a.URL)
-	if err != nil {
-		t.Fatal(err)
+	if len(got[0].Artifacts) != len(want) {
+		t.Fatalf("artifacts %+v, want %d", got[0].Artifacts, len(want))
 	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 || resp.ContentLength != b.Artifacts[0].ServedSize {
-		t.Errorf("GET joined URL: %d, %d bytes", resp.StatusCode, resp.ContentLength)
+	for i, w := range want {
+		a := got[0].Artifacts[i]
+		if a.Name != w.name || a.URL != w.url {
+			t.Errorf("artifact %d: %s at %s, want %s at %s", i, a.Name, a.URL, w.name, w.url)
+			continue
+		}
+		resp, err := http.Get(a.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.ContentLength != w.size {
+			t.Errorf("GET %s: %d, %d bytes, want 200, %d", a.URL, resp.StatusCode, resp.ContentLength, w.size)
+		}
 	}
 }
 

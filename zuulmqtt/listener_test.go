@@ -159,26 +159,38 @@ func (r *rig) sentinel() {
 const topic = "zuul/example/post/org/images"
 
 // TestHintWithinASecond: Zuul's report of a successful build of a zuul-image's
-// job makes the listener hint at that image, and that one only, within a second.
+// job makes the listener hint at that image, and that one only, within a second:
+// whether the report gives the build's result, or its job's success-message in
+// its place.
 func TestHintWithinASecond(t *testing.T) {
-	m := testenv.NewMosquitto(t, testenv.MosquittoOptions{})
-	r := startRig(t, m, brokerConfig(m), Options{})
-	r.waitSubscribed(1, 10*time.Second)
+	for _, tt := range []struct {
+		name string
+		edit func(r, b map[string]any)
+	}{
+		{"SUCCESS", nil},
+		{"a job's success-message", func(r, b map[string]any) { b["result"] = "Image built, see the log." }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := testenv.NewMosquitto(t, testenv.MosquittoOptions{})
+			r := startRig(t, m, brokerConfig(m), Options{})
+			r.waitSubscribed(1, 10*time.Second)
 
-	start := time.Now()
-	m.Publish(t, topic, zuulReport(nil))
-	testenv.WaitFor(t, time.Second, "a hint for debian", func() bool { return r.count("debian") == 1 }, r.show)
-	t.Logf("hint %s after mosquitto_pub started", time.Since(start).Round(time.Millisecond))
-	r.sentinel()
-	if got := r.hinted(); !slices.Equal(got, []string{"debian", "sentinel"}) {
-		t.Errorf("hints %v, want [debian sentinel]", got)
-	}
-	st := r.l.State()
-	if st.Used != 2 || st.Hints != 2 || st.LastMessage.Before(start) || !st.Connected || st.Since.After(start) {
-		t.Errorf("state %+v: want 2 used, 2 hints, a last message after %v, connected before it", st, start)
-	}
-	if !strings.Contains(r.log.String(), "polling a zuul-image now") {
-		t.Errorf("the log does not say a report triggered a poll:\n%s", r.log.String())
+			start := time.Now()
+			m.Publish(t, topic, zuulReport(tt.edit))
+			testenv.WaitFor(t, time.Second, "a hint for debian", func() bool { return r.count("debian") == 1 }, r.show)
+			t.Logf("hint %s after mosquitto_pub started", time.Since(start).Round(time.Millisecond))
+			r.sentinel()
+			if got := r.hinted(); !slices.Equal(got, []string{"debian", "sentinel"}) {
+				t.Errorf("hints %v, want [debian sentinel]", got)
+			}
+			st := r.l.State()
+			if st.Used != 2 || st.Hints != 2 || st.LastMessage.Before(start) || !st.Connected || st.Since.After(start) {
+				t.Errorf("state %+v: want 2 used, 2 hints, a last message after %v, connected before it", st, start)
+			}
+			if !strings.Contains(r.log.String(), "polling a zuul-image now") {
+				t.Errorf("the log does not say a report triggered a poll:\n%s", r.log.String())
+			}
+		})
 	}
 }
 
@@ -199,6 +211,10 @@ func TestIgnored(t *testing.T) {
 	}{
 		{"another job", zuulReport(func(rep, b map[string]any) { b["job_name"] = "build-fedora" }), IgnoredNoMatch},
 		{"a failed build", zuulReport(func(rep, b map[string]any) { b["result"] = "FAILURE" }), IgnoredNoMatch},
+		{"a failure-message in a failure report", zuulReport(func(rep, b map[string]any) {
+			rep["action"], rep["buildset"].(map[string]any)["result"] = "failure", "FAILURE"
+			b["result"] = "Image build broke."
+		}), IgnoredNoMatch},
 		{"a start report", zuulReport(func(rep, b map[string]any) { rep["action"] = "start" }), IgnoredUnfinished},
 		{"an unmerged change in check", zuulReport(func(rep, b map[string]any) {
 			rep["pipeline"] = "check"

@@ -24,6 +24,9 @@ type report struct {
 	Branch   string             `json:"branch"`
 	Change   zuulapi.FlexString `json:"change"`
 	Buildset struct {
+		// Result is the item's result as Zuul reports it (SUCCESS, FAILURE,
+		// ...), never rewritten by a message.
+		Result string        `json:"result"`
 		Builds []reportBuild `json:"builds"`
 	} `json:"buildset"`
 }
@@ -33,7 +36,9 @@ type report struct {
 type reportBuild struct {
 	JobName string `json:"job_name"`
 	UUID    string `json:"uuid"`
-	Result  string `json:"result"`
+	// Result is the build's result, or its job's success-message or
+	// failure-message in its place (see succeeded).
+	Result string `json:"result"`
 	// Change is, from recent Zuul versions on, the change the build ran on:
 	// an object whose project, branch and change win over the item's. Older
 	// versions do not send it.
@@ -77,9 +82,44 @@ func (r *report) finished() bool {
 	return r.Action != "enqueue" && r.Action != "start"
 }
 
+// zuulResults are the results Zuul gives a build that did not succeed.
+var zuulResults = map[string]bool{
+	"FAILURE": true, "ERROR": true, "RETRY_LIMIT": true, "POST_FAILURE": true, "SKIPPED": true,
+	"NODE_FAILURE": true, "TIMED_OUT": true, "ABORTED": true, "CANCELED": true, "DEQUEUED": true,
+	"MERGE_CONFLICT": true, "MERGE_FAILURE": true, "CONFIG_ERROR": true, "DISK_FULL": true,
+	"RETRY": true, "LOST": true, "EXCEPTION": true, "NO_JOBS": true,
+}
+
+// itemSucceeded tells whether Zuul reports the item as a success: the report
+// of a reporter listed under the pipeline's success, or, whatever list it is
+// under (a disabled pipeline's), one whose buildset result is SUCCESS.
+func (r *report) itemSucceeded() bool {
+	return r.Action == "success" || r.Buildset.Result == "SUCCESS"
+}
+
+// succeeded tells whether a build reported with result may have succeeded.
+// The reporter passes a build's result through formatJobResult
+// (zuul/model.py): the job's success-message replaces SUCCESS, its
+// failure-message any other result, so the text alone may not tell. SUCCESS is
+// a success in any report. Another text is taken for a success-message only in
+// the report of an item that succeeded, unless it is one of Zuul's own
+// results: a failure-message there can only be a non-voting job's, and the
+// poll that follows finds that build is no SUCCESS. In other reports it is
+// taken for a failure-message; a success-message there waits for the next poll.
+func (r *report) succeeded(result string) bool {
+	switch {
+	case result == "SUCCESS":
+		return true
+	case result == "" || zuulResults[result]:
+		return false
+	}
+	return r.itemSucceeded()
+}
+
 // builds returns the report's builds as the builds API would show them to a
-// poll: with their job, uuid, result, pipeline and ref. A build that ran has
-// a uuid; the others are left out.
+// poll: with their job, uuid, result, pipeline and ref, where a result that
+// may be a success-message is given as SUCCESS (see succeeded). A build that
+// ran has a uuid; the others are left out.
 func (r *report) builds() ([]zuulapi.Build, error) {
 	var out []zuulapi.Build
 	for i, b := range r.Buildset.Builds {
@@ -94,10 +134,14 @@ func (r *report) builds() ([]zuulapi.Build, error) {
 			}
 			ref = zuulapi.Ref{Project: c.Project, Branch: c.Branch, Change: string(c.Change)}
 		}
+		result := b.Result
+		if r.succeeded(result) {
+			result = "SUCCESS"
+		}
 		out = append(out, zuulapi.Build{
 			UUID:     b.UUID,
 			JobName:  b.JobName,
-			Result:   b.Result,
+			Result:   result,
 			Pipeline: r.Pipeline,
 			Ref:      ref,
 			// Zuul reports the builds that stand in the buildset: a retried

@@ -12,27 +12,42 @@ import (
 
 const buildUUID = "0123456789abcdef0123456789abcdef"
 
-// zuulReport is a report as Zuul's MQTT reporter publishes it (Zuul 12: with
-// changes, and a change object per build), of one build; edit changes it
-// before it is encoded. Fields the listener does not read are there too, to
-// be ignored.
+// zuulReport is a report as Zuul's MQTT reporter publishes it
+// (zuul/driver/mqtt/mqttreporter.py), of the periodic-style post build of one
+// job on a branch; edit changes it before it is encoded. Fields the listener
+// does not read are there too, to be ignored.
 func zuulReport(edit func(r map[string]any, build map[string]any)) []byte {
+	// A branch has no number, patchset, commit id or owner: Zuul sends "".
+	change := func() map[string]any {
+		return map[string]any{
+			"project":    "org/images",
+			"branch":     "master",
+			"change_url": "https://review.example.com/gitweb?p=org/images.git;a=commitdiff;h=abc",
+			"change":     "",
+			"patchset":   "",
+			"commit_id":  "",
+			"owner":      "",
+			"ref":        "refs/heads/master",
+		}
+	}
 	build := map[string]any{
-		"job_name": "build-debian", "job_uuid": "j1", "voting": true,
-		"uuid": buildUUID, "start_time": 1.7e9, "end_time": 1.7e9 + 600, "execute_time": 1.7e9,
-		"log_url": "https://logs.example.com/x/", "web_url": "https://zuul.example.com/t/example/build/x",
-		"result": "SUCCESS", "dependencies": []string{}, "artifacts": []any{
+		"job_name": "build-debian", "job_uuid": "3f2a9c1e5b7d4e6f8a0b1c2d3e4f5a6b", "voting": true,
+		"change": change(), "uuid": buildUUID, "start_time": 1.7e9 + 0.25, "end_time": 1.7e9 + 600.5, "execute_time": 1.7e9 + 0.75,
+		"log_url": "https://logs.example.com/x/", "web_url": "https://zuul.example.com/t/example/build/" + buildUUID,
+		"result": "SUCCESS", "dependencies": []string{}, "job_dependencies": map[string]any{}, "artifacts": []any{
 			map[string]any{"name": "raw image", "url": "https://evil.example.com/image.raw", "metadata": map[string]any{"type": "zuul_image", "format": "raw", "sha256": "00"}},
 		},
-		"change": map[string]any{"project": "org/images", "branch": "master", "change": nil, "patchset": nil, "ref": "refs/heads/master"},
+		"events": []any{},
 	}
+	buildset := map[string]any{"uuid": "b5a1d0c3e8f24a7690b1c2d3e4f5a6b7", "result": "SUCCESS", "builds": []any{build}, "retry_builds": []any{}}
+	item := change()
 	r := map[string]any{
-		"timestamp": 1.7e9, "action": "success", "tenant": "example", "zuul_ref": "Z1", "pipeline": "post",
-		"project": "org/images", "branch": "master", "change_url": "https://review.example.com/", "change": nil,
-		"patchset": nil, "commit_id": "abc", "owner": nil, "ref": "refs/heads/master", "message": "Build succeeded.",
-		"trigger_time": 1.7e9, "enqueue_time": 1.7e9, "uuid": "item1", "zuul_event_id": "e1",
-		"changes":  []any{map[string]any{"project": "org/images", "branch": "master"}},
-		"buildset": map[string]any{"uuid": "bs1", "result": "SUCCESS", "builds": []any{build}, "retry_builds": []any{}},
+		"timestamp": 1.7e9 + 601.125, "action": "success", "tenant": "example",
+		"zuul_ref": "Z" + buildset["uuid"].(string), "pipeline": "post", "changes": []any{change()},
+		"project": item["project"], "branch": item["branch"], "change_url": item["change_url"], "change": item["change"],
+		"patchset": item["patchset"], "commit_id": item["commit_id"], "owner": item["owner"], "ref": item["ref"],
+		"message": "Build succeeded.", "trigger_time": 1.7e9 - 1.5, "enqueue_time": 1.7e9 - 1.25,
+		"uuid": "0f1e2d3c4b5a69788796a5b4c3d2e1f0", "buildset": buildset, "zuul_event_id": "e0d1c2b3a4958677869584a3b2c1d0e0",
 	}
 	if edit != nil {
 		edit(r, build)
@@ -98,7 +113,9 @@ func TestReportMatches(t *testing.T) {
 		{"another branch", nil, func(r, b map[string]any) { b["change"].(map[string]any)["branch"] = "stable" }, false},
 		{"another project", nil, func(r, b map[string]any) { b["change"].(map[string]any)["project"] = "org/other" }, false},
 		{"the build's change wins over the item's", nil, func(r, b map[string]any) { r["project"] = "org/other" }, true},
-		{"the canonical project name", func(zi *config.ZuulImage) { zi.Project = "review.example.com/org/images" }, nil, true},
+		// Zuul's reporters send a project's name, and so does its database
+		// hold it: a canonical name matches neither.
+		{"the canonical project name", func(zi *config.ZuulImage) { zi.Project = "review.example.com/org/images" }, nil, false},
 		{"a branch pattern", func(zi *config.ZuulImage) { zi.Branch = "ma*" }, nil, true},
 		{"any branch", func(zi *config.ZuulImage) { zi.Branch = "" }, func(r, b map[string]any) { b["change"].(map[string]any)["branch"] = "stable" }, true},
 		{"any pipeline", func(zi *config.ZuulImage) { zi.Pipelines = nil }, func(r, b map[string]any) { r["pipeline"] = "gate" }, true},
@@ -127,6 +144,44 @@ func TestReportMatches(t *testing.T) {
 			r["buildset"].(map[string]any)["result"] = "FAILURE"
 		}, true},
 		{"a dequeued item with this build successful", nil, func(r, b map[string]any) { r["action"] = "dequeue" }, true},
+
+		// A job's success-message and failure-message stand in for its
+		// build's result (formatJobResult in zuul/model.py).
+		{"a success-message in a success report", nil, func(r, b map[string]any) { b["result"] = "Image built." }, true},
+		{"a success-message in the report of a disabled pipeline's success", nil, func(r, b map[string]any) {
+			r["action"] = "disabled"
+			b["result"] = "Image built."
+		}, true},
+		{"a success-message of another job", nil, func(r, b map[string]any) {
+			b["job_name"], b["result"] = "build-ubuntu", "Image built."
+		}, false},
+		{"a failure-message in a failure report", nil, func(r, b map[string]any) {
+			r["action"], r["buildset"].(map[string]any)["result"] = "failure", "FAILURE"
+			b["result"] = "Image build broke, see the log."
+		}, false},
+		{"a failure-message in a disabled pipeline's failure report", nil, func(r, b map[string]any) {
+			r["action"], r["buildset"].(map[string]any)["result"] = "disabled", "FAILURE"
+			b["result"] = "Image build broke, see the log."
+		}, false},
+		{"a dequeued item's build with a message", nil, func(r, b map[string]any) {
+			r["action"], r["buildset"].(map[string]any)["result"] = "dequeue", "DEQUEUED"
+			b["result"] = "Image built."
+		}, false},
+		{"a non-voting job's FAILURE in a success report", nil, func(r, b map[string]any) {
+			b["voting"], b["result"] = false, "FAILURE"
+		}, false},
+		{"a skipped build in a success report", nil, func(r, b map[string]any) { b["result"] = "SKIPPED" }, false},
+		{"a message in a start report", nil, func(r, b map[string]any) {
+			r["action"], r["buildset"].(map[string]any)["result"] = "start", nil
+			b["result"] = "Image built."
+		}, false},
+
+		// MySQL and MariaDB, which hold Zuul's builds, match names regardless of
+		// case: so does a report.
+		{"the project in other case", nil, func(r, b map[string]any) { b["change"].(map[string]any)["project"] = "Org/Images" }, true},
+		{"the job in other case", nil, func(r, b map[string]any) { b["job_name"] = "Build-Debian" }, true},
+		{"the pipeline in other case", nil, func(r, b map[string]any) { r["pipeline"] = "Post" }, true},
+		{"the tenant in other case", nil, func(r, b map[string]any) { r["tenant"] = "Example" }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -174,8 +229,9 @@ func TestReportMalformed(t *testing.T) {
 
 // TestStandInZuulReports: the reports the stand-in Zuul publishes for the
 // tests of the daemon are read as this package reads Zuul's: its report of a
-// successful post build of the job is a zuul-image's, of a check build of a
-// change or a failed build not.
+// successful post or periodic build of the job is a zuul-image's, with its
+// result or its job's success-message; of a check build of a change, a failed
+// build, with its result or a failure-message, or a build that runs not.
 func TestStandInZuulReports(t *testing.T) {
 	s := zuultest.NewServer(zuultest.ServerOptions{})
 	defer s.Close()
@@ -185,7 +241,12 @@ func TestStandInZuulReports(t *testing.T) {
 		want bool
 	}{
 		{zuultest.BuildSpec{Job: "build-debian", Pipeline: "post"}, true},
+		{zuultest.BuildSpec{Job: "build-debian", Pipeline: "periodic"}, true},
+		{zuultest.BuildSpec{Job: "build-debian", Pipeline: "post", SuccessMessage: "Image built."}, true},
 		{zuultest.BuildSpec{Job: "build-debian", Pipeline: "post", Result: "FAILURE"}, false},
+		{zuultest.BuildSpec{Job: "build-debian", Pipeline: "post", Result: "FAILURE", SuccessMessage: "Image built.",
+			FailureMessage: "No image."}, false},
+		{zuultest.BuildSpec{Job: "build-debian", Pipeline: "post", InProgress: true}, false},
 		{zuultest.BuildSpec{Job: "build-debian", Pipeline: "check", Change: 123, Patchset: "1"}, false},
 		{zuultest.BuildSpec{Job: "build-ubuntu", Pipeline: "post"}, false},
 	} {

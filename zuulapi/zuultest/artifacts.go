@@ -19,17 +19,29 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// ArtifactSpec describes a file a build publishes.
+// ArtifactSpec describes a file a build publishes. A build's artifacts are
+// listed in the order of its BuildSpec.Artifacts, after the Zuul manifest.
+// That is Zuul's order when the job returned them that way round:
+// zuul_return puts the artifacts of each return before those returned
+// earlier (merge_zuul_list in zuul/ansible/base/action/zuul_return.py), so
+// that a job that uploads qcow2, then raw, with upload-image-swift lists raw
+// first, and the manifest, returned last by the base job's post-run, before
+// both.
 type ArtifactSpec struct {
-	// Name is the artifact's name in the API.
+	// Name is the artifact's name in the API; the upload-image-swift and
+	// upload-image-s3 roles of zuul-jobs name theirs "<format> image".
 	Name string
 	// File is the file name under the build's log URL; Name plus the
 	// compression suffix when empty.
 	File string
 	// Metadata is published as is, except that sha256 and md5sum of the
 	// uncompressed content are added when absent (set them to publish
-	// wrong checksums).
+	// wrong checksums), unless MetadataAsIs.
 	Metadata map[string]any
+	// MetadataAsIs publishes Metadata exactly: nil as no metadata at all (a
+	// job that returned none), empty as {} (one that returned it empty);
+	// Zuul keeps the two apart (see artifactsJSON).
+	MetadataAsIs bool
 	// Data is the content; or Path names a file served from disk, which
 	// must stay in place until the Server is closed. Path-backed content
 	// is streamed, never held in memory.
@@ -37,8 +49,17 @@ type ArtifactSpec struct {
 	Path string
 	// Compress is "" (none), "zst" or "gz".
 	Compress string
-	// Relative publishes the URL relative to the build's log URL.
+	// Relative has the job return the URL relative to its log URL, as
+	// generate-zuul-manifest does. Zuul joins it onto the log URL before it
+	// stores it (get_artifacts_from_result_data in zuul/lib/result_data.py),
+	// so that the API and the MQTT reports show it absolute all the same.
 	Relative bool
+	// OnObjectStore publishes the file on the server's object store, a
+	// second host, at <ObjectStoreURL>/<container>/<build uuid>-<File>, as
+	// upload-image-swift and upload-image-s3 do (os.path.join(endpoint,
+	// container, name), with name "{{ zuul.build }}-<image>.<ext>"), rather
+	// than under the log URL. ServerOptions.ObjectStore does it for all.
+	OnObjectStore bool
 	// Publish, when set, rewrites the absolute URL the API publishes: to add
 	// a signed link's query (which the server ignores), or to point at a
 	// redirector in front of the server. The file is still served at Path.
@@ -48,11 +69,12 @@ type ArtifactSpec struct {
 // Artifact is an artifact as the Server publishes it.
 type Artifact struct {
 	Name string
-	// URL is the absolute URL of the file; Path is its path on the server,
-	// which the BytesServed, ArtifactRequests and DropAfter hooks take.
+	// URL is the absolute URL of the file; Path is its path on the server
+	// (or on its object store), which the BytesServed, ArtifactRequests and
+	// DropAfter hooks take.
 	URL  string
 	Path string
-	// Metadata is what the API reports.
+	// Metadata is what the API reports; nil when it reports none.
 	Metadata map[string]any
 	// SHA256, MD5 and Size describe the uncompressed content; ServedSize
 	// is the size of the file as served.
@@ -69,6 +91,8 @@ type file struct {
 	data    []byte // served from memory, or
 	disk    string // from this file
 	modTime time.Time
+	onStore bool   // served by the object store, not under /logs/
+	ctype   string // the Content-Type; application/octet-stream when empty
 }
 
 func escapePath(p string) string {
@@ -89,14 +113,21 @@ func compressor(kind string, w io.Writer) (io.WriteCloser, error) {
 	return nil, fmt.Errorf("unknown compression %q (want \"\", \"zst\" or \"gz\")", kind)
 }
 
+// objectContainer is the container (or bucket) of the object store.
+const objectContainer = "images"
+
 // prepareArtifact checksums the content, compresses it when asked and
-// returns the file to serve with the artifact as published.
-func (s *Server) prepareArtifact(logURL, dir string, as ArtifactSpec, modTime time.Time) (*file, Artifact, error) {
+// returns the file to serve, under the log URL of build uuid or on the object
+// store, with the artifact as published.
+func (s *Server) prepareArtifact(logURL, uuid string, as ArtifactSpec, onStore bool, modTime time.Time) (*file, Artifact, error) {
 	if as.Name == "" {
 		return nil, Artifact{}, errors.New("artifact has no name")
 	}
 	if as.Data != nil && as.Path != "" {
 		return nil, Artifact{}, errors.New("artifact has both Data and Path")
+	}
+	if onStore && as.Relative {
+		return nil, Artifact{}, errors.New("artifact is on the object store, which a URL relative to the log URL cannot name")
 	}
 	name := as.File
 	if name == "" {
@@ -108,15 +139,18 @@ func (s *Server) prepareArtifact(logURL, dir string, as ArtifactSpec, modTime ti
 	if modTime.IsZero() {
 		modTime = time.Now()
 	}
-	f := &file{name: name, modTime: modTime}
-	art := Artifact{Name: as.Name, Path: dir + name, URL: logURL + escapePath(name)}
+	f := &file{name: name, modTime: modTime, onStore: onStore}
+	art := Artifact{Name: as.Name, Path: "/logs/" + uuid + "/" + name, URL: logURL + escapePath(name)}
+	if onStore {
+		art.Path = "/" + objectContainer + "/" + uuid + "-" + name
+		art.URL = s.ObjectStoreURL() + escapePath(art.Path)
+	}
 	if as.Publish != nil {
 		art.URL = as.Publish(art.URL)
 	}
+	// What the job returned, relative or not, is stored joined onto its log
+	// URL (zuul/lib/result_data.py).
 	art.published = art.URL
-	if as.Relative {
-		art.published = escapePath(name)
-	}
 
 	sha, md := sha256.New(), md5.New()
 	sums := io.MultiWriter(sha, md)
@@ -154,6 +188,9 @@ func (s *Server) prepareArtifact(logURL, dir string, as ArtifactSpec, modTime ti
 	art.MD5 = hex.EncodeToString(md.Sum(nil))
 
 	art.Metadata = maps.Clone(as.Metadata)
+	if as.MetadataAsIs {
+		return f, art, nil
+	}
 	if art.Metadata == nil {
 		art.Metadata = map[string]any{}
 	}
@@ -225,13 +262,19 @@ func (s *Server) scratchDir() (string, error) {
 	return s.tmpDir, nil
 }
 
-// handleFile serves artifact files with http.ServeContent, so Range,
-// HEAD and Content-Length behave like a real log server.
+// handleFile serves the files under the log URLs.
 func (s *Server) handleFile(w http.ResponseWriter, r *http.Request) {
+	s.serveFile(w, r, false)
+}
+
+// serveFile serves artifact files with http.ServeContent, so Range, HEAD and
+// Content-Length behave like a real log server or object store. onStore tells
+// which host asks: each serves its own files only.
+func (s *Server) serveFile(w http.ResponseWriter, r *http.Request, onStore bool) {
 	p := r.URL.Path
 	s.mu.Lock()
 	f := s.files[p]
-	if f == nil {
+	if f == nil || f.onStore != onStore {
 		s.mu.Unlock()
 		http.NotFound(w, r)
 		return
@@ -259,7 +302,11 @@ func (s *Server) handleFile(w http.ResponseWriter, r *http.Request) {
 	} else {
 		content = bytes.NewReader(f.data)
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
+	ctype := f.ctype
+	if ctype == "" {
+		ctype = "application/octet-stream"
+	}
+	w.Header().Set("Content-Type", ctype)
 	http.ServeContent(&countingWriter{ResponseWriter: w, s: s, path: p, limit: limit}, r, f.name, f.modTime, content)
 }
 

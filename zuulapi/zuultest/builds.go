@@ -24,7 +24,8 @@ type BuildSpec struct {
 	Pipeline string // "periodic" when empty
 	// Result is "SUCCESS" when empty, unless InProgress is set.
 	Result string
-	// InProgress reports the build as running: no result, end time or log URL.
+	// InProgress reports the build as running: no result, end time, log URL,
+	// final, held or artifacts yet.
 	InProgress bool
 	// NonFinal marks a build that Zuul retried (final: false).
 	NonFinal bool
@@ -38,35 +39,71 @@ type BuildSpec struct {
 	// Change and Patchset describe a change ref; 0 means a branch ref.
 	Change   int
 	Patchset string
-	Newrev   string
-	// Artifacts are published by the build and served by the Server.
+	// Oldrev and Newrev are the revisions of a branch ref. A build in a
+	// pipeline whose name starts with "periodic" ran on the timer trigger's
+	// ref, which has none; any other branch build ran on a ref-updated event,
+	// and gets commit-id-shaped ones when they are empty.
+	Oldrev string
+	Newrev string
+	// SuccessMessage and FailureMessage are the job's success-message and
+	// failure-message, which Zuul's MQTT reports give in place of the build's
+	// result (formatJobResult in zuul/model.py); its database, and so the
+	// builds API, keeps the result.
+	SuccessMessage string
+	FailureMessage string
+	// Artifacts are published by the build and served by the Server, after
+	// the Zuul manifest (see ArtifactSpec for the order), once it finished.
 	Artifacts []ArtifactSpec
 }
 
 // Build is what AddBuild created.
 type Build struct {
-	ID        int64
-	UUID      string
-	LogURL    string
+	ID     int64
+	UUID   string
+	LogURL string
+	// Artifacts are those of BuildSpec.Artifacts, in its order.
 	Artifacts []Artifact
+	// Manifest is the "Zuul Manifest" artifact; nil with
+	// ServerOptions.NoManifest.
+	Manifest *Artifact
 }
 
 type build struct {
 	id       int64
 	spec     BuildSpec
 	buildset string
-	eventID  string
+	eventID  string // the trigger event's zuul_event_id
+	itemUUID string // the queue item's uuid
+	jobUUID  string // the frozen job's uuid
 	logURL   string
-	arts     []Artifact
+	// triggered and enqueued are when the trigger event came and the item
+	// was enqueued: shortly before the build started.
+	triggered time.Time
+	enqueued  time.Time
+	arts      []Artifact
+	manifest  *Artifact
 }
 
 // artifactsJSON is the build's artifacts as Zuul shows them, in its builds API
-// and in its MQTT reports.
+// (BuildConverter.toDict in zuul/web/__init__.py) and in its MQTT reports
+// (get_artifacts_from_result_data in zuul/lib/result_data.py): the manifest
+// first, none while the build runs (Zuul stores them when it ends), and
+// metadata left out only when the job returned none. The SQL reporter stores
+// returned metadata as its JSON text (_reportBuildEnd in
+// zuul/driver/sql/sqlreporter.py), so that an empty one is "{}", which the API
+// tests as true, and shows.
 func (b *build) artifactsJSON() []any {
 	arts := []any{}
-	for _, a := range b.arts {
+	if b.spec.InProgress {
+		return arts
+	}
+	all := b.arts
+	if b.manifest != nil {
+		all = append([]Artifact{*b.manifest}, all...)
+	}
+	for _, a := range all {
 		o := map[string]any{"name": a.Name, "url": a.published}
-		if len(a.Metadata) > 0 {
+		if a.Metadata != nil {
 			o["metadata"] = a.Metadata
 		}
 		arts = append(arts, o)
@@ -118,25 +155,45 @@ func (s *Server) AddBuild(spec BuildSpec) (Build, error) {
 		}
 		spec.StartTime = ref.Add(-10 * time.Minute).Truncate(time.Second)
 	}
-	if spec.Newrev == "" {
-		// A stable, commit-id-shaped value derived from the build.
-		sum := sha1.Sum([]byte(spec.UUID))
-		spec.Newrev = hex.EncodeToString(sum[:])
+	if !spec.timer() && spec.Change == 0 {
+		// Stable, commit-id-shaped values derived from the build.
+		if spec.Newrev == "" {
+			spec.Newrev = sha1Hex(spec.UUID)
+		}
+		if spec.Oldrev == "" {
+			spec.Oldrev = sha1Hex(spec.Newrev)
+		}
 	}
+	s.mu.Lock()
+	opts := s.opts
+	s.mu.Unlock()
 	b := &build{
-		spec:     spec,
-		buildset: newUUID(),
-		eventID:  newUUID(),
-		logURL:   s.url + "/logs/" + spec.UUID + "/",
+		spec:      spec,
+		buildset:  newUUID(),
+		eventID:   newUUID(),
+		itemUUID:  newUUID(),
+		jobUUID:   newUUID(),
+		logURL:    s.url + "/logs/" + spec.UUID + "/",
+		triggered: spec.StartTime.Add(-2 * time.Second),
+		enqueued:  spec.StartTime.Add(-time.Second),
 	}
 	files := map[string]*file{}
 	for i, as := range spec.Artifacts {
-		f, art, err := s.prepareArtifact(b.logURL, "/logs/"+spec.UUID+"/", as, spec.EndTime)
+		f, art, err := s.prepareArtifact(b.logURL, spec.UUID, as, as.OnObjectStore || opts.ObjectStore, spec.EndTime)
 		if err != nil {
 			return Build{}, fmt.Errorf("add build %s: artifact %d (%s): %w", spec.UUID, i, as.Name, err)
 		}
 		files[art.Path] = f
 		b.arts = append(b.arts, art)
+	}
+	if !opts.NoManifest {
+		f, art, err := s.prepareArtifact(b.logURL, spec.UUID, manifestSpec(b.arts, files, spec.EndTime), false, spec.EndTime)
+		if err != nil {
+			return Build{}, fmt.Errorf("add build %s: the Zuul manifest: %w", spec.UUID, err)
+		}
+		f.ctype = "application/json"
+		files[art.Path] = f
+		b.manifest = &art
 	}
 	s.mu.Lock()
 	maps.Copy(s.files, files)
@@ -154,7 +211,46 @@ func (s *Server) AddBuild(spec BuildSpec) (Build, error) {
 		a.Metadata = maps.Clone(a.Metadata)
 		out.Artifacts = append(out.Artifacts, a)
 	}
+	if b.manifest != nil {
+		m := *b.manifest
+		m.Metadata = maps.Clone(m.Metadata)
+		out.Manifest = &m
+	}
 	return out, nil
+}
+
+func sha1Hex(s string) string {
+	sum := sha1.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// timer tells whether the build ran on the timer trigger's ref: a branch
+// build of a periodic pipeline.
+func (sp BuildSpec) timer() bool {
+	return sp.Change == 0 && strings.HasPrefix(sp.Pipeline, "periodic")
+}
+
+// manifestSpec is the artifact zuul-jobs' generate-zuul-manifest role returns:
+// "Zuul Manifest", zuul-manifest.json relative to the log URL, of type
+// zuul_manifest, listing the files of the log directory (its
+// generate_manifest.py: a tree of name, mimetype, encoding, last_modified and
+// size).
+func manifestSpec(arts []Artifact, files map[string]*file, mod time.Time) ArtifactSpec {
+	if mod.IsZero() {
+		mod = time.Now()
+	}
+	tree := []any{}
+	for _, a := range arts {
+		f := files[a.Path]
+		if f == nil || f.onStore {
+			continue
+		}
+		tree = append(tree, map[string]any{"name": f.name, "mimetype": "application/octet-stream",
+			"encoding": nil, "last_modified": mod.Unix(), "size": a.ServedSize})
+	}
+	data, _ := json.Marshal(map[string]any{"tree": tree, "index_links": false})
+	return ArtifactSpec{Name: "Zuul Manifest", File: "zuul-manifest.json", Data: data, Relative: true,
+		Metadata: map[string]any{"type": "zuul_manifest"}, MetadataAsIs: true}
 }
 
 func zuulTime(t time.Time) any {
@@ -171,40 +267,77 @@ func orNull(s string) any {
 	return s
 }
 
-// json renders the build the way Zuul's BuildConverter does for the
-// builds list, in the given shape.
-func (b *build) json(shape int) map[string]any {
+// reviewURL is the web root of the stand-in's Gerrit: refs and changes link there.
+const reviewURL = "https://review.example.com"
+
+// refJSON is the ref the build ran on, as Zuul's RefConverter.toDict
+// (zuul/web/__init__.py) shows a row of its ref table: the Gerrit driver's
+// change number (an integer column) and patchset, or a branch's revisions, with
+// what the SQL reporter stores as 0 or "" shown as null (ChangeType and SHAType
+// in zuul/driver/sql/sqlconnection.py). A branch ref's ref_url is the Gerrit
+// driver's default gitweb link of its newrev, which Python formats as "None"
+// when there is none (_getBranch and _getWebUrl in
+// zuul/driver/gerrit/gerritconnection.py).
+func (b *build) refJSON() map[string]any {
 	sp := b.spec
-	var duration, result, logURL any
-	if !sp.InProgress {
-		duration = sp.EndTime.Sub(sp.StartTime).Seconds()
-		result = sp.Result
-		logURL = b.logURL
+	if sp.Change > 0 {
+		return map[string]any{
+			"project":  sp.Project,
+			"branch":   sp.Branch,
+			"change":   sp.Change,
+			"patchset": orNull(sp.Patchset),
+			"ref":      changeRef(sp.Change, sp.Patchset),
+			"oldrev":   nil,
+			"newrev":   nil,
+			"ref_url":  fmt.Sprintf("%s/%d", reviewURL, sp.Change),
+		}
 	}
-	arts := b.artifactsJSON()
-	ref := map[string]any{
+	return map[string]any{
 		"project":  sp.Project,
 		"branch":   sp.Branch,
 		"change":   nil,
 		"patchset": nil,
 		"ref":      "refs/heads/" + sp.Branch,
-		"oldrev":   nil,
-		"newrev":   sp.Newrev,
-		"ref_url":  "https://git.example.com/" + sp.Project + "/commit/" + sp.Newrev,
+		"oldrev":   orNull(sp.Oldrev),
+		"newrev":   orNull(sp.Newrev),
+		"ref_url":  gitwebURL(sp.Project, sp.Newrev),
 	}
-	if sp.Change > 0 {
-		ref["change"] = sp.Change
-		ref["patchset"] = orNull(sp.Patchset)
-		ref["ref"] = fmt.Sprintf("refs/changes/%02d/%d/%s", sp.Change%100, sp.Change, sp.Patchset)
-		ref["newrev"] = nil
-		ref["ref_url"] = fmt.Sprintf("https://review.example.com/%d", sp.Change)
+}
+
+func changeRef(change int, patchset string) string {
+	return fmt.Sprintf("refs/changes/%02d/%d/%s", change%100, change, patchset)
+}
+
+func gitwebURL(project, sha string) string {
+	if sha == "" {
+		sha = "None"
+	}
+	return fmt.Sprintf("%s/gitweb?p=%s.git;a=commitdiff;h=%s", reviewURL, project, sha)
+}
+
+// json renders the build as the builds list shows it, in the given shape:
+// Shape10 as BuildConverter.toDict(build, buildset, skip_refs=True) in
+// zuul/web/__init__.py (the ref nested, the buildset its uuid alone), Shape9
+// as Zuul 9.5's buildToDict (the ref's fields on the build). Until the build
+// ends, Zuul's database has only what it knew when the build started: no
+// result, end time, log URL, final, held or artifacts (_createBuild and
+// _reportBuildEnd in zuul/driver/sql/sqlreporter.py).
+func (b *build) json(shape int) map[string]any {
+	sp := b.spec
+	var duration, result, logURL, final, held any
+	if !sp.InProgress {
+		duration = sp.EndTime.Sub(sp.StartTime).Seconds()
+		result = sp.Result
+		logURL = b.logURL
+		final = !sp.NonFinal
+		held = false
 	}
 	out := map[string]any{
 		"_id":             b.id,
 		"uuid":            sp.UUID,
 		"job_name":        sp.Job,
 		"result":          result,
-		"held":            false,
+		"held":            held,
 		"start_time":      zuulTime(sp.StartTime),
 		"end_time":        zuulTime(sp.EndTime),
 		"duration":        duration,
@@ -212,14 +345,15 @@ func (b *build) json(shape int) map[string]any {
 		"log_url":         logURL,
 		"nodeset":         "ubuntu-noble",
 		"error_detail":    nil,
-		"final":           !sp.NonFinal,
-		"artifacts":       arts,
+		"final":           final,
+		"artifacts":       b.artifactsJSON(),
 		"provides":        []any{},
 		"pipeline":        sp.Pipeline,
 		"event_id":        b.eventID,
-		"event_timestamp": zuulTime(sp.StartTime),
+		"event_timestamp": zuulTime(b.triggered),
 		"buildset":        map[string]any{"uuid": b.buildset},
 	}
+	ref := b.refJSON()
 	if shape == Shape9 {
 		for k, v := range ref {
 			out[k] = v
@@ -230,33 +364,45 @@ func (b *build) json(shape int) map[string]any {
 	return out
 }
 
-// buildsParams are the query parameters Zuul's builds endpoint accepts;
-// CherryPy answers 404 to any other.
+// buildsParams are the query parameters of zuul-web's builds endpoint
+// (ZuulWebAPI.builds in zuul/web/__init__.py); CherryPy answers 404 to any
+// other.
 var buildsParams = []string{
 	"project", "pipeline", "change", "branch", "patchset", "ref", "newrev",
 	"uuid", "job_name", "voting", "nodeset", "result", "final", "held",
 	"complete", "limit", "skip", "idx_min", "idx_max", "exclude_result",
 }
 
-// match reports whether v matches one of the patterns, where "*" stands
-// for any run of characters, as in Zuul's builds filters.
-func match(patterns []string, v string) bool {
-	if len(patterns) == 0 {
-		return true
-	}
-	for _, p := range patterns {
-		if glob(p, v) {
-			return true
-		}
-	}
-	return false
+// filter is a builds query as Zuul's database applies it (getBuilds in
+// zuul/driver/sql/sqlconnection.py).
+type filter struct {
+	q url.Values
+	// fold compares names regardless of case, as MySQL's and MariaDB's
+	// default collations do, with = and LIKE alike.
+	fold bool
+	// final and complete are nil when not asked.
+	final, complete *bool
+	idxMin, idxMax  *int64
 }
 
-func glob(pattern, v string) bool {
-	parts := strings.Split(pattern, "*")
-	if len(parts) == 1 {
-		return pattern == v
+// eq compares two values as the database's = does.
+func (f *filter) eq(a, b string) bool {
+	if f.fold {
+		return strings.EqualFold(a, b)
 	}
+	return a == b
+}
+
+// like matches v as _getFuzzyFilterOp does: a LIKE with "*" made "%" when the
+// pattern holds one ("%" and "_" escaped, so only "*" is special), else =.
+func (f *filter) like(pattern, v string) bool {
+	if !strings.Contains(pattern, "*") {
+		return f.eq(pattern, v)
+	}
+	if f.fold {
+		pattern, v = strings.ToLower(pattern), strings.ToLower(v)
+	}
+	parts := strings.Split(pattern, "*")
 	if !strings.HasPrefix(v, parts[0]) {
 		return false
 	}
@@ -269,6 +415,68 @@ func glob(pattern, v string) bool {
 		v = v[i+len(mid):]
 	}
 	return strings.HasSuffix(v, parts[len(parts)-1])
+}
+
+// fuzzy is listFilterFuzzy: any of the patterns, none meaning any value.
+func (f *filter) fuzzy(name, v string) bool {
+	ps := f.q[name]
+	return len(ps) == 0 || slices.ContainsFunc(ps, func(p string) bool { return f.like(p, v) })
+}
+
+// exact is listFilter: one of the values (IN), none meaning any; a NULL
+// column (v nil) matches nothing.
+func (f *filter) exact(name string, v *string) bool {
+	vs := f.q[name]
+	return len(vs) == 0 || v != nil && slices.ContainsFunc(vs, func(w string) bool { return f.eq(w, *v) })
+}
+
+// excluded is exListFilter: NOT IN the values, which a NULL column is not
+// either.
+func (f *filter) excluded(name string, v *string) bool {
+	vs := f.q[name]
+	return len(vs) > 0 && (v == nil || slices.ContainsFunc(vs, func(w string) bool { return f.eq(w, *v) }))
+}
+
+func ptr(s string) *string { return &s }
+
+// matches tells whether Zuul's database selects b for the query.
+func (f *filter) matches(b *build) bool {
+	sp := b.spec
+	var result, change, patchset, newrev *string
+	if !sp.InProgress {
+		result = ptr(sp.Result)
+	}
+	// The ref's columns hold 0 and "" for none, which = finds (ChangeType,
+	// SHAType).
+	change, patchset, newrev = ptr("0"), ptr(""), ptr(sp.Newrev)
+	ref := "refs/heads/" + sp.Branch
+	if sp.Change > 0 {
+		change, patchset, newrev = ptr(strconv.Itoa(sp.Change)), ptr(sp.Patchset), ptr("")
+		ref = changeRef(sp.Change, sp.Patchset)
+	}
+	switch {
+	case !f.fuzzy("pipeline", sp.Pipeline), !f.fuzzy("project", sp.Project),
+		!f.fuzzy("branch", sp.Branch), !f.fuzzy("job_name", sp.Job),
+		!f.exact("change", change), !f.exact("patchset", patchset),
+		!f.exact("ref", &ref), !f.exact("newrev", newrev),
+		!f.exact("uuid", &sp.UUID), !f.exact("nodeset", ptr("ubuntu-noble")),
+		!f.exact("result", result), f.excluded("exclude_result", result):
+		// voting and held are taken but not applied: nothing here asks.
+		return false
+	case f.final != nil && (sp.InProgress || *f.final == sp.NonFinal):
+		// final is NULL until the build ends.
+		return false
+	case f.complete != nil && *f.complete == sp.InProgress:
+		return false
+	case f.idxMin != nil && b.id < *f.idxMin, f.idxMax != nil && b.id > *f.idxMax:
+		return false
+	}
+	return true
+}
+
+// pyInt parses a number as Python's int() does a query parameter.
+func pyInt(s string) (int64, error) {
+	return strconv.ParseInt(strings.ReplaceAll(strings.TrimSpace(s), "_", ""), 10, 64)
 }
 
 // errorPage answers like CherryPy's HTTPError does: an HTML page whose
@@ -381,7 +589,7 @@ func (s *Server) serveBuilds(w http.ResponseWriter, r *http.Request, tenant stri
 	s.mu.Unlock()
 
 	if failCode != 0 {
-		errorPage(w, failCode, "The server encountered an unexpected condition which prevented it from fulfilling the request.")
+		errorPage(w, failCode, internalError)
 		return
 	}
 	if root != opts.WhiteLabel {
@@ -404,23 +612,27 @@ func (s *Server) serveBuilds(w http.ResponseWriter, r *http.Request, tenant stri
 	}
 
 	q := r.URL.Query()
-	var unexpected []string
 	for k := range q {
 		if !slices.Contains(buildsParams, k) {
-			unexpected = append(unexpected, k)
+			// CherryPy names them only outside its production
+			// environment, which zuul-web runs in.
+			errorPage(w, http.StatusNotFound, "Nothing matches the given URI")
+			return
 		}
 	}
-	if len(unexpected) > 0 {
-		slices.Sort(unexpected)
-		errorPage(w, http.StatusNotFound, "Unexpected query string parameters: "+strings.Join(unexpected, ", "))
+	f, code, msg := parseFilter(q, !opts.PostgreSQL)
+	if code != 0 {
+		errorPage(w, code, msg)
 		return
 	}
-	limit, skip := 50, 0
-	for name, dst := range map[string]*int{"limit": &limit, "skip": &skip} {
-		if v := q.Get(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				errorPage(w, http.StatusBadRequest, fmt.Sprintf("%s must be a non-negative integer", name))
+	// The database refuses what is not a count (SQLAlchemy's int() of limit
+	// and offset, or a negative LIMIT): an exception, so a 500.
+	limit, skip := int64(50), int64(0)
+	for name, dst := range map[string]*int64{"limit": &limit, "skip": &skip} {
+		if vs, ok := q[name]; ok {
+			n, err := pyInt(vs[0])
+			if len(vs) > 1 || err != nil || n < 0 {
+				errorPage(w, http.StatusInternalServerError, internalError)
 				return
 			}
 			*dst = n
@@ -428,26 +640,56 @@ func (s *Server) serveBuilds(w http.ResponseWriter, r *http.Request, tenant stri
 	}
 
 	s.mu.Lock()
-	var selected []map[string]any
+	selected := []map[string]any{}
 	for i := len(s.builds) - 1; i >= 0; i-- { // newest first by _id
 		b := s.builds[i]
-		if !opts.IgnoreFilters && !b.matches(q) {
+		if !opts.IgnoreFilters && !f.matches(b) {
 			continue
 		}
 		if skip > 0 {
 			skip--
 			continue
 		}
-		if len(selected) >= limit {
+		if int64(len(selected)) >= limit {
 			break
 		}
 		selected = append(selected, b.json(opts.Shape))
 	}
 	s.mu.Unlock()
-	if selected == nil {
-		selected = []map[string]any{}
-	}
 	writeJSON(w, http.StatusOK, selected)
+}
+
+// internalError is CherryPy's message of a 500.
+const internalError = "The server encountered an unexpected condition which prevented it from fulfilling the request."
+
+// parseFilter reads the query as zuul-web's builds endpoint does: final and
+// complete are true when they say "true" in any case and false otherwise,
+// idx_min and idx_max must be integers (400). A repeated parameter that the
+// endpoint takes as one value fails there (a 500). code is 0 when it is fine.
+func parseFilter(q url.Values, fold bool) (f *filter, code int, msg string) {
+	f = &filter{q: q, fold: fold}
+	for name, dst := range map[string]**bool{"final": &f.final, "complete": &f.complete} {
+		if vs, ok := q[name]; ok {
+			if len(vs) > 1 {
+				return nil, http.StatusInternalServerError, internalError
+			}
+			v := strings.ToLower(vs[0]) == "true"
+			*dst = &v
+		}
+	}
+	for name, dst := range map[string]**int64{"idx_min": &f.idxMin, "idx_max": &f.idxMax} {
+		if vs, ok := q[name]; ok {
+			if len(vs) > 1 {
+				return nil, http.StatusInternalServerError, internalError
+			}
+			n, err := pyInt(vs[0])
+			if err != nil {
+				return nil, http.StatusBadRequest, "idx_min, idx_max must be integers"
+			}
+			*dst = &n
+		}
+	}
+	return f, 0, ""
 }
 
 // authorized checks the bearer token like Zuul does for a tenant with
@@ -475,28 +717,4 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, opts ServerO
 		authError(w, realm, "AuthTokenInvalidSignatureException", "Invalid signature")
 		return false
 	}
-}
-
-func (b *build) matches(q url.Values) bool {
-	sp := b.spec
-	if !match(q["project"], sp.Project) ||
-		!match(q["job_name"], sp.Job) ||
-		!match(q["pipeline"], sp.Pipeline) ||
-		!match(q["branch"], sp.Branch) ||
-		!match(q["uuid"], sp.UUID) {
-		return false
-	}
-	if rs := q["result"]; len(rs) > 0 && (sp.InProgress || !match(rs, sp.Result)) {
-		return false
-	}
-	if ex := q["exclude_result"]; len(ex) > 0 && !sp.InProgress && match(ex, sp.Result) {
-		return false
-	}
-	if v := q.Get("complete"); v != "" && strings.EqualFold(v, "true") == sp.InProgress {
-		return false
-	}
-	if v := q.Get("final"); v != "" && strings.EqualFold(v, "true") == sp.NonFinal {
-		return false
-	}
-	return true
 }

@@ -1,5 +1,8 @@
 // Package zuultest runs a stand-in Zuul web server that speaks Zuul's real
-// builds API and serves build artifacts, for tests and demos.
+// builds API and serves build artifacts, under their log URLs or on an object
+// store of their own, for tests and demos. Its answers follow zuul-web's
+// (zuul/web/__init__.py) and its MQTT reports Zuul's MQTT reporter
+// (zuul/driver/mqtt/mqttreporter.py); each shape says where it comes from.
 package zuultest
 
 import (
@@ -26,7 +29,8 @@ const (
 )
 
 // ServerOptions configure a Server. The zero value serves tenant "example"
-// in the Zuul 10 shape without auth.
+// in the Zuul 10 shape without auth, from a database that matches names as
+// MySQL does, with a Zuul manifest among each finished build's artifacts.
 type ServerOptions struct {
 	// Tenant is the one tenant served; "example" when empty.
 	Tenant string
@@ -49,6 +53,19 @@ type ServerOptions struct {
 	IgnoreFilters bool
 	// Addr is the listen address; "127.0.0.1:0" when empty.
 	Addr string
+	// PostgreSQL matches the builds API's filters as Zuul does on
+	// PostgreSQL: names with their case. Without it they match as on MySQL
+	// and MariaDB, which Zuul's documentation sets up: regardless of case.
+	PostgreSQL bool
+	// NoManifest leaves out the "Zuul Manifest" artifact that the base jobs
+	// of zuul-jobs (generate-zuul-manifest) add to every build.
+	NoManifest bool
+	// ObjectStore publishes every artifact of every build on the object
+	// store (see ArtifactSpec.OnObjectStore) rather than under its log URL.
+	ObjectStore bool
+	// ObjectStoreAddr is the object store's listen address; "127.0.0.2:0"
+	// when empty: another host than the API's, as a real object store is.
+	ObjectStoreAddr string
 }
 
 // Server is a running stand-in Zuul. Its methods are safe for concurrent use.
@@ -57,7 +74,7 @@ type Server struct {
 	srv  *http.Server
 	done chan struct{}
 
-	conns atomic.Int64 // connections clients opened
+	conns atomic.Int64 // connections clients opened, to the server and its object store
 
 	mu       sync.Mutex
 	opts     ServerOptions
@@ -72,6 +89,7 @@ type Server struct {
 	failCode int
 	tmpDir   string
 	redirs   map[string]string // by path under /redirect/: the target
+	store    *objectStore      // nil until asked for
 }
 
 // RequestInfo is one request for an artifact file.
@@ -90,7 +108,8 @@ type APICall struct {
 	Time          time.Time
 }
 
-// Connections is how many connections clients opened to the server.
+// Connections is how many connections clients opened to the server and to
+// its object store.
 func (s *Server) Connections() int64 { return s.conns.Load() }
 
 // NewServer starts a Server on a loopback port. It panics when it cannot
@@ -127,19 +146,29 @@ func NewServer(opts ServerOptions) *Server {
 	mux.HandleFunc("GET /api/builds", s.handleRootBuilds)
 	mux.HandleFunc("GET /logs/", s.handleFile)
 	mux.HandleFunc("GET /redirect/{id}", s.handleRedirect)
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
-		ConnState: func(_ net.Conn, st http.ConnState) {
-			if st == http.StateNew {
-				s.conns.Add(1)
-			}
-		}}
+	s.srv = s.httpServer(mux)
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			panic(fmt.Sprintf("zuultest: serve: %v", err))
 		}
 	}()
+	if opts.ObjectStore {
+		s.mu.Lock()
+		s.objectStoreLocked()
+		s.mu.Unlock()
+	}
 	return s
+}
+
+// httpServer serves h, counting the connections clients open.
+func (s *Server) httpServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				s.conns.Add(1)
+			}
+		}}
 }
 
 // URL is the Zuul web root to use as api-url, without a trailing slash.
@@ -153,7 +182,11 @@ func (s *Server) Close() {
 	s.mu.Lock()
 	dir := s.tmpDir
 	s.tmpDir = ""
+	store := s.store
 	s.mu.Unlock()
+	if store != nil {
+		store.close()
+	}
 	if dir != "" {
 		_ = os.RemoveAll(dir)
 	}
