@@ -5,10 +5,12 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"slices"
 	"sync"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
+	"github.com/nodepool-builder/nodepool-builder/poller"
 	"github.com/nodepool-builder/nodepool-builder/status"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/zuulmqtt"
@@ -21,11 +23,25 @@ import (
 func (b *Builder) newListener(z config.ZuulMQTT) (*zuulmqtt.Listener, error) {
 	return zuulmqtt.New(z, zuulmqtt.Options{
 		// The config of now, so that a reload counts at the next report.
-		Images:    func() []config.ZuulImage { return b.Config().ZuulImages },
+		Images:    b.zuulImagesAsPolled,
 		Hint:      b.pollNow,
 		OnConnect: b.pollAllZuul,
 		Logger:    b.log.With("part", "zuul-mqtt"),
 	})
+}
+
+// zuulImagesAsPolled are the zuul-images of the config of now, each with the
+// project its polls ask Zuul for: a report matches a zuul-image as its poll's
+// answer does.
+func (b *Builder) zuulImagesAsPolled() []config.ZuulImage {
+	p := b.cur.Load()
+	images := slices.Clone(p.cfg.ZuulImages)
+	if pl, ok := p.sources[store.SourceZuul].(*poller.Poller); ok {
+		for i := range images {
+			images[i].Project = pl.Project(images[i])
+		}
+	}
+	return images
 }
 
 // pollNow wakes the loop of a zuul-image: it polls Zuul now, or right after

@@ -163,6 +163,35 @@ func TestZuulMQTTReportPollsNow(t *testing.T) {
 	}
 }
 
+// TestZuulMQTTCanonicalProject: a zuul-image whose project is written by its
+// canonical name is polled by the short name Zuul stores, and a report, which
+// names the project as Zuul stores it, matches it as the poll's answer does:
+// it makes the daemon poll at once.
+func TestZuulMQTTCanonicalProject(t *testing.T) {
+	broker := testenv.NewMosquitto(t, testenv.MosquittoOptions{})
+	zuul := zuultest.NewServer(zuultest.ServerOptions{})
+	t.Cleanup(zuul.Close)
+	// A build of the project, so that the stand-in's tenant knows it.
+	if _, err := zuul.AddBuild(zuultest.BuildSpec{Job: "build-other"}); err != nil {
+		t.Fatal(err)
+	}
+	r := &mqttRig{zuul: zuul, logs: &logBuffer{}}
+	text := strings.NewReplacer("{{ZUUL}}", zuul.URL(), "{{EVERY}}", "3600", "project: org/images",
+		"project: review.example.com/org/images").Replace(zuulImage) + "builder:\n" + mqttSection(broker.URL)
+	r.rig = newRig(t, text, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(r.logs, nil)) })
+	r.run()
+	testenv.WaitFor(t, 10*time.Second, "the first poll and the poll after the connect", func() bool {
+		return r.polls() == 2 && r.state().Connected
+	}, r.show)
+	r.report(broker)
+	testenv.WaitFor(t, 5*time.Second, "a poll for the report", func() bool { return r.polls() == 3 }, r.show)
+	for _, c := range r.zuul.BuildsCalls() {
+		if got := c.Query.Get("project"); got != "org/images" {
+			t.Errorf("a poll asked for project %q, want org/images", got)
+		}
+	}
+}
+
 // TestZuulMQTTFilesMustRead: a builder whose zuul-mqtt names a password file
 // that does not read is not made: the config is unusable.
 func TestZuulMQTTFilesMustRead(t *testing.T) {

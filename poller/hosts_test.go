@@ -127,3 +127,44 @@ func TestPollRefusesAnUnfetchableURL(t *testing.T) {
 		t.Fatalf("poll after the refusal = %+v, %v; want nothing", out, err)
 	}
 }
+
+// TestPollProjectByCanonicalName: Zuul stores a project's builds under its
+// short name and filters on it, so a zuul-image whose project is written by
+// its canonical name is polled by the short name Zuul's project API gives,
+// looked up once; the MQTT listener matches reports with the same name. A
+// project Zuul does not know is asked for as written.
+func TestPollProjectByCanonicalName(t *testing.T) {
+	f := newFixture(t, "qcow2")
+	ctx := context.Background()
+	f.cfg.ZuulImages[0].Project = "review.example.com/org/images"
+	zb := f.publishAt(0, time.Time{}, "1")
+	f.pollIngests("a poll by the canonical name", zb)
+	f.pollIngests("a newer build", f.publishAt(0, time.Time{}, "2"))
+	for _, c := range f.zuul.BuildsCalls() {
+		if got := c.Query.Get("project"); got != "org/images" {
+			t.Errorf("a poll asked Zuul for project %q, want org/images", got)
+		}
+	}
+	if got := f.p.Project(f.cfg.ZuulImages[0]); got != "org/images" {
+		t.Errorf("Project = %q, want org/images, as the polls ask", got)
+	}
+
+	f.cfg.ZuulImages[0].Project = "git.example.org/org/images"
+	out, err := f.poll(ctx, "debian")
+	if err != nil || out.Ingested != nil {
+		t.Fatalf("poll of a project Zuul does not know = %+v, %v; want nothing", out, err)
+	}
+	calls := f.zuul.BuildsCalls()
+	if got := calls[len(calls)-1].Query.Get("project"); got != "git.example.org/org/images" {
+		t.Errorf("the poll asked for project %q, want it as written", got)
+	}
+	if !strings.Contains(f.logs.String(), "knows no project of this name") {
+		t.Errorf("no warning that Zuul knows no such project:\n%s", f.logs.String())
+	}
+	if _, err := f.poll(ctx, "debian"); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(f.logs.String(), "knows no project of this name"); n != 1 {
+		t.Errorf("the unknown project was warned of %d times, want once", n)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
@@ -27,9 +28,11 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 )
 
-// Builds is the part of the Zuul API the poller needs.
+// Builds is the part of the Zuul API the poller needs: the builds, and the
+// name a project's builds are stored under.
 type Builds interface {
 	Builds(ctx context.Context, q zuulapi.Query) ([]zuulapi.Build, error)
+	ProjectName(ctx context.Context, project string) (string, error)
 }
 
 // Options configure a Poller.
@@ -52,6 +55,13 @@ type Options struct {
 type Poller struct {
 	opts Options
 	log  *slog.Logger
+
+	mu sync.Mutex
+	// projects are, by zuul-image, the projects as configured and the names
+	// Zuul stores their builds under, once looked up; unknown, the projects
+	// Zuul said it does not know, once said.
+	projects map[string][2]string
+	unknown  map[string]string
 }
 
 // New returns a Poller.
@@ -62,7 +72,69 @@ func New(opts Options) *Poller {
 	if opts.QemuImg == "" {
 		opts.QemuImg = "qemu-img"
 	}
-	return &Poller{opts: opts, log: opts.Logger}
+	return &Poller{opts: opts, log: opts.Logger, projects: map[string][2]string{}, unknown: map[string]string{}}
+}
+
+// looksCanonical tells whether a project may be written by its canonical
+// name, review.example.com/org/images: its first path segment holds a dot,
+// as a hostname does. Zuul takes the segment for a hostname when it is one
+// of its canonical hostnames, which only Zuul knows.
+func looksCanonical(project string) bool {
+	host, _, ok := strings.Cut(project, "/")
+	return ok && strings.Contains(host, ".") && !strings.Contains(project, "*")
+}
+
+// Project is the project zi's builds are asked for under: the name Zuul
+// stores them under and filters them by (its SQL reporter records the
+// project's short name, org/images), which a project written by its
+// canonical name is looked up to; the project as written until it was, or
+// when it is no canonical name. The MQTT listener matches reports with it,
+// as the poll asks.
+func (p *Poller) Project(zi config.ZuulImage) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r, ok := p.projects[zi.Name]; ok && r[0] == zi.Project {
+		return r[1]
+	}
+	return zi.Project
+}
+
+// projectName is Project, looked up from Zuul when it may be a canonical
+// name and has not been. A name Zuul does not know is asked for as written,
+// with a warning: Zuul answers no build of it.
+func (p *Poller) projectName(ctx context.Context, zi *config.ZuulImage, client Builds) (string, error) {
+	if !looksCanonical(zi.Project) {
+		return zi.Project, nil
+	}
+	p.mu.Lock()
+	r, ok := p.projects[zi.Name]
+	p.mu.Unlock()
+	if ok && r[0] == zi.Project {
+		return r[1], nil
+	}
+	name, err := client.ProjectName(ctx, zi.Project)
+	switch {
+	case errors.Is(err, zuulapi.ErrUnknownProject):
+		// Asked again at the next poll: Zuul may know it by then.
+		p.mu.Lock()
+		said := p.unknown[zi.Name] == zi.Project
+		p.unknown[zi.Name] = zi.Project
+		p.mu.Unlock()
+		if !said {
+			p.log.Warn("Zuul's tenant knows no project of this name, so no build of it will be found; check project",
+				"image", zi.Name, "project", zi.Project, "error", err)
+		}
+		return zi.Project, nil
+	case err != nil:
+		return "", fmt.Errorf("poll %s: %w", zi.Name, err)
+	case name != zi.Project:
+		p.log.Info("Zuul stores the project's builds under its name, not its canonical name: they are asked for by it",
+			"image", zi.Name, "project", zi.Project, "name", name)
+	}
+	p.mu.Lock()
+	p.projects[zi.Name] = [2]string{zi.Project, name}
+	p.mu.Unlock()
+	return name, nil
 }
 
 // Images lists the zuul-images of the config, each with its poll interval.
@@ -160,7 +232,12 @@ func (p *Poller) due(ctx context.Context, image string, look source.Look) (sourc
 	if !ok {
 		return source.Work{}, fmt.Errorf("poll %s: no Zuul client", image)
 	}
-	q := zuulapi.Successful(zi.Project, zi.Branch, zi.Job, zi.Pipelines)
+	project, err := p.projectName(ctx, zi, client)
+	if err != nil {
+		p.opts.Metrics.Failed(metrics.StepPoll, err)
+		return source.Work{}, err
+	}
+	q := zuulapi.Successful(project, zi.Branch, zi.Job, zi.Pipelines)
 	q.Limit = 1
 	if !zi.AllowUnmergedChanges {
 		// Builds of changes are passed over: look a little further back for the

@@ -113,6 +113,7 @@ func TestQueryEncode(t *testing.T) {
 				Result: "SUCCESS", Complete: true, Limit: 10, Skip: 20},
 			"project=org%2Fimages&job_name=j&pipeline=periodic&pipeline=post&branch=master&result=SUCCESS&complete=true&limit=10&skip=20",
 		},
+		{Successful("org/images", "", "j", nil), "project=org%2Fimages&job_name=j&result=SUCCESS&final=true&complete=true"},
 	}
 	for _, tt := range tests {
 		if got := tt.q.Encode(); got != tt.want {

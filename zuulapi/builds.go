@@ -24,9 +24,9 @@ type Query struct {
 	Complete  bool   // only builds that have finished
 	Limit     int    // 0: Zuul's default (50)
 	Skip      int
-	// Final asks for builds Zuul does not report as retried. It is checked on
-	// the answers only, not sent: Zuul versions that do not know the parameter
-	// refuse the whole query.
+	// Final asks for builds Zuul does not report as retried. The builds API
+	// took final before it took complete, so a Zuul that answers complete
+	// answers it too; the answers are checked for it all the same.
 	Final bool
 }
 
@@ -40,8 +40,8 @@ func Successful(project, branch, job string, pipelines []string) Query {
 }
 
 // Encode returns the query string, in the order Zuul's docs list the
-// parameters: project, job_name, pipeline..., branch, result, complete,
-// limit, skip.
+// parameters: project, job_name, pipeline..., branch, result, final,
+// complete, limit, skip.
 func (q Query) Encode() string {
 	var parts []string
 	add := func(k, v string) {
@@ -56,6 +56,9 @@ func (q Query) Encode() string {
 	}
 	add("branch", q.Branch)
 	add("result", q.Result)
+	if q.Final {
+		add("final", "true")
+	}
 	if q.Complete {
 		add("complete", "true")
 	}

@@ -144,6 +144,8 @@ func NewServer(opts ServerOptions) *Server {
 	mux.HandleFunc("GET /api/tenant/{tenant}/info", s.handleTenantInfo)
 	mux.HandleFunc("GET /api/tenant/{tenant}/builds", s.handleTenantBuilds)
 	mux.HandleFunc("GET /api/builds", s.handleRootBuilds)
+	mux.HandleFunc("GET /api/tenant/{tenant}/project/{project...}", s.handleTenantProject)
+	mux.HandleFunc("GET /api/project/{project...}", s.handleRootProject)
 	mux.HandleFunc("GET /logs/", s.handleFile)
 	mux.HandleFunc("GET /redirect/{id}", s.handleRedirect)
 	s.srv = s.httpServer(mux)
