@@ -163,3 +163,51 @@ func TestImplausibleRawRefused(t *testing.T) {
 	}}})
 	e.refusedOnce(zb, "debian raw", "a raw image of 48 bytes is no disk image")
 }
+
+// TestArtifactsOnObjectStore: an image job publishes its images on an object
+// store, a host that is neither Zuul's nor its log server's (127.0.0.2 here),
+// as zuul-jobs' upload-image-swift and upload-image-s3 do. With the default
+// artifact hosts the newest build waits, nothing is fetched from the store,
+// and --once and image-status name the entry to add; with the store's host in
+// artifact-hosts, the same build is fetched from it, in both formats the
+// providers take (a qcow2, and a raw compressed with zstd), and uploaded.
+func TestArtifactsOnObjectStore(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example", ObjectStore: true})
+	store, _ := url.Parse(e.zuul.ObjectStoreURL())
+	zu, _ := url.Parse(e.zuul.URL())
+	zb := e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
+	for _, a := range zb.Artifacts {
+		if u, _ := url.Parse(a.URL); u.Host != store.Host {
+			t.Fatalf("artifact %s is at %s, not on the object store %s", a.Name, a.URL, store.Host)
+		}
+	}
+	r := e.once(exitFailed)
+	for _, s := range []string{zb.UUID, "not among the allowed artifact hosts", "add " + store.Host + " to the zuul-image's artifact-hosts"} {
+		if !strings.Contains(r.stderr, s) {
+			t.Errorf("--once does not say %q:\n%s", s, r.stderr)
+		}
+	}
+	if st, _ := e.status(); st["debian"].ZuulWaiting == nil || !strings.Contains(*st["debian"].ZuulWaiting, store.Host) {
+		t.Fatalf("image-status does not say the build waits for %s: %+v", store.Host, st["debian"])
+	}
+	for _, a := range zb.Artifacts {
+		if n := e.zuul.BytesServed(a.Path); n != 0 {
+			t.Errorf("artifact %s: %d bytes served while its host was not allowed", a.Name, n)
+		}
+	}
+	if builds := e.buildsJSON(); len(builds) != 0 {
+		t.Fatalf("builds recorded while the build waits: %+v", builds)
+	}
+
+	e.writeConfig("    artifact-hosts: ['" + zu.Host + "', '" + store.Host + "']\n")
+	e.once(0)
+	b, ok := e.zuulBuildOf(zb.UUID)
+	if !ok || b.State != "ready" {
+		t.Fatalf("the build on the object store was not fetched: %+v", e.buildsJSON())
+	}
+	e.checkUploaded("cloud-q", b, "qcow2")
+	e.checkUploaded("cloud-r", b, "raw")
+	if st, _ := e.status(); st["debian"].ZuulWaiting != nil {
+		t.Errorf("image-status still says the build waits: %s", *st["debian"].ZuulWaiting)
+	}
+}
