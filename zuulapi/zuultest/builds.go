@@ -592,22 +592,7 @@ func (s *Server) serveBuilds(w http.ResponseWriter, r *http.Request, tenant stri
 		errorPage(w, failCode, internalError)
 		return
 	}
-	if root != opts.WhiteLabel {
-		errorPage(w, http.StatusNotFound, "Nothing matches the given URI")
-		return
-	}
-	if root {
-		tenant = opts.Tenant
-	}
-	if tenant != opts.Tenant {
-		errorPage(w, http.StatusNotFound, "Unknown tenant")
-		return
-	}
-	if opts.Unloaded {
-		errorPage(w, http.StatusUnprocessableEntity, fmt.Sprintf("Tenant %s isn't ready", tenant))
-		return
-	}
-	if opts.Token != "" && !s.authorized(w, r, opts) {
+	if !s.tenantAnswers(w, r, tenant, root, opts) {
 		return
 	}
 
@@ -694,6 +679,29 @@ func parseFilter(q url.Values, fold bool) (f *filter, code int, msg string) {
 
 // authorized checks the bearer token like Zuul does for a tenant with
 // access rules, answering 401 or 403 itself when it fails.
+// tenantAnswers tells whether the tenant of a tenant-scoped endpoint (the
+// tenant's path, or the root of a white-labelled one) answers the request,
+// and writes zuul-web's answer when it does not: the path not routed, an
+// unknown tenant, a tenant not loaded yet, a token missing or refused.
+func (s *Server) tenantAnswers(w http.ResponseWriter, r *http.Request, tenant string, root bool, opts ServerOptions) bool {
+	if root != opts.WhiteLabel {
+		errorPage(w, http.StatusNotFound, "Nothing matches the given URI")
+		return false
+	}
+	if root {
+		tenant = opts.Tenant
+	}
+	if tenant != opts.Tenant {
+		errorPage(w, http.StatusNotFound, "Unknown tenant")
+		return false
+	}
+	if opts.Unloaded {
+		errorPage(w, http.StatusUnprocessableEntity, fmt.Sprintf("Tenant %s isn't ready", tenant))
+		return false
+	}
+	return opts.Token == "" || s.authorized(w, r, opts)
+}
+
 func (s *Server) authorized(w http.ResponseWriter, r *http.Request, opts ServerOptions) bool {
 	realm := opts.Tenant
 	h := r.Header.Get("Authorization")

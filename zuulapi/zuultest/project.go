@@ -33,18 +33,7 @@ func (s *Server) serveProject(w http.ResponseWriter, r *http.Request, tenant str
 		known[b.spec.Project] = true
 	}
 	s.mu.Unlock()
-	if root != opts.WhiteLabel {
-		errorPage(w, http.StatusNotFound, "Nothing matches the given URI")
-		return
-	}
-	if root {
-		tenant = opts.Tenant
-	}
-	if tenant != opts.Tenant {
-		errorPage(w, http.StatusNotFound, "Unknown tenant")
-		return
-	}
-	if opts.Token != "" && !s.authorized(w, r, opts) {
+	if !s.tenantAnswers(w, r, tenant, root, opts) {
 		return
 	}
 	name := r.PathValue("project")
