@@ -1,38 +1,18 @@
 package poller
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
-
-// objectStore serves one file, as an object store holds a job's artifact,
-// and counts the requests it gets.
-type objectStore struct {
-	*httptest.Server
-	requests atomic.Int64
-}
-
-func newObjectStore(t *testing.T, data []byte) *objectStore {
-	s := &objectStore{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.requests.Add(1)
-		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(data))
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
 
 func hostPatterns(t *testing.T, hosts ...string) []hostpattern.Pattern {
 	t.Helper()
@@ -57,7 +37,7 @@ func TestPollWaitsForAnArtifactHost(t *testing.T) {
 	f := newFixture(t, "qcow2")
 	ctx := context.Background()
 	data := f.image("qcow2", "1")
-	objects := newObjectStore(t, data)
+	objects := testenv.NewFileServer(t, data)
 	zu, _ := url.Parse(f.zuul.URL())
 	ou, _ := url.Parse(objects.URL)
 	f.cfg.ZuulImages[0].ArtifactHosts = hostPatterns(t, zu.Host)
@@ -87,7 +67,7 @@ func TestPollWaitsForAnArtifactHost(t *testing.T) {
 			t.Errorf("builds = %+v; want none recorded of a build that waits", builds)
 		}
 	}
-	if n := objects.requests.Load(); n != 0 {
+	if n := objects.Requests(); n != 0 {
 		t.Errorf("the host not allowed got %d requests", n)
 	}
 
@@ -99,7 +79,7 @@ func TestPollWaitsForAnArtifactHost(t *testing.T) {
 	if cur, _ := f.st.Cursor(ctx, "debian"); cur.Waiting != "" || cur.ZuulUUID != zb.UUID || cur.Outcome != string(store.Ready) {
 		t.Errorf("cursor once fetched = %+v; want it settled on %s, waiting for nothing", cur, zb.UUID)
 	}
-	if objects.requests.Load() == 0 {
+	if objects.Requests() == 0 {
 		t.Error("the allowed host got no request")
 	}
 }

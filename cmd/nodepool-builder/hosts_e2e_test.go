@@ -1,36 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
-
-// loopbackService is a service only the builder's host can reach, serving
-// what would pass for a raw image; it counts the requests it gets.
-type loopbackService struct {
-	*httptest.Server
-	requests atomic.Int64
-}
-
-func newLoopbackService(t *testing.T, content []byte) *loopbackService {
-	s := &loopbackService{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.requests.Add(1)
-		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(content))
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
 
 // TestArtifactOnHostNotAllowedWaits: a build whose artifact URL points at a
 // service on loopback, directly or through a redirect from Zuul's own host,
@@ -69,7 +48,7 @@ func TestArtifactOnHostNotAllowedWaits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			service := newLoopbackService(t, data)
+			service := testenv.NewFileServer(t, data)
 			zu, _ := url.Parse(e.zuul.URL())
 			su, _ := url.Parse(service.URL)
 			allow := func(hosts ...string) {
@@ -104,7 +83,7 @@ func TestArtifactOnHostNotAllowedWaits(t *testing.T) {
 					t.Fatalf("run %d: the Zuul build is refused for good: %v", run, *row.LastZuulReason)
 				}
 			}
-			if n := service.requests.Load(); n != 0 {
+			if n := service.Requests(); n != 0 {
 				t.Errorf("the loopback service got %d requests", n)
 			}
 			if imgs, err := e.cloud.List(context.Background(), nil); err != nil || len(imgs) != 0 {
@@ -134,7 +113,7 @@ func TestArtifactOnNamedHostFetched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	service := newLoopbackService(t, data)
+	service := testenv.NewFileServer(t, data)
 	zu, _ := url.Parse(e.zuul.URL())
 	su, _ := url.Parse(service.URL)
 	e.oneProvider("raw", "    artifact-hosts: ['"+zu.Host+"', '"+su.Host+"']\n", "")
@@ -147,7 +126,7 @@ func TestArtifactOnNamedHostFetched(t *testing.T) {
 	if !ok || b.State != "ready" {
 		t.Fatalf("the build on a named host was not fetched: %+v", e.buildsJSON())
 	}
-	if service.requests.Load() == 0 {
+	if service.Requests() == 0 {
 		t.Fatal("the named host got no request")
 	}
 	e.checkUploaded("cloud-x", b, "raw")
