@@ -3,9 +3,9 @@ package zuulapi
 import (
 	"errors"
 	"fmt"
-	"regexp"
-	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Check returns why b is not an answer to q, or nil when it is. Zuul filters
@@ -26,40 +26,130 @@ import (
 // collations, so org/images finds Org/Images there. The result is exact: Zuul
 // writes its results in capitals. And b's uuid must be one Zuul makes: 32 hex
 // digits, nothing a terminal or a file name would take for more.
+//
+// The reason quotes b's fields clipped to a hundred bytes or so each, so that
+// it stays short whatever Zuul answered. Matches tells the same without the
+// reason, at no cost.
 func (q Query) Check(b Build) error {
 	var why []string
-	if !zuulUUID(b.UUID) {
-		why = append(why, fmt.Sprintf("uuid %q is not 32 hex digits", b.UUID))
-	}
-	if q.Project != "" && !nameMatches(q.Project, b.Ref.Project) {
-		why = append(why, fmt.Sprintf("project %q is not %q", b.Ref.Project, q.Project))
-	}
-	if q.JobName != "" && !nameMatches(q.JobName, b.JobName) {
-		why = append(why, fmt.Sprintf("job %q is not %q", b.JobName, q.JobName))
-	}
-	if len(q.Pipelines) > 0 && !slices.ContainsFunc(q.Pipelines, func(p string) bool { return nameMatches(p, b.Pipeline) }) {
-		why = append(why, fmt.Sprintf("pipeline %q is not one of %q", b.Pipeline, q.Pipelines))
-	}
-	if q.Branch != "" && !nameMatches(q.Branch, b.Ref.Branch) {
-		why = append(why, fmt.Sprintf("branch %q is not %q", b.Ref.Branch, q.Branch))
-	}
-	switch {
-	case q.Result != "" && b.Result != q.Result:
-		why = append(why, fmt.Sprintf("result %q is not %q", b.Result, q.Result))
-	case q.Complete && b.Result == "":
-		why = append(why, "it has not finished")
-	}
-	if q.Final && !b.Final {
-		why = append(why, "Zuul reports it not final (it was retried)")
-	}
+	q.eachMismatch(b, func(m mismatch) bool {
+		why = append(why, q.reason(m, b))
+		return true
+	})
 	if len(why) == 0 {
 		return nil
 	}
 	return errors.New(strings.Join(why, "; "))
 }
 
-// zuulUUID tells whether s is a uuid as Zuul writes them: uuid4().hex.
-func zuulUUID(s string) bool {
+// Matches tells whether b is an answer to q, as Check does, without saying
+// why not: it allocates nothing and compiles nothing, so that a flood of
+// reported builds costs comparisons only.
+func (q Query) Matches(b Build) bool {
+	ok := true
+	q.eachMismatch(b, func(mismatch) bool {
+		ok = false
+		return false
+	})
+	return ok
+}
+
+// mismatch is one way a build is not an answer to a query.
+type mismatch int
+
+const (
+	badUUID mismatch = iota
+	otherProject
+	otherJob
+	otherPipeline
+	otherBranch
+	otherResult
+	unfinished
+	notFinal
+)
+
+// eachMismatch calls f with each way b is not an answer to q, in the order
+// Check gives them, until f returns false.
+func (q Query) eachMismatch(b Build, f func(mismatch) bool) {
+	if !ValidUUID(b.UUID) && !f(badUUID) {
+		return
+	}
+	if q.Project != "" && !nameMatches(q.Project, b.Ref.Project) && !f(otherProject) {
+		return
+	}
+	if q.JobName != "" && !nameMatches(q.JobName, b.JobName) && !f(otherJob) {
+		return
+	}
+	if len(q.Pipelines) > 0 && !q.pipelineMatches(b.Pipeline) && !f(otherPipeline) {
+		return
+	}
+	if q.Branch != "" && !nameMatches(q.Branch, b.Ref.Branch) && !f(otherBranch) {
+		return
+	}
+	switch {
+	case q.Result != "" && b.Result != q.Result:
+		if !f(otherResult) {
+			return
+		}
+	case q.Complete && b.Result == "":
+		if !f(unfinished) {
+			return
+		}
+	}
+	if q.Final && !b.Final {
+		f(notFinal)
+	}
+}
+
+func (q Query) pipelineMatches(pipeline string) bool {
+	for _, p := range q.Pipelines {
+		if nameMatches(p, pipeline) {
+			return true
+		}
+	}
+	return false
+}
+
+// reason says what m is of b, for Check.
+func (q Query) reason(m mismatch, b Build) string {
+	switch m {
+	case badUUID:
+		return fmt.Sprintf("uuid %s is not 32 hex digits", quoteClipped(b.UUID))
+	case otherProject:
+		return fmt.Sprintf("project %s is not %q", quoteClipped(b.Ref.Project), q.Project)
+	case otherJob:
+		return fmt.Sprintf("job %s is not %q", quoteClipped(b.JobName), q.JobName)
+	case otherPipeline:
+		return fmt.Sprintf("pipeline %s is not one of %q", quoteClipped(b.Pipeline), q.Pipelines)
+	case otherBranch:
+		return fmt.Sprintf("branch %s is not %q", quoteClipped(b.Ref.Branch), q.Branch)
+	case otherResult:
+		return fmt.Sprintf("result %s is not %q", quoteClipped(b.Result), q.Result)
+	case unfinished:
+		return "it has not finished"
+	default:
+		return "Zuul reports it not final (it was retried)"
+	}
+}
+
+// reasonClip is how much of a field a reason quotes.
+const reasonClip = 100
+
+// quoteClipped quotes s as %q does, its first reasonClip bytes or so only,
+// saying how long it was when it was longer.
+func quoteClipped(s string) string {
+	if len(s) <= reasonClip {
+		return fmt.Sprintf("%q", s)
+	}
+	cut := reasonClip
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q... (%d bytes)", s[:cut], len(s))
+}
+
+// ValidUUID tells whether s is a uuid as Zuul writes them: uuid4().hex.
+func ValidUUID(s string) bool {
 	if len(s) != 32 {
 		return false
 	}
@@ -76,13 +166,95 @@ func zuulUUID(s string) bool {
 // MariaDB: equal regardless of case, or, when the filter holds a "*", a LIKE
 // where "*" is any run of characters, anywhere in the filter, and nothing else
 // is special (Zuul escapes "%" and "_").
+//
+// With wildcards, the text before the first "*" must begin v and the text
+// after the last end it; each piece between must follow in order, and is
+// taken where it first appears, which leaves the most room for the next.
+// Case is folded character by character, as EqualFold does.
 func nameMatches(filter, v string) bool {
-	if !strings.Contains(filter, "*") {
+	head, rest, wild := strings.Cut(filter, "*")
+	if !wild {
 		return strings.EqualFold(filter, v)
 	}
-	parts := strings.Split(filter, "*")
-	for i, p := range parts {
-		parts[i] = regexp.QuoteMeta(p)
+	n, ok := prefixFold(v, head)
+	if !ok {
+		return false
 	}
-	return regexp.MustCompile(`^(?is:` + strings.Join(parts, ".*") + `)$`).MatchString(v)
+	v = v[n:]
+	middle, tail := "", rest
+	if i := strings.LastIndexByte(rest, '*'); i >= 0 {
+		middle, tail = rest[:i], rest[i+1:]
+	}
+	if v, ok = trimSuffixFold(v, tail); !ok {
+		return false
+	}
+	for middle != "" {
+		var piece string
+		piece, middle, _ = strings.Cut(middle, "*")
+		if piece == "" {
+			continue
+		}
+		if v, ok = afterFold(v, piece); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// prefixFold tells whether v begins with p, regardless of case, and how many
+// bytes of v that beginning takes.
+func prefixFold(v, p string) (int, bool) {
+	n := 0
+	for _, pr := range p {
+		vr, size := utf8.DecodeRuneInString(v[n:])
+		if size == 0 || !foldEqual(pr, vr) {
+			return 0, false
+		}
+		n += size
+	}
+	return n, true
+}
+
+// trimSuffixFold returns v without its ending s, when v ends with s
+// regardless of case.
+func trimSuffixFold(v, s string) (string, bool) {
+	for s != "" {
+		sr, ssize := utf8.DecodeLastRuneInString(s)
+		vr, vsize := utf8.DecodeLastRuneInString(v)
+		if vsize == 0 || !foldEqual(sr, vr) {
+			return "", false
+		}
+		s, v = s[:len(s)-ssize], v[:len(v)-vsize]
+	}
+	return v, true
+}
+
+// afterFold returns what follows the first appearance of piece in v,
+// regardless of case.
+func afterFold(v, piece string) (string, bool) {
+	for i := 0; i < len(v); {
+		if n, ok := prefixFold(v[i:], piece); ok {
+			return v[i+n:], true
+		}
+		_, size := utf8.DecodeRuneInString(v[i:])
+		i += size
+	}
+	return "", false
+}
+
+// foldEqual tells whether two characters are the same regardless of case, by
+// Unicode's simple folding, as strings.EqualFold and regexp's (?i) take it.
+func foldEqual(a, b rune) bool {
+	if a == b {
+		return true
+	}
+	if a < utf8.RuneSelf && b < utf8.RuneSelf {
+		return 'A' <= a && a <= 'Z' && a+'a'-'A' == b || 'A' <= b && b <= 'Z' && b+'a'-'A' == a
+	}
+	for r := unicode.SimpleFold(a); r != a; r = unicode.SimpleFold(r) {
+		if r == b {
+			return true
+		}
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package zuulapi
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -69,6 +70,8 @@ func TestQueryCheck(t *testing.T) {
 		{name: "another project in other case", b: func(b *Build) { b.Ref.Project = "Org/Other" },
 			refuse: `project "Org/Other" is not "org/images"`},
 		{name: "the result is exact", b: func(b *Build) { b.Result = "success" }, refuse: `result "success" is not "SUCCESS"`},
+		{name: "a long field is clipped", b: func(b *Build) { b.Ref.Project = strings.Repeat("é", 1<<20) },
+			refuse: `project "` + strings.Repeat("é", 50) + `"... (2097152 bytes) is not "org/images"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,6 +84,9 @@ func TestQueryCheck(t *testing.T) {
 				tt.b(&b)
 			}
 			err := q.Check(b)
+			if q.Matches(b) != (err == nil) {
+				t.Errorf("Matches = %v while Check = %v", q.Matches(b), err)
+			}
 			switch {
 			case tt.refuse == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -105,6 +111,29 @@ func TestDecodeFinal(t *testing.T) {
 		bs, err := decodeBuilds([]byte(body))
 		if err != nil || len(bs) != 1 || bs[0].Final != want {
 			t.Errorf("%s: %+v, %v; want final %v", body, bs, err, want)
+		}
+	}
+}
+
+// TestNameMatchesAsLike: a filter with wildcards matches as the regular
+// expression of Zuul's LIKE would, case folded the same way, without
+// compiling one.
+func TestNameMatchesAsLike(t *testing.T) {
+	like := func(filter, v string) bool {
+		parts := strings.Split(filter, "*")
+		for i, p := range parts {
+			parts[i] = regexp.QuoteMeta(p)
+		}
+		return regexp.MustCompile(`^(?is:` + strings.Join(parts, ".*") + `)$`).MatchString(v)
+	}
+	filters := []string{"*", "**", "a*", "*a", "a*b", "ab*ba", "*ab*", "a*b*a", "*-debian*", "K*", "*ſ", "σ*ς", "a**b", "*.*", "x\n*"}
+	values := []string{"", "a", "ab", "aba", "abba", "ba", "AB", "bab", "build-debian-image", "-DEBIAN", "\u212a", "k", "ſ", "S",
+		"s", "ΣΑΣ", "σας", "a.b", "a\nb", "x\nyz", "ab\xffba", "\xff"}
+	for _, f := range filters {
+		for _, v := range values {
+			if got, want := nameMatches(f, v), like(f, v); got != want {
+				t.Errorf("nameMatches(%q, %q) = %v, want %v", f, v, got, want)
+			}
 		}
 	}
 }
