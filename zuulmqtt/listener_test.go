@@ -510,3 +510,24 @@ func TestBacklog(t *testing.T) {
 			st.Used, st.Ignored, 24-queueBytes/MaxMessageSize+1)
 	}
 }
+
+// TestBombThenReport: a forged report of a megabyte, published to a real
+// broker, hints at nothing and holds up nothing: the real report published
+// right after it still gives its hint within a second.
+func TestBombThenReport(t *testing.T) {
+	m := testenv.NewMosquitto(t, testenv.MosquittoOptions{})
+	r := startRig(t, m, brokerConfig(m), Options{})
+	r.waitSubscribed(1, 10*time.Second)
+
+	m.Publish(t, topic, bomb(false))
+	start := time.Now()
+	m.Publish(t, topic, zuulReport(nil))
+	testenv.WaitFor(t, time.Second, "the real report's hint", func() bool { return r.count("debian") == 1 }, r.show)
+	t.Logf("hint %s after the real report was published", time.Since(start).Round(time.Millisecond))
+	if got := r.hinted(); !slices.Equal(got, []string{"debian"}) {
+		t.Errorf("hints %v, want [debian]", got)
+	}
+	if st := r.l.State(); st.Ignored[IgnoredNoMatch] != 1 || st.Used != 1 {
+		t.Errorf("state %+v: want the bomb ignored as matching nothing, the report used", st)
+	}
+}

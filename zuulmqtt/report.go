@@ -26,8 +26,10 @@ type report struct {
 	Buildset struct {
 		// Result is the item's result as Zuul reports it (SUCCESS, FAILURE,
 		// ...), never rewritten by a message.
-		Result string        `json:"result"`
-		Builds []reportBuild `json:"builds"`
+		Result string `json:"result"`
+		// Builds is a list of reportBuild, read by builds: no further
+		// than maxReportBuilds.
+		Builds json.RawMessage `json:"builds"`
 	} `json:"buildset"`
 }
 
@@ -70,6 +72,9 @@ func parseReport(payload []byte) (*report, error) {
 		return nil, fmt.Errorf("%w: no tenant", errMalformed)
 	case r.Pipeline == "":
 		return nil, fmt.Errorf("%w: no pipeline", errMalformed)
+	}
+	if raw := bytes.TrimSpace(r.Buildset.Builds); len(raw) > 0 && raw[0] != '[' && !bytes.Equal(raw, []byte("null")) {
+		return nil, fmt.Errorf("%w: buildset builds is not a list", errMalformed)
 	}
 	return &r, nil
 }
@@ -116,14 +121,37 @@ func (r *report) succeeded(result string) bool {
 	return r.itemSucceeded()
 }
 
-// builds returns the report's builds as the builds API would show them to a
-// poll: with their job, uuid, result, pipeline and ref, where a result that
-// may be a success-message is given as SUCCESS (see succeeded). A build that
-// ran has a uuid; the others are left out.
+// What one report may hold that is read: a report is a hint, and a forged
+// one must cost no more than a real one. Zuul's buildsets hold tens of builds,
+// a few hundred in the largest; its names are far shorter than a KiB.
+const (
+	maxReportBuilds = 1000
+	maxNameLen      = 1 << 10
+)
+
+// builds returns the report's builds that may be successful builds a poll
+// fetches, as the builds API would show them: with their job, uuid, result,
+// pipeline and ref, where a result that may be a success-message is given as
+// SUCCESS (see succeeded). Left out before any zuul-image is looked at: a
+// build that did not run (it has no uuid) or did not succeed, one whose uuid
+// is not Zuul's 32 hex digits or was given already, one with a name longer
+// than maxNameLen, and every build after the first maxReportBuilds.
 func (r *report) builds() ([]zuulapi.Build, error) {
+	if len(r.Tenant) > maxNameLen || len(r.Pipeline) > maxNameLen {
+		return nil, nil
+	}
 	var out []zuulapi.Build
-	for i, b := range r.Buildset.Builds {
-		if b.UUID == "" {
+	seen := map[string]bool{}
+	dec := json.NewDecoder(bytes.NewReader(r.Buildset.Builds))
+	if _, err := dec.Token(); err != nil { // the list's "[", or null
+		return nil, nil
+	}
+	for i := 0; i < maxReportBuilds && dec.More(); i++ {
+		var b reportBuild
+		if err := dec.Decode(&b); err != nil {
+			return nil, fmt.Errorf("%w: build %d: %w", errMalformed, i, err)
+		}
+		if !zuulapi.ValidUUID(b.UUID) || seen[b.UUID] || !r.succeeded(b.Result) || len(b.JobName) > maxNameLen {
 			continue
 		}
 		ref := zuulapi.Ref{Project: r.Project, Branch: r.Branch, Change: string(r.Change)}
@@ -134,14 +162,14 @@ func (r *report) builds() ([]zuulapi.Build, error) {
 			}
 			ref = zuulapi.Ref{Project: c.Project, Branch: c.Branch, Change: string(c.Change)}
 		}
-		result := b.Result
-		if r.succeeded(result) {
-			result = "SUCCESS"
+		if len(ref.Project) > maxNameLen || len(ref.Branch) > maxNameLen || len(ref.Change) > maxNameLen {
+			continue
 		}
+		seen[b.UUID] = true
 		out = append(out, zuulapi.Build{
 			UUID:     b.UUID,
 			JobName:  b.JobName,
-			Result:   result,
+			Result:   "SUCCESS",
 			Pipeline: r.Pipeline,
 			Ref:      ref,
 			// Zuul reports the builds that stand in the buildset: a retried
@@ -162,8 +190,8 @@ func couldBe(zi *config.ZuulImage, tenant string, zb zuulapi.Build) bool {
 	if zi.Tenant != "" && zi.Tenant != tenant {
 		return false
 	}
-	q := zuulapi.Successful(zi.Project, zi.Branch, zi.Job, zi.Pipelines)
-	if q.Check(zb) != nil {
+	// Matches, not Check: a report's builds need a yes or a no, not reasons.
+	if !zuulapi.Successful(zi.Project, zi.Branch, zi.Job, zi.Pipelines).Matches(zb) {
 		return false
 	}
 	return zi.AllowUnmergedChanges || !zb.Unmerged()
