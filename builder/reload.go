@@ -67,21 +67,6 @@ func (s *supervisor) wake(k loopKey) bool {
 	return true
 }
 
-// wakeAll wakes the loop of every image of a source.
-func (s *supervisor) wakeAll(source store.Source) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k, h := range s.loops {
-		if k.source != source {
-			continue
-		}
-		select {
-		case h.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
 // changed returns the channel that is closed at the next reload.
 func (s *supervisor) changed() <-chan struct{} {
 	s.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
@@ -18,14 +19,16 @@ import (
 
 // newListener makes the listener of builder.zuul-mqtt: a report of a build a
 // zuul-image could fetch wakes that image's loop, whose next step, the one a
-// timer would start, polls Zuul now; a connect wakes every zuul-image's loop.
-// It reads the files the settings name, and connects to nothing.
+// timer would start, polls Zuul now; a connect wakes the loop of every
+// zuul-image no connect woke within its poll-interval. It reads the files the
+// settings name, and connects to nothing.
 func (b *Builder) newListener(z config.ZuulMQTT) (*zuulmqtt.Listener, error) {
+	missed := &missedPolls{b: b, last: map[string]time.Time{}}
 	return zuulmqtt.New(z, zuulmqtt.Options{
 		// The config of now, so that a reload counts at the next report.
 		Images:    b.zuulImagesAsPolled,
 		Hint:      b.pollNow,
-		OnConnect: b.pollAllZuul,
+		OnConnect: func() { missed.poll(time.Now()) },
 		Logger:    b.log.With("part", "zuul-mqtt"),
 	})
 }
@@ -52,16 +55,52 @@ func (b *Builder) pollNow(image string) {
 	}
 }
 
-// pollAllZuul wakes the loop of every zuul-image: reports published while
-// there was no connection to the broker are never delivered.
-func (b *Builder) pollAllZuul() {
-	s := b.sup.Load()
+// missedPolls are the polls connects to the broker ask for: reports published
+// while there was no connection are never delivered, so a connect polls every
+// zuul-image, but each at most once per its poll-interval, so that a broker
+// that comes and goes, or another client that takes over the client id,
+// costs no more polls than the timers make. Its listener calls poll from one
+// goroutine.
+type missedPolls struct {
+	b    *Builder
+	last map[string]time.Time // by zuul-image: when a connect last polled it
+}
+
+// poll wakes, at now, the loop of every zuul-image of the config that no
+// connect woke within its poll-interval.
+func (m *missedPolls) poll(now time.Time) {
+	s := m.b.sup.Load()
 	if s == nil {
 		return
 	}
-	b.log.Info("connected to Zuul's MQTT broker: polling every zuul-image now, for the reports missed while not connected",
-		"zuul_images", len(b.Config().ZuulImages))
-	s.wakeAll(store.SourceZuul)
+	due := m.due(m.b.Config().ZuulImages, now)
+	for _, image := range due {
+		s.wake(loopKey{store.SourceZuul, image})
+	}
+	if held := len(m.last) - len(due); held > 0 {
+		m.b.log.Info("connected to Zuul's MQTT broker again: polling now, for the reports missed while not connected, "+
+			"only the zuul-images no connect polled within their poll-interval", "zuul_images", len(due), "not_polled_again", held)
+		return
+	}
+	m.b.log.Info("connected to Zuul's MQTT broker: polling every zuul-image now, for the reports missed while not connected",
+		"zuul_images", len(due))
+}
+
+// due returns the images a connect at now polls, and counts them polled at
+// now; images gone from the config are forgotten.
+func (m *missedPolls) due(images []config.ZuulImage, now time.Time) []string {
+	var due []string
+	last := make(map[string]time.Time, len(images))
+	for _, zi := range images {
+		if at, ok := m.last[zi.Name]; ok && now.Sub(at) < zi.PollInterval {
+			last[zi.Name] = at
+			continue
+		}
+		last[zi.Name] = now
+		due = append(due, zi.Name)
+	}
+	m.last = last
+	return due
 }
 
 // mqttService runs the listener of the current config's builder.zuul-mqtt

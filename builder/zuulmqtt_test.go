@@ -1,10 +1,13 @@
 package builder
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +166,46 @@ func TestZuulMQTTReportPollsNow(t *testing.T) {
 	}
 }
 
+// TestZuulMQTTReconnectsPollOncePerInterval: a broker that goes away and
+// comes back again and again (it restarts, or another client takes over the
+// client id) makes the listener connect again each time; only the first
+// connect polls zimg, whose poll-interval is an hour: the others do not poll
+// it again within that hour. A report still makes it poll at once.
+func TestZuulMQTTReconnectsPollOncePerInterval(t *testing.T) {
+	broker := testenv.NewMosquitto(t, testenv.MosquittoOptions{})
+	r := newMQTTRig(t, broker)
+	r.run()
+	const connected = "connected to Zuul's MQTT broker"
+	testenv.WaitFor(t, 10*time.Second, "the first poll and the poll after the connect", func() bool {
+		return r.polls() == 2 && r.state().Connected && r.logs.count(connected) == 1
+	}, r.show)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for n := 2; n <= 3; n++ {
+		if err := broker.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, 10*time.Second, "the lost connection", func() bool { return !r.state().Connected }, r.show)
+		if err := broker.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, 20*time.Second, fmt.Sprintf("connect number %d", n), func() bool {
+			return r.state().Connected && r.logs.count(connected) == n
+		}, r.show)
+	}
+	// The report's poll comes after what the connects asked for.
+	r.report(broker)
+	testenv.WaitFor(t, 5*time.Second, "the report's hint and a poll", func() bool {
+		return r.state().Hints == 1 && r.polls() >= 3
+	}, r.show)
+	if n := r.polls(); n != 3 {
+		t.Errorf("%d polls after three connects and a report, want 3: the start's, the first connect's, the report's\n%s", n, r.show())
+	}
+	if r.logs.count("not_polled_again=1") != 2 {
+		t.Errorf("the log does not say that the connects after the first did not poll zimg again\n%s", r.show())
+	}
+}
+
 // TestZuulMQTTCanonicalProject: a zuul-image whose project is written by its
 // canonical name is polled by the short name Zuul stores, and a report, which
 // names the project as Zuul stores it, matches it as the poll's answer does:
@@ -210,5 +253,30 @@ func TestZuulMQTTFilesMustRead(t *testing.T) {
 	_, err = New(t.Context(), Options{Config: cfg, Store: r.st})
 	if !errors.Is(err, config.ErrUnusable) || !strings.Contains(err.Error(), "builder.zuul-mqtt: read password-file") {
 		t.Fatalf("New = %v; want the password file named, and the config unusable", err)
+	}
+}
+
+// TestMissedPollsOncePerInterval: a connect polls a zuul-image again only
+// once its poll-interval has passed since a connect last polled it; an image
+// new to the config is polled at its first connect, one gone is forgotten.
+func TestMissedPollsOncePerInterval(t *testing.T) {
+	m := &missedPolls{last: map[string]time.Time{}}
+	images := []config.ZuulImage{{Name: "hourly", PollInterval: time.Hour}, {Name: "minutely", PollInterval: time.Minute}}
+	t0 := time.Now()
+	for _, c := range []struct {
+		at     time.Duration
+		images []config.ZuulImage
+		want   []string
+	}{
+		{0, images, []string{"hourly", "minutely"}},
+		{10 * time.Second, images, nil},
+		{time.Minute, images, []string{"minutely"}},
+		{time.Minute + time.Second, append(images, config.ZuulImage{Name: "new", PollInterval: time.Hour}), []string{"new"}},
+		{time.Hour, images[1:], []string{"minutely"}},
+		{time.Hour + time.Second, images, []string{"hourly"}},
+	} {
+		if got := m.due(c.images, t0.Add(c.at)); !slices.Equal(got, c.want) {
+			t.Errorf("a connect at +%s polls %v, want %v", c.at, got, c.want)
+		}
 	}
 }
