@@ -635,7 +635,7 @@ func (s *Server) serveBuilds(w http.ResponseWriter, r *http.Request, tenant stri
 			skip--
 			continue
 		}
-		if int64(len(selected)) >= limit {
+		if int64(len(selected)) >= limit && !opts.IgnoreLimit {
 			break
 		}
 		selected = append(selected, b.json(opts.Shape))

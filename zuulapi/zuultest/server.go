@@ -51,6 +51,9 @@ type ServerOptions struct {
 	// newest first, whatever project, job, pipeline, branch, result or other
 	// filter the query names (limit and skip still count).
 	IgnoreFilters bool
+	// IgnoreLimit makes a hostile Zuul answer more builds than the query's
+	// limit: every build past those skipped.
+	IgnoreLimit bool
 	// Addr is the listen address; "127.0.0.1:0" when empty.
 	Addr string
 	// PostgreSQL matches the builds API's filters as Zuul does on
@@ -235,6 +238,14 @@ func (s *Server) SetIgnoreFilters(ignore bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.opts.IgnoreFilters = ignore
+}
+
+// SetIgnoreLimit makes the builds API answer more builds than the limit
+// asks for (true), or honour it again (false).
+func (s *Server) SetIgnoreLimit(ignore bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.IgnoreLimit = ignore
 }
 
 // FailBuilds makes the next n builds API requests answer status (e.g.
