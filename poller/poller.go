@@ -556,18 +556,51 @@ func cursorAt(image string, zb zuulapi.Build, outcome store.State, reason string
 }
 
 // answers keeps the builds Zuul answered that are what q asks for, in Zuul's
-// order: its filtering is not relied on. Each build skipped is logged, and why.
+// order: its filtering is not relied on. Builds beyond q's limit are not
+// looked at. The first maxLoggedSkips builds skipped are logged, and why, with
+// their fields clipped; the others are counted in one line, so that a hostile
+// answer makes a log of a few lines.
 func (p *Poller) answers(image string, q zuulapi.Query, zbs []zuulapi.Build) []zuulapi.Build {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = zuulapi.DefaultPageSize
+	}
+	if len(zbs) > limit {
+		p.log.Warn("Zuul answered more builds than the query's limit; those beyond it are ignored", "image", image,
+			"answered", len(zbs), "limit", limit)
+		zbs = zbs[:limit]
+	}
 	var kept []zuulapi.Build
+	skipped := 0
 	for _, zb := range zbs {
-		if err := q.Check(zb); err != nil {
-			p.log.Warn("skipping a build Zuul answered that is not one asked for", "image", image,
-				"zuul_build", zb.UUID, "zuul_id", zb.ID, "reason", err)
+		if q.Matches(zb) {
+			kept = append(kept, zb)
 			continue
 		}
-		kept = append(kept, zb)
+		skipped++
+		if skipped <= maxLoggedSkips {
+			p.log.Warn("skipping a build Zuul answered that is not one asked for", "image", image,
+				"zuul_build", clip(zb.UUID), "zuul_id", zb.ID, "reason", q.Check(zb))
+		}
+	}
+	if skipped > maxLoggedSkips {
+		p.log.Warn("skipped more builds Zuul answered that are not ones asked for; only the first are logged",
+			"image", image, "skipped", skipped, "logged", maxLoggedSkips)
 	}
 	return kept
+}
+
+// maxLoggedSkips is how many builds Zuul answered that are not what a poll
+// asked for the poll logs one by one.
+const maxLoggedSkips = 3
+
+// clip shortens a field of Zuul's answer for a log line.
+func clip(s string) string {
+	const most = 100
+	if len(s) > most {
+		return s[:most] + "..."
+	}
+	return s
 }
 
 // mergedWindow is how many of Zuul's newest successful builds a poll looks at

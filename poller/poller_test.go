@@ -500,3 +500,42 @@ func TestBuildNow(t *testing.T) {
 		t.Fatalf("BuildNow of a paused image = %v", err)
 	}
 }
+
+// TestPollLogsOffQueryAnswersBounded: a hostile Zuul answers, to a poll,
+// more builds than the query's limit, none of those within it what was
+// asked, each with a project of 64 KiB. The builds beyond the limit are not
+// looked at, though one of them is what was asked; a few of the others are
+// logged, with their fields clipped, and the rest counted in one line.
+func TestPollLogsOffQueryAnswersBounded(t *testing.T) {
+	f := newFixture(t, "qcow2")
+	f.zuul.SetIgnoreFilters(true)
+	f.zuul.SetIgnoreLimit(true)
+	beyond, err := f.zuul.AddBuild(zuultest.BuildSpec{Job: "build-debian", Project: "org/images",
+		Artifacts: []zuultest.ArtifactSpec{{Name: "qcow2", Data: f.image("qcow2", "beyond"), Metadata: meta("qcow2")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := strings.Repeat("p", 64<<10)
+	for range mergedWindow + 10 {
+		if _, err := f.zuul.AddBuild(zuultest.BuildSpec{Job: "build-debian", Project: huge}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := f.poll(context.Background(), "debian")
+	if err != nil || out.Ingested != nil {
+		t.Fatalf("poll = %+v, %v; want nothing fetched: the build asked for is beyond the limit", out, err)
+	}
+	if n := f.zuul.BytesServed(beyond.Artifacts[0].Path); n != 0 {
+		t.Errorf("%d bytes of the build beyond the limit were fetched", n)
+	}
+	logs := f.logs.String()
+	if n := strings.Count(logs, "skipping a build Zuul answered that is not one asked for"); n != maxLoggedSkips {
+		t.Errorf("%d builds logged one by one, want %d", n, maxLoggedSkips)
+	}
+	if !strings.Contains(logs, "skipped=20") || !strings.Contains(logs, "answered=31 limit=20") {
+		t.Errorf("the log does not count the builds skipped (20) and those beyond the limit (31 answered, 20 looked at)")
+	}
+	if len(logs) > 8<<10 {
+		t.Errorf("the log of one poll is %d bytes, want it bounded (under 8 KiB):\n%.3000s", len(logs), logs)
+	}
+}
