@@ -59,6 +59,11 @@ type Options struct {
 	// server and fails its jobs with message (the handler is not called), then
 	// unregisters it once none are queued.
 	Unserved func(function string) (message string, bad bool)
+	// UnservedCandidate, when not nil, tells without I/O whether Unserved may judge a
+	// function: the names of the functions this worker's kind serves, well formed.
+	// Jobs of other functions are left to whoever serves them. Unserved is asked about
+	// at most maxJudged functions per status read, the rest at the reads after.
+	UnservedCandidate func(function string) bool
 	// UnservedAfter is how long a function must stay unserved before its jobs are
 	// failed; default 30s.
 	UnservedAfter time.Duration
@@ -167,8 +172,8 @@ func New(opts Options) *Worker {
 // server at once; removed names are unregistered (CANT_DO), but on a connection that
 // holds a job of that function only after the job is answered, because gearmand
 // requeues a job whose function its worker gives up and rejects the late answer.
-// A name that gearmand could not take (empty, over 512 bytes, with a NUL byte or
-// whitespace, which would break the admin status) is logged and left out.
+// A name that gearmand could not take (empty, over 512 bytes, with a space or a
+// control byte, which would break the admin status) is logged and left out.
 func (w *Worker) SetFunctions(names []string) {
 	set := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -194,8 +199,10 @@ func checkFunction(name string) error {
 		return errors.New("empty function name")
 	case len(name) > maxFunctionName:
 		return errors.New("function name longer than 512 bytes")
-	case strings.ContainsFunc(name, func(r rune) bool { return r == 0 || r == ' ' || r == '\t' || r == '\n' || r == '\r' }):
-		return errors.New("function name with a NUL byte or whitespace")
+	case strings.ContainsFunc(name, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		// A tab or a newline breaks the lines of the admin status for every client of
+		// gearmand; the other control bytes reach the terminals that show them.
+		return errors.New("function name with a space or a control byte")
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package gearman
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -304,6 +306,58 @@ func TestUnservedTracker(t *testing.T) {
 	}
 }
 
+// TestUnservedTrackerBounded: thousands of made-up functions with queued jobs cost
+// at most maxJudged verdicts per status, none for names that are not candidates, and
+// every candidate gets its turn.
+func TestUnservedTrackerBounded(t *testing.T) {
+	judged := map[string]int{}
+	var stepCalls int
+	u := unservedTracker{
+		after:     time.Minute,
+		ours:      func(string) bool { return false },
+		candidate: func(f string) bool { return strings.HasPrefix(f, "image-upload:") },
+		judge: func(f string) (string, bool) {
+			judged[f]++
+			stepCalls++
+			return "no " + f, true
+		},
+		seen:   map[string]time.Time{},
+		active: map[string]string{},
+	}
+	var status []functionStatus
+	for i := range 3000 {
+		status = append(status, functionStatus{fmt.Sprintf("image-upload:%04d", i), 1, 0, 0},
+			functionStatus{fmt.Sprintf("made-up:%04d", i), 1, 0, 0},
+			functionStatus{fmt.Sprintf("image-upload:%04d\x1b", i), 1, 0, 0})
+	}
+	t0 := time.Unix(1000, 0)
+	answered := map[string]bool{}
+	for i := range 200 {
+		stepCalls = 0
+		got := u.step(status, t0.Add(time.Duration(i)*5*time.Second))
+		if stepCalls > maxJudged {
+			t.Fatalf("step %d judged %d functions, want at most %d", i, stepCalls, maxJudged)
+		}
+		if i == 0 && u.left != 3000-maxJudged {
+			t.Errorf("first step left %d for later, want %d", u.left, 3000-maxJudged)
+		}
+		for f := range got {
+			answered[f] = true
+		}
+	}
+	for f, n := range judged {
+		if !strings.HasPrefix(f, "image-upload:") || checkFunction(f) != nil {
+			t.Errorf("judged %q, which is no candidate", f)
+		}
+		if n > 2 {
+			t.Errorf("judged %s %d times, want twice at most: once, then once after UnservedAfter", f, n)
+		}
+	}
+	if len(answered) != 3000 {
+		t.Errorf("%d functions answered after 200 steps, want all 3000 candidates in turn", len(answered))
+	}
+}
+
 func TestParseStatus(t *testing.T) {
 	conn := &rw{in: strings.NewReader("image-build:debian\t3\t1\t2\nimage-upload:0001\t0\t0\t0\n.\n")}
 	st, err := readStatus(conn)
@@ -317,7 +371,12 @@ func TestParseStatus(t *testing.T) {
 	if len(st) != 2 || st[0] != want[0] || st[1] != want[1] || st[0].Queued() != 2 {
 		t.Errorf("status = %+v, want %+v", st, want)
 	}
-	for _, bad := range []string{"f\t1\t2\n.\n", "f\tx\t0\t0\n.\n", "f\t1\t0\t0\n", "ERR UNKNOWN_COMMAND Unknown+server+command\n"} {
+	// The lines of a function whose name holds a tab or a newline are skipped.
+	st, err = readStatus(&rw{in: strings.NewReader("a\tb\t1\t0\t0\nc\nd\t1\t0\t0\nf\tx\t0\t0\ng\t2\t0\t0\n.\n")})
+	if want := []functionStatus{{"d", 1, 0, 0}, {"g", 2, 0, 0}}; err != nil || !slices.Equal(st, want) {
+		t.Errorf("status with broken lines = %+v, %v; want %+v", st, err, want)
+	}
+	for _, bad := range []string{"f\t1\t0\t0\n", "ERR UNKNOWN_COMMAND Unknown+server+command\n"} {
 		if st, err := readStatus(&rw{in: strings.NewReader(bad)}); err == nil {
 			t.Errorf("status from %q = %+v, want an error", bad, st)
 		}
@@ -366,7 +425,7 @@ func TestServerString(t *testing.T) {
 
 func TestSetFunctionsRefusesBadNames(t *testing.T) {
 	w := New(Options{Logger: testLogger(t)})
-	w.SetFunctions([]string{"ok", "", "with space", "nul\x00", strings.Repeat("x", 513), "ok"})
+	w.SetFunctions([]string{"ok", "", "with space", "nul\x00", "tab\tx", "esc\x1b[2J", "del\x7f", strings.Repeat("x", 513), "ok"})
 	if got := w.Status().Functions; len(got) != 1 || got[0] != "ok" {
 		t.Errorf("functions = %q, want [ok]", got)
 	}

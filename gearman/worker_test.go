@@ -1,14 +1,19 @@
 package gearman
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -371,6 +376,99 @@ func TestGearmanUnserved(t *testing.T) {
 	all := res.get()
 	if len(all) != 1 || !all[0].Unserved || !all[0].Delivered || all[0].Function != "image-upload:0099" {
 		t.Errorf("OnJob: %v; want only the unserved job, delivered", res)
+	}
+}
+
+// submitBackground queues a background job of each function on the server, with
+// SUBMIT_JOB_BG packets on one connection, as any client may.
+func submitBackground(t *testing.T, g *realServer, functions []string) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", g.Addr, waitTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(time.Minute))
+	const submitJobBg = 18
+	var out bytes.Buffer
+	for i, f := range functions {
+		data := f + "\x00unique-" + strconv.Itoa(i) + "\x00"
+		out.WriteString("\x00REQ")
+		out.Write(binary.BigEndian.AppendUint32(nil, submitJobBg))
+		out.Write(binary.BigEndian.AppendUint32(nil, uint32(len(data))))
+		out.WriteString(data)
+	}
+	if _, err := conn.Write(out.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	for range functions {
+		p, err := ReadPacket(r)
+		if err != nil || p.Type != JobCreated {
+			t.Fatalf("submitting background jobs: %v, %v; want JOB_CREATED", p, err)
+		}
+	}
+}
+
+// TestGearmanUnservedMadeUpNames: thousands of queued jobs of made-up functions, with
+// and without the worker's prefix, one with a tab in its name, cost at most two
+// verdicts per candidate name and none for the others; every candidate's job is
+// answered, the others are left queued for whoever serves them.
+func TestGearmanUnservedMadeUpNames(t *testing.T) {
+	g := newRealServer(t)
+	var mu sync.Mutex
+	judged := map[string]int{}
+	w := New(Options{
+		Servers:    []Server{g.server()},
+		Handler:    func(ctx context.Context, j *Job) ([]byte, error) { return nil, errors.New("handler called") },
+		Logger:     testLogger(t),
+		MaxJobs:    32,
+		MinBackoff: 20 * time.Millisecond,
+		MaxBackoff: 200 * time.Millisecond,
+		Unserved: func(fn string) (string, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			judged[fn]++
+			return "no such build", true
+		},
+		UnservedCandidate: func(fn string) bool { return strings.HasPrefix(fn, "image-upload:") },
+		UnservedAfter:     300 * time.Millisecond,
+		UnservedCheck:     50 * time.Millisecond,
+	})
+	const n = 1500
+	var fns []string
+	for i := range n {
+		fns = append(fns, fmt.Sprintf("image-upload:%05d", i), fmt.Sprintf("made-up:%05d", i))
+	}
+	fns = append(fns, "image-upload:with\ttab")
+	submitBackground(t, g, fns)
+	runWorker(t, w)
+
+	// gearadmin --status: its lines with the tab in a name do not read as a function's.
+	testenv.WaitFor(t, 2*time.Minute, "every image-upload job answered", func() bool {
+		st := g.adminStatus(t)
+		for i := range n {
+			if !strings.HasPrefix(st[fmt.Sprintf("image-upload:%05d", i)], "0 0 ") {
+				return false
+			}
+		}
+		return true
+	})
+	st := g.adminStatus(t)
+	for i := range n {
+		if f := fmt.Sprintf("made-up:%05d", i); st[f] != "1 0 0" {
+			t.Fatalf("gearadmin --status %s = %q, want its job queued and no worker", f, st[f])
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for f, calls := range judged {
+		if !strings.HasPrefix(f, "image-upload:") || strings.Contains(f, "\t") {
+			t.Errorf("judged %q, which is no candidate", f)
+		}
+		if calls > 2 {
+			t.Errorf("judged %s %d times, want at most 2", f, calls)
+		}
 	}
 }
 
