@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/gearman"
@@ -38,6 +40,21 @@ func kindOf(function string) string {
 		}
 	}
 	return ""
+}
+
+// wellFormed tells whether a function name is one of the builders' functions
+// with an argument it could carry: an image name as the config allows one, or
+// a build id. Only such names are registered, and only such names' unserved
+// jobs are judged: the others are left to whoever serves them.
+func wellFormed(function string) bool {
+	switch kind, arg, _ := strings.Cut(function, ":"); kind + ":" {
+	case FnBuild:
+		return arg != "" && arg != "." && arg != ".." && len(function) <= 512 && utf8.ValidString(arg) &&
+			!strings.ContainsFunc(arg, func(r rune) bool { return r == '/' || unicode.IsSpace(r) || unicode.IsControl(r) })
+	case FnUpload, FnDelete:
+		return validBuildID.MatchString(arg)
+	}
+	return false
 }
 
 var (
@@ -110,10 +127,11 @@ func newGearmanService(b *Builder) *gearmanService {
 		Logger:   g.log,
 		// The builder bounds the work itself (build-workers, upload-workers):
 		// a job waiting for a build holds up no delete.
-		MaxJobs:       gearmanMaxJobs,
-		Unserved:      g.unserved,
-		UnservedAfter: cfg.Builder.GearmanUnservedAfter,
-		OnJob:         g.served,
+		MaxJobs:           gearmanMaxJobs,
+		Unserved:          g.unserved,
+		UnservedAfter:     cfg.Builder.GearmanUnservedAfter,
+		UnservedCandidate: wellFormed,
+		OnJob:             g.served,
 	})
 	return g
 }
@@ -155,12 +173,16 @@ func (g *gearmanService) functions(ctx context.Context) ([]string, error) {
 			out = append(out, FnBuild+image)
 		}
 	}
+	out = slices.DeleteFunc(out, func(fn string) bool { return !g.carries(fn) })
 	builds, err := g.b.store.Builds(ctx, store.BuildFilter{})
 	if err != nil {
 		return nil, err
 	}
 	for _, bd := range builds {
 		if bd.BuilderID != g.b.store.BuilderID() {
+			continue
+		}
+		if !g.carries(FnDelete + bd.ID) {
 			continue
 		}
 		switch bd.State {
@@ -185,6 +207,18 @@ func (g *gearmanService) functions(ctx context.Context) ([]string, error) {
 	out = slices.DeleteFunc(out, func(fn string) bool { return !served.ServesGearman(kindOf(fn)) })
 	slices.Sort(out)
 	return slices.Compact(out), nil
+}
+
+// carries tells whether a function name is well formed, and logs the name
+// refused: an id read from the state could otherwise hold a tab or a newline,
+// and break gearmand's admin status for every builder that uses it.
+func (g *gearmanService) carries(function string) bool {
+	if wellFormed(function) {
+		return true
+	}
+	g.log.Error("a name from the config or the state cannot make a gearman function; it is not registered",
+		"function", limit(function))
+	return false
 }
 
 func (g *gearmanService) setFunctions(ctx context.Context) error {
@@ -504,7 +538,8 @@ func (g *gearmanService) ownBuild(ctx context.Context, id string) (store.Build, 
 
 // unserved tells the worker which jobs nobody serves are bad input, and why:
 // those of the builders' functions, for images no builder makes and builds
-// that do not exist, or exist where no builder serves them.
+// that do not exist, or exist where no builder serves them. The worker asks
+// only about well-formed names, a bounded number at a time.
 func (g *gearmanService) unserved(function string) (string, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -525,9 +560,6 @@ func (g *gearmanService) unserved(function string) (string, bool) {
 		return none + quote(image) + " is not an image any of them builds", true
 	case strings.HasPrefix(function, FnUpload), strings.HasPrefix(function, FnDelete):
 		_, id, _ := strings.Cut(function, ":")
-		if !validBuildID.MatchString(id) {
-			return none + "malformed build id " + quote(id) + ": build ids are letters, digits, _ and -", true
-		}
 		bd, err := g.b.store.Build(ctx, id)
 		if errors.Is(err, store.ErrNotFound) {
 			return none + "no build " + id + " is known here: it was deleted, or never made, or its builder is not connected", true

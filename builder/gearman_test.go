@@ -2,8 +2,10 @@ package builder
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -209,7 +211,6 @@ func TestGearmanUnservedSaysWhy(t *testing.T) {
 	}{
 		{FnBuild + "nope", true, `"nope" is not an image any of them builds`},
 		{FnBuild + "img-a", false, ""},
-		{FnUpload + "../etc", true, `malformed build id "../etc"`},
 		{FnDelete + "0123456789abcdef0123456789abcdef", true, "no build 0123456789abcdef0123456789abcdef is known here"},
 		{FnUpload + a.ID, false, ""},
 		{FnUpload + broken.ID, true, "is failed"},
@@ -218,6 +219,17 @@ func TestGearmanUnservedSaysWhy(t *testing.T) {
 		msg, bad := g.unserved(c.function)
 		if bad != c.bad || !strings.Contains(msg, c.says) {
 			t.Errorf("unserved(%q) = %q, %v; want %v saying %q", c.function, msg, bad, c.bad, c.says)
+		}
+	}
+	// Only well-formed names of the builders' functions are judged at all.
+	for fn, want := range map[string]bool{
+		FnUpload + a.ID: true, FnDelete + "0001": true, FnBuild + "img-a": true, FnBuild + "é": true,
+		FnUpload + "../etc": false, FnDelete + "a\tb": false, FnBuild + "a/b": false, FnBuild + "..": false,
+		FnBuild + "a\x1b": false, FnBuild: false, "reverse": false, "image-frobnicate:x": false,
+		FnUpload + strings.Repeat("0", 65): false,
+	} {
+		if got := wellFormed(fn); got != want {
+			t.Errorf("wellFormed(%q) = %v, want %v", fn, got, want)
 		}
 	}
 }
@@ -343,5 +355,56 @@ func TestGearmanFunctionsOfTheConfig(t *testing.T) {
 	}
 	if msg, bad := g.unserved(FnDelete + a.ID); !bad || !strings.Contains(msg, "does not take image-delete jobs") {
 		t.Errorf("unserved(image-delete of a build here) = %q, %v; want it answered as not taken", msg, bad)
+	}
+}
+
+// TestGearmanFunctionsRefuseBadIDs: build ids from the state that hold a tab
+// or an escape make no gearman function: gearmand's admin status stays
+// readable and shows none of them, and the log names each id refused.
+func TestGearmanFunctionsRefuseBadIDs(t *testing.T) {
+	gd := testenv.NewGearmand(t)
+	logs := &logBuffer{}
+	r := newRig(t, twoImages+"builder:\n  gearman-servers: [{host: "+gd.Host+", port: "+strconv.Itoa(gd.Port)+"}]\n",
+		func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	good := r.build("img-a")
+	bad := map[string]string{r.build("img-a").ID: "tab\tid", r.build("img-b").ID: "esc\x1b[2Jid"}
+	// As a hand edit of the state would.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(r.st.Dir(), "builder.db")+"?_pragma=foreign_keys(0)&_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for from, to := range bad {
+		for _, q := range []string{"UPDATE builds SET id = ? WHERE id = ?", "UPDATE build_files SET build_id = ? WHERE build_id = ?"} {
+			if _, err := db.Exec(q, to, from); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	g := newGearmanService(r.b)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	testenv.WaitFor(t, 30*time.Second, "a worker of the good build's upload in gearmand", func() bool {
+		return gearmanWorkers(t, gd, FnUpload+good.ID) == 1
+	})
+	st, err := gd.Status(context.Background())
+	if err != nil {
+		t.Fatalf("gearmand's admin status does not read: %v", err)
+	}
+	for fn := range st {
+		if strings.Contains(fn, "id") && !strings.Contains(fn, good.ID) && !strings.HasPrefix(fn, FnBuild) {
+			t.Errorf("gearmand lists %q", fn)
+		}
+		if strings.ContainsFunc(fn, func(r rune) bool { return r < ' ' }) {
+			t.Errorf("gearmand lists %q, with a control byte", fn)
+		}
+	}
+	for _, id := range bad {
+		if logs.count(strconv.Quote(FnUpload+id)) == 0 && logs.count(strconv.Quote(FnDelete+id)) == 0 {
+			t.Errorf("no log line names the refused id %q:\n%s", id, logs.b.String())
+		}
 	}
 }

@@ -256,7 +256,7 @@ func TestGearmanFunctions(t *testing.T) {
 	// Nobody serves these: after gearman-unserved-after, the builder answers.
 	gearmanJob(t, gd, "image-build:no-such-image", "").failed(t, "unknown image", `"no-such-image" is not an image any of them builds`)
 	gearmanJob(t, gd, "image-upload:0123456789abcdef0123456789abcdef", "cloud-q").failed(t, "unknown build", "no build 0123456789abcdef0123456789abcdef is known")
-	gearmanJob(t, gd, "image-delete:no/such", "").failed(t, "malformed build id", `malformed build id "no/such"`)
+	// A malformed name is no builder's function: it is left to whoever serves it.
 	if n, m := len(e.buildsJSON()), len(e.uploadsJSON()); n != before || m != uploadsBefore {
 		t.Errorf("after refused jobs: %d builds and %d uploads, want %d and %d", n, m, before, uploadsBefore)
 	}
