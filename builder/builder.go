@@ -54,9 +54,11 @@ type Options struct {
 	UploadWorkers int
 	// BuildWorkers bounds the DIB builds that run at once; default 1.
 	BuildWorkers int
-	// Load reads the config again; the daemon reloads when Reload fires and when
-	// the config file changes. Nil: no reloads.
-	Load   func() (*config.Config, error)
+	// Read reads the config files again; the daemon reloads when Reload fires
+	// and when the files change. Nil: no reloads. Reload is the operator's
+	// act: it also applies a change that releases a provider's or an image's
+	// every upload, which a change of the files alone never does.
+	Read   func() (*config.Snapshot, error)
 	Reload <-chan struct{}
 	// OpenCloud opens a provider's image service; default: its clouds.yaml entry.
 	OpenCloud OpenCloud
@@ -81,7 +83,7 @@ type Builder struct {
 	store *store.Store
 	// run makes every build, for every source; it outlives reloads.
 	run     *source.Runner
-	cfgFile []byte // the config file as it was when the builder started
+	cfgFile *config.Snapshot // the config files as they were when the builder started
 
 	cur    atomic.Pointer[parts]
 	queue  *queue
@@ -126,8 +128,8 @@ func New(ctx context.Context, opts Options) (*Builder, error) {
 	}
 	b.cur.Store(p)
 	b.watchMetrics()
-	// A change of the file from now on is a reason to reload.
-	b.cfgFile, _ = config.Snapshot(opts.Config.Files)
+	// A change of the files from the text loaded is a reason to reload.
+	b.cfgFile = opts.Config.Snapshot
 	return b, nil
 }
 
@@ -255,7 +257,7 @@ func (b *Builder) Run(ctx context.Context) error {
 			return b.cur.Load().uploader.Sweep(ctx)
 		})
 	})
-	if b.opts.Load != nil {
+	if b.opts.Read != nil {
 		wg.Go(func() { b.watchConfig(ctx, sources) })
 	}
 	if b.opts.Progress != nil {

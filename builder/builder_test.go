@@ -198,7 +198,7 @@ func newRig(t *testing.T, text string, edit ...func(*Options)) *rig {
 		Store:         st,
 		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
 		UploadWorkers: 1,
-		Load:          func() (*config.Config, error) { return config.Load(config.Files{Nodepool: r.cfg}) },
+		Read:          func() (*config.Snapshot, error) { return config.Read(config.Files{Nodepool: r.cfg}) },
 		OpenCloud: func(_ context.Context, p *config.Provider) (uploader.Cloud, error) {
 			return r.clouds[p.Name], nil
 		},
@@ -383,9 +383,11 @@ func TestBusyWorkerHoldsNothingElseBack(t *testing.T) {
 // provider stops its upload under way; the other work goes on.
 func TestReloadCancelsUploadsOfDroppedImages(t *testing.T) {
 	ctx := context.Background()
-	r := newRig(t, twoImages)
+	reload := make(chan struct{}, 1)
+	r := newRig(t, twoImages, func(o *Options) { o.Reload = reload })
 	a, _ := r.busy()
 	r.write(strings.Replace(fmt.Sprintf(twoImages, r.st.Dir()), "diskimages: [{name: img-a}]", "diskimages: []", 1))
+	reload <- struct{}{} // pa's every upload goes: the operator confirms it
 	testenv.WaitFor(t, 10*time.Second, "the dropped image's upload to stop and go", func() bool {
 		return len(r.uploads(store.UploadFilter{BuildID: a.ID})) == 0
 	})

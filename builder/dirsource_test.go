@@ -225,7 +225,7 @@ func admitSource(t *testing.T, st *store.Store, src store.Source) {
 // a reload would assemble the config's own sources again.
 func newDirRig(t *testing.T, text string, interval time.Duration) (*rig, *dirSource) {
 	t.Helper()
-	r := newRig(t, text, func(o *Options) { o.Load = nil })
+	r := newRig(t, text, func(o *Options) { o.Read = nil })
 	admitSource(t, r.st, sourceDir)
 	ds := &dirSource{dir: t.TempDir(), st: r.st, images: map[string]time.Duration{"dir-a": interval}}
 	p := *r.b.cur.Load()

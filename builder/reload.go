@@ -1,10 +1,11 @@
 package builder
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -193,7 +194,10 @@ func (s *supervisor) stop() {
 
 // watchConfig reloads the config on the Reload signal and when a config file
 // changes. A config that does not load, or cannot be used, is reported and the
-// running one stays.
+// running one stays. A change of the files that would release a provider's or
+// an image's every upload, or drop every image, is held until the Reload
+// signal confirms it: a file cut short by a full disk or an interrupted write
+// holds still and may well load, and it would have those uploads deleted.
 func (b *Builder) watchConfig(ctx context.Context, sources *supervisor) {
 	files := b.cur.Load().cfg.Files
 	file := configFile{last: b.cfgFile}
@@ -201,25 +205,43 @@ func (b *Builder) watchConfig(ctx context.Context, sources *supervisor) {
 	defer t.Stop()
 	for {
 		var why string
+		var snap *config.Snapshot
+		confirmed := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-b.opts.Reload:
-			why = "reload signal"
+			why, confirmed = "reload signal", true
+			var err error
+			if snap, err = b.opts.Read(); err != nil {
+				b.log.Error("config not reloaded; the running one stays", "reason", why, "error", err)
+				continue
+			}
+			file.settle(snap)
 		case <-t.C:
-			now, err := config.Snapshot(files)
+			now, err := b.opts.Read()
 			if err != nil || !file.changed(now) {
 				continue
 			}
-			why = "config file changed"
+			why, snap = "config file changed", now
 		}
-		if err := b.reload(ctx, sources); err != nil {
+		dropped, err := b.reload(ctx, sources, snap, confirmed)
+		var held heldError
+		switch {
+		case errors.As(err, &held):
+			b.log.Warn("config change held: it would release what drops lists; send SIGHUP to the daemon "+
+				"(systemctl reload) to apply it, or correct the files", "reason", why, "drops", held.drops, "files", files.Nodepool)
+			continue
+		case err != nil:
 			b.log.Error("config not reloaded; the running one stays", "reason", why, "error", err)
 			continue
 		}
 		cfg := b.cur.Load().cfg
 		b.log.Info("config reloaded", "reason", why, "diskimages", len(cfg.DiskImages),
 			"zuul_images", len(cfg.ZuulImages), "providers", len(cfg.Providers))
+		if len(dropped) > 0 {
+			b.log.Warn("the reloaded config releases what drops lists, as the reload signal confirmed", "drops", dropped)
+		}
 		for _, w := range cfg.Warnings {
 			b.log.Warn(w)
 		}
@@ -229,44 +251,101 @@ func (b *Builder) watchConfig(ctx context.Context, sources *supervisor) {
 // configFile tells a change of the config files that is done from one under
 // way. A file rewritten in place can be read half-written, and half a config may
 // well load: one that lists fewer images would have their uploads, files and
-// records deleted. So a change counts once the file has read the same at two
-// checks in a row.
+// records deleted. So a change counts once the files have read the same at two
+// checks in a row. (A file cut short and left so holds still: dropsToConfirm
+// guards against that.)
 type configFile struct {
-	last       []byte // the content the running config was loaded from, as last settled
-	pending    []byte // a different content seen at the last check
-	hasPending bool
+	last    *config.Snapshot // what the running config was loaded from, as last settled
+	pending *config.Snapshot // a different content seen at the last check
 }
 
-// changed takes the content read at a check and reports whether it is a new
+// changed takes the files read at a check and reports whether they hold a new
 // content that held still since the check before.
-func (f *configFile) changed(now []byte) bool {
-	if bytes.Equal(now, f.last) {
-		f.pending, f.hasPending = nil, false
+func (f *configFile) changed(now *config.Snapshot) bool {
+	if now.Equal(f.last) {
+		f.pending = nil
 		return false
 	}
-	if !f.hasPending || !bytes.Equal(now, f.pending) {
-		f.pending, f.hasPending = now, true
+	if f.pending == nil || !now.Equal(f.pending) {
+		f.pending = now
 		return false
 	}
-	f.last, f.pending, f.hasPending = now, nil, false
+	f.settle(now)
 	return true
 }
 
-// reload loads and assembles the config and makes it current: loops of dropped
-// images stop, new images get loops, uploads the new config no longer asks for
-// are cancelled, and the planner looks at once.
-func (b *Builder) reload(ctx context.Context, sources *supervisor) error {
-	cfg, err := b.opts.Load()
+// settle takes a content as judged, by a check or by the Reload signal: it is
+// no change from now on.
+func (f *configFile) settle(now *config.Snapshot) {
+	f.last, f.pending = now, nil
+}
+
+// heldError is a reload held back until the operator confirms it.
+type heldError struct{ drops []string }
+
+func (e heldError) Error() string {
+	return "the config would release " + strings.Join(e.drops, "; ")
+}
+
+// dropsToConfirm says what a change from the running config to next releases
+// that only the operator's confirmation may apply: every upload of a provider
+// (it goes, or lists none of the images it listed), every upload of an image
+// (no provider lists it any more), every image. Each is what a file cut short
+// looks like; a change that keeps some of each is an edit. It judges by the
+// images the running config lists, which is what their uploads are for.
+func dropsToConfirm(running, next *config.Config) []string {
+	var drops []string
+	listedBefore := []string{} // in the order the running providers list them
+	for _, p := range running.Providers {
+		if len(p.DiskImages) == 0 {
+			continue
+		}
+		var names []string
+		for _, i := range p.DiskImages {
+			names = append(names, i.Name)
+			if !slices.Contains(listedBefore, i.Name) {
+				listedBefore = append(listedBefore, i.Name)
+			}
+		}
+		switch np := next.Provider(p.Name); {
+		case np == nil:
+			drops = append(drops, fmt.Sprintf("provider %s: every upload (it is no longer in the config)", p.Name))
+		case !slices.ContainsFunc(names, func(n string) bool { return np.Image(n) != nil }):
+			drops = append(drops, fmt.Sprintf("provider %s: every upload (it no longer lists %s)", p.Name, strings.Join(names, ", ")))
+		}
+	}
+	for _, image := range listedBefore {
+		if !slices.ContainsFunc(next.Providers, func(p config.Provider) bool { return p.Image(image) != nil }) {
+			drops = append(drops, fmt.Sprintf("image %s: every upload (no provider lists it)", image))
+		}
+	}
+	if len(running.ImageNames()) > 0 && len(next.ImageNames()) == 0 {
+		drops = append(drops, "every image (the config lists none)")
+	}
+	return drops
+}
+
+// reload loads and assembles a snapshot of the config files and makes it
+// current: loops of dropped images stop, new images get loops, uploads the new
+// config no longer asks for are cancelled, and the planner looks at once.
+// Unless confirmed, a config with drops to confirm is not taken: the error is
+// a heldError. It returns the drops it applied.
+func (b *Builder) reload(ctx context.Context, sources *supervisor, snap *config.Snapshot, confirmed bool) ([]string, error) {
+	cfg, err := snap.Load()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// What the builder would refuse at start, a reload refuses too.
 	if problems := checkHost(cfg); len(problems) > 0 {
-		return &CheckError{Path: cfg.Path, Problems: problems}
+		return nil, &CheckError{Path: cfg.Path, Problems: problems}
+	}
+	drops := dropsToConfirm(b.cur.Load().cfg, cfg)
+	if len(drops) > 0 && !confirmed {
+		return nil, heldError{drops}
 	}
 	p, err := b.assemble(ctx, cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if old := b.cur.Load().cfg; !slices.Equal(old.Builder.GearmanServers, cfg.Builder.GearmanServers) {
 		b.log.Warn("gearman-servers changed; the builder keeps the servers it started with until it is restarted")
@@ -290,5 +369,5 @@ func (b *Builder) reload(ctx context.Context, sources *supervisor) error {
 	}
 	b.queue.signal() // upload-workers may have changed
 	b.wakePlanner()
-	return nil
+	return drops, nil
 }

@@ -9,10 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
@@ -68,6 +71,12 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func (l *logBuffer) count(s string) int {
@@ -145,12 +154,14 @@ func TestReloadRefusesWhatStartRefuses(t *testing.T) {
 // may load, with images missing) is never reloaded; a file that goes back to
 // the running content is no change.
 func TestConfigFileChangeMustHoldStill(t *testing.T) {
-	running := []byte("images-dir: /var/lib/nodepool\nzuul-images:\n  - name: a\n  - name: b\n")
-	half := running[:len(running)-12]
-	edited := append(bytes.Clone(running), "  - name: c\n"...)
+	snap := func(text string) *config.Snapshot {
+		return &config.Snapshot{Nodepool: config.Source{Name: "nodepool.yaml", Data: []byte(text)}}
+	}
+	text := "images-dir: /var/lib/nodepool\nzuul-images:\n  - name: a\n  - name: b\n"
+	running, half, edited := snap(text), snap(text[:len(text)-12]), snap(text+"  - name: c\n")
 	f := configFile{last: running}
 	for i, c := range []struct {
-		read []byte
+		read *config.Snapshot
 		want bool
 	}{
 		{running, false},
@@ -160,11 +171,84 @@ func TestConfigFileChangeMustHoldStill(t *testing.T) {
 		{edited, false},   // and only once
 		{half, false},     // another rewrite, caught mid-write
 		{edited, false},   // back to the running content before it settled
-		{[]byte{}, false}, // emptied
-		{[]byte{}, true},  // and it stays empty: a change (the reload refuses it)
+		{snap(""), false}, // emptied
+		{snap(""), true},  // and it stays empty: a change (the reload refuses it)
 	} {
 		if got := f.changed(c.read); got != c.want {
-			t.Fatalf("check %d (%d bytes): changed %v, want %v", i, len(c.read), got, c.want)
+			t.Fatalf("check %d (%d bytes): changed %v, want %v", i, len(c.read.Nodepool.Data), got, c.want)
 		}
 	}
+}
+
+// TestReloadLoadsWhatItChecked: the config a reload takes is the text the
+// watcher saw hold still, not a later read of the files: here the file changes
+// again right after the check, and the first reload takes the checked text.
+func TestReloadLoadsWhatItChecked(t *testing.T) {
+	logs := &logBuffer{}
+	one := "images-dir: %s\ndiskimages:\n  - {name: a, elements: [e], pause: true}\n"
+	two := one + "  - {name: b, elements: [e], pause: true}\n"
+	three := two + "  - {name: c, elements: [e], pause: true}\n"
+	var r *rig
+	var checked atomic.Int32
+	r = newRig(t, one, func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		read := o.Read
+		o.Read = func() (*config.Snapshot, error) {
+			s, err := read()
+			// The second check that reads the edit is the one that settles
+			// it; the file changes right after it.
+			if err == nil && strings.Contains(string(s.Nodepool.Data), "name: b,") && checked.Add(1) == 2 {
+				r.write(fmt.Sprintf(three, r.st.Dir()))
+			}
+			return s, err
+		}
+	})
+	r.run()
+	r.write(fmt.Sprintf(two, r.st.Dir()))
+	testenv.WaitFor(t, 10*time.Second, "a reload", func() bool { return logs.count("config reloaded") > 0 })
+	first := logs.String()[strings.Index(logs.String(), "config reloaded"):]
+	if first = first[:strings.IndexByte(first, '\n')]; !strings.Contains(first, "diskimages=2") {
+		t.Fatalf("the first reload took %q, want the checked config's 2 diskimages", first)
+	}
+}
+
+// TestReloadHoldsDropsUntilConfirmed: a change of the file that would release
+// a provider's every upload is held, however long it holds still, and says how
+// to apply it; the Reload signal applies it.
+func TestReloadHoldsDropsUntilConfirmed(t *testing.T) {
+	logs := &logBuffer{}
+	reload := make(chan struct{}, 1)
+	r := newRig(t, twoImages, func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		o.Reload = reload
+	})
+	r.run()
+	r.build("img-b")
+	ready := func() bool { return len(r.uploads(store.UploadFilter{Provider: "pb", State: store.Ready})) == 1 }
+	testenv.WaitFor(t, 10*time.Second, "the upload to pb", ready)
+
+	r.write(strings.Replace(fmt.Sprintf(twoImages, r.st.Dir()), "diskimages: [{name: img-b}]", "diskimages: []", 1))
+	testenv.WaitFor(t, 10*time.Second, "the change to be held", func() bool { return logs.count("config change held") == 1 }, logs.String)
+	// Many checks later, it is still held, and said so once.
+	passes := func() time.Time {
+		r.b.loops.mu.Lock()
+		defer r.b.loops.mu.Unlock()
+		return r.b.loops.byName["lifecycle"].ended
+	}
+	for range 5 {
+		last := passes()
+		testenv.WaitFor(t, 10*time.Second, "another lifecycle pass", func() bool { return passes().After(last) })
+	}
+	if !ready() || r.b.Config().Provider("pb").Image("img-b") == nil || logs.count("config change held") != 1 {
+		t.Fatalf("the held change was applied, or said more than once:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), `drops="[provider pb: every upload (it no longer lists img-b) image img-b: every upload (no provider lists it)]"`) ||
+		!strings.Contains(logs.String(), "SIGHUP") {
+		t.Errorf("the log does not say what the change drops and how to apply it:\n%s", logs.String())
+	}
+
+	reload <- struct{}{}
+	testenv.WaitFor(t, 10*time.Second, "the confirmed change to release pb's upload", func() bool {
+		return len(r.uploads(store.UploadFilter{Provider: "pb"})) == 0
+	}, logs.String)
 }

@@ -51,7 +51,7 @@ func (g *gatedSource) count() int {
 // gate-a looked at every hour.
 func newGatedRig(t *testing.T) (r *rig, g *gatedSource, k loopKey) {
 	t.Helper()
-	r = newRig(t, twoImages, func(o *Options) { o.Load = nil })
+	r = newRig(t, twoImages, func(o *Options) { o.Read = nil })
 	g = &gatedSource{images: map[string]time.Duration{"gate-a": time.Hour}, gate: make(chan struct{})}
 	p := *r.b.cur.Load()
 	p.sources = map[store.Source]source.Source{sourceDir: g}

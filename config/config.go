@@ -22,6 +22,9 @@ type Config struct {
 	// Files are the files the config was loaded from, as Load was given them,
 	// so that a reload reads the same.
 	Files Files
+	// Snapshot is the text the config was loaded from; nil when it was
+	// parsed from text rather than loaded.
+	Snapshot *Snapshot
 	// Path is nodepool.yaml, BuilderPath the builder's own file ("" when there
 	// was none), as errors name them.
 	Path        string

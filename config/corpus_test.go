@@ -231,6 +231,7 @@ func TestLoadZuulImagesExample(t *testing.T) {
 			Webapp:                  &Webapp{ListenAddress: "127.0.0.1", Port: 8016},
 		},
 	}
+	cfg.Snapshot = nil // the text it was loaded from, which TestSnapshot checks
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Load =\n%+v\nwant\n%+v", cfg, want)
 	}
@@ -268,7 +269,7 @@ func TestLoadOneFile(t *testing.T) {
 		}
 	}
 	// What differs: where it was read from, and what the declarations add.
-	cfg.Files, cfg.Path, cfg.BuilderPath, cfg.Warnings = pair.Files, pair.Path, pair.BuilderPath, pair.Warnings
+	cfg.Files, cfg.Snapshot, cfg.Path, cfg.BuilderPath, cfg.Warnings = pair.Files, pair.Snapshot, pair.Path, pair.BuilderPath, pair.Warnings
 	for i := range cfg.ZuulImages {
 		zi, pz := &cfg.ZuulImages[i], pair.ZuulImages[i]
 		if zi.Declared || zi.Username != DefaultUsername || zi.PythonPath != DefaultPythonPath || zi.ShellType != "" {

@@ -42,6 +42,24 @@ type Source struct {
 // Load reads and validates the config files. Environment variables named in
 // %(NODEPOOL_FOO) are taken from the process environment.
 func Load(f Files) (*Config, error) {
+	s, err := Read(f)
+	if err != nil {
+		return nil, err
+	}
+	return s.Load()
+}
+
+// Snapshot is the text of the config files as read at one time. A daemon
+// compares snapshots to tell when to reload, and loads the very snapshot it
+// compared: a later read of the files could hold something else.
+type Snapshot struct {
+	Files    Files
+	Nodepool Source
+	Builder  *Source // nil: there is no builder file beside nodepool.yaml
+}
+
+// Read reads the config files, the one place that does.
+func Read(f Files) (*Snapshot, error) {
 	data, err := os.ReadFile(f.Nodepool)
 	if err != nil {
 		return nil, fmt.Errorf("read config %s: %w", f.Nodepool, err)
@@ -50,12 +68,30 @@ func Load(f Files) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := ParseFiles(Source{Name: f.Nodepool, Data: data}, own, os.LookupEnv)
+	return &Snapshot{Files: f, Nodepool: Source{Name: f.Nodepool, Data: data}, Builder: own}, nil
+}
+
+// Load validates the snapshot's text, as Load does the files'.
+func (s *Snapshot) Load() (*Config, error) {
+	cfg, err := ParseFiles(s.Nodepool, s.Builder, os.LookupEnv)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Files = f
+	cfg.Files = s.Files
+	cfg.Snapshot = s
 	return cfg, nil
+}
+
+// Equal tells whether two snapshots hold the same text: a change of either
+// file, the builder's own file coming or going included, makes them differ.
+func (s *Snapshot) Equal(o *Snapshot) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	if s.Files != o.Files || !bytes.Equal(s.Nodepool.Data, o.Nodepool.Data) || (s.Builder == nil) != (o.Builder == nil) {
+		return false
+	}
+	return s.Builder == nil || bytes.Equal(s.Builder.Data, o.Builder.Data)
 }
 
 // readBuilderFile reads the builder's own file: nil when it is taken beside
@@ -92,28 +128,4 @@ func sameFile(a, b string) (bool, error) {
 		return false, err
 	}
 	return os.SameFile(fa, fb), nil
-}
-
-// Snapshot is what the config files hold now, as one value: a change of
-// either file (the builder's own file appearing or going included) changes it.
-// A daemon compares snapshots to tell when to reload.
-func Snapshot(f Files) ([]byte, error) {
-	data, err := os.ReadFile(f.Nodepool)
-	if err != nil {
-		return nil, err
-	}
-	path, _ := f.builder()
-	own, err := os.ReadFile(path)
-	var b bytes.Buffer
-	b.Write(data)
-	switch {
-	case err == nil:
-		b.WriteString("\x00builder\x00")
-		b.Write(own)
-	case errors.Is(err, fs.ErrNotExist):
-		b.WriteString("\x00no builder file\x00")
-	default:
-		return nil, err
-	}
-	return b.Bytes(), nil
 }

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -204,40 +203,48 @@ func TestLoadFiles(t *testing.T) {
 }
 
 // A change of either file changes the snapshot, the builder's own file coming
-// or going included; the same files read twice give the same snapshot.
+// or going included; the same files read twice give the same snapshot; a
+// snapshot loads the text it holds, whatever the files hold by then.
 func TestSnapshot(t *testing.T) {
 	dir := t.TempDir()
 	np := writeConfigFile(t, filepath.Join(dir, "nodepool.yaml"), pairNodepool)
 	files := Files{Nodepool: np}
-	snap := func() []byte {
+	snap := func() *Snapshot {
 		t.Helper()
-		s, err := Snapshot(files)
+		s, err := Read(files)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
 	first := snap()
-	if !bytes.Equal(first, snap()) {
+	if !first.Equal(snap()) {
 		t.Fatal("two snapshots of unchanged files differ")
 	}
 	own := writeConfigFile(t, filepath.Join(dir, BuilderFileName), "")
 	withEmpty := snap()
-	if bytes.Equal(first, withEmpty) {
+	if first.Equal(withEmpty) {
 		t.Error("an empty builder file appearing does not change the snapshot")
 	}
 	writeConfigFile(t, own, pairOwn)
 	withOwn := snap()
-	if bytes.Equal(withEmpty, withOwn) {
+	if withEmpty.Equal(withOwn) {
 		t.Error("a change of the builder file does not change the snapshot")
 	}
-	writeConfigFile(t, np, pairNodepool+"# changed\n")
-	if bytes.Equal(withOwn, snap()) {
+	writeConfigFile(t, np, strings.Replace(pairNodepool, "/opt/images", "/opt/other", 1))
+	if withOwn.Equal(snap()) {
 		t.Error("a change of nodepool.yaml does not change the snapshot")
 	}
+	cfg, err := withOwn.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Snapshot != withOwn || cfg.Files != files || cfg.ImagesDir != "/opt/images" || cfg.ZuulImage("debian") == nil {
+		t.Errorf("the snapshot loaded %+v, want the text it held", cfg)
+	}
 	os.Remove(np)
-	if _, err := Snapshot(files); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("Snapshot without nodepool.yaml = %v, want not-exist", err)
+	if _, err := Read(files); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Read without nodepool.yaml = %v, want not-exist", err)
 	}
 }
 
@@ -257,7 +264,7 @@ func TestParseBuildDiskImages(t *testing.T) {
 	if !cfg.Builder.LeaveDiskImages || cfg.DiskImage("d") == nil {
 		t.Errorf("builder = %+v, diskimage d %v; want the diskimages left to others and d in the config", cfg.Builder, cfg.DiskImage("d"))
 	}
-	if cfg := mustParseFiles(t, "images-dir: /i\n", ""); cfg.Builder.LeaveDiskImages {
+	if cfg := mustParse(t, "images-dir: /i\n"); cfg.Builder.LeaveDiskImages {
 		t.Error("diskimages are left to others by default")
 	}
 }

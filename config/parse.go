@@ -85,6 +85,14 @@ func (p *parser) document(data []byte, getenv func(string) (string, bool)) (*yam
 		}
 		return nil, false
 	}
+	if isNull(root) {
+		// What a file cut short by a full disk or an interrupted write looks
+		// like: taken as a config without images, it would have every upload
+		// of theirs deleted.
+		p.errorf(&yaml.Node{Line: 1}, "", "holds no config (it is empty, or only comments or a null document), which is what a file "+
+			"cut short looks like; restore it from where it is managed (a builder file meant to hold nothing can be removed)")
+		return nil, false
+	}
 	if len(unset) > 0 {
 		// The rest of the file was read with the variables left empty, so its
 		// problems would be echoes of these ones.

@@ -338,13 +338,22 @@ zuul-images:
 	}
 }
 
+// An empty file (or one of comments, blanks or a null document) is refused:
+// it is what a file cut short looks like, and taken as a config without
+// images, it would have every upload deleted. Keys without values still load.
 func TestParseEmpty(t *testing.T) {
-	for _, text := range []string{"", "# nothing\n", "diskimages:\nproviders:\nbuilder:\n"} {
-		cfg := mustParse(t, text)
-		if cfg.BuildLogRetention != 7 || cfg.Builder.KeepBuilds != 2 || !cfg.Builder.LeakSweep ||
-			cfg.LauncherWebapp != nil || cfg.Builder.Webapp != nil || cfg.Builder.StateDB != "" || len(cfg.ImageNames()) != 0 {
-			t.Errorf("Parse(%q) = %+v, want defaults and no images", text, cfg)
+	for _, text := range []string{"", "# nothing\n", "\n  \n", "~\n", "null\n", "---\n# a comment\n", "--- null\n"} {
+		_, err := parse(text)
+		wantError(t, err, 1, "", "holds no config")
+		_, err = parseFiles("images-dir: /i\n", text)
+		if err == nil || !strings.Contains(err.Error(), "nodepool-builder.yaml:1: holds no config") {
+			t.Errorf("an empty builder file %q: %v, want it refused", text, err)
 		}
+	}
+	cfg := mustParse(t, "diskimages:\nproviders:\nbuilder:\n")
+	if cfg.BuildLogRetention != 7 || cfg.Builder.KeepBuilds != 2 || !cfg.Builder.LeakSweep ||
+		cfg.LauncherWebapp != nil || cfg.Builder.Webapp != nil || cfg.Builder.StateDB != "" || len(cfg.ImageNames()) != 0 {
+		t.Errorf("Parse = %+v, want defaults and no images", cfg)
 	}
 }
 

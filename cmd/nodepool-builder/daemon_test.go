@@ -273,8 +273,10 @@ func TestDaemonReloadsConfig(t *testing.T) {
 	}
 
 	// An image removed from the config, the builder's own file changing
-	// last: its uploads, files and records go.
+	// last: its uploads, files and records go once SIGHUP confirms it (it
+	// releases every upload of the image and of cloud-r).
 	writeOwn("  []\n")
+	d.cmd.Process.Signal(syscall.SIGHUP)
 	testenv.WaitFor(t, 60*time.Second, "everything of the removed image to go", func() bool {
 		files, _ := filepath.Glob(filepath.Join(e.dir, "images", "debian-*"))
 		return len(e.images("cloud-r")) == 0 && len(e.buildsJSON()) == 0 && len(e.uploadsJSON()) == 0 && len(files) == 0
@@ -290,4 +292,86 @@ func raceReports(logs string) []string {
 		}
 	}
 	return races
+}
+
+// TestDaemonHoldsConfigCutShort: a config file cut short (by a full disk, a
+// killed config run) and left so holds still, and may load with a provider
+// listing no image. The file watcher never applies a config that releases a
+// provider's every upload; SIGHUP, the operator's act, does. An emptied file
+// is refused, SIGHUP or not.
+func TestDaemonHoldsConfigCutShort(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cut  func(cfg string) string
+		// applies: SIGHUP applies the cut config (and cloud-q's upload goes).
+		applies bool
+	}{
+		{"cut after a provider's image-format", func(cfg string) string {
+			at := strings.Index(cfg, "    image-format: qcow2\n")
+			return cfg[:at+len("    image-format: qcow2\n")]
+		}, true},
+		{"emptied", func(string) string { return "" }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+			e.writeConfig("    poll-interval: 1\n")
+			e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
+			d := startDaemon(t, e.cfgPath)
+			logs := d.logs
+			testenv.WaitFor(t, 60*time.Second, "the uploads", func() bool {
+				return len(e.images("cloud-q")) == 1 && len(e.images("cloud-r")) == 1
+			}, logs.String)
+			before := e.images("cloud-q")[0]
+
+			data, err := os.ReadFile(e.cfgPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(e.cfgPath, []byte(c.cut(string(data))), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// The watcher has read the cut file twice and said what it does.
+			said := func() int {
+				s := logs.String()
+				return strings.Count(s, "config reloaded") + strings.Count(s, "config change held") + strings.Count(s, "config not reloaded")
+			}
+			testenv.WaitFor(t, 30*time.Second, "the watcher to judge the cut file", func() bool { return said() == 1 }, logs.String)
+			if strings.Contains(logs.String(), "config reloaded") {
+				t.Fatalf("the file watcher applied the cut config:\n%s", logs.String())
+			}
+			if c.applies && !strings.Contains(logs.String(), "SIGHUP") {
+				t.Errorf("the log does not say how to apply the held config:\n%s", logs.String())
+			}
+			if !c.applies && !strings.Contains(logs.String(), "holds no config") {
+				t.Errorf("the log does not say the file is empty:\n%s", logs.String())
+			}
+			still := e.images("cloud-q")
+			if len(still) != 1 || still[0].ID != before.ID || still[0].Status != "active" {
+				t.Fatalf("cloud-q holds %+v after the cut config, want %s active", still, before.ID)
+			}
+			if c.applies { // image-list reads the config too
+				for _, u := range e.uploadsJSON() {
+					if u.State != "ready" {
+						t.Errorf("upload %+v is no longer ready", u)
+					}
+				}
+			}
+
+			// SIGHUP applies what the file holds, drops included; never an empty file.
+			d.cmd.Process.Signal(syscall.SIGHUP)
+			if c.applies {
+				// cloud-r left the config: its uploads are no longer this builder's to release.
+				testenv.WaitFor(t, 60*time.Second, "the cut config's drops to be applied", func() bool {
+					return len(e.images("cloud-q")) == 0
+				}, logs.String)
+				return
+			}
+			testenv.WaitFor(t, 30*time.Second, "SIGHUP's reload to be refused", func() bool {
+				return strings.Count(logs.String(), "config not reloaded") == 2
+			}, logs.String)
+			if still := e.images("cloud-q"); len(still) != 1 || still[0].Status != "active" {
+				t.Fatalf("cloud-q holds %+v after SIGHUP on an empty config, want its image active", still)
+			}
+		})
+	}
 }

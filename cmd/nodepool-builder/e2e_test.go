@@ -526,6 +526,14 @@ func TestBadConfigExitsTwo(t *testing.T) {
 	if code != exitUsage {
 		t.Fatalf("config-validate exit %d", code)
 	}
+	// An empty file is what a file cut short looks like: the daemon does not
+	// start on it.
+	os.WriteFile(cfg, []byte("# nodepool.yaml\n"), 0o644)
+	errb.Reset()
+	code = run(context.Background(), []string{"nodepool-builder", "-c", cfg}, &out, &errb)
+	if code != exitUsage || !strings.Contains(errb.String(), cfg+":1: holds no config") {
+		t.Fatalf("an empty config: exit %d, stderr:\n%s", code, errb.String())
+	}
 }
 
 func TestProviderFormatFromCloudsYAML(t *testing.T) {

@@ -115,7 +115,7 @@ func runBuilder(c *cli.Context) error {
 		Logger:        log,
 		UploadWorkers: c.Int("upload-workers"),
 		BuildWorkers:  c.Int("build-workers"),
-		Load:          func() (*config.Config, error) { return config.Load(cfg.Files) },
+		Read:          func() (*config.Snapshot, error) { return config.Read(cfg.Files) },
 		Reload:        reload,
 		Metrics:       m,
 		Progress:      tracker,

@@ -147,7 +147,7 @@ func openBuilder(ctx context.Context, path string, log *slog.Logger, iv builder.
 		return nil, nil, nil, err
 	}
 	b, err := builder.New(ctx, builder.Options{Config: cfg, Store: st, Logger: log, Intervals: iv,
-		Load: func() (*config.Config, error) { return config.Load(config.Files{Nodepool: path}) }})
+		Read: func() (*config.Snapshot, error) { return config.Read(config.Files{Nodepool: path}) }})
 	if err != nil {
 		st.Close()
 		return nil, nil, nil, err
