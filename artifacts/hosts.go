@@ -24,12 +24,14 @@ import (
 //     artifact-hosts the operator listed or, without that list, the host and port of Zuul's
 //     api-url and the host (any port) of the build's log_url.
 //   - A connection to a loopback, link-local (cloud metadata at 169.254.169.254 among
-//     them), private, shared (CGNAT), unspecified or multicast address is refused, unless
+//     them), private, shared (CGNAT), unspecified or multicast address, or any other that
+//     IANA's special-purpose registries mark not globally reachable, is refused, unless
 //     the host being connected to was named by the operator: an artifact-hosts entry, or
 //     the api-url's host and port. The log_url's host is allowed but not exempt: it comes
 //     from Zuul's answer, and a job's Zuul answer is not the operator's word. The address
 //     is checked after name resolution, on the address actually dialled, so a name that
-//     resolves to loopback (or re-resolves to it later) is refused too.
+//     resolves to loopback (or re-resolves to it later) is refused too. An IPv6 address
+//     that carries an IPv4 one the packets reach (NAT64, 6to4, Teredo) is judged by it.
 //   - Through an HTTP proxy, the connection is to the proxy, which the operator configured;
 //     the proxy resolves the artifact's host, so only the host check holds there.
 
@@ -122,15 +124,39 @@ func (h *Hosts) check(u *url.URL, what string) error {
 }
 
 // ErrInternalAddress is wrapped by the error of a connection refused because it would go
-// to an internal address (loopback, link-local, private, shared, unspecified, multicast)
-// for a host the operator did not name. It wraps ErrHostNotAllowed too.
+// to an internal address (loopback, link-local, private, shared, unspecified, multicast,
+// or another range not globally reachable) for a host the operator did not name. It wraps ErrHostNotAllowed too.
 var ErrInternalAddress = errors.New("internal address")
 
-// internalPrefixes are ranges netip's predicates do not cover.
+// internalPrefixes are the ranges of IANA's IPv4 and IPv6 special-purpose address
+// registries that are not globally reachable, beyond those netip's predicates cover. A
+// block is refused whole, the few anycast services the registry marks global inside
+// 192.0.0.0/24 and 2001::/23 with it: no artifact is served from them.
 var internalPrefixes = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),     // "this network": Linux connects it to the host itself
-	netip.MustParsePrefix("100.64.0.0/10"), // shared address space (carrier-grade NAT)
+	netip.MustParsePrefix("0.0.0.0/8"),       // "this network": Linux connects it to the host itself
+	netip.MustParsePrefix("100.64.0.0/10"),   // shared address space (carrier-grade NAT)
+	netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments (DS-Lite, NAT64 discovery...)
+	netip.MustParsePrefix("192.0.2.0/24"),    // documentation
+	netip.MustParsePrefix("192.88.99.0/24"),  // 6to4 relay anycast, deprecated
+	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking
+	netip.MustParsePrefix("198.51.100.0/24"), // documentation
+	netip.MustParsePrefix("203.0.113.0/24"),  // documentation
+	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, and the limited broadcast address
+	netip.MustParsePrefix("64:ff9b:1::/48"),  // local-use IPv4/IPv6 translation
+	netip.MustParsePrefix("2001::/23"),       // IETF protocol assignments (Teredo is judged before)
+	netip.MustParsePrefix("2001:db8::/32"),   // documentation
+	netip.MustParsePrefix("3fff::/20"),       // documentation
 }
+
+// Prefixes of IPv6 addresses that carry an IPv4 address a packet reaches in the end.
+var (
+	nat64Prefix  = netip.MustParsePrefix("64:ff9b::/96") // the IPv4 address is the last 32 bits
+	sixToFour    = netip.MustParsePrefix("2002::/16")    // bits 16 to 48
+	teredoPrefix = netip.MustParsePrefix("2001::/32")    // server: bits 32 to 64; client: last 32, inverted
+	// Outside 2000::/3 IANA allocates no global unicast: the IPv4-compatible ::/96,
+	// site-local fec0::/10, discard-only 100::/64 and the rest are internal.
+	globalUnicast = netip.MustParsePrefix("2000::/3")
+)
 
 // checkAddress refuses an internal address; it is the net.Dialer.Control of connections
 // to hosts the operator did not name, and so sees the address after name resolution.
@@ -151,6 +177,20 @@ func internalAddr(a netip.Addr) bool {
 	if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() ||
 		a.IsPrivate() || a.IsUnspecified() || a.IsMulticast() || !a.IsValid() {
 		return true
+	}
+	if a.Is6() {
+		b := a.As16()
+		switch {
+		case nat64Prefix.Contains(a):
+			return internalAddr(netip.AddrFrom4([4]byte(b[12:16])))
+		case sixToFour.Contains(a):
+			return internalAddr(netip.AddrFrom4([4]byte(b[2:6])))
+		case teredoPrefix.Contains(a):
+			client := [4]byte{^b[12], ^b[13], ^b[14], ^b[15]}
+			return internalAddr(netip.AddrFrom4([4]byte(b[4:8]))) || internalAddr(netip.AddrFrom4(client))
+		case !globalUnicast.Contains(a):
+			return true
+		}
 	}
 	for _, p := range internalPrefixes {
 		if p.Contains(a) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -72,23 +73,85 @@ func TestHostsMatch(t *testing.T) {
 	}
 }
 
+// TestCheckAddress: one row per range of IANA's IPv4 and IPv6 special-purpose address
+// registries that is not globally reachable, and the IPv4 addresses carried inside NAT64,
+// 6to4 and Teredo addresses judged as IPv4.
 func TestCheckAddress(t *testing.T) {
-	refused := []string{
-		"127.0.0.1:80", "127.1.2.3:8080", "[::1]:80", "[::ffff:127.0.0.1]:80",
-		"169.254.169.254:80", "[fe80::1]:80",
-		"10.0.0.1:443", "172.16.5.4:80", "192.168.1.1:80", "[fc00::1]:80", "[fd12:3456::1]:80",
-		"100.64.0.1:80", "100.127.255.254:80",
-		"0.0.0.0:80", "0.1.2.3:80", "[::]:80",
-		"224.0.0.1:80", "[ff02::1]:80",
+	tests := []struct {
+		addr     string
+		internal bool
+		why      string
+	}{
+		{"127.0.0.1:80", true, "loopback"},
+		{"127.1.2.3:8080", true, "loopback"},
+		{"[::1]:80", true, "loopback"},
+		{"[::ffff:127.0.0.1]:80", true, "IPv4-mapped loopback"},
+		{"169.254.169.254:80", true, "link-local (cloud metadata)"},
+		{"[fe80::1]:80", true, "link-local"},
+		{"10.0.0.1:443", true, "private"},
+		{"172.16.5.4:80", true, "private"},
+		{"192.168.1.1:80", true, "private"},
+		{"[fc00::1]:80", true, "unique local"},
+		{"[fd12:3456::1]:80", true, "unique local"},
+		{"100.64.0.1:80", true, "shared"},
+		{"100.127.255.254:80", true, "shared"},
+		{"0.0.0.0:80", true, "this network"},
+		{"0.1.2.3:80", true, "this network"},
+		{"[::]:80", true, "unspecified"},
+		{"224.0.0.1:80", true, "multicast"},
+		{"[ff02::1]:80", true, "multicast"},
+		{"192.0.0.8:80", true, "IETF protocol assignments"},
+		{"192.0.0.192:80", true, "IETF protocol assignments"},
+		{"192.0.2.1:80", true, "documentation (TEST-NET-1)"},
+		{"192.88.99.1:80", true, "deprecated 6to4 relay anycast"},
+		{"198.18.0.1:80", true, "benchmarking"},
+		{"198.19.255.254:80", true, "benchmarking"},
+		{"198.51.100.1:80", true, "documentation (TEST-NET-2)"},
+		{"203.0.113.1:80", true, "documentation (TEST-NET-3)"},
+		{"240.0.0.1:80", true, "reserved"},
+		{"255.255.255.255:80", true, "limited broadcast"},
+		{"[::7f00:1]:80", true, "IPv4-compatible"},
+		{"[::8.8.8.8]:80", true, "IPv4-compatible"},
+		{"[64:ff9b:1::808:808]:80", true, "local-use IPv4/IPv6 translation"},
+		{"[100::1]:80", true, "discard-only"},
+		{"[100:0:0:1::1]:80", true, "dummy prefix"},
+		{"[2001:2::1]:80", true, "benchmarking"},
+		{"[2001:10::1]:80", true, "deprecated ORCHID"},
+		{"[2001:db8::1]:80", true, "documentation"},
+		{"[3fff::1]:80", true, "documentation"},
+		{"[5f00::1]:80", true, "segment routing SIDs"},
+		{"[fec0::1]:80", true, "site-local"},
+		{"[400::1]:80", true, "outside global unicast 2000::/3"},
+		{"[64:ff9b::7f00:1]:80", true, "NAT64 of 127.0.0.1"},
+		{"[64:ff9b::a9fe:a9fe]:80", true, "NAT64 of 169.254.169.254"},
+		{"[64:ff9b::10.1.2.3]:80", true, "NAT64 of 10.1.2.3"},
+		{"[2002:7f00:1::1]:80", true, "6to4 of 127.0.0.1"},
+		{"[2002:c0a8:101::1]:80", true, "6to4 of 192.168.1.1"},
+		{"[2002:a9fe:a9fe:1::1]:80", true, "6to4 of 169.254.169.254"},
+		{"[2001:0:4136:e378:8000:63bf:80ff:fffe]:80", true, "Teredo client 127.0.0.1"},
+		{"[2001:0:4136:e378:8000:63bf:f5ff:fffe]:80", true, "Teredo client 10.0.0.1"},
+		{"[2001:0:a00:1:8000:63bf:f7f7:f7f7]:80", true, "Teredo server 10.0.0.1"},
+		{"192.0.0.9:80", true, "IETF protocol assignments (anycast, refused with its block)"},
+
+		{"8.8.8.8:443", false, "public"},
+		{"100.128.0.1:80", false, "just past shared"},
+		{"172.32.0.1:80", false, "just past private"},
+		{"198.20.0.1:80", false, "just past benchmarking"},
+		{"223.255.255.254:80", false, "just below multicast"},
+		{"[2001:4860:4860::8888]:443", false, "public"},
+		{"[64:ff9b::808:808]:80", false, "NAT64 of 8.8.8.8"},
+		{"[2002:808:808::1]:80", false, "6to4 of 8.8.8.8"},
+		{"[2001:0:4136:e378:8000:63bf:f7f7:f7f7]:80", false, "Teredo server 65.54.227.120, client 8.8.8.8"},
+		{"[2a00:1450:4001:82a::200e]:443", false, "public"},
 	}
-	for _, a := range refused {
-		if err := checkAddress("tcp", a, nil); !errors.Is(err, ErrInternalAddress) || !errors.Is(err, untrusted.ErrUnsafe) {
-			t.Errorf("checkAddress(%s) = %v, want ErrInternalAddress", a, err)
-		}
-	}
-	for _, a := range []string{"192.0.2.1:80", "8.8.8.8:443", "100.128.0.1:80", "172.32.0.1:80", "[2001:4860:4860::8888]:443"} {
-		if err := checkAddress("tcp", a, nil); err != nil {
-			t.Errorf("checkAddress(%s) = %v, want nil", a, err)
+	for _, tt := range tests {
+		err := checkAddress("tcp", tt.addr, nil)
+		if tt.internal {
+			if !errors.Is(err, ErrInternalAddress) || !errors.Is(err, untrusted.ErrUnsafe) {
+				t.Errorf("checkAddress(%s) (%s) = %v, want ErrInternalAddress", tt.addr, tt.why, err)
+			}
+		} else if err != nil {
+			t.Errorf("checkAddress(%s) (%s) = %v, want nil", tt.addr, tt.why, err)
 		}
 	}
 }
@@ -308,5 +371,28 @@ func TestFetchWithoutHosts(t *testing.T) {
 	_, err = f.Fetch(context.Background(), Request{URL: srv.URL + "/away", Dest: dest, Key: "img2.raw"})
 	if !errors.Is(err, untrusted.ErrUnsafe) || len(other.seen()) != 0 {
 		t.Fatalf("redirect to another port: %v, %d requests there; want untrusted.ErrUnsafe and none", err, len(other.seen()))
+	}
+}
+
+// TestFetchRefusesEmbeddedInternal: through the real fetch path, a URL at a NAT64, 6to4 or
+// Teredo address carrying an internal IPv4 address, or at another range that is not
+// globally reachable, is refused before any connection, though its host is allowed.
+func TestFetchRefusesEmbeddedInternal(t *testing.T) {
+	for _, host := range []string{"64:ff9b::7f00:1", "2002:7f00:1::1", "2001:0:4136:e378:8000:63bf:80ff:fffe", "fec0::1", "198.18.0.1"} {
+		t.Run(host, func(t *testing.T) {
+			hosts := &Hosts{}
+			hosts.Allow(mustPattern(t, host))
+			u := (&url.URL{Scheme: "http", Host: net.JoinHostPort(host, "8080"), Path: "/img.raw"}).String()
+			// Without the rule, the address is dialled: it leads nowhere here, so the
+			// deadline ends a download that would otherwise be retried.
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			f := testFetcher(t)
+			_, err := f.Fetch(ctx, Request{URL: u, Dest: filepath.Join(t.TempDir(), "img.raw"), Key: "img.raw", Hosts: hosts})
+			if !errors.Is(err, ErrInternalAddress) || !errors.Is(err, untrusted.ErrUnsafe) {
+				t.Fatalf("Fetch %s = %v, want ErrInternalAddress", u, err)
+			}
+			checkNoPartials(t, f)
+		})
 	}
 }
