@@ -33,7 +33,9 @@ import (
 //     resolves to loopback (or re-resolves to it later) is refused too. An IPv6 address
 //     that carries an IPv4 one the packets reach (NAT64, 6to4, Teredo) is judged by it.
 //   - Through an HTTP proxy, the connection is to the proxy, which the operator configured;
-//     the proxy resolves the artifact's host, so only the host check holds there.
+//     the proxy resolves the artifact's host, so only the host check holds there. The
+//     exemption is the proxy's host and port: a direct connection to another port of
+//     the proxy's host (one NO_PROXY leaves out) is checked like any other.
 
 // Hosts is what an artifact download may reach: the hosts it may fetch from, and those
 // of them the operator named, which alone may be on internal addresses. The zero value
@@ -222,7 +224,7 @@ func guardedTransport(base http.RoundTripper, hosts *Hosts) (*http.Transport, er
 		t.Proxy = func(r *http.Request) (*url.URL, error) {
 			u, err := proxy(r)
 			if u != nil {
-				g.addProxy(u.Hostname())
+				g.addProxy(u)
 			}
 			return u, err
 		}
@@ -235,13 +237,31 @@ func guardedTransport(base http.RoundTripper, hosts *Hosts) (*http.Transport, er
 type dialGuard struct {
 	hosts   *Hosts
 	mu      sync.Mutex
-	proxies map[string]bool // hosts of the proxies the transport chose
+	proxies map[string]bool // host:port of the proxies the transport chose
 }
 
-func (g *dialGuard) addProxy(host string) {
+func (g *dialGuard) addProxy(u *url.URL) {
 	g.mu.Lock()
-	g.proxies[hostpattern.Canonical(host)] = true
+	g.proxies[proxyKey(u.Hostname(), proxyPort(u))] = true
 	g.mu.Unlock()
+}
+
+func proxyKey(host, port string) string {
+	return net.JoinHostPort(hostpattern.Canonical(host), port)
+}
+
+// proxyPort is the port the transport dials for the proxy u, as net/http defaults it.
+func proxyPort(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	switch u.Scheme {
+	case "https":
+		return "443"
+	case "socks5", "socks5h":
+		return "1080"
+	}
+	return "80"
 }
 
 func (g *dialGuard) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -252,7 +272,7 @@ func (g *dialGuard) dial(ctx context.Context, network, addr string) (net.Conn, e
 		return nil, err
 	}
 	g.mu.Lock()
-	proxy := g.proxies[hostpattern.Canonical(host)]
+	proxy := g.proxies[proxyKey(host, port)]
 	g.mu.Unlock()
 	if !proxy && !g.hosts.named(host, port) {
 		d.Control = checkAddress

@@ -396,3 +396,42 @@ func TestFetchRefusesEmbeddedInternal(t *testing.T) {
 		})
 	}
 }
+
+// TestFetchProxyExemptsOnlyItsPort: the proxy's connection is exempt from the address
+// rule, but only to the proxy's own port: a direct connection (one NO_PROXY leaves out)
+// to another port of the proxy's host is judged like any other.
+func TestFetchProxyExemptsOnlyItsPort(t *testing.T) {
+	image := testImage(64 << 10)
+	secret := newRecordingServer(t, image, nil)
+	proxy := newRecordingServer(t, image, func(r *http.Request) string {
+		if r.URL.Path == "/to-secret" {
+			return secret.URL + "/img.raw"
+		}
+		return ""
+	})
+	proxyURL, _ := url.Parse(proxy.URL)
+	f := testFetcher(t)
+	f.HTTPClient = &http.Client{Transport: &http.Transport{Proxy: func(r *http.Request) (*url.URL, error) {
+		if r.URL.Hostname() == "logs.example.com" {
+			return proxyURL, nil
+		}
+		return nil, nil // as NO_PROXY=127.0.0.1 would
+	}}}
+	hosts := &Hosts{}
+	hosts.Allow(mustPattern(t, "logs.example.com"))
+	hosts.Allow(mustPattern(t, "127.0.0.1"))
+
+	dest := filepath.Join(t.TempDir(), "img.raw")
+	res, err := f.Fetch(context.Background(), Request{URL: "http://logs.example.com/img.raw", Dest: dest, Key: "img.raw", Hosts: hosts})
+	if err != nil {
+		t.Fatalf("Fetch through the proxy: %v", err)
+	}
+	checkFetched(t, f, res, dest, image)
+	_, err = f.Fetch(context.Background(), Request{URL: "http://logs.example.com/to-secret", Dest: dest, Key: "img2.raw", Hosts: hosts})
+	if !errors.Is(err, ErrInternalAddress) {
+		t.Fatalf("Fetch redirected past the proxy to another port of its host = %v, want ErrInternalAddress", err)
+	}
+	if n := len(secret.seen()); n != 0 {
+		t.Errorf("the service beside the proxy got %d requests", n)
+	}
+}
