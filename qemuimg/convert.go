@@ -46,6 +46,14 @@ func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string,
 	if err != nil {
 		return fmt.Errorf("convert %s: %w", src.Path, err)
 	}
+	// The file is read again by qemu-img: it must still name no other file.
+	problems, err := headerProblems(srcPath, untrusted.CanonicalFormat(src.Format))
+	if err != nil {
+		return fmt.Errorf("convert %s (%s): %w", src.Path, src.Format, err)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("convert %s (%s): %w: %s", src.Path, src.Format, untrusted.ErrUnsafe, strings.Join(problems, "; "))
+	}
 	if err := diskspace.Check(filepath.Dir(dst), src.VirtualSize, free); err != nil {
 		return fmt.Errorf("convert %s (%s, a disk of %s) to %s: %w", src.Path, src.Format, progress.Bytes(src.VirtualSize), dst, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -260,21 +261,25 @@ func TestConvertHugeDiskNoRoom(t *testing.T) {
 // TestConvertCancel: once its context is done, the conversion's qemu-img is
 // killed and Convert returns, leaving nothing behind.
 func TestConvertCancel(t *testing.T) {
-	qemuImg := testenv.RequireBinary(t, "qemu-img")
 	dir := t.TempDir()
-	// qemu-img blocks opening a FIFO nobody writes to: a conversion that would
-	// never end by itself.
-	fifo := filepath.Join(dir, "stuck.raw")
+	src := filepath.Join(dir, "stuck.raw")
+	if err := os.WriteFile(src, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A FIFO nobody writes to: the stand-in blocks opening it, a conversion that would
+	// never end by itself. (The real qemu-img is never given a FIFO: Convert refuses one.)
+	fifo := filepath.Join(t.TempDir(), "block")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	qemuImg := fakeQemuImg(t, "read x < '"+fifo+"'")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- Convert(ctx, qemuImg, Image{Path: fifo, Format: "raw", VirtualSize: 1 << 20}, filepath.Join(dir, "out.qcow2"), "qcow2", store.CreateConversionTemp)
+		done <- Convert(ctx, qemuImg, Image{Path: src, Format: "raw", VirtualSize: 1 << 20}, filepath.Join(dir, "out.qcow2"), "qcow2", store.CreateConversionTemp)
 	}()
-	pid := waitForProcess(t, done, "convert", fifo)
+	pid := waitForProcess(t, done, "convert", src)
 	// Should it outlive the test, it would wait on the FIFO for ever.
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
 	cancel()
@@ -289,7 +294,7 @@ func TestConvertCancel(t *testing.T) {
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("qemu-img (pid %d) still exists after Convert returned: %v", pid, err)
 	}
-	onlySource(t, dir, fifo)
+	onlySource(t, dir, src)
 }
 
 // waitForProcess returns the pid of the process of this test's whose command line
@@ -348,4 +353,29 @@ func findProcess(args []string) int {
 		}
 	}
 	return 0
+}
+
+// TestConvertRefusesOtherFiles: Convert reads its source through qemu-img too, so it
+// judges the header as Inspect does, whatever Image it is given, before qemu-img runs.
+func TestConvertRefusesOtherFiles(t *testing.T) {
+	realQemuImg := testenv.RequireBinary(t, "qemu-img")
+	dir := t.TempDir()
+	qemuImgCreate(t, realQemuImg, dir, "-f", "qcow2", "-o", "data_file="+filepath.Join(dir, "host.data"), "datafile.qcow2", "1M")
+	qemuImgCreate(t, realQemuImg, dir, "-f", "vmdk", "-o", "subformat=monolithicFlat", "flat.vmdk", "1M")
+	qemuImg, calls := recordingQemuImg(t, realQemuImg)
+	for _, src := range []Image{
+		{Path: filepath.Join(dir, "datafile.qcow2"), Format: "qcow2", VirtualSize: 1 << 20},
+		{Path: filepath.Join(dir, "flat.vmdk"), Format: "vmdk", VirtualSize: 1 << 20},
+	} {
+		err := Convert(context.Background(), qemuImg, src, filepath.Join(dir, "out.raw"), "raw", store.CreateConversionTemp)
+		if !errors.Is(err, untrusted.ErrUnsafe) {
+			t.Errorf("Convert %s = %v, want untrusted.ErrUnsafe", src.Path, err)
+		}
+	}
+	if ran := readCalls(t, calls); ran != "" {
+		t.Errorf("qemu-img ran: %q", ran)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "out.raw")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("out.raw: %v, want none", err)
+	}
 }

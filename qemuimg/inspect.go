@@ -46,10 +46,13 @@ type Image struct {
 	VirtualSize int64
 }
 
-// Inspect checks with `qemu-img info` (qemuImg is the program; empty means "qemu-img" on
-// PATH) that the file at path is the format it claims and references no other file: no
-// backing file, no external data file, no vmdk extent beyond the file itself. A claimed
-// format that qemu does not know, such as tar or squashfs, must probe as raw. The error
+// Inspect checks that the file at path is the format it claims and references no other
+// file: no backing file, no external data file, no vmdk extent beyond the file itself. Its
+// header is read first: one that is not the claimed format's, a vmdk other than a
+// monolithicSparse or streamOptimized one, or a qcow2 with an external data file is refused
+// before qemu-img opens the file. Then `qemu-img info -f <format>` (qemuImg is the
+// program; empty means "qemu-img" on PATH) reads it as the format claimed, never guessing.
+// A claimed format that qemu does not know, such as tar or squashfs, must read as raw. The error
 // for a file that fails the check wraps untrusted.ErrUnsafe and names what was found; a file claimed
 // raw must also be at least 1 MiB and a whole number of 512-byte sectors. A failure to
 // run qemu-img is an ordinary error. What it returns tells the disk's virtual size, for
@@ -67,11 +70,18 @@ func Inspect(ctx context.Context, qemuImg, path, format string) (Image, error) {
 	if err != nil {
 		return Image{}, fmt.Errorf("inspect %s: %w", path, err)
 	}
-	info, err := runQemuInfo(ctx, qemuImg, abs)
+	problems, err := headerProblems(abs, claimed)
 	if err != nil {
 		return Image{}, fmt.Errorf("inspect %s (%s): %w", path, claimed, err)
 	}
-	problems := info.problems(claimed, abs)
+	if len(problems) > 0 {
+		return Image{}, fmt.Errorf("inspect %s: %w: %s", path, untrusted.ErrUnsafe, strings.Join(problems, "; "))
+	}
+	info, err := runQemuInfo(ctx, qemuImg, abs, probedAs(claimed))
+	if err != nil {
+		return Image{}, fmt.Errorf("inspect %s (%s): %w", path, claimed, err)
+	}
+	problems = info.problems(abs)
 	if claimed == "raw" {
 		fi, err := os.Stat(abs)
 		if err != nil {
@@ -128,12 +138,10 @@ type imageInfo struct {
 	} `json:"format-specific"`
 }
 
-// problems lists why the image at path, claimed to be in format (canonical), is unsafe.
-func (info *imageInfo) problems(format, path string) []string {
+// problems lists why the image at path is unsafe, as qemu-img read it: a second line
+// behind headerProblems.
+func (info *imageInfo) problems(path string) []string {
 	var out []string
-	if want := probedAs(format); info.Format != want {
-		out = append(out, fmt.Sprintf("claims %s but qemu-img reads %s", format, info.Format))
-	}
 	switch {
 	case info.BackingFilename != nil:
 		out = append(out, fmt.Sprintf("backing file %q", *info.BackingFilename))
@@ -151,9 +159,9 @@ func (info *imageInfo) problems(format, path string) []string {
 	return out
 }
 
-// probedAs returns the format qemu-img's probe reports for a genuine file of format (one
-// of our canonical names). Formats qemu does not know must look like raw data to it:
-// anything else is an image format qemu would interpret, possibly reading other files.
+// probedAs returns the format, in qemu's names, of a genuine file of format (one of our
+// canonical names). Formats qemu does not know must look like raw data to it: anything
+// else is an image format qemu would interpret, possibly reading other files.
 func probedAs(format string) string {
 	switch format {
 	case "qcow2", "raw", "vhdx", "vmdk", "vdi", "qed", "vpc":
@@ -164,14 +172,14 @@ func probedAs(format string) string {
 	return "raw" // iso, tar, squashfs, docker, tgz, ...
 }
 
-// runQemuInfo runs `qemu-img info` on path without -f, so that qemu probes the format
-// rather than trusting the claim, under a time limit and, when util-linux's prlimit is
-// installed, memory and CPU limits. info does not open backing files, so a hostile one
-// is reported rather than read (it does open a vmdk's extents, read-only, to list them).
-func runQemuInfo(ctx context.Context, qemuImg, path string) (*imageInfo, error) {
+// runQemuInfo runs `qemu-img info -f format` on path, under a time limit and, when
+// util-linux's prlimit is installed, memory and CPU limits. info does not open backing
+// files, so a hostile one is reported rather than read; it does open a vmdk's extents,
+// which headerProblems refused before.
+func runQemuInfo(ctx context.Context, qemuImg, path, format string) (*imageInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	argv := []string{qemuImg, "info", "--output=json", path}
+	argv := []string{qemuImg, "info", "-f", format, "--output=json", path}
 	if prlimit, err := exec.LookPath("prlimit"); err == nil {
 		argv = append([]string{prlimit, fmt.Sprintf("--as=%d", inspectMemory), fmt.Sprintf("--cpu=%d", inspectCPU), "--"}, argv...)
 	}

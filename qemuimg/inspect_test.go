@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,13 +70,13 @@ func TestInspect(t *testing.T) {
 		{file: "short.raw", format: "raw", unsafe: []string{"a raw image of 1048064 bytes"}},
 		{file: "backed.qcow2", format: "qcow2", unsafe: []string{`backing file "/etc/nodepool/clouds.yaml"`}},
 		{file: "datafile.qcow2", format: "qcow2", unsafe: []string{`external data file "` + filepath.Join(dir, "host.data") + `"`}},
-		{file: "plain.qcow2", format: "raw", unsafe: []string{"claims raw but qemu-img reads qcow2"}},
-		{file: "plain.qcow2", format: "vhd", unsafe: []string{"claims vhd but qemu-img reads qcow2"}},
-		{file: "plain.qcow2", format: "tar", unsafe: []string{"claims tar but qemu-img reads qcow2"}},
-		{file: "backed.qcow2", format: "raw", unsafe: []string{"claims raw but qemu-img reads qcow2", "backing file"}},
-		{file: "split.vmdk", format: "vmdk", unsafe: []string{"2 extents", "split-s001.vmdk"}},
-		{file: "flat.vmdk", format: "vmdk", unsafe: []string{`extent in another file "` + filepath.Join(dir, "flat-flat.vmdk") + `"`}},
-		{file: "plain.vmdk", format: "raw", unsafe: []string{"claims raw but qemu-img reads vmdk"}},
+		{file: "plain.qcow2", format: "raw", unsafe: []string{"claims raw but is qcow2"}},
+		{file: "plain.qcow2", format: "vhd", unsafe: []string{"claims vhd but is qcow2"}},
+		{file: "plain.qcow2", format: "tar", unsafe: []string{"claims tar but is qcow2"}},
+		{file: "backed.qcow2", format: "raw", unsafe: []string{"claims raw but is qcow2"}},
+		{file: "split.vmdk", format: "vmdk", unsafe: []string{"vmdk descriptor file", `SPARSE "split-s001.vmdk", SPARSE "split-s002.vmdk"`}},
+		{file: "flat.vmdk", format: "vmdk", unsafe: []string{"vmdk descriptor file", `FLAT "flat-flat.vmdk"`}},
+		{file: "plain.vmdk", format: "raw", unsafe: []string{"claims raw but is vmdk"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file+" as "+tt.format, func(t *testing.T) {
@@ -176,10 +177,14 @@ func TestInspectMissingFile(t *testing.T) {
 // TestInspectLimits checks that qemu-img runs under prlimit's memory and CPU limits.
 func TestInspectLimits(t *testing.T) {
 	testenv.RequireBinary(t, "prlimit")
-	// The stand-in reports its limits as the format it "reads".
-	qemuImg := fakeQemuImg(t, `printf '{"format": "as=%s,cpu=%s"}' "$(ulimit -v)" "$(ulimit -t)"`)
-	_, err := Inspect(context.Background(), qemuImg, "/dev/null", "iso")
-	if want := "qemu-img reads as=1048576,cpu=30"; err == nil || !strings.Contains(err.Error(), want) {
+	// The stand-in reports its limits in its error.
+	qemuImg := fakeQemuImg(t, `echo "as=$(ulimit -v),cpu=$(ulimit -t)" >&2; exit 1`)
+	iso := filepath.Join(t.TempDir(), "empty.iso")
+	if err := os.WriteFile(iso, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Inspect(context.Background(), qemuImg, iso, "iso")
+	if want := "as=1048576,cpu=30"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Inspect error = %v, want one saying %q", err, want)
 	}
 }
@@ -246,5 +251,141 @@ func TestCheckSizeDefault(t *testing.T) {
 	}
 	if err := (Image{VirtualSize: untrusted.DefaultMaxSize + 1}).CheckSize(0); !errors.Is(err, untrusted.ErrTooLarge) {
 		t.Errorf("a disk above untrusted.DefaultMaxSize with no limit set: %v, want untrusted.ErrTooLarge", err)
+	}
+}
+
+// recordingQemuImg wraps the real qemu-img in a script that logs each command line to
+// the returned file before running it.
+func recordingQemuImg(t *testing.T, qemuImg string) (wrapper, log string) {
+	t.Helper()
+	dir := t.TempDir()
+	log = filepath.Join(dir, "calls")
+	wrapper = filepath.Join(dir, "qemu-img")
+	script := "#!/bin/sh\necho \"$*\" >> '" + log + "'\nexec '" + qemuImg + "' \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper, log
+}
+
+func readCalls(t *testing.T, log string) string {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// patch overwrites the file at path with b at off.
+func patch(t *testing.T, path string, off int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mkfifo(t *testing.T, path string) {
+	t.Helper()
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInspectRefusesOtherFilesBeforeQemu: a qcow2 with an external data file and a vmdk
+// whose extents are other files (a descriptor, a FLAT extent at a FIFO, a sparse file whose
+// embedded descriptor qemu would follow) are refused quickly from their headers, before
+// qemu-img opens them, so nothing of qemu's reading of other files reaches the error; the
+// files that pass are probed with -f the claimed format.
+func TestInspectRefusesOtherFilesBeforeQemu(t *testing.T) {
+	realQemuImg := testenv.RequireBinary(t, "qemu-img")
+	dir := t.TempDir()
+	create := func(args ...string) { qemuImgCreate(t, realQemuImg, dir, args...) }
+	at := func(name string) string { return filepath.Join(dir, name) }
+	create("-f", "qcow2", "plain.qcow2", "1M")
+	create("-f", "raw", "plain.raw", "1M")
+	create("-f", "vmdk", "plain.vmdk", "1M")
+	create("-f", "vmdk", "-o", "subformat=streamOptimized", "stream.vmdk", "1M")
+	create("-f", "qcow2", "-o", "data_file="+at("host.data"), "datafile.qcow2", "1M")
+	// The data file replaced by a FIFO: a qemu that opens it hangs.
+	create("-f", "qcow2", "-o", "data_file="+at("fifo.data"), "fifodata.qcow2", "1M")
+	os.Remove(at("fifo.data"))
+	mkfifo(t, at("fifo.data"))
+	// Only the incompatible-feature bit left: the extension's type overwritten.
+	create("-f", "qcow2", "-o", "data_file="+at("bit.data"), "bit.qcow2", "1M")
+	patch(t, at("bit.qcow2"), 112, []byte{0x12, 0x34, 0x56, 0x78})
+	create("-f", "vmdk", "-o", "subformat=monolithicFlat", "flat.vmdk", "1M")
+	create("-f", "vmdk", "-o", "subformat=twoGbMaxExtentFlat", "twoflat.vmdk", "1M")
+	create("-f", "vmdk", "-o", "subformat=twoGbMaxExtentSparse", "split.vmdk", "1M")
+	mkfifo(t, at("extent.fifo"))
+	descriptor := "# Disk DescriptorFile\nversion=1\nCID=fffffffe\nparentCID=ffffffff\ncreateType=\"monolithicFlat\"\n\nRW 2048 FLAT \"" + at("extent.fifo") + "\" 0\n"
+	if err := os.WriteFile(at("fifo.vmdk"), []byte(descriptor), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A sparse vmdk of capacity 0, whose embedded descriptor names the FIFO.
+	create("-f", "vmdk", "zero.vmdk", "1M")
+	patch(t, at("zero.vmdk"), 12, make([]byte, 8))
+	patch(t, at("zero.vmdk"), 512, append([]byte(descriptor), 0))
+	// A sparse vmdk whose embedded descriptor lists a second extent.
+	create("-f", "vmdk", "two.vmdk", "1M")
+	patch(t, at("two.vmdk"), 512, append([]byte("# Disk DescriptorFile\nversion=1\ncreateType=\"monolithicSparse\"\nRW 2048 SPARSE \"two.vmdk\"\nRW 2048 FLAT \"/etc/passwd\" 0\n"), 0))
+
+	qemuImg, calls := recordingQemuImg(t, realQemuImg)
+	tests := []struct {
+		file, format string
+		unsafe       []string // what the error must name; nil: safe
+	}{
+		{file: "plain.qcow2", format: "qcow2"},
+		{file: "plain.raw", format: "raw"},
+		{file: "plain.vmdk", format: "vmdk"},
+		{file: "stream.vmdk", format: "vmdk"},
+		{file: "datafile.qcow2", format: "qcow2", unsafe: []string{`external data file "` + at("host.data") + `"`}},
+		{file: "fifodata.qcow2", format: "qcow2", unsafe: []string{`external data file "` + at("fifo.data") + `"`}},
+		{file: "bit.qcow2", format: "qcow2", unsafe: []string{"external data file (the qcow2 incompatible feature bit)"}},
+		{file: "flat.vmdk", format: "vmdk", unsafe: []string{`vmdk descriptor file (createType "monolithicFlat")`, `FLAT "flat-flat.vmdk"`}},
+		{file: "twoflat.vmdk", format: "vmdk", unsafe: []string{`vmdk descriptor file (createType "twoGbMaxExtentFlat")`, `FLAT "twoflat-f001.vmdk"`}},
+		{file: "split.vmdk", format: "vmdk", unsafe: []string{`vmdk descriptor file (createType "twoGbMaxExtentSparse")`, `SPARSE "split-s001.vmdk"`}},
+		{file: "fifo.vmdk", format: "vmdk", unsafe: []string{"vmdk descriptor file", `FLAT "` + at("extent.fifo") + `"`}},
+		{file: "fifo.vmdk", format: "raw", unsafe: []string{"claims raw but is vmdk"}},
+		{file: "zero.vmdk", format: "vmdk", unsafe: []string{"capacity 0", `createType "monolithicFlat"`, `FLAT "` + at("extent.fifo") + `"`}},
+		{file: "two.vmdk", format: "vmdk", unsafe: []string{`names 2 extents (SPARSE "two.vmdk", FLAT "/etc/passwd")`}},
+		{file: "extent.fifo", format: "raw", unsafe: []string{"not a regular file"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file+" as "+tt.format, func(t *testing.T) {
+			path := at(tt.file)
+			before := readCalls(t, calls)
+			start := time.Now()
+			_, err := Inspect(context.Background(), qemuImg, path, tt.format)
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("Inspect took %s", d)
+			}
+			ran := strings.TrimPrefix(readCalls(t, calls), before)
+			if tt.unsafe == nil {
+				if err != nil {
+					t.Fatalf("Inspect: %v", err)
+				}
+				if want := "info -f " + qemuFormat(tt.format) + " "; !strings.Contains(ran, want) {
+					t.Errorf("qemu-img ran as %q, want %q", ran, want)
+				}
+				return
+			}
+			if !errors.Is(err, untrusted.ErrUnsafe) {
+				t.Fatalf("Inspect error = %v, want untrusted.ErrUnsafe", err)
+			}
+			for _, want := range append(tt.unsafe, path) {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			if ran != "" {
+				t.Errorf("qemu-img ran on the unsafe file: %q", ran)
+			}
+		})
 	}
 }
