@@ -11,6 +11,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
@@ -30,7 +34,11 @@ type Options struct {
 	Progress *progress.Tracker
 	// Metrics serves /metrics; nil: /metrics is 404.
 	Metrics http.Handler
-	Logger  *slog.Logger
+	// HostNames are names, besides the ones every server answers to (see
+	// allowHost), that requests may carry as their Host. Listen adds the
+	// name it listens on.
+	HostNames []string
+	Logger    *slog.Logger
 }
 
 // Timeouts of a request: the pages are small and read the state once.
@@ -63,8 +71,55 @@ func Handler(opts Options) http.Handler {
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
 	}
-	return mux
+	return checkHost(mux, opts.HostNames)
 }
+
+// checkHost answers only requests whose Host is one allowHost takes, and says
+// nosniff on every answer, so that no browser reads a listing as a script or
+// a page.
+func checkHost(next http.Handler, names []string) http.Handler {
+	own := map[string]bool{"localhost": true}
+	if name, err := os.Hostname(); err == nil {
+		own[hostKey(name)] = true
+	}
+	for _, n := range names {
+		own[hostKey(n)] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if !allowHost(r.Host, own) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusMisdirectedRequest)
+			io.WriteString(w, "the status pages answer only to an address, localhost, this host's name or the name they listen on\n")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// allowHost says whether a request's Host (with or without a port) names
+// this server. DNS rebinding, where a site's name is made to resolve to the
+// builder's address so that the site's script reads the pages, needs a name
+// of the attacker's making, so an IP address is taken whatever it is: a
+// browser sends one only to the origin of that address, the server itself,
+// and a scraper sends the address it scrapes, the builder's own or one that a
+// NAT or a container's published port forwards to it. Names are taken only
+// when they are loopback's (localhost), this host's own, or one the pages
+// listen on.
+func allowHost(host string, own map[string]bool) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return host != "" && own[hostKey(host)]
+}
+
+// hostKey is a name as Host carries it, compared: in any case, with or
+// without the final dot of a fully qualified name.
+func hostKey(name string) string { return strings.ToLower(strings.TrimSuffix(name, ".")) }
 
 type handler struct{ opts Options }
 
@@ -177,6 +232,9 @@ func Listen(addr string, opts Options) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen for the status pages on %s: %w", addr, err)
+	}
+	if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
+		opts.HostNames = append(slices.Clone(opts.HostNames), host)
 	}
 	srv := &http.Server{
 		Handler:           Handler(opts),

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -382,5 +383,91 @@ func TestPageZuulMQTT(t *testing.T) {
 	}
 	if strings.Contains(body, "<script") {
 		t.Errorf("the page carries a script:\n%s", body)
+	}
+}
+
+// request sends a GET of path to the server at base with the Host header
+// given, as a browser led there by another name would.
+func request(t *testing.T, base, path, host string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(body)
+}
+
+// TestHostChecked: a page reached through a name other than the server's own
+// (DNS rebinding: a site's name made to resolve to the builder) is refused,
+// on every path, /metrics and /healthz included; loopback names, any address
+// (a scrape by IP, also through NAT) and the host's own name are answered.
+// Every answer says nosniff.
+func TestHostChecked(t *testing.T) {
+	f := newFixture(t)
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "builds_total 2\n") })
+	opts := Options{Store: f.st, Config: func() *config.Config { return f.cfg }, Progress: f.tracker,
+		Health: func(context.Context) error { return nil }, Metrics: metrics}
+	s, err := Listen("127.0.0.1:0", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	base := strings.TrimSuffix(s.URL(), "/")
+	port := base[strings.LastIndex(base, ":"):]
+	hostname, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, host := range []string{"rebind.example.com" + port, "rebind.example.com", "localhost.example.com" + port,
+		"127.0.0.1.example.com", hostname + ".example.com" + port, "0x7f.0.0.1" + port} {
+		for _, path := range []string{"/", "/image-list", "/image-status.json", "/metrics", "/healthz", "/nothing"} {
+			resp, body := request(t, base, path, host)
+			if resp.StatusCode != http.StatusMisdirectedRequest || resp.Header.Get("Content-Type") != "text/plain; charset=utf-8" ||
+				resp.Header.Get("X-Content-Type-Options") != "nosniff" || len(body) > 200 || strings.Contains(body, "debian") {
+				t.Errorf("GET %s with Host %s: %d %q %q, want a short 421 refusal with nosniff", path, host, resp.StatusCode, resp.Header, body)
+			}
+		}
+	}
+	for _, host := range []string{"127.0.0.1" + port, "127.0.0.1", "localhost" + port, "LocalHost.", "[::1]" + port, "[::1]",
+		"192.0.2.7:8006", "[2001:db8::7]:8006", hostname + port} {
+		for path, want := range map[string]string{"/": "debian", "/image-list": "debian", "/metrics": "builds_total", "/healthz": "ok"} {
+			resp, body := request(t, base, path, host)
+			if resp.StatusCode != 200 || !strings.Contains(body, want) || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+				t.Errorf("GET %s with Host %s: %d %q, want 200 with nosniff", path, host, resp.StatusCode, resp.Header)
+			}
+		}
+	}
+	if resp, _ := request(t, base, "/nothing", "127.0.0.1"+port); resp.StatusCode != 404 || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("GET /nothing: %d %q, want 404 with nosniff", resp.StatusCode, resp.Header)
+	}
+}
+
+// TestHostNames: the names in HostNames (Listen adds its listen address) are
+// answered, in any case and with a final dot; a name that only begins with
+// one is not.
+func TestHostNames(t *testing.T) {
+	f := newFixture(t)
+	srv := f.server(t, Options{HostNames: []string{"builder.example.com"}})
+	for host, want := range map[string]int{
+		"builder.example.com:8006": 200, "Builder.Example.COM.": 200,
+		"builder.example.com.rebind.example.net:8006": 421, "example.com": 421,
+	} {
+		if resp, _ := request(t, srv.URL, "/image-list", host); resp.StatusCode != want {
+			t.Errorf("Host %s: %d, want %d", host, resp.StatusCode, want)
+		}
 	}
 }
