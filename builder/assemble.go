@@ -42,6 +42,10 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 	if cfg.ImagesDir != b.store.Dir() {
 		return nil, fmt.Errorf("%w: images-dir changed from %s to %s; restart the builder to move it", config.ErrUnusable, b.store.Dir(), cfg.ImagesDir)
 	}
+	// Said at start and on every reload, as the clients' warnings are.
+	for _, w := range secretFileWarnings(cfg) {
+		b.log.Warn(w)
+	}
 	open := b.opts.OpenCloud
 	if open == nil {
 		open = b.openOpenStack

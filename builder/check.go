@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/state"
@@ -53,9 +55,10 @@ func (e *CheckError) Unwrap() []error { return append([]error{config.ErrUnusable
 // tools refuse), then what works but puts a credential at risk: a Zuul token or
 // an api-url's password, or a cloud's login, sent over plain http, a cloud
 // that checks no TLS certificate, and the MQTT broker's password sent over
-// plain mqtt://; each names its zuul-image, provider or section. The builder
-// logs them when it opens the Zuul clients and the clouds, at start and on
-// every reload, and when it starts listening to the broker.
+// plain mqtt://; each names its zuul-image, provider or section; and a file
+// holding a secret that other users may read (secretFileWarnings). The
+// builder logs them when it opens the Zuul clients and the clouds, at start
+// and on every reload, and when it starts listening to the broker.
 func Check(ctx context.Context, cfg *config.Config) (warnings []string, err error) {
 	problems := checkDirs(cfg)
 	cloudProblems, cloudWarnings := checkClouds(ctx, cfg)
@@ -73,6 +76,7 @@ func Check(ctx context.Context, cfg *config.Config) (warnings []string, err erro
 		}
 	}
 	problems = append(problems, checkZooKeeperTLS(cfg)...)
+	warnings = append(warnings, secretFileWarnings(cfg)...)
 	if z := cfg.Builder.ZuulMQTT; z != nil {
 		// Making the listener reads its files; it connects to nothing.
 		l, err := zuulmqtt.New(*z, zuulmqtt.Options{Images: func() []config.ZuulImage { return nil }, Hint: func(string) {}})
@@ -161,4 +165,69 @@ func checkClouds(ctx context.Context, cfg *config.Config) (problems []error, war
 		}
 	}
 	return problems, warnings
+}
+
+// secretFileWarnings names each file holding a secret (clouds.yaml, a Zuul
+// auth-token-file, the zookeeper-tls key, builder.zuul-mqtt's password-file
+// and client-key) that users other than the builder's may read, with the
+// chmod that stops them; a file several zuul-images share is named once. A
+// file that does not read is left to the checks that load it.
+func secretFileWarnings(cfg *config.Config) []string {
+	type secret struct{ what, path string }
+	var files []secret
+	if len(cfg.Providers) > 0 {
+		if path, err := openstack.CloudsFile(); err == nil {
+			files = append(files, secret{"clouds.yaml", path})
+		}
+	}
+	for _, zi := range cfg.ZuulImages {
+		files = append(files, secret{"auth-token-file", zi.AuthTokenFile})
+	}
+	if zc := cfg.ZooKeeper; zc != nil && zc.TLS != nil {
+		files = append(files, secret{"zookeeper-tls key", zc.TLS.Key})
+	}
+	if z := cfg.Builder.ZuulMQTT; z != nil {
+		files = append(files, secret{"builder.zuul-mqtt password-file", z.PasswordFile}, secret{"builder.zuul-mqtt client-key", z.ClientKey})
+	}
+	var warnings []string
+	seen := map[string]bool{}
+	for _, f := range files {
+		if f.path == "" || seen[f.path] {
+			continue
+		}
+		seen[f.path] = true
+		if open := openToOthers(f.path); open != "" {
+			warnings = append(warnings, f.what+" "+f.path+" "+open)
+		}
+	}
+	return warnings
+}
+
+// openToOthers says who besides the builder's user may read the file at path,
+// and how to stop them; "" when no one. A file of another user (root's, say)
+// that its group may read is how the builder reads it, and is taken.
+func openToOthers(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	mode := fi.Mode().Perm()
+	owned := true
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		owned = int(st.Uid) == os.Geteuid()
+	}
+	var who string
+	switch {
+	case mode&0o004 != 0:
+		who = "every user of the host"
+	case mode&0o040 != 0 && owned:
+		who = "its group"
+	default:
+		return ""
+	}
+	fix := "chmod 600 " + path
+	if !owned {
+		fix = "give it to the builder's user and " + fix
+	}
+	return fmt.Sprintf("can be read by %s (mode %04o): %s", who, mode, fix)
 }

@@ -2,14 +2,25 @@ package builder
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"log/slog"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
 // TestCheck: every problem is reported, each wrapped in the error, which is
@@ -178,4 +189,141 @@ func TestCheckWarnings(t *testing.T) {
 			t.Errorf("warning %d shows a password: %q", i, warnings[i])
 		}
 	}
+}
+
+// writeKeyPair writes a self-signed certificate and its key, the key with
+// mode keyMode, and returns their paths.
+func writeKeyPair(t *testing.T, dir, name string, keyMode os.FileMode) (cert, key string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, IsCA: true,
+		BasicConstraintsValid: true, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), keyMode); err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+// TestCheckSecretFileModes: every file that holds a secret (the MQTT
+// password-file and client-key, the zookeeper-tls key, a Zuul token, the
+// clouds.yaml) that its group or other users may read is a warning naming
+// it and the chmod that fixes it; at 0600 there is none, and a certificate,
+// which is no secret, may be read by anyone.
+func TestCheckSecretFileModes(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	clouds := write("clouds.yaml", "clouds:\n  c1: {auth_type: none, image_endpoint_override: 'http://127.0.0.1:9/'}\n")
+	t.Setenv("OS_CLIENT_CONFIG_FILE", clouds)
+	token := write("token", "tok\n")
+	password := write("mqtt-password", "pw\n")
+	mqttCert, mqttKey := writeKeyPair(t, dir, "mqtt", 0o644)
+	zkCert, zkKey := writeKeyPair(t, dir, "zk", 0o644)
+	images := filepath.Join(dir, "images")
+	cfg := &config.Config{
+		Path:       filepath.Join(dir, "nodepool.yaml"),
+		ImagesDir:  images,
+		ZuulImages: []config.ZuulImage{{Name: "z1", APIURL: "https://zuul.example.com/", AuthTokenFile: token}, {Name: "z2", APIURL: "https://zuul.example.com/", AuthTokenFile: token}},
+		Providers:  []config.Provider{{Name: "p1", Cloud: "c1"}},
+		ZooKeeper:  &config.ZooKeeper{TLS: &config.ZooKeeperTLS{Cert: zkCert, Key: zkKey, CA: zkCert}},
+		Builder: config.Builder{StateDB: filepath.Join(images, "builder.db"), ZuulMQTT: &config.ZuulMQTT{
+			URL: "mqtts://mqtt.example.com:8883", Host: "mqtt.example.com", Port: 8883, TLS: true,
+			Username: "nodepool", PasswordFile: password, ClientCert: mqttCert, ClientKey: mqttKey}},
+	}
+	secrets := map[string]string{
+		clouds: "clouds.yaml", token: "auth-token-file", password: "builder.zuul-mqtt password-file",
+		mqttKey: "builder.zuul-mqtt client-key", zkKey: "zookeeper-tls key",
+	}
+	warned := func() map[string]string {
+		t.Helper()
+		warnings, err := Check(t.Context(), cfg)
+		if err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		got := map[string]string{}
+		for _, w := range warnings {
+			for path := range secrets {
+				if strings.Contains(w, path+" ") {
+					if _, twice := got[path]; twice {
+						t.Errorf("%s is warned of twice", path)
+					}
+					got[path] = w
+				}
+			}
+			if strings.Contains(w, mqttCert) || strings.Contains(w, zkCert) {
+				t.Errorf("a certificate readable by all is warned of: %q", w)
+			}
+		}
+		return got
+	}
+
+	got := warned()
+	for path, what := range secrets {
+		w := got[path]
+		if !strings.HasPrefix(w, what) || !strings.Contains(w, "can be read by every user of the host (mode 0644)") ||
+			!strings.HasSuffix(w, "chmod 600 "+path) {
+			t.Errorf("warning of %s (%s) = %q, want it named, its mode and chmod 600", what, path, w)
+		}
+	}
+	for path := range secrets {
+		os.Chmod(path, 0o640)
+	}
+	got = warned()
+	for path := range secrets {
+		if w := got[path]; !strings.Contains(w, "can be read by its group (mode 0640)") || !strings.HasSuffix(w, "chmod 600 "+path) {
+			t.Errorf("warning of %s at 0640 = %q", path, w)
+		}
+	}
+	for path := range secrets {
+		os.Chmod(path, 0o600)
+	}
+	if got := warned(); len(got) != 0 {
+		t.Errorf("warnings of files at 0600: %q", got)
+	}
+}
+
+// TestSecretFileModesLogged: the daemon warns of a secret file others may read
+// at start and when a reload brings one in.
+func TestSecretFileModesLogged(t *testing.T) {
+	zuul := zuultest.NewServer(zuultest.ServerOptions{})
+	t.Cleanup(zuul.Close)
+	dir := t.TempDir()
+	private, open := filepath.Join(dir, "private-token"), filepath.Join(dir, "open-token")
+	os.WriteFile(private, []byte("tok\n"), 0o600)
+	os.WriteFile(open, []byte("tok\n"), 0o644)
+	text := func(token, every string) string {
+		return strings.NewReplacer("{{ZUUL}}", zuul.URL(), "{{EVERY}}", every).Replace(zuulImage) + "    auth-token-file: " + token + "\n"
+	}
+	logs := &logBuffer{}
+	r := newRig(t, text(open, "3600"), func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	if logs.count("chmod 600 "+open) != 1 {
+		t.Fatalf("the start does not warn of %s:\n%s", open, logs.b.String())
+	}
+	r.write(strings.Replace(text(private, "3600"), "%s", r.st.Dir(), 1))
+	r.run()
+	testenv.WaitFor(t, 10*time.Second, "the reload", func() bool { return r.b.Config().ZuulImage("zimg").AuthTokenFile == private })
+	os.Chmod(private, 0o644)
+	r.write(strings.Replace(text(private, "3599"), "%s", r.st.Dir(), 1))
+	testenv.WaitFor(t, 10*time.Second, "the reload to warn of "+private, func() bool { return logs.count("chmod 600 "+private) == 1 })
 }
