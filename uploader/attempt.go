@@ -132,16 +132,47 @@ func waitErr(ctx context.Context, err error, timeout time.Duration) error {
 	return err
 }
 
-// runHook runs the provider's post-upload-hook: <hook> <provider> <external_id> <file>.
-// A failure's error holds the tail of what the hook printed (see hookOutput).
+// runHook runs the provider's post-upload-hook: <hook> <provider> <external_id> <file>,
+// in hookEnv's environment. A failure's error holds the tail of what the hook
+// printed (see hookOutput).
 func runHook(ctx context.Context, hook, provider, id, path string) error {
 	cmd := exec.CommandContext(ctx, hook, provider, id, path)
+	cmd.Env = hookEnv(os.Environ())
 	out := &tail{max: hookOutputMax}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("post-upload-hook %s: %w%s", hook, err, out.shown())
 	}
 	return nil
+}
+
+// hookEnvKeys are the variables of the daemon's environment a post-upload-hook
+// gets: what a program needs to run (the path, the user, the locale, the time
+// zone, a temporary directory), to reach the network as the host does (the
+// proxies and CA bundles) and to find the clouds.yaml the builder uses, as the
+// openstack CLI reads it. Nothing else: the daemon's environment may hold
+// cloud passwords and tokens (OS_PASSWORD, a %(NODEPOOL_...) value), which a
+// hook has no need of and might print into the reason the pages show.
+var hookEnvKeys = map[string]bool{
+	"PATH": true, "HOME": true, "USER": true, "LOGNAME": true,
+	"LANG": true, "LANGUAGE": true, "TZ": true, "TMPDIR": true,
+	"http_proxy": true, "https_proxy": true, "no_proxy": true, "all_proxy": true,
+	"HTTP_PROXY": true, "HTTPS_PROXY": true, "NO_PROXY": true, "ALL_PROXY": true,
+	"SSL_CERT_FILE": true, "SSL_CERT_DIR": true,
+	"OS_CLIENT_CONFIG_FILE": true, "OS_CLIENT_SECURE_FILE": true,
+}
+
+// hookEnv is the part of environ a post-upload-hook gets: hookEnvKeys and
+// the locale's LC_* variables.
+func hookEnv(environ []string) []string {
+	env := []string{} // never nil: a nil Env is the whole environment
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if hookEnvKeys[k] || strings.HasPrefix(k, "LC_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // hookOutputMax bounds what of a failed post-upload-hook's output is kept: its

@@ -1383,3 +1383,54 @@ func TestHookOutputTail(t *testing.T) {
 		})
 	}
 }
+
+// TestPostUploadHookEnvironment: the hook gets the documented allowlist of the
+// daemon's environment and nothing else: no cloud password or token, nor any
+// other variable the daemon was started with.
+func TestPostUploadHookEnvironment(t *testing.T) {
+	kept := map[string]string{
+		"HOME": "/home/nodepool", "USER": "nodepool", "LOGNAME": "nodepool", "LANG": "C.UTF-8", "LANGUAGE": "en",
+		"LC_TIME": "C", "TZ": "UTC", "TMPDIR": t.TempDir(), "https_proxy": "http://proxy.example.com:3128",
+		"NO_PROXY": "localhost", "SSL_CERT_FILE": "/etc/ssl/ca.pem", "OS_CLIENT_CONFIG_FILE": "/etc/openstack/clouds.yaml",
+	}
+	dropped := map[string]string{
+		"OS_PASSWORD": "hunter2", "OS_TOKEN": "tok", "OS_APPLICATION_CREDENTIAL_SECRET": "acs", "OS_CLOUD": "c1",
+		"ZUUL_AUTH_TOKEN": "zt", "NODEPOOL_MQTT_PASSWORD": "mp", "AWS_SECRET_ACCESS_KEY": "aws", "GEARMAN_NOTE": "x",
+	}
+	for k, v := range kept {
+		t.Setenv(k, v)
+	}
+	for k, v := range dropped {
+		t.Setenv(k, v)
+	}
+	f := newFixture(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "env")
+	hook := filepath.Join(dir, "hook")
+	os.WriteFile(hook, []byte("#!/bin/sh\nenv > "+out+"\n"), 0o755)
+	f.cfg.Providers[0].PostUploadHook = hook
+	f.addBuild("debian", "qcow2", "raw")
+	if err := f.step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("the hook did not run: %v", err)
+	}
+	env := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		env[k] = v
+	}
+	kept["PATH"] = os.Getenv("PATH")
+	for k, v := range kept {
+		if env[k] != v {
+			t.Errorf("the hook's %s = %q, want %q", k, env[k], v)
+		}
+	}
+	for k := range dropped {
+		if v, ok := env[k]; ok {
+			t.Errorf("the hook got %s=%s", k, v)
+		}
+	}
+}
