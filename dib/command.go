@@ -26,9 +26,10 @@ type invocation struct {
 // command builds the disk-image-create command line that nodepool runs for an
 // image: <dib-cmd> -x -t <formats> --checksum --no-tmpfs [--qemu-img-options
 // compat=0.10] -o <out> <elements...>. out is the build's path without a format
-// suffix. The environment is environ with DIB_RELEASE (when the image has a
-// release), DIB_IMAGE_NAME, DIB_IMAGE_FILENAME, ELEMENTS_PATH (when elementsDir is
-// set) and then the image's env-vars laid over it, so env-vars win, as in nodepool.
+// suffix. The environment is environ without its OS_* variables (see
+// cloudVariable), with DIB_RELEASE (when the image has a release),
+// DIB_IMAGE_NAME, DIB_IMAGE_FILENAME, ELEMENTS_PATH (when elementsDir is set)
+// and then the image's env-vars laid over it, so env-vars win, as in nodepool.
 func command(img *config.DiskImage, formats []string, out, elementsDir string, environ []string) (invocation, error) {
 	dibCmd := img.DIBCmd
 	if dibCmd == "" {
@@ -48,7 +49,7 @@ func command(img *config.DiskImage, formats []string, out, elementsDir string, e
 	argv = append(argv, "-o", out)
 	argv = append(argv, img.Elements...)
 
-	env := newEnv(environ)
+	env := newEnv(slices.DeleteFunc(slices.Clone(environ), cloudVariable))
 	if img.Release != "" {
 		env.set("DIB_RELEASE", img.Release)
 	}
@@ -87,6 +88,14 @@ func fileSuffix(format string) string {
 	}
 	return format
 }
+
+// cloudVariable says whether kv is an OS_* variable: an OpenStack login's
+// settings, its password, token, application credential or client secret
+// among them. No element of diskimage-builder reads one and nodepool's DIB
+// builds never need a cloud, so disk-image-create and every element script
+// under it get none of the credentials the daemon was started with; a
+// diskimage's env-vars may still set one.
+func cloudVariable(kv string) bool { return strings.HasPrefix(kv, "OS_") }
 
 // environment is an ordered environment where a later set replaces an earlier value.
 type environment struct {

@@ -170,3 +170,33 @@ func TestFileSuffix(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandDropsCloudCredentials: disk-image-create gets the daemon's
+// environment but its OS_* variables, where a cloud's password or token is
+// given; a diskimage's env-vars that set one still win.
+func TestCommandDropsCloudCredentials(t *testing.T) {
+	environ := []string{"PATH=/usr/bin", "HOME=/root", "DIB_DEBIAN_COMPONENTS=main", "NODEPOOL_MIRROR=http://mirror",
+		"OS_PASSWORD=hunter2", "OS_TOKEN=tok", "OS_APPLICATION_CREDENTIAL_SECRET=acs", "OS_CLIENT_SECRET=cs",
+		"OS_AUTH_URL=https://keystone.example.com/v3", "OS_CLOUD=c1", "OS_USERNAME=ci"}
+	img := config.DiskImage{Name: "debian", Elements: []string{"e"}, EnvVars: map[string]string{"OS_USERNAME": "element-user", "DIB_X": "1"}}
+	inv, err := command(&img, []string{"qcow2"}, "/images/debian-abc", "", environ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, kv := range inv.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	for k, want := range map[string]string{"PATH": "/usr/bin", "HOME": "/root", "DIB_DEBIAN_COMPONENTS": "main",
+		"NODEPOOL_MIRROR": "http://mirror", "DIB_X": "1", "OS_USERNAME": "element-user", "DIB_IMAGE_NAME": "debian"} {
+		if env[k] != want {
+			t.Errorf("%s=%q, want %q", k, env[k], want)
+		}
+	}
+	for _, k := range []string{"OS_PASSWORD", "OS_TOKEN", "OS_APPLICATION_CREDENTIAL_SECRET", "OS_CLIENT_SECRET", "OS_AUTH_URL", "OS_CLOUD"} {
+		if v, ok := env[k]; ok {
+			t.Errorf("disk-image-create gets %s=%s", k, v)
+		}
+	}
+}
