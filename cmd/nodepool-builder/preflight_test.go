@@ -78,6 +78,7 @@ providers:
 		t.Run(tt.name, func(t *testing.T) {
 			for _, f := range tt.files {
 				writeFileT(t, f, "clouds:\n  other: {auth_type: none, image_endpoint_override: http://x}\n")
+				os.Chmod(f, 0o600) // no warning that names it a second time
 				t.Cleanup(func() { os.Remove(f) })
 			}
 			for _, args := range [][]string{{"-c", cfg, "--once"}, {"-c", cfg, "config-validate"}} {
@@ -319,12 +320,19 @@ func TestImagesDirOfAnotherUser(t *testing.T) {
 func TestConfigValidateWarnsOfCredentialsOverHTTP(t *testing.T) {
 	const password = "pw-0a7d"
 	dir := t.TempDir()
-	t.Setenv("OS_CLIENT_CONFIG_FILE", writeFileT(t, filepath.Join(dir, "clouds.yaml"), `clouds:
+	clouds := writeFileT(t, filepath.Join(dir, "clouds.yaml"), `clouds:
   cloud-a:
     auth: {auth_url: 'http://ks:`+password+`@keystone.example.org:5000/v3', username: u, password: `+password+`,
            user_domain_name: Default, project_name: ci, project_domain_name: Default}
-`))
+`)
+	t.Setenv("OS_CLIENT_CONFIG_FILE", clouds)
 	token := writeFileT(t, filepath.Join(dir, "zuul.token"), "tok\n")
+	// Readable by the builder's user alone, so that only the warnings of plain http are given.
+	for _, f := range []string{clouds, token} {
+		if err := os.Chmod(f, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cfg := writeFileT(t, filepath.Join(dir, "nodepool.yaml"), "images-dir: "+filepath.Join(dir, "images")+`
 diskimages:
   - name: zuul
