@@ -265,7 +265,7 @@ func (r *rig) build(image string) store.Build {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if err := os.WriteFile(r.st.FilePath(image, b.ID, "raw"), []byte("data of "+b.ID), 0o644); err != nil {
+	if err := os.WriteFile(mustPath(r.st.FilePath(image, b.ID, "raw")), []byte("data of "+b.ID), 0o644); err != nil {
 		r.t.Fatal(err)
 	}
 	b.SetFile(store.File{Format: "raw", Size: int64(len("data of " + b.ID)), Present: true})
@@ -430,7 +430,7 @@ func TestOnceDoesEveryStepToCompletion(t *testing.T) {
 	}
 	// A build whose file is gone fails its upload; --once says so.
 	broken := r.build("img-b")
-	os.Remove(r.st.FilePath("img-b", broken.ID, "raw"))
+	os.Remove(mustPath(r.st.FilePath("img-b", broken.ID, "raw")))
 	if err := r.b.Once(ctx); err == nil || !strings.Contains(err.Error(), "open image file") {
 		t.Fatalf("--once with a failing upload: %v", err)
 	}

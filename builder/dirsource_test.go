@@ -108,7 +108,7 @@ func (d *dirSource) Make(ctx context.Context, work *source.Work, w *store.BuildW
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(w.Path("raw"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	out, err := os.OpenFile(mustPath(w.Path("raw")), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func (d *dirSource) Make(ctx context.Context, work *source.Work, w *store.BuildW
 	if err := out.Close(); err != nil {
 		return err
 	}
-	sha, md, size, err := store.HashFile(ctx, w.Path("raw"))
+	sha, md, size, err := store.HashFile(ctx, mustPath(w.Path("raw")))
 	if err != nil {
 		return err
 	}
@@ -252,7 +252,7 @@ func wantDirBuild(t *testing.T, r *rig, b store.Build, sha string) {
 	if b.State != store.Ready || b.Source != sourceDir || !ok || !f.Present || f.SHA256 != sha {
 		t.Fatalf("build %+v: want it ready, of source %q, with a raw file of sha256 %s", b, sourceDir, sha)
 	}
-	got, _, _, err := store.HashFile(context.Background(), r.st.FilePath(b.Image, b.ID, "raw"))
+	got, _, _, err := store.HashFile(context.Background(), mustPath(r.st.FilePath(b.Image, b.ID, "raw")))
 	if err != nil || got != sha {
 		t.Fatalf("the raw file of %s: sha256 %s, %v; want %s", b.Name(), got, err, sha)
 	}
@@ -364,7 +364,7 @@ func TestDirSourceRotation(t *testing.T) {
 		return fmt.Sprintf("builds: %+v\nuploads: %+v", r.dirBuilds(), r.uploads(store.UploadFilter{}))
 	})
 	for _, m := range versions[:2] {
-		matches, _ := filepath.Glob(r.st.BuildPath(m.build.Image, m.build.ID) + "*")
+		matches, _ := filepath.Glob(mustPath(r.st.BuildPath(m.build.Image, m.build.ID)) + "*")
 		if len(matches) != 0 {
 			t.Errorf("files of the rotated build %s left: %v", m.build.Name(), matches)
 		}
@@ -478,7 +478,7 @@ func TestDirSourceRecover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(w.Path("raw"), []byte("half an ima"), 0o644); err != nil {
+	if err := os.WriteFile(mustPath(w.Path("raw")), []byte("half an ima"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.b.Recover(ctx); err != nil {
@@ -492,7 +492,7 @@ func TestDirSourceRecover(t *testing.T) {
 	if err != nil || !source.Interrupted(b) {
 		t.Fatalf("the build after recovery: %+v, %v; want it failed, %q", b, err, source.InterruptedReason)
 	}
-	if _, err := os.Stat(w.Path("raw")); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(mustPath(w.Path("raw"))); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the build's file after recovery: %v; want it removed", err)
 	}
 }

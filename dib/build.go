@@ -86,7 +86,11 @@ type runResult struct {
 // and kills it when build-timeout passes or ctx ends.
 func (b *Source) run(ctx context.Context, img *config.DiskImage, w *store.BuildWriter, formats []string, logFile string) runResult {
 	cfg, rec := b.opts.Config, w.Build()
-	inv, err := command(img, formats, w.Base(), cfg.ElementsDir, os.Environ())
+	base, err := w.Base()
+	if err != nil {
+		return runResult{err: err}
+	}
+	inv, err := command(img, formats, base, cfg.ElementsDir, os.Environ())
 	if err != nil {
 		return runResult{err: err}
 	}
@@ -181,10 +185,17 @@ func (b *Source) finish(ctx context.Context, w *store.BuildWriter, formats []str
 // the sidecars DIB wrote beside it (--checksum), else computed. The build
 // writer writes the store's sidecars.
 func (b *Source) collect(ctx context.Context, w *store.BuildWriter, format string) (store.File, error) {
-	path := w.Path(format)
+	path, err := w.Path(format)
+	if err != nil {
+		return store.File{}, err
+	}
+	base, err := w.Base()
+	if err != nil {
+		return store.File{}, err
+	}
 	out := path // where DIB wrote it
 	if suffix := fileSuffix(format); suffix != format {
-		out = w.Base() + "." + suffix
+		out = base + "." + suffix
 	}
 	sha, err := store.ReadSidecar(out + ".sha256")
 	if err != nil {
@@ -213,7 +224,7 @@ func (b *Source) collect(ctx context.Context, w *store.BuildWriter, format strin
 		return store.File{}, fmt.Errorf("DIB exited 0 but %s is not a regular file", path)
 	}
 	// DIB writes its files as its umask says: readable by everyone, most often.
-	for _, p := range []string{path, path + ".sha256", path + ".md5", w.Base() + ".d"} {
+	for _, p := range []string{path, path + ".sha256", path + ".md5", base + ".d"} {
 		if err := perm.TightenTree(p); err != nil {
 			return store.File{}, fmt.Errorf("DIB's %s output: %w", format, err)
 		}
@@ -239,7 +250,9 @@ func (b *Source) filePaths(built store.Build) map[string]string {
 	}
 	paths := map[string]string{}
 	for _, f := range built.Files {
-		paths[f.Format] = b.opts.Store.FilePath(built.Image, built.ID, f.Format)
+		if p, err := b.opts.Store.FilePath(built.Image, built.ID, f.Format); err == nil {
+			paths[f.Format] = p
+		}
 	}
 	return paths
 }

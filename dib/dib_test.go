@@ -313,7 +313,7 @@ providers:
 		formats:    []string{"qcow2", "raw"},
 		then: func(t *testing.T, f *fixture, b core, bd store.Build) {
 			for _, file := range bd.Files {
-				path := f.st.FilePath("debian", bd.ID, file.Format)
+				path := mustPath(f.st.FilePath("debian", bd.ID, file.Format))
 				sha, _, _ := fileSums(t, path)
 				if got, _ := store.ReadSidecar(path + ".sha256"); got != sha {
 					t.Errorf("%s.sha256 sidecar = %q, want %s", path, got, sha)
@@ -332,7 +332,7 @@ providers:
 		image:   "live",
 		formats: []string{"squashfs"},
 		then: func(t *testing.T, f *fixture, b core, bd store.Build) {
-			path := f.st.FilePath("live", bd.ID, "squashfs")
+			path := mustPath(f.st.FilePath("live", bd.ID, "squashfs"))
 			sha, _, _ := fileSums(t, path)
 			if file, ok := bd.File("squashfs"); !ok || file.SHA256 != sha {
 				t.Errorf("squashfs file = %+v, want sha256 %s", file, sha)
@@ -354,7 +354,7 @@ providers:
 			}
 			bd := f.build(context.Background(), b, tc.image)
 			rec := f.recorded()
-			out := f.st.BuildPath(tc.image, bd.ID)
+			out := mustPath(f.st.BuildPath(tc.image, bd.ID))
 			expand := strings.NewReplacer("{{OUT}}", out, "{{ELEMENTS}}", f.elements).Replace
 
 			args := rec.args
@@ -393,7 +393,7 @@ providers:
 				t.Errorf("formats = %q, want %q", got, tc.formats)
 			}
 			for _, file := range bd.Files {
-				sha, md, size := fileSums(t, f.st.FilePath(tc.image, bd.ID, file.Format))
+				sha, md, size := fileSums(t, mustPath(f.st.FilePath(tc.image, bd.ID, file.Format)))
 				if file.SHA256 != sha || file.MD5 != md || file.Size != size {
 					t.Errorf("%s: recorded sha256 %s md5 %s size %d; the file has %s %s %d", file.Format, file.SHA256, file.MD5, file.Size, sha, md, size)
 				}
@@ -999,7 +999,7 @@ func TestStatsdNames(t *testing.T) {
 		"nodepool.dib_image_build.debian.status.last_build:*",
 	}
 	for _, format := range []string{"qcow2", "raw"} {
-		fi, err := os.Stat(f.st.FilePath("debian", bd.ID, format))
+		fi, err := os.Stat(mustPath(f.st.FilePath("debian", bd.ID, format)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -87,7 +87,7 @@ providers:
 	if !ok || len(file.SHA256) != 64 || len(file.MD5) != 32 || file.Size == 0 {
 		t.Fatalf("qcow2 file = %+v, want checksums and a size", file)
 	}
-	path := st.FilePath(bd.Image, bd.ID, "qcow2")
+	path := mustPath(st.FilePath(bd.Image, bd.ID, "qcow2"))
 	out, err := exec.CommandContext(ctx, "qemu-img", "info", "--output=json", path).Output()
 	if err != nil {
 		t.Fatalf("qemu-img info %s: %v", path, err)

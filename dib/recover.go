@@ -19,7 +19,7 @@ func (b *Source) Abandon(ctx context.Context, rec store.Build) error {
 	if rec.Source != store.SourceDIB || rec.PID <= 0 || rec.PID == os.Getpid() {
 		return nil
 	}
-	if !runsFor(rec.PID, b.opts.Store.BuildPath(rec.Image, rec.ID)) {
+	if base, err := b.opts.Store.BuildPath(rec.Image, rec.ID); err != nil || !runsFor(rec.PID, base) {
 		return nil
 	}
 	b.log.Warn("stopping a DIB process left by a builder that is gone", "build", rec.Name(), "pid", rec.PID)

@@ -33,7 +33,7 @@ func TestAbandonStopsOrphanedDIB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	left := orphan(t, f.st.BuildPath("debian", rec.ID))
+	left := orphan(t, mustPath(f.st.BuildPath("debian", rec.ID)))
 	rec.PID = left.Process.Pid
 
 	// A process whose pid was recorded for another build is not ours to kill.

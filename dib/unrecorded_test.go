@@ -117,7 +117,7 @@ func TestReadyWriteFailedLeavesBuildToRecovery(t *testing.T) {
 	if len(bs) != 1 || bs[0].State != store.Building {
 		t.Fatalf("builds = %+v, want the one build still building, for recovery", bs)
 	}
-	if _, err := os.Stat(f.st.FilePath("debian", bs[0].ID, "qcow2")); err != nil {
+	if _, err := os.Stat(mustPath(f.st.FilePath("debian", bs[0].ID, "qcow2"))); err != nil {
 		t.Errorf("the build's file was removed though its outcome was never recorded: %v", err)
 	}
 	if reqs, _ := f.st.BuildRequests(ctx); len(reqs) != 1 {
@@ -161,7 +161,7 @@ func TestReadyWriteAnswerLostSettlesRequestOnce(t *testing.T) {
 	if len(bs) != 1 || bs[0].State != store.Ready {
 		t.Fatalf("builds = %+v, want the one build ready", bs)
 	}
-	if _, err := os.Stat(f.st.FilePath("debian", bs[0].ID, "qcow2")); err != nil {
+	if _, err := os.Stat(mustPath(f.st.FilePath("debian", bs[0].ID, "qcow2"))); err != nil {
 		t.Errorf("the ready build's file was removed: %v", err)
 	}
 	f.clock.Add(time.Minute)
@@ -233,7 +233,7 @@ func TestReadyWriteConflictFailsTheBuild(t *testing.T) {
 	if len(bs) != 1 || bs[0].State != store.Failed {
 		t.Fatalf("builds = %+v, want the build failed", bs)
 	}
-	if _, err := os.Stat(f.st.FilePath("debian", bs[0].ID, "qcow2")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(mustPath(f.st.FilePath("debian", bs[0].ID, "qcow2"))); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the failed build's file is still there: %v", err)
 	}
 }

@@ -261,7 +261,7 @@ func TestPollDoesNotRefetchALostBuild(t *testing.T) {
 			f.pollIngests("the first poll", zb)
 			cur, _ := f.st.Cursor(ctx, "debian")
 			b := mustBuild(t, f.st, cur.Build)
-			file := f.st.FilePath("debian", b.ID, "qcow2")
+			file := mustPath(f.st.FilePath("debian", b.ID, "qcow2"))
 			// As nodepool's cleanup writes it: the state changes, the reason
 			// it had while ready (none) stays.
 			b.SetState(store.Deleting, time.Now())

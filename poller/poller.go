@@ -792,7 +792,10 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		if sha == "" && zi.RequireChecksum {
 			return refuse(format, fmt.Errorf("artifact %q (%s) has no sha256 in its metadata and require-checksum is set", c.Name, format))
 		}
-		dest := w.Path(format)
+		dest, err := w.Path(format)
+		if err != nil {
+			return err
+		}
 		began := time.Now()
 		res, err := fetcher.Fetch(ctx, artifacts.Request{
 			URL:    c.URL,
@@ -911,7 +914,10 @@ func (p *Poller) convertFormat(ctx context.Context, w *store.BuildWriter, src qe
 	if _, err := exec.LookPath(p.opts.QemuImg); err != nil {
 		return fmt.Errorf("convert %s to %s: %s is not installed: %w", src.Format, dst, p.opts.QemuImg, err)
 	}
-	out := w.Path(dst)
+	out, err := w.Path(dst)
+	if err != nil {
+		return err
+	}
 	p.log.Info("converting", "image", b.Image, "build", b.ID, "from", src.Format, "to", dst, "virtual_size", src.VirtualSize)
 	if err := qemuimg.Convert(ctx, p.opts.QemuImg, src, out, dst, store.CreateConversionTemp); err != nil {
 		return err

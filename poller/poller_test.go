@@ -159,7 +159,7 @@ func TestPollFetchesOnlyNeededFormats(t *testing.T) {
 			t.Errorf("artifact %s: %d bytes served", a.Name, served)
 		}
 	}
-	raw := f.st.FilePath("debian", out.Ingested.ID, "raw")
+	raw := mustPath(f.st.FilePath("debian", out.Ingested.ID, "raw"))
 	data, _ := os.ReadFile(raw)
 	if !bytes.Equal(data, f.image("raw", "1")) {
 		t.Fatal("raw file is not the decompressed artifact")
@@ -432,7 +432,7 @@ func TestPollConvertsUnpublishedFormat(t *testing.T) {
 	if !ok || raw.Size != 4<<20 || raw.SHA256 == "" {
 		t.Fatalf("converted raw = %+v (ok=%v)", raw, ok)
 	}
-	info, err := exec.Command(qemuImg, "info", "--output=json", f.st.FilePath("debian", out.Ingested.ID, "raw")).Output()
+	info, err := exec.Command(qemuImg, "info", "--output=json", mustPath(f.st.FilePath("debian", out.Ingested.ID, "raw"))).Output()
 	if err != nil || !strings.Contains(string(info), `"format": "raw"`) {
 		t.Fatalf("qemu-img info: %s %v", info, err)
 	}

@@ -144,7 +144,7 @@ func (f *fake) ended() []End {
 // writeFile makes a format's file of the build where the writer says and
 // records it with its real checksums, as a source that verified it does.
 func writeFile(ctx context.Context, w *store.BuildWriter, format string) error {
-	path := w.Path(format)
+	path := mustPath(w.Path(format))
 	if err := os.WriteFile(path, []byte(w.Build().Name()+" "+format), 0o600); err != nil {
 		return err
 	}
@@ -322,11 +322,11 @@ func TestStepCommits(t *testing.T) {
 	if !ok || !file.Present {
 		t.Fatalf("ready build %+v has no present qcow2 file", b)
 	}
-	data, err := os.ReadFile(f.st.FilePath("debian", b.ID, "qcow2"))
+	data, err := os.ReadFile(mustPath(f.st.FilePath("debian", b.ID, "qcow2")))
 	if err != nil || string(data) != b.Name()+" qcow2" {
 		t.Fatalf("the build's file reads %q, %v", data, err)
 	}
-	if sha, _ := store.ReadSidecar(f.st.FilePath("debian", b.ID, "qcow2") + ".sha256"); sha != file.SHA256 {
+	if sha, _ := store.ReadSidecar(mustPath(f.st.FilePath("debian", b.ID, "qcow2")) + ".sha256"); sha != file.SHA256 {
 		t.Fatalf("sha256 sidecar %q, record %q", sha, file.SHA256)
 	}
 
@@ -365,7 +365,7 @@ func TestMakeFails(t *testing.T) {
 			return err
 		}
 		// One made and not recorded yet: it goes too.
-		if err := os.WriteFile(w.Path("raw"), []byte("half"), 0o600); err != nil {
+		if err := os.WriteFile(mustPath(w.Path("raw")), []byte("half"), 0o600); err != nil {
 			return err
 		}
 		return failure
@@ -851,7 +851,7 @@ func TestInto(t *testing.T) {
 	if b.State != store.Ready || !ok || !raw.Present || !slices.Equal(b.Formats(), []string{"qcow2", "raw"}) {
 		t.Fatalf("recorded %+v; want ready, with qcow2 and a present raw file", b)
 	}
-	if _, err := os.Stat(f.st.FilePath("debian", b.ID, "raw")); err != nil {
+	if _, err := os.Stat(mustPath(f.st.FilePath("debian", b.ID, "raw"))); err != nil {
 		t.Fatalf("the added file: %v", err)
 	}
 	if c, a := f.src.committed(), f.src.abortedBuilds(); len(c) != 0 || len(a) != 0 {

@@ -40,7 +40,8 @@ type Options struct {
 // OpenState opens the images-dir and the state of a config: in ZooKeeper when
 // zookeeper-servers are set, else in SQLite.
 func Open(ctx context.Context, cfg *config.Config, opts Options) (*store.Store, error) {
-	sopts := store.Options{ImagesDir: cfg.ImagesDir, DBPath: cfg.Builder.StateDB, Access: opts.Access, TakeOver: opts.TakeOver}
+	sopts := store.Options{ImagesDir: cfg.ImagesDir, DBPath: cfg.Builder.StateDB, Access: opts.Access, TakeOver: opts.TakeOver,
+		Logger: opts.Logger}
 	if cfg.ZooKeeper == nil {
 		return openSQLiteState(ctx, cfg, sopts)
 	}

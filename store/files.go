@@ -18,13 +18,36 @@ import (
 const partialDirName = ".partial"
 
 // FilePath is where a build's file of a format lives: <images-dir>/<image>-<build_id>.<format>.
-func (s *Store) FilePath(image, buildID, format string) string {
-	return filepath.Join(s.dir, image+"-"+buildID+"."+format)
+// Names come from records, which other programs write: one that would lead
+// out of the images-dir is an error.
+func (s *Store) FilePath(image, buildID, format string) (string, error) {
+	if !safePart(format) {
+		return "", fmt.Errorf("format %q of build %s-%s names no file of the images-dir: the record is refused", format, image, buildID)
+	}
+	return s.inDir(image, buildID, "."+format)
 }
 
 // BuildPath is a build's path without the format suffix, as DIB's -o takes it.
-func (s *Store) BuildPath(image, buildID string) string {
-	return filepath.Join(s.dir, image+"-"+buildID)
+func (s *Store) BuildPath(image, buildID string) (string, error) {
+	return s.inDir(image, buildID, "")
+}
+
+// inDir is <images-dir>/<image>-<build_id><suffix>, or an error when the
+// image or id is no safe part of a name, or the name is no file right in the
+// images-dir.
+func (s *Store) inDir(image, buildID, suffix string) (string, error) {
+	name := image + "-" + buildID + suffix
+	p := filepath.Join(s.dir, name)
+	if !safePart(image) || !safePart(buildID) || !filepath.IsLocal(name) || filepath.Dir(p) != filepath.Clean(s.dir) {
+		return "", fmt.Errorf("build %q of image %q names no file of the images-dir: the record is refused", buildID, image)
+	}
+	return p, nil
+}
+
+// safePart tells whether s can be part of a file name: not empty, not a
+// relative step, no separator.
+func safePart(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, `/\`)
 }
 
 // PartialDir is where downloads in progress live until verified.
@@ -107,7 +130,10 @@ func ReadSidecar(path string) (string, error) {
 
 // RemoveFormat removes a build's file of one format and its sidecars.
 func (s *Store) RemoveFormat(image, buildID, format string) error {
-	p := s.FilePath(image, buildID, format)
+	p, err := s.FilePath(image, buildID, format)
+	if err != nil {
+		return fmt.Errorf("remove a file: %w", err)
+	}
 	for _, name := range []string{p, p + ".sha256", p + ".md5"} {
 		if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove %s: %w", name, err)
@@ -119,6 +145,9 @@ func (s *Store) RemoveFormat(image, buildID, format string) error {
 // RemoveBuildFiles removes every file of a build: its formats, sidecars and DIB's
 // <image>-<build_id>.d manifest directory.
 func (s *Store) RemoveBuildFiles(image, buildID string) error {
+	if _, err := s.BuildPath(image, buildID); err != nil {
+		return fmt.Errorf("remove files: %w", err)
+	}
 	prefix := image + "-" + buildID + "."
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {

@@ -21,7 +21,7 @@ func TestTempFilesAreLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := s.FilePath(b.Image, b.ID, "raw")
+	raw := mustPath(s.FilePath(b.Image, b.ID, "raw"))
 	makers := map[string]func() (*os.File, error){
 		"conversion":     func() (*os.File, error) { return CreateConversionTemp(raw) },
 		"atomic write":   func() (*os.File, error) { return createTemp(raw+".sha256", tempWrite) },

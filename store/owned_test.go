@@ -17,7 +17,7 @@ func begin(t *testing.T, s *Store, image string) Build {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(w.Path("raw"), []byte("disk"), 0o640); err != nil {
+	if err := os.WriteFile(mustPath(w.Path("raw")), []byte("disk"), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Add(ctx, File{Format: "raw", SHA256: "s", MD5: "m", Size: 4}); err != nil {
@@ -91,14 +91,14 @@ func TestOwnedBuilds(t *testing.T) {
 		t.Errorf("lost = %v, want gone and marked", names)
 	}
 	for _, b := range []Build{gone, marked} {
-		if _, err := os.Stat(s.FilePath(b.Image, b.ID, "raw")); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(mustPath(s.FilePath(b.Image, b.ID, "raw"))); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("file of lost build %s: %v, want it removed", b.Name(), err)
 		}
 		if s.Owns(b.Image, b.ID) {
 			t.Errorf("lost build %s is still marked", b.Name())
 		}
 	}
-	if _, err := os.Stat(s.FilePath(kept.Image, kept.ID, "raw")); err != nil || !s.Owns(kept.Image, kept.ID) {
+	if _, err := os.Stat(mustPath(s.FilePath(kept.Image, kept.ID, "raw"))); err != nil || !s.Owns(kept.Image, kept.ID) {
 		t.Errorf("build %s with its record: %v, marked %v; want its file and mark kept", kept.Name(), err, s.Owns(kept.Image, kept.ID))
 	}
 	if again, err := s.SettleLost(ctx, time.Now(), nil); err != nil || len(again) != 0 {

@@ -5,10 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -23,6 +26,11 @@ type SQLite struct {
 	db    *sql.DB
 	now   func() time.Time
 	locks localLocks
+	// log tells of records refused on read (see CheckBuild): a hand edit of
+	// the database is input as ZooKeeper's records are.
+	log       *slog.Logger
+	refusedMu sync.Mutex
+	refused   map[string]int64 // the records logged as refused, at the version logged
 }
 
 // sqliteIdleConns is how many connections stay open between queries.
@@ -62,7 +70,7 @@ func OpenSQLite(ctx context.Context, path string, access Access, now func() time
 	// Keep connections for the steps that run at once: opening one parses the
 	// schema again, which costs more than most queries.
 	db.SetMaxIdleConns(sqliteIdleConns)
-	s := &SQLite{db: db, now: now}
+	s := &SQLite{db: db, now: now, log: slog.Default(), refused: map[string]int64{}}
 	if access == ReadOnly {
 		err = s.checkSchema(ctx)
 	} else {
@@ -512,7 +520,10 @@ func (s *SQLite) Builds(ctx context.Context, f BuildFilter) ([]Build, error) {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
 	q += " ORDER BY created DESC, rowid DESC"
-	return s.queryBuilds(ctx, q, args...)
+	builds, err := s.queryBuilds(ctx, q, args...)
+	return slices.DeleteFunc(builds, func(b Build) bool {
+		return s.refuse("build "+b.Name(), b.Version, CheckBuild(b)) != nil
+	}), err
 }
 
 // Build returns one build.
@@ -523,6 +534,9 @@ func (s *SQLite) Build(ctx context.Context, id string) (Build, error) {
 	}
 	if len(bs) == 0 {
 		return Build{}, fmt.Errorf("build %s: %w", id, ErrNotFound)
+	}
+	if err := s.refuse("build "+bs[0].Name(), bs[0].Version, CheckBuild(bs[0])); err != nil {
+		return Build{}, err
 	}
 	return bs[0], nil
 }
@@ -666,12 +680,31 @@ func (s *SQLite) Uploads(ctx context.Context, f UploadFilter) ([]Upload, error) 
 			return nil, fmt.Errorf("list uploads: %w", err)
 		}
 		u.State, u.StateTime, u.NextAttempt = State(st), fromUnixNano(stateTime), fromUnixNano(next)
+		if s.refuse("upload "+u.String(), u.Version, CheckUpload(u)) != nil {
+			continue
+		}
 		out = append(out, u)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list uploads: %w", err)
 	}
 	return out, nil
+}
+
+// refuse logs a record refused on read, once for each version of it, and
+// returns an error naming it; nil when err is nil.
+func (s *SQLite) refuse(record string, version int64, err error) error {
+	if err == nil {
+		return nil
+	}
+	s.refusedMu.Lock()
+	logged := s.refused[record] == version
+	s.refused[record] = version
+	s.refusedMu.Unlock()
+	if !logged {
+		s.log.Warn("refusing a record of the state database: it is not acted on, and left as it is", "record", record, "error", err)
+	}
+	return fmt.Errorf("%s in the state database is refused: %w", record, err)
 }
 
 // Cursor returns an image's poll cursor; a zero Cursor when it has none.

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,6 +57,9 @@ type Options struct {
 	Backend Backend
 	// Hostname is recorded on the builds this builder makes; default the host's.
 	Hostname string
+	// Logger tells of records of the SQLite state refused on read; default
+	// slog's default logger.
+	Logger *slog.Logger
 	// TakeOver lets Create use an images-dir that another builder used (its
 	// builder_id.txt and files), becoming that builder; without it such a
 	// directory is refused with ErrForeignImagesDir.
@@ -106,9 +110,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	backend := opts.Backend
 	where := "the state"
 	if backend == nil {
-		if backend, err = OpenSQLite(ctx, dbPath, opts.Access, opts.Now); err != nil {
+		sq, err := OpenSQLite(ctx, dbPath, opts.Access, opts.Now)
+		if err != nil {
 			return nil, err
 		}
+		if opts.Logger != nil {
+			sq.log = opts.Logger
+		}
+		backend = sq
 		where = "state database " + dbPath
 	}
 	if opts.Access == Create {

@@ -78,7 +78,7 @@ func TestTwoOpenersShareState(t *testing.T) {
 func TestFilesAndSidecars(t *testing.T) {
 	dir := t.TempDir()
 	s := openTest(t, dir)
-	p := s.FilePath("fedora", "abc", "qcow2")
+	p := mustPath(s.FilePath("fedora", "abc", "qcow2"))
 	if p != filepath.Join(dir, "fedora-abc.qcow2") {
 		t.Fatalf("path = %s", p)
 	}
@@ -94,13 +94,13 @@ func TestFilesAndSidecars(t *testing.T) {
 		t.Fatalf("read sidecar = %q, %v", got, err)
 	}
 	// Another image whose name extends this one must survive.
-	other := s.FilePath("fedora-40", "abc", "qcow2")
+	other := mustPath(s.FilePath("fedora-40", "abc", "qcow2"))
 	os.WriteFile(other, []byte("x"), 0o644)
-	os.MkdirAll(s.BuildPath("fedora", "abc")+".d", 0o755)
+	os.MkdirAll(mustPath(s.BuildPath("fedora", "abc"))+".d", 0o755)
 	if err := s.RemoveBuildFiles("fedora", "abc"); err != nil {
 		t.Fatal(err)
 	}
-	for _, gone := range []string{p, p + ".sha256", p + ".md5", s.BuildPath("fedora", "abc") + ".d"} {
+	for _, gone := range []string{p, p + ".sha256", p + ".md5", mustPath(s.BuildPath("fedora", "abc")) + ".d"} {
 		if _, err := os.Stat(gone); !os.IsNotExist(err) {
 			t.Errorf("%s still exists", gone)
 		}

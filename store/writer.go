@@ -49,14 +49,15 @@ func (s *Store) WriterOf(b Build) *BuildWriter {
 // Build is the record as last written.
 func (w *BuildWriter) Build() Build { return w.build }
 
-// Path is where the build's file of format goes.
-func (w *BuildWriter) Path(format string) string {
+// Path is where the build's file of format goes; an error for a format that
+// names no file of the images-dir.
+func (w *BuildWriter) Path(format string) (string, error) {
 	return w.s.FilePath(w.build.Image, w.build.ID, format)
 }
 
 // Base is the path of the build's files without their suffix, for a tool that
 // names its files itself (DIB's output, its manifest directory).
-func (w *BuildWriter) Base() string {
+func (w *BuildWriter) Base() (string, error) {
 	return w.s.BuildPath(w.build.Image, w.build.ID)
 }
 
@@ -67,7 +68,11 @@ func (w *BuildWriter) Add(ctx context.Context, files ...File) error {
 	next := own(w.build)
 	var formats []string
 	for _, f := range files {
-		if err := WriteSidecars(w.Path(f.Format), f.SHA256, f.MD5); err != nil {
+		p, err := w.Path(f.Format)
+		if err != nil {
+			return err
+		}
+		if err := WriteSidecars(p, f.SHA256, f.MD5); err != nil {
 			return err
 		}
 		f.Present = true
@@ -100,7 +105,11 @@ func (w *BuildWriter) Commit(ctx context.Context, changes ...Change) (Build, err
 		if !f.Present {
 			continue
 		}
-		if _, err := os.Stat(w.Path(f.Format)); err != nil {
+		p, err := w.Path(f.Format)
+		if err != nil {
+			return w.build, fmt.Errorf("commit build %s: %w", w.build.Name(), err)
+		}
+		if _, err := os.Stat(p); err != nil {
 			return w.build, fmt.Errorf("commit build %s: its %s file: %w", w.build.Name(), f.Format, err)
 		}
 	}

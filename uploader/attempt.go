@@ -40,7 +40,10 @@ func (a *attempt) run(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	path := u.opts.Store.FilePath(a.build.Image, a.build.ID, a.file.Format)
+	path, err := u.opts.Store.FilePath(a.build.Image, a.build.ID, a.file.Format)
+	if err != nil {
+		return err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("open image file: %w", err)

@@ -54,7 +54,7 @@ func (s glanceSetup) readyBuild(tb testing.TB, sum string, put func(path string)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	path := s.st.FilePath("debian", b.ID, "raw")
+	path := mustPath(s.st.FilePath("debian", b.ID, "raw"))
 	if err := put(path); err != nil {
 		tb.Fatal(err)
 	}

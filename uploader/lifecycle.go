@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -421,7 +422,18 @@ func (u *Uploader) deleteUpload(ctx context.Context, up store.Upload) error {
 			return fmt.Errorf("delete upload %s: provider %s is not in the config; its image %s stays", up, up.Provider, up.ExternalID)
 		}
 		cctx, cancel := u.cloudCtx(ctx)
-		err := cloud.Delete(cctx, up.ExternalID)
+		err := u.checkOurs(cctx, cloud, up)
+		if errors.Is(err, errNotOurs) {
+			cancel()
+			if _, said := u.notOurs.LoadOrStore(up.String()+"@"+up.ExternalID, true); !said {
+				u.log.Warn("not deleting a cloud image that is not this upload's: the record stays; check who wrote it, "+
+					"and delete the record or the image by hand if it is wrong", "upload", up.String(), "external_id", up.ExternalID, "reason", err)
+			}
+			return nil
+		}
+		if err == nil {
+			err = cloud.Delete(cctx, up.ExternalID)
+		}
 		cancel()
 		if err != nil {
 			u.opts.Metrics.Failed(metrics.StepDelete, err)
@@ -434,6 +446,41 @@ func (u *Uploader) deleteUpload(ctx context.Context, up store.Upload) error {
 		}
 	}
 	return u.write(ctx, "delete upload record "+up.String(), store.DeleteUpload(up))
+}
+
+// errNotOurs: a cloud image an upload record names is not that upload's.
+var errNotOurs = errors.New("not this upload's image")
+
+// glanceID is an image id as Glance makes them: a UUID.
+var glanceID = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// checkOurs tells whether the cloud image an upload record names is that
+// upload's to delete: records are written by other programs and by hand too,
+// and a wrong one must not delete an image of another's. Its id is a UUID, and
+// the image carries the properties nodepool's builders (Python nodepool 10,
+// and this builder) set on what they upload: the build id and upload id, and
+// the provider's name where it is set. An image already gone is nil: there is
+// nothing to delete. The error wraps errNotOurs when it is not the upload's.
+func (u *Uploader) checkOurs(ctx context.Context, cloud Cloud, up store.Upload) error {
+	if !glanceID.MatchString(up.ExternalID) {
+		return fmt.Errorf("%w: external id %.80q is not an image id as Glance makes them (a UUID)", errNotOurs, up.ExternalID)
+	}
+	img, err := cloud.Get(ctx, up.ExternalID)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("check image %s of upload %s before deleting it: %w", up.ExternalID, up, err)
+	}
+	p := img.Properties
+	if p[PropBuildID] != up.BuildID || p[PropUploadID] != up.ID {
+		return fmt.Errorf("%w: the image's %s is %.80q and %s %.80q, not the upload's %s and %s", errNotOurs,
+			PropBuildID, p[PropBuildID], PropUploadID, p[PropUploadID], up.BuildID, up.ID)
+	}
+	if name, ok := p[PropProvider]; ok && name != up.Provider {
+		return fmt.Errorf("%w: the image's %s is %.80q, not %s", errNotOurs, PropProvider, name, up.Provider)
+	}
+	return nil
 }
 
 // deleteBuild takes a deleting build's finished uploads with it (any builder

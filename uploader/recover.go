@@ -148,7 +148,11 @@ func (u *Uploader) adopt(ctx context.Context, up store.Upload, img Image) error 
 	if !f.Present {
 		return fmt.Errorf("the post-upload-hook cannot run: the build's %s file was removed", up.Format)
 	}
+	path, err := st.FilePath(b.Image, b.ID, up.Format)
+	if err != nil {
+		return fmt.Errorf("the post-upload-hook cannot run: %w", err)
+	}
 	hctx, cancel := context.WithTimeout(ctx, p.UploadTimeout())
 	defer cancel()
-	return runHook(hctx, p.PostUploadHook, p.Name, img.ID, st.FilePath(b.Image, b.ID, up.Format))
+	return runHook(hctx, p.PostUploadHook, p.Name, img.ID, path)
 }

@@ -159,7 +159,7 @@ func TestImageLeftTheConfigOnlyOwnBuildsGo(t *testing.T) {
 	if _, err := f.st.Build(ctx, ours.ID); err == nil {
 		t.Error("our build of an image that left the config was kept")
 	}
-	if _, err := os.Stat(f.st.FilePath("debian", ours.ID, "raw")); !os.IsNotExist(err) {
+	if _, err := os.Stat(mustPath(f.st.FilePath("debian", ours.ID, "raw"))); !os.IsNotExist(err) {
 		t.Error("our build's files were kept")
 	}
 	got, err := f.st.Build(ctx, theirs.ID)

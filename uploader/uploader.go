@@ -67,6 +67,9 @@ type Uploader struct {
 	// heldBack are the builds and providers whose uploads kept being deleted,
 	// said once: "<build id>/<provider>".
 	heldBack sync.Map
+	// notOurs are the uploads whose cloud image was not deleted because it is
+	// not this upload's, said once: "<upload>@<external id>".
+	notOurs sync.Map
 }
 
 // New returns an Uploader.

@@ -59,7 +59,7 @@ func (c *fakeCloud) Create(_ context.Context, spec ImageSpec) (string, error) {
 	}
 	c.seq++
 	c.creates++
-	id := fmt.Sprintf("img-%d", c.seq)
+	id := fmt.Sprintf("00000000-0000-4000-8000-%012d", c.seq)
 	props := map[string]string{}
 	for k, v := range spec.Properties {
 		props[k] = v
@@ -213,7 +213,7 @@ func (f *fixture) addBuild(image string, formats ...string) store.Build {
 	}
 	for _, format := range formats {
 		data := []byte(b.ID + "/" + format)
-		if err := os.WriteFile(f.st.FilePath(image, b.ID, format), data, 0o644); err != nil {
+		if err := os.WriteFile(mustPath(f.st.FilePath(image, b.ID, format)), data, 0o644); err != nil {
 			f.t.Fatal(err)
 		}
 		sum := md5.Sum(data)
@@ -270,7 +270,7 @@ func (f *fixture) makeBuild(image, format string) store.Build {
 		f.t.Fatal(err)
 	}
 	data := []byte(w.Build().ID + "/" + format)
-	if err := os.WriteFile(w.Path(format), data, 0o644); err != nil {
+	if err := os.WriteFile(mustPath(w.Path(format)), data, 0o644); err != nil {
 		f.t.Fatal(err)
 	}
 	sum := md5.Sum(data)
@@ -552,7 +552,7 @@ func TestRotationKeepsNewest(t *testing.T) {
 		t.Fatalf("builds left = %d, want 2", len(left))
 	}
 	for _, old := range builds[:2] {
-		if _, err := os.Stat(f.st.FilePath("debian", old.ID, "qcow2")); !os.IsNotExist(err) {
+		if _, err := os.Stat(mustPath(f.st.FilePath("debian", old.ID, "qcow2"))); !os.IsNotExist(err) {
 			t.Errorf("files of rotated build %s still on disk", old.ID)
 		}
 	}
@@ -587,7 +587,7 @@ func TestDeleteRetriesUntilCloudAgrees(t *testing.T) {
 		t.Fatal("a refused delete was not reported")
 	}
 	// Files go at once; the record waits for the cloud.
-	if _, err := os.Stat(f.st.FilePath("debian", old.ID, "qcow2")); !os.IsNotExist(err) {
+	if _, err := os.Stat(mustPath(f.st.FilePath("debian", old.ID, "qcow2"))); !os.IsNotExist(err) {
 		t.Fatal("files of a deleting build still on disk")
 	}
 	if ups := f.uploads(store.UploadFilter{BuildID: old.ID, Provider: "a"}); len(ups) != 1 || ups[0].State != store.Deleting {
@@ -631,7 +631,7 @@ func TestImageRemovedFromProviderAndConfig(t *testing.T) {
 	if _, err := f.st.Build(ctx, b.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("build of removed image: %v", err)
 	}
-	if _, err := os.Stat(f.st.FilePath("debian", b.ID, "raw")); !os.IsNotExist(err) {
+	if _, err := os.Stat(mustPath(f.st.FilePath("debian", b.ID, "raw"))); !os.IsNotExist(err) {
 		t.Fatal("files of removed image still on disk")
 	}
 }
@@ -799,7 +799,7 @@ func TestRecoverInterruptedUploads(t *testing.T) {
 	half, _ := f.st.CreateUpload(ctx, &b, "b", "raw")
 	file, _ := b.File("qcow2")
 	id, _ := cloud.Create(ctx, ImageSpec{Name: "x", Properties: f.up.Properties(&f.cfg.Providers[0], b, file, done)})
-	data, _ := os.ReadFile(f.st.FilePath("debian", b.ID, "qcow2"))
+	data, _ := os.ReadFile(mustPath(f.st.FilePath("debian", b.ID, "qcow2")))
 	cloud.Upload(ctx, id, bytes.NewReader(data), int64(len(data)))
 	hid, _ := f.clouds["b"].Create(ctx, ImageSpec{Name: "y", Properties: f.up.Properties(&f.cfg.Providers[1], b, store.File{}, half)})
 	half.ExternalID = hid
@@ -873,7 +873,7 @@ func TestRecoverRunsTheHookItMissed(t *testing.T) {
 			up, _ := f.st.CreateUpload(ctx, &b, "a", "qcow2")
 			file, _ := b.File("qcow2")
 			id, _ := f.clouds["a"].Create(ctx, ImageSpec{Name: "x", Properties: f.up.Properties(&f.cfg.Providers[0], b, file, up)})
-			data, _ := os.ReadFile(f.st.FilePath("debian", b.ID, "qcow2"))
+			data, _ := os.ReadFile(mustPath(f.st.FilePath("debian", b.ID, "qcow2")))
 			f.clouds["a"].Upload(ctx, id, bytes.NewReader(data), int64(len(data)))
 			up.ExternalID = id
 			f.st.Write(ctx, store.PutUpload(&up))
@@ -881,7 +881,7 @@ func TestRecoverRunsTheHookItMissed(t *testing.T) {
 			err := f.up.Recover(ctx)
 			got := f.uploads(store.UploadFilter{Provider: "a"})[0]
 			args, _ := os.ReadFile(out)
-			if want := "a " + id + " " + f.st.FilePath("debian", b.ID, "qcow2"); strings.TrimSpace(string(args)) != want {
+			if want := "a " + id + " " + mustPath(f.st.FilePath("debian", b.ID, "qcow2")); strings.TrimSpace(string(args)) != want {
 				t.Fatalf("hook ran with %q, want %q", args, want)
 			}
 			if pass {
@@ -1044,7 +1044,7 @@ func TestPostUploadHook(t *testing.T) {
 	}
 	up := f.uploads(store.UploadFilter{Provider: "a"})[0]
 	args, _ := os.ReadFile(out)
-	want := "a " + up.ExternalID + " " + f.st.FilePath("debian", b.ID, "qcow2")
+	want := "a " + up.ExternalID + " " + mustPath(f.st.FilePath("debian", b.ID, "qcow2"))
 	if strings.TrimSpace(string(args)) != want {
 		t.Fatalf("hook args = %q, want %q", args, want)
 	}
@@ -1072,7 +1072,7 @@ func TestDeleteAfterUploadKeepsKeepFormats(t *testing.T) {
 	f.clouds["b"].failUpload = 100
 	f.step(ctx)
 	// Not uploaded everywhere yet: nothing is removed.
-	if _, err := os.Stat(f.st.FilePath("debian", b.ID, "raw")); err != nil {
+	if _, err := os.Stat(mustPath(f.st.FilePath("debian", b.ID, "raw"))); err != nil {
 		t.Fatal("file removed before every provider had its upload")
 	}
 	f.clouds["b"].failUpload = 0
@@ -1082,10 +1082,10 @@ func TestDeleteAfterUploadKeepsKeepFormats(t *testing.T) {
 	}
 	newest, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian", State: store.Ready})
 	nb := newest[0]
-	if _, err := os.Stat(f.st.FilePath("debian", nb.ID, "raw")); !os.IsNotExist(err) {
+	if _, err := os.Stat(mustPath(f.st.FilePath("debian", nb.ID, "raw"))); !os.IsNotExist(err) {
 		t.Fatal("raw kept after upload to every provider")
 	}
-	if _, err := os.Stat(f.st.FilePath("debian", nb.ID, "qcow2")); err != nil {
+	if _, err := os.Stat(mustPath(f.st.FilePath("debian", nb.ID, "qcow2"))); err != nil {
 		t.Fatal("a keep-formats file was removed")
 	}
 	if got := strings.Join(nb.Formats(), ","); got != "qcow2" {
@@ -1157,7 +1157,7 @@ func TestAnotherBuildersDeletingBuild(t *testing.T) {
 	if err != nil || got.State != store.Deleting {
 		t.Fatalf("another builder's build = %+v, %v; want its record left deleting", got, err)
 	}
-	if _, err := os.Stat(f.st.FilePath("debian", b.ID, "qcow2")); err != nil {
+	if _, err := os.Stat(mustPath(f.st.FilePath("debian", b.ID, "qcow2"))); err != nil {
 		t.Fatalf("files in this images-dir of a build recorded as another's were removed: %v", err)
 	}
 }

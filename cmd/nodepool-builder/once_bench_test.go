@@ -65,7 +65,7 @@ func BenchmarkOnceNoOp(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := os.WriteFile(st.FilePath(image, bd.ID, "qcow2"), []byte(image), 0o644); err != nil {
+		if err := os.WriteFile(mustPath(st.FilePath(image, bd.ID, "qcow2")), []byte(image), 0o644); err != nil {
 			b.Fatal(err)
 		}
 		bd.SetFile(store.File{Format: "qcow2", Size: int64(len(image)), Present: true})

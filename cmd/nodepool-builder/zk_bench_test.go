@@ -112,7 +112,7 @@ func (f *zkFleet) populateImage(ctx context.Context, st *store.Store, image stri
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(st.FilePath(image, bd.ID, "qcow2"), []byte(image), 0o644); err != nil {
+	if err := os.WriteFile(mustPath(st.FilePath(image, bd.ID, "qcow2")), []byte(image), 0o644); err != nil {
 		return err
 	}
 	bd.SetFile(store.File{Format: "qcow2", Size: int64(len(image)), Present: true})

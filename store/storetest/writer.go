@@ -17,10 +17,20 @@ import (
 func writeFile(t *testing.T, w *store.BuildWriter, format string) store.File {
 	t.Helper()
 	data := []byte(w.Build().Name() + " " + format)
-	if err := os.WriteFile(w.Path(format), data, 0o644); err != nil {
+	if err := os.WriteFile(pathOf(t, w, format), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return store.File{Format: format, SHA256: strings.Repeat("a", 64), MD5: strings.Repeat("b", 32), Size: int64(len(data))}
+}
+
+// pathOf is where w puts a format's file.
+func pathOf(t *testing.T, w *store.BuildWriter, format string) string {
+	t.Helper()
+	p, err := w.Path(format)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // filesOf lists the names in s's images-dir of build b's files.
@@ -53,15 +63,15 @@ func testBuildWriterCommit(t *testing.T, open Opener) {
 	if err != nil || b.State != store.Building || b.BuilderID != s.BuilderID() || b.Zuul.UUID != "z1" {
 		t.Fatalf("a begun build reads %+v, %v; want building, of this builder", b, err)
 	}
-	if dir := filepath.Dir(w.Path("qcow2")); dir != s.Dir() {
-		t.Fatalf("a file's path %s is not in the images-dir %s", w.Path("qcow2"), s.Dir())
+	if dir := filepath.Dir(pathOf(t, w, "qcow2")); dir != s.Dir() {
+		t.Fatalf("a file's path %s is not in the images-dir %s", pathOf(t, w, "qcow2"), s.Dir())
 	}
 	f := writeFile(t, w, "qcow2")
 	if err := w.Add(ctx, f); err != nil {
 		t.Fatal(err)
 	}
 	for ext, sum := range map[string]string{".sha256": f.SHA256, ".md5": f.MD5} {
-		got, err := store.ReadSidecar(w.Path("qcow2") + ext)
+		got, err := store.ReadSidecar(pathOf(t, w, "qcow2") + ext)
 		if err != nil || got != sum {
 			t.Fatalf("sidecar %s = %q, %v; want %q", ext, got, err, sum)
 		}
@@ -109,7 +119,7 @@ func testBuildWriterCommit(t *testing.T, open Opener) {
 	if err := w2.Add(ctx, writeFile(t, w2, "raw")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(w2.Path("raw")); err != nil {
+	if err := os.Remove(pathOf(t, w2, "raw")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w2.Commit(ctx); err == nil {

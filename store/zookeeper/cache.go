@@ -894,7 +894,7 @@ func (c *cache) decodeBuild(p string) *record[store.Build] {
 	}
 	b, err := decodeBuild(image, id, n.data, &n.stat, extra)
 	if err != nil {
-		c.b.log.Warn("skipping a build record that does not parse", "path", p, "error", err)
+		c.b.log.Warn("refusing a build record: it is not acted on, and left as it is for whoever wrote it", "path", p, "error", err)
 		return &record[store.Build]{}
 	}
 	return &record[store.Build]{rec: b, ok: true}
@@ -913,7 +913,7 @@ func (c *cache) decodeUpload(p string) *record[store.Upload] {
 	}
 	u, err := decodeUpload(image, build, provider, id, n.data, &n.stat, extra)
 	if err != nil {
-		c.b.log.Warn("skipping an upload record that does not parse", "path", p, "error", err)
+		c.b.log.Warn("refusing an upload record: it is not acted on, and left as it is for whoever wrote it", "path", p, "error", err)
 		return &record[store.Upload]{}
 	}
 	return &record[store.Upload]{rec: u, ok: true}

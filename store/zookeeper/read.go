@@ -48,7 +48,11 @@ func (b *Backend) Build(_ context.Context, id string) (store.Build, error) {
 		put = append(put, written{p + "/" + extraNode, extra, *xstat})
 	}
 	b.cache.put(put...)
-	return decodeBuild(image, id, data, stat, extra)
+	bd, err := decodeBuild(image, id, data, stat, extra)
+	if err != nil {
+		return store.Build{}, fmt.Errorf("record %s is refused: %w", p, err)
+	}
+	return bd, nil
 }
 
 // findBuild looks for a build in ZooKeeper itself.

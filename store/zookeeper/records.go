@@ -192,6 +192,8 @@ func encodeBuild(b store.Build) (data, extra []byte, err error) {
 // decodeBuild makes a build of its znode's data and stat and, when it has one,
 // its extra node's data. A build a Python builder made has no extra node: it is
 // a DIB build whose files, on that builder's host, have the formats it lists.
+// Anyone who may write the znodes writes these: a record that store.CheckBuild
+// refuses is an error.
 func decodeBuild(image, id string, data []byte, stat *zk.Stat, extra []byte) (store.Build, error) {
 	var j buildJSON
 	if err := json.Unmarshal(data, &j); err != nil {
@@ -229,6 +231,9 @@ func decodeBuild(image, id string, data []byte, stat *zk.Stat, extra []byte) (st
 		}
 	}
 	sort.Slice(b.Files, func(i, k int) bool { return b.Files[i].Format < b.Files[k].Format })
+	if err := store.CheckBuild(b); err != nil {
+		return store.Build{}, err
+	}
 	return b, nil
 }
 
@@ -248,7 +253,7 @@ func encodeUpload(u store.Upload) (data, extra []byte, err error) {
 }
 
 // decodeUpload makes an upload of its znode's data and stat and, when it has
-// one, its extra node's data.
+// one, its extra node's data; an error for one store.CheckUpload refuses.
 func decodeUpload(image, build, provider, id string, data []byte, stat *zk.Stat, extra []byte) (store.Upload, error) {
 	var j uploadJSON
 	if err := json.Unmarshal(data, &j); err != nil {
@@ -270,6 +275,9 @@ func decodeUpload(image, build, provider, id string, data []byte, stat *zk.Stat,
 			return store.Upload{}, fmt.Errorf("upload %s: our record: %w", u, err)
 		}
 		u.Attempts, u.LastError, u.NextAttempt = x.Attempts, x.LastError, fromSeconds(x.NextAttempt)
+	}
+	if err := store.CheckUpload(u); err != nil {
+		return store.Upload{}, err
 	}
 	return u, nil
 }
