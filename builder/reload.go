@@ -350,7 +350,7 @@ func (b *Builder) reload(ctx context.Context, sources *supervisor, snap *config.
 	if old := b.cur.Load().cfg; !slices.Equal(old.Builder.GearmanServers, cfg.Builder.GearmanServers) {
 		b.log.Warn("gearman-servers changed; the builder keeps the servers it started with until it is restarted")
 	}
-	if old, now := b.cur.Load().cfg.Builder.Webapp, cfg.Builder.Webapp; (old == nil) != (now == nil) || (old != nil && *old != *now) {
+	if old, now := b.cur.Load().cfg.Builder.Webapp, cfg.Builder.Webapp; !old.Equal(now) {
 		b.log.Warn("builder.webapp changed; the status pages stay where they are until the builder is restarted")
 	}
 	b.cur.Store(p)

@@ -79,7 +79,7 @@ var gearmanKeys = []string{"host", "port"}
 
 // builderWebappKeys are the keys of builder.webapp; dashed, as the rest of
 // the builder section.
-var builderWebappKeys = []string{"listen-address", "port"}
+var builderWebappKeys = []string{"listen-address", "port", "host-names"}
 
 // builder reads the builder section. It is ours, so unknown keys are errors:
 // they are most likely misspelt settings that would otherwise be lost.
@@ -183,7 +183,34 @@ func (p *parser) builderWebapp(n *yaml.Node, path string) *Webapp {
 	if v, ok := m.integer("port", 1, 65535, "a TCP port number from 1 to 65535"); ok {
 		w.Port = v
 	}
+	if names, ok := m.strList("host-names", "host names the pages answer to", "[builder.example.com]"); ok {
+		items, _ := m.get("host-names")
+		for i, name := range names {
+			if !hostName(name) {
+				p.errorf(items.Content[i], indexPath(m.sub("host-names"), i),
+					"%q is not a host name; write the name alone, as in builder.example.com, without a scheme, port or path", name)
+				continue
+			}
+			w.HostNames = append(w.HostNames, name)
+		}
+	}
 	return w
+}
+
+// hostName tells whether s is a DNS name: dot-separated labels of letters,
+// digits, '-' and '_', at most 253 bytes.
+func hostName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(s, "."), ".") {
+		if label == "" || len(label) > 63 || strings.ContainsFunc(label, func(r rune) bool {
+			return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '_')
+		}) {
+			return false
+		}
+	}
+	return true
 }
 
 // gearmanServers reads a gearman-servers list of a mapping: the builder

@@ -55,6 +55,18 @@ type Config struct {
 type Webapp struct {
 	ListenAddress string
 	Port          int
+	// HostNames are the names, besides localhost, the host's own name and
+	// the listen address, that requests to the pages may carry as their Host:
+	// a DNS alias, or the name a reverse proxy passes on (builder.webapp only).
+	HostNames []string
+}
+
+// Equal tells whether two webapp sections say the same.
+func (w *Webapp) Equal(o *Webapp) bool {
+	if w == nil || o == nil {
+		return w == o
+	}
+	return w.ListenAddress == o.ListenAddress && w.Port == o.Port && slices.Equal(w.HostNames, o.HostNames)
 }
 
 // DiskImage is a diskimages entry after parent/abstract inheritance.

@@ -52,7 +52,7 @@ func TestCorpusGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.LauncherWebapp == nil || *cfg.LauncherWebapp != (Webapp{ListenAddress: "0.0.0.0", Port: 8005}) {
+	if !cfg.LauncherWebapp.Equal(&Webapp{ListenAddress: "0.0.0.0", Port: 8005}) {
 		t.Errorf("webapp = %+v, want 0.0.0.0:8005 from %%(NODEPOOL_PORT)", cfg.LauncherWebapp)
 	}
 	if cfg.Builder.Webapp != nil {

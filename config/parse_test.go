@@ -199,6 +199,8 @@ func TestParseErrors(t *testing.T) {
 		{"builder webapp port a string", head + "builder:\n  webapp:\n    port: http\n", 4, "builder.webapp.port", `not "http"`},
 		{"builder webapp address a list", head + "builder:\n  webapp:\n    listen-address: [a]\n", 4, "builder.webapp.listen-address", "expected a string, not a list"},
 		{"builder webapp with nodepool's spelling", head + "builder:\n  webapp:\n    listen_address: 127.0.0.1\n", 4, "builder.webapp.listen_address", "unknown key in the builder's webapp section; did you mean listen-address?"},
+		{"builder webapp host name with a port", head + "builder:\n  webapp:\n    host-names: [builder.example.com:8006]\n", 4, "builder.webapp.host-names[0]", `"builder.example.com:8006" is not a host name`},
+		{"builder webapp host names a string", head + "builder:\n  webapp:\n    host-names: builder.example.com\n", 4, "builder.webapp.host-names", "expected a list of host names"},
 
 		// Text level.
 		{"unset variable", head + "webapp:\n  port: %(NODEPOOL_PORT)\n", 3, "webapp.port", "environment variable NODEPOOL_PORT is not set"},
@@ -664,6 +666,8 @@ func TestParseBuilderWebapp(t *testing.T) {
 		{"a port", "builder:\n  webapp:\n    port: 9100\n", &Webapp{ListenAddress: "127.0.0.1", Port: 9100}, nil},
 		{"both", "webapp:\n  listen_address: 127.0.0.1\n  port: 8005\nbuilder:\n  webapp:\n    listen-address: 127.0.0.2\n    port: 8007\n",
 			&Webapp{ListenAddress: "127.0.0.2", Port: 8007}, &Webapp{ListenAddress: "127.0.0.1", Port: 8005}},
+		{"host names", "builder:\n  webapp:\n    host-names: [builder.example.com, nb01.]\n",
+			&Webapp{ListenAddress: "127.0.0.1", Port: 8006, HostNames: []string{"builder.example.com", "nb01."}}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

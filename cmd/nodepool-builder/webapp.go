@@ -26,6 +26,7 @@ func serveWebapp(ctx context.Context, log *slog.Logger, cfg *config.Config, opts
 		return func() {}, nil
 	}
 	addr := net.JoinHostPort(w.ListenAddress, strconv.Itoa(w.Port))
+	opts.HostNames = append(opts.HostNames, w.HostNames...)
 	srv, err := webapp.Listen(addr, opts)
 	if err != nil {
 		return nil, withCode(exitUsage, fmt.Errorf("%w; stop what holds %s, or set builder.webapp.port (or builder.webapp.listen-address) in %s to a free one",

@@ -52,7 +52,7 @@ func TestStatusPagesOfARunningDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The config ends with the builder section: the pages' address goes in it.
-	fmt.Fprintf(f, "  webapp:\n    listen-address: 127.0.0.1\n    port: %d\n", port)
+	fmt.Fprintf(f, "  webapp:\n    listen-address: 127.0.0.1\n    port: %d\n    host-names: [builder.example.test]\n", port)
 	f.Close()
 
 	// A port that cannot be had stops the daemon before its loops start.
@@ -70,6 +70,19 @@ func TestStatusPagesOfARunningDaemon(t *testing.T) {
 	d := startDaemon(t, e.cfgPath)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	d.waitLog(t, 10*time.Second, "url="+base+"/")
+	// The pages answer to the names host-names lists, and to no other name.
+	for host, want := range map[string]int{"builder.example.test": 200, "Builder.Example.Test:8006": 200, "rebound.example.test": 421} {
+		req, _ := http.NewRequest("GET", base+"/healthz", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("/healthz with Host %s: %d, want %d", host, resp.StatusCode, want)
+		}
+	}
 	// Before any build: the state is read, and nothing is uploaded yet.
 	before := metricstest.ScrapeURL(t, base+"/metrics")
 	if v, ok := before.Value("nodepool_builder_state_up"); !ok || v != 1 {
@@ -264,6 +277,19 @@ func TestStatusPagesBesideALauncher(t *testing.T) {
 	d = startDaemon(t, cfgPath)
 	base := fmt.Sprintf("http://127.0.0.1:%d", builderPort)
 	d.waitLog(t, 10*time.Second, "url="+base+"/")
+	// The pages answer to the names host-names lists, and to no other name.
+	for host, want := range map[string]int{"builder.example.test": 200, "Builder.Example.Test:8006": 200, "rebound.example.test": 421} {
+		req, _ := http.NewRequest("GET", base+"/healthz", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("/healthz with Host %s: %d, want %d", host, resp.StatusCode, want)
+		}
+	}
 	if code, body := httpGet(t, base+"/healthz"); code != 200 || body != "ok\n" {
 		t.Fatalf("/healthz on builder.webapp's port: %d %q\n%s", code, body, d.logs.String())
 	}
