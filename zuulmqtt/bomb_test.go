@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/ratelimit"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 )
 
@@ -76,7 +77,7 @@ func TestBombCostsMilliseconds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := newLimiter(DefaultHintBurst, DefaultHintInterval)
+	lim := ratelimit.New(DefaultHintBurst, DefaultHintInterval)
 	for _, withUUIDs := range []bool{false, true} {
 		payload := bomb(withUUIDs)
 		done := make(chan time.Duration, 1)

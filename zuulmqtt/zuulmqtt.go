@@ -27,6 +27,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/escape"
+	"github.com/nodepool-builder/nodepool-builder/internal/ratelimit"
 	"github.com/nodepool-builder/nodepool-builder/internal/reconnect"
 )
 
@@ -524,12 +525,12 @@ func (l *Listener) skipped(topic string, size int) {
 // work reads the queued reports and gives hints, held ones too, and calls
 // OnConnect after a connect, until ctx ends.
 func (l *Listener) work(ctx context.Context) {
-	lim := newLimiter(l.opts.HintBurst, l.opts.HintInterval)
+	lim := ratelimit.New(l.opts.HintBurst, l.opts.HintInterval)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
 	release := func() {
-		images, next := lim.release(time.Now())
+		images, next := lim.Release(time.Now())
 		slices.Sort(images)
 		for _, image := range images {
 			l.log.Info("polling a zuul-image now for the Zuul reports over MQTT that were held back", "image", image)
@@ -559,7 +560,7 @@ func (l *Listener) work(ctx context.Context) {
 
 // handle reads one report and gives a hint for every zuul-image one of its
 // builds could be, as far as the bound allows.
-func (l *Listener) handle(m message, lim *limiter) {
+func (l *Listener) handle(m message, lim *ratelimit.Limiter) {
 	r, err := parseReport(m.payload)
 	if err != nil {
 		l.ignore(IgnoredMalformed, m.topic, len(m.payload), err)
@@ -584,7 +585,7 @@ func (l *Listener) handle(m message, lim *limiter) {
 				continue
 			}
 			seen[zi.Name] = true
-			if !lim.allow(zi.Name, time.Now()) {
+			if !lim.Allow(zi.Name, time.Now()) {
 				held++
 				l.log.Debug("a Zuul report over MQTT names a build of a zuul-image polled just now; the poll waits",
 					"image", zi.Name, "zuul_build", zb.UUID)
