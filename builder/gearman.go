@@ -16,11 +16,13 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/gearman"
+	"github.com/nodepool-builder/nodepool-builder/internal/ratelimit"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/status"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
+	"github.com/nodepool-builder/nodepool-builder/zuulmqtt"
 )
 
 // The gearman functions a builder serves (DESIGN §12), each followed by its
@@ -95,6 +97,7 @@ type gearmanService struct {
 	wake chan struct{} // look at the functions now
 
 	flights flights
+	polls   *zuulPolls
 
 	mu       sync.Mutex
 	deleted  map[string]deletedBuild   // builds image-delete deleted, by id
@@ -114,6 +117,7 @@ func newGearmanService(b *Builder) *gearmanService {
 		changed:  make(chan struct{}, 1),
 		deleted:  map[string]deletedBuild{},
 	}
+	g.polls = newZuulPolls(g.log)
 	g.file = status.NewFile(b.store, status.GearmanPart, g.log)
 	var servers []gearman.Server
 	for _, s := range cfg.Builder.GearmanServers {
@@ -286,25 +290,37 @@ func (g *gearmanService) build(ctx context.Context, j *gearman.Job, image string
 				return id, err
 			}
 		}
-		built, err := g.b.buildNow(ctx, src, image, request, func(ctx context.Context) error {
-			return g.tooSoon(ctx, image)
-		})
-		if built.State == store.Ready {
-			if err != nil {
-				g.log.Warn("build is ready, with a failure after it", "build", built.Name(), "error", err)
-			}
-			return built.ID, nil
+		if g.b.cur.Load().cfg.ZuulImage(image) != nil {
+			return g.polls.share(ctx, image, func(started func()) (string, error) {
+				return g.answer(g.b.buildNow(ctx, src, image, request, func(context.Context) error {
+					started()
+					return nil
+				}))
+			})
 		}
-		return "", err
+		return g.answer(g.b.buildNow(ctx, src, image, request, func(ctx context.Context) error {
+			return g.tooSoon(ctx, image)
+		}))
 	})
+}
+
+// answer is what an image-build job answers for the outcome of a build asked for.
+func (g *gearmanService) answer(built store.Build, err error) (string, error) {
+	if built.State == store.Ready {
+		if err != nil {
+			g.log.Warn("build is ready, with a failure after it", "build", built.Name(), "error", err)
+		}
+		return built.ID, nil
+	}
+	return "", err
 }
 
 // tooSoon refuses an image-build job for a diskimage whose newest ready build
 // is younger than builder.gearman-min-build-interval: jobs in a row would
 // otherwise each make a build, and keep-builds would rotate the good ones out
 // as fast as anyone who reaches gearmand asks. A zuul-image's job is not
-// bounded: it makes a build only of the Zuul build that the poller fetches
-// within its poll-interval anyway.
+// bounded so: it makes a build only of the Zuul build that the poller fetches
+// within its poll-interval anyway, and its polls are bounded by zuulPolls.
 func (g *gearmanService) tooSoon(ctx context.Context, image string) error {
 	cfg := g.b.cur.Load().cfg
 	interval := cfg.Builder.GearmanMinBuildInterval
@@ -696,6 +712,120 @@ func (f *flights) do(key string, fn func() (string, error)) (string, error) {
 	}()
 	fl.res, fl.err = fn()
 	return fl.res, fl.err
+}
+
+// zuulPolls are the polls of Zuul that image-build jobs of zuul-images make,
+// bounded as MQTT reports are: whoever reaches gearmand could otherwise have
+// the builder poll Zuul once per job. The jobs of an image that come before
+// its poll starts share that poll's answer; the polls they start are spaced
+// by a limiter, as hints are. A job whose poll the limiter holds waits for it
+// (at most one interval, or until its context ends), so that, as DESIGN's
+// gearman section has it, its answer is a build of Zuul's newest build as a
+// poll made after the job came sees it, never an older answer.
+type zuulPolls struct {
+	log *slog.Logger
+
+	mu      sync.Mutex
+	limiter *ratelimit.Limiter
+	pending map[string]*zuulPoll // by zuul-image: the poll not started yet, which jobs join
+}
+
+type zuulPoll struct {
+	allowed chan struct{} // closed when the limiter lets it start
+	open    bool          // allowed is not closed yet
+	done    chan struct{} // closed when id and err are set
+	id      string
+	err     error
+}
+
+func newZuulPolls(log *slog.Logger) *zuulPolls {
+	return &zuulPolls{log: log, limiter: ratelimit.New(zuulmqtt.DefaultHintBurst, zuulmqtt.DefaultHintInterval),
+		pending: map[string]*zuulPoll{}}
+}
+
+// share answers a job of image with the poll that the jobs of image coming now
+// share: the first of them runs poll, once the limiter allows, and poll calls
+// started when the poll begins (its image is free), after which jobs start
+// another.
+func (z *zuulPolls) share(ctx context.Context, image string, poll func(started func()) (string, error)) (string, error) {
+	z.mu.Lock()
+	p, joined := z.pending[image]
+	if !joined {
+		p = &zuulPoll{allowed: make(chan struct{}), open: true, done: make(chan struct{})}
+		z.pending[image] = p
+		if z.limiter.Allow(image, time.Now()) {
+			z.allow(p)
+		}
+	}
+	z.mu.Unlock()
+	if joined {
+		select {
+		case <-p.done:
+			return p.id, p.err
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	started := func() {
+		z.mu.Lock()
+		defer z.mu.Unlock()
+		if z.pending[image] == p {
+			delete(z.pending, image)
+		}
+	}
+	// Jobs of one worker share its context: the ones that joined end with it too.
+	defer close(p.done)
+	defer started()
+	if p.err = z.wait(ctx, image, p); p.err != nil {
+		return "", p.err
+	}
+	p.id, p.err = poll(started)
+	return p.id, p.err
+}
+
+// wait waits until the limiter lets p, the pending poll of image, start.
+func (z *zuulPolls) wait(ctx context.Context, image string, p *zuulPoll) error {
+	logged := false
+	for {
+		z.mu.Lock()
+		// The other images' held polls are let go here too: whoever asks
+		// the limiter hands out what it releases.
+		images, next := z.limiter.Release(time.Now())
+		for _, img := range images {
+			if q := z.pending[img]; q != nil {
+				z.allow(q)
+			}
+		}
+		z.mu.Unlock()
+		// No next: nothing is held, so p was let go just now.
+		timer := time.NewTimer(time.Hour)
+		timer.Stop()
+		if !next.IsZero() {
+			if !logged {
+				z.log.Info("image-build jobs of a zuul-image polled Zuul just now; the next poll waits for the bound, and these jobs with it",
+					"image", image, "until", next.UTC().Format(time.RFC3339))
+				logged = true
+			}
+			timer.Reset(time.Until(next))
+		}
+		select {
+		case <-p.allowed:
+			timer.Stop()
+			return nil
+		case <-ctx.Done():
+			timer.Stop()
+			return fmt.Errorf("image-build %s: waiting to poll Zuul: %w", image, ctx.Err())
+		case <-timer.C:
+		}
+	}
+}
+
+// allow lets a pending poll start; z.mu is held.
+func (z *zuulPolls) allow(p *zuulPoll) {
+	if p.open {
+		p.open = false
+		close(p.allowed)
+	}
 }
 
 // current is the service's status now.

@@ -1,11 +1,13 @@
 package builder
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -16,8 +18,11 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/gearman"
+	"github.com/nodepool-builder/nodepool-builder/internal/ratelimit"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
+	"github.com/nodepool-builder/nodepool-builder/zuulmqtt"
 )
 
 // call runs one gearman job through the service's handler, as the worker does.
@@ -406,5 +411,152 @@ func TestGearmanFunctionsRefuseBadIDs(t *testing.T) {
 		if logs.count(strconv.Quote(FnUpload+id)) == 0 && logs.count(strconv.Quote(FnDelete+id)) == 0 {
 			t.Errorf("no log line names the refused id %q:\n%s", id, logs.b.String())
 		}
+	}
+}
+
+// submitJobs submits a job of function for each unique id, all at once on one
+// connection with SUBMIT_JOB packets, as any client may, and returns each
+// job's answer by unique id: the data of its WORK_COMPLETE, or "failed: " and
+// what its WORK_DATA said. It fails the test when they are not all answered
+// within a minute.
+func submitJobs(t *testing.T, gd *testenv.Gearmand, function string, uniques []string) map[string]string {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort(gd.Host, strconv.Itoa(gd.Port)), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(time.Minute))
+	var out []byte
+	for _, u := range uniques {
+		b, err := gearman.Req(gearman.SubmitJob, function, u, "").MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b...)
+	}
+	if _, err := conn.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	// gearmand answers JOB_CREATED in the order of the submits.
+	r := bufio.NewReader(conn)
+	unique := map[string]string{} // by handle
+	answers := map[string]string{}
+	said := map[string]string{} // WORK_DATA by handle
+	for len(answers) < len(uniques) {
+		p, err := gearman.ReadPacket(r)
+		if err != nil {
+			t.Fatalf("%d of %d jobs answered, then: %v", len(answers), len(uniques), err)
+		}
+		switch p.Type {
+		case gearman.JobCreated:
+			unique[p.Arg(0)] = uniques[len(unique)]
+		case gearman.WorkData:
+			said[p.Arg(0)] += p.Arg(1)
+		case gearman.WorkComplete:
+			answers[unique[p.Arg(0)]] = strings.TrimSpace(p.Arg(1))
+		case gearman.WorkFail:
+			answers[unique[p.Arg(0)]] = "failed: " + said[p.Arg(0)]
+		}
+	}
+	return answers
+}
+
+// TestGearmanZuulImageBuildJobsSharePolls: thirty image-build jobs of a
+// zuul-image at once, each its own request, cost a bounded number of polls of
+// Zuul: the jobs that come before a poll starts share its answer, and the
+// polls they start are spaced as MQTT hints are. Every job is answered with
+// the build of Zuul's newest build.
+func TestGearmanZuulImageBuildJobsSharePolls(t *testing.T) {
+	gd := testenv.NewGearmand(t)
+	zuul := zuultest.NewServer(zuultest.ServerOptions{})
+	t.Cleanup(zuul.Close)
+	raw := make([]byte, 1<<20)
+	copy(raw, "the image Zuul built")
+	zb, err := zuul.AddBuild(zuultest.BuildSpec{Job: "build-zimg", Artifacts: []zuultest.ArtifactSpec{
+		{Name: "raw", Data: raw, Metadata: map[string]any{"type": "zuul_image", "format": "raw"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.NewReplacer("{{ZUUL}}", zuul.URL(), "{{EVERY}}", "3600").Replace(zuulImage) +
+		"builder:\n  gearman-servers: [{host: " + gd.Host + ", port: " + strconv.Itoa(gd.Port) + "}]\n"
+	r := newRig(t, text)
+	// Only the jobs poll: the daemon's loops do not run.
+	g := newGearmanService(r.b)
+	// The bound of MQTT hints, with 5 s for 30: the jobs all come within it.
+	g.polls.limiter = ratelimit.New(zuulmqtt.DefaultHintBurst, 5*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testenv.WaitFor(t, 30*time.Second, "a worker of image-build:zimg in gearmand", func() bool {
+		return gearmanWorkers(t, gd, FnBuild+"zimg") == 1
+	})
+
+	var uniques []string
+	for i := range 30 {
+		uniques = append(uniques, fmt.Sprintf("req-%d", i))
+	}
+	answers := submitJobs(t, gd, FnBuild+"zimg", uniques)
+	builds, err := r.st.Builds(context.Background(), store.BuildFilter{Image: "zimg", State: store.Ready})
+	if err != nil || len(builds) != 1 || builds[0].Zuul.UUID != zb.UUID {
+		t.Fatalf("ready builds of zimg: %+v, %v; want the one of Zuul build %s", builds, err, zb.UUID)
+	}
+	for _, u := range uniques {
+		if answers[u] != builds[0].ID {
+			t.Errorf("job %s answered %q, want %s", u, answers[u], builds[0].ID)
+		}
+	}
+	t.Logf("thirty jobs polled Zuul %d times", len(zuul.BuildsCalls()))
+	// Two polls at once, then one every 5 s.
+	if polls := len(zuul.BuildsCalls()); polls > 3 {
+		t.Errorf("thirty jobs polled Zuul %d times, want at most 3", polls)
+	}
+}
+
+// TestZuulPollsWaitIsCancellable: a job whose poll the limiter holds waits,
+// and ends with its context, as do the jobs that joined it; no poll is made
+// for them, and the held poll's token goes to the next job's poll.
+func TestZuulPollsWaitIsCancellable(t *testing.T) {
+	z := newZuulPolls(slog.New(slog.NewTextHandler(t.Output(), nil)))
+	z.limiter = ratelimit.New(1, time.Hour)
+	var polls atomic.Int32
+	poll := func(started func()) (string, error) {
+		started()
+		return fmt.Sprint("build-", polls.Add(1)), nil
+	}
+	if id, err := z.share(context.Background(), "zimg", poll); id != "build-1" || err != nil {
+		t.Fatalf("the first job = %q, %v; want build-1 at once", id, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := z.share(ctx, "zimg", poll)
+			errs <- err
+		}()
+	}
+	testenv.WaitFor(t, 10*time.Second, "the held poll to be pending", func() bool {
+		z.mu.Lock()
+		defer z.mu.Unlock()
+		return z.pending["zimg"] != nil
+	})
+	cancel()
+	for range 2 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("a held job ended with %v, want its context's end", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a held job did not end with its context")
+		}
+	}
+	if n := polls.Load(); n != 1 {
+		t.Errorf("%d polls, want only the first job's", n)
+	}
+	// Another image has a bucket of its own.
+	if id, err := z.share(context.Background(), "other", poll); id != "build-2" || err != nil {
+		t.Errorf("a job of another image = %q, %v; want build-2 at once", id, err)
 	}
 }
