@@ -62,7 +62,8 @@ func (c *gatedCloud) Create(_ context.Context, spec uploader.ImageSpec) (string,
 	defer c.mu.Unlock()
 	c.seq++
 	c.creates++
-	id := fmt.Sprintf("img-%d", c.seq)
+	// Shaped as Glance makes them: the uploader deletes no other.
+	id := fmt.Sprintf("00000000-0000-4000-8000-%012d", c.seq)
 	c.images[id] = uploader.Image{ID: id, Name: spec.Name, Status: "queued", Properties: spec.Properties}
 	return id, nil
 }
@@ -151,6 +152,8 @@ type rig struct {
 	clouds map[string]*gatedCloud
 	b      *Builder
 	cfg    string // the config file
+	// storeLogs holds what the store logged: the records it refused.
+	storeLogs *logBuffer
 }
 
 // twoImages has two diskimages, paused so that only the test makes builds, each
@@ -187,7 +190,9 @@ func newRig(t *testing.T, text string, edit ...func(*Options)) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(context.Background(), store.Options{ImagesDir: images})
+	r.storeLogs = &logBuffer{}
+	st, err := store.Open(context.Background(), store.Options{ImagesDir: images,
+		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), r.storeLogs), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,9 @@ var (
 	// older nodepool's sequence number. No '-': a build's name is
 	// <image>-<id>, split at its last '-'.
 	idPattern = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z_]{0,63}$`)
+	// sourcePattern is the name of a source of builds: dib, zuul, or one
+	// added later, which this version does not know and leaves alone.
+	sourcePattern = regexp.MustCompile(`^[a-z][a-z0-9]{0,31}$`)
 	// formatPattern is a disk image format, as the config takes one.
 	formatPattern = regexp.MustCompile(`^[a-z][a-z0-9]{0,31}$`)
 )
@@ -97,10 +100,8 @@ func CheckBuild(b Build) error {
 	default:
 		errs = append(errs, fmt.Errorf("state %.40q is not one of building, ready, deleting, failed", b.State))
 	}
-	switch b.Source {
-	case SourceDIB, SourceZuul:
-	default:
-		errs = append(errs, fmt.Errorf("source %.40q is not dib or zuul", b.Source))
+	if !sourcePattern.MatchString(string(b.Source)) {
+		errs = append(errs, fmt.Errorf("source %.40q is not a source's name (a lowercase word, such as dib or zuul)", b.Source))
 	}
 	field("builder_id", checkText(b.BuilderID))
 	field("builder", checkText(b.Hostname))

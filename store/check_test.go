@@ -34,7 +34,7 @@ func TestCheckBuild(t *testing.T) {
 		{"image dot-dot", func(b *store.Build) { b.Image = ".." }, "relative path"},
 		{"image with a space", func(b *store.Build) { b.Image = "a b" }, "image"},
 		{"unknown state", func(b *store.Build) { b.State = "uploading" }, "state"},
-		{"unknown source", func(b *store.Build) { b.Source = "ftp" }, "source"},
+		{"source not a name", func(b *store.Build) { b.Source = "zuul\nfake" }, "source"},
 		{"zuul uuid out of the dir", func(b *store.Build) { b.Zuul.UUID = "../x" }, "zuul uuid"},
 		{"control character in builder", func(b *store.Build) { b.Hostname = "host\x1b[2J" }, "control character"},
 		{"negative size", func(b *store.Build) { b.Files[0].Size = -1 }, "negative"},
