@@ -84,15 +84,21 @@ func checkText(s string) error {
 	return nil
 }
 
+// problems gathers what is wrong with a record, field by field.
+type problems []error
+
+// field notes err, when there is one, as a problem of the named field.
+func (p *problems) field(name string, err error) {
+	if err != nil {
+		*p = append(*p, fmt.Errorf("%s %w", name, err))
+	}
+}
+
 // CheckBuild tells whether a build record read from the state is one the
 // builder may act on; the error says which field is not.
 func CheckBuild(b Build) error {
-	var errs []error
-	field := func(name string, err error) {
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s %w", name, err))
-		}
-	}
+	var errs problems
+	field := errs.field
 	field("image", CheckName(b.Image))
 	field("id", CheckID(b.ID))
 	switch b.State {
@@ -139,12 +145,8 @@ func CheckBuild(b Build) error {
 // only bounded here: providers of other drivers write ids of other shapes, and
 // the uploader checks it against its cloud before it acts on it.
 func CheckUpload(u Upload) error {
-	var errs []error
-	field := func(name string, err error) {
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s %w", name, err))
-		}
-	}
+	var errs problems
+	field := errs.field
 	field("image", CheckName(u.Image))
 	field("build id", CheckID(u.BuildID))
 	field("provider", CheckName(u.Provider))
