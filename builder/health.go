@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
 // Bounds on a pass of the daemon's loops, past which Health calls the loop
@@ -161,6 +163,11 @@ func (b *Builder) Health(ctx context.Context) error {
 	var degraded Degraded
 	for _, zi := range cfg.ZuulImages {
 		cur, err := b.store.Cursor(ctx, zi.Name)
+		if errors.Is(err, store.ErrRefusedRecord) {
+			// The state answers; what it holds stops this zuul-image's polls.
+			degraded.Reasons = append(degraded.Reasons, fmt.Sprintf("zuul-image %s: %v", zi.Name, err))
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("the state does not answer: %w", err))
 			break

@@ -2,6 +2,7 @@ package listing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -21,6 +22,10 @@ const (
 )
 
 // Image is one image-status row.
+// CursorRefused is the outcome shown for a zuul-image whose poll cursor the
+// store refused as it read it (see store.CheckCursor); its reason says why.
+const CursorRefused = "refused"
+
 type Image struct {
 	Name     string
 	Source   store.Source
@@ -115,8 +120,11 @@ func (s Image) JSON() ImageJSON {
 		row.NewestBuild, row.NewestBuildTime = &name, &at
 	}
 	if c := s.Cursor; c != nil {
-		if c.ZuulUUID != "" {
+		switch {
+		case c.ZuulUUID != "":
 			row.LastZuulBuild, row.LastZuulOutcome, row.LastZuulID = &c.ZuulUUID, &c.Outcome, &c.ZuulID
+		case c.Outcome == CursorRefused:
+			row.LastZuulOutcome = &c.Outcome
 		}
 		if c.BehindID != 0 {
 			row.ZuulBehindID = &c.BehindID
@@ -185,10 +193,13 @@ func ImageStatusOf(ctx context.Context, st *store.Store, cfg *config.Config, bui
 		} else {
 			s.Source = store.SourceZuul
 			cur, err := st.Cursor(ctx, name)
-			if err != nil {
+			switch {
+			case errors.Is(err, store.ErrRefusedRecord):
+				// Shown, not failed: the other images' status still reads.
+				s.Cursor = &store.Cursor{Image: name, Outcome: CursorRefused, Reason: err.Error()}
+			case err != nil:
 				return nil, fmt.Errorf("read poll cursor of %s: %w", name, err)
-			}
-			if cur.ZuulUUID != "" || cur.Waiting != "" {
+			case cur.ZuulUUID != "" || cur.Waiting != "":
 				s.Cursor = &cur
 			}
 		}
@@ -239,8 +250,11 @@ func WriteImageStatus(w io.Writer, images []Image) {
 		}
 		if c := s.Cursor; c != nil {
 			// The reason of a refusal is long: image-status --json carries it.
-			if c.ZuulUUID != "" {
+			switch {
+			case c.ZuulUUID != "":
 				zuul = c.ZuulUUID + " (" + c.Outcome + ")"
+			case c.Outcome == CursorRefused:
+				zuul = "poll cursor refused: zuul-cursor-reset " + s.Name
 			}
 			if c.BehindID != 0 {
 				zuul += " Zuul behind"

@@ -84,6 +84,42 @@ func checkText(s string) error {
 	return nil
 }
 
+// ErrRefusedRecord is wrapped by the error of a read that found a record its
+// check refuses.
+var ErrRefusedRecord = errors.New("refused")
+
+// CheckCursor tells whether a poll cursor read from the state is one the
+// poller may go on from; the error says which field is not. Its reason and
+// waiting texts are only shown, escaped, and are not checked.
+func CheckCursor(c Cursor) error {
+	var errs problems
+	switch c.Outcome {
+	case "", string(Ready), string(Failed), OutcomeLost, OutcomeReset:
+	default:
+		errs = append(errs, fmt.Errorf("outcome %.40q is not one of ready, failed, lost, reset", c.Outcome))
+	}
+	if c.ZuulUUID != "" {
+		errs.field("zuul_uuid", CheckName(c.ZuulUUID))
+	}
+	if c.Build != "" {
+		errs.field("build_id", CheckID(c.Build))
+	}
+	if c.ZuulID < 0 || c.BehindID < 0 {
+		errs = append(errs, errors.New("a Zuul build id is negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// RefuseCursor returns the error of a read that found c, when CheckCursor
+// refuses it: the poller stops at it, and zuul-cursor-reset replaces it.
+func RefuseCursor(c Cursor) error {
+	if err := CheckCursor(c); err != nil {
+		return fmt.Errorf("poll cursor of %s is %w: %w; check who wrote it, then run zuul-cursor-reset %s",
+			c.Image, ErrRefusedRecord, err, c.Image)
+	}
+	return nil
+}
+
 // problems gathers what is wrong with a record, field by field.
 type problems []error
 

@@ -267,3 +267,7 @@ func (s *Store) settleLost(ctx context.Context, image, id string) (*LostBuild, e
 // was deleted by another program: that Zuul build is not fetched again unless
 // an operator asks.
 const OutcomeLost = "lost"
+
+// OutcomeReset is the outcome of a cursor an operator reset: the next poll
+// fetches Zuul's newest build.
+const OutcomeReset = "reset"

@@ -721,7 +721,7 @@ func (s *SQLite) Cursor(ctx context.Context, image string) (Cursor, error) {
 		return c, fmt.Errorf("read poll cursor of %s: %w", image, err)
 	}
 	c.Time, c.ZuulEndTime = fromUnixNano(t), fromUnixNano(end)
-	return c, nil
+	return c, RefuseCursor(c)
 }
 
 // Cursors returns every image's poll cursor, by image.

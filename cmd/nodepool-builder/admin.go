@@ -466,18 +466,23 @@ func zuulCursorReset(c *cli.Context) error {
 		return withCode(exitFailed, fmt.Errorf("zuul-cursor-reset: %w", err))
 	}
 	defer unlock()
+	// A cursor the store refuses is what a reset is for: it is replaced.
 	was, err := a.st.Cursor(ctx, name)
-	if err != nil {
+	refused := errors.Is(err, store.ErrRefusedRecord)
+	if err != nil && !refused {
 		return withCode(exitFailed, err)
 	}
-	reset := store.Cursor{Image: name, Outcome: "reset", Reason: "reset by zuul-cursor-reset", Time: a.st.Now()}
+	reset := store.Cursor{Image: name, Outcome: store.OutcomeReset, Reason: "reset by zuul-cursor-reset", Time: a.st.Now()}
 	if err := a.st.Write(ctx, store.PutCursor(reset)); err != nil {
 		return withCode(exitFailed, fmt.Errorf("zuul-cursor-reset: %w", err))
 	}
 	w := c.App.Writer
-	if was.ZuulUUID == "" {
+	switch {
+	case refused:
+		fmt.Fprintf(w, "poll cursor of %s reset; the one it replaced was refused: %s\n", name, escape.Controls(err.Error()))
+	case was.ZuulUUID == "":
 		fmt.Fprintf(w, "poll cursor of %s reset; it had settled no Zuul build\n", name)
-	} else {
+	default:
 		fmt.Fprintf(w, "poll cursor of %s reset; it was at Zuul build %s (id %d, %s, recorded %s)",
 			name, escape.Controls(was.ZuulUUID), was.ZuulID, was.Outcome, was.Time.Format(time.RFC3339))
 		if was.BehindID != 0 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,5 +93,27 @@ zuul-images:
 		t.Fatalf("the image's build lock after zuul-cursor-reset: %v", err)
 	} else {
 		h.Release()
+	}
+
+	// A cursor someone else wrote that the store refuses stops the polls;
+	// image-status shows it, and zuul-cursor-reset replaces it.
+	z.Kazoo(t, `
+import json
+zk.set("`+zkChroot+`/nodepool-builder/cursors/debian", json.dumps({"zuul_id": 3, "zuul_uuid": "x",
+    "outcome": "ready", "time": 1700000000.0, "build_id": "../../elsewhere"}).encode())
+`)
+	if _, err := other.Cursor(ctx, "debian"); !errors.Is(err, store.ErrRefusedRecord) {
+		t.Fatalf("a cursor with a path for its build id read as %v; want it refused", err)
+	}
+	r = runCmd("-c", cfgPath, "image-status")
+	if r.code != exitOK || !strings.Contains(r.stdout, "poll cursor refused: zuul-cursor-reset debian") {
+		t.Errorf("image-status with a refused cursor: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runCmd("-c", cfgPath, "zuul-cursor-reset", "debian")
+	if r.code != exitOK || !strings.Contains(r.stdout, "the one it replaced was refused") || !strings.Contains(r.stdout, "build_id") {
+		t.Fatalf("zuul-cursor-reset of a refused cursor: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if c, err := other.Cursor(ctx, "debian"); err != nil || c.Outcome != "reset" {
+		t.Fatalf("cursor after resetting a refused one = %+v, %v; want it reset", c, err)
 	}
 }

@@ -196,7 +196,7 @@ func (b *Backend) Cursor(_ context.Context, image string) (store.Cursor, error) 
 	}
 	c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, c.Time = j.ZuulID, j.ZuulUUID, j.Outcome, j.Reason, fromSeconds(j.Time)
 	c.ZuulEndTime, c.BehindID, c.Build, c.Waiting = fromSeconds(j.ZuulEndTime), j.BehindID, j.Build, j.Waiting
-	return c, nil
+	return c, store.RefuseCursor(c)
 }
 
 // RequestBuild creates nodepool's request-build node of the image.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -332,6 +333,41 @@ func TestSnapshotSetsNoWatches(t *testing.T) {
 			t.Error("a snapshot left watches on the server")
 		case !snapshot && added != 1:
 			t.Errorf("%d new sessions watch records after a backend that follows changes opened; want 1", added)
+		}
+	}
+}
+
+// TestCursorWrittenElsewhereIsChecked: a poll cursor is read from the znode
+// each time, and anyone who may write znodes may write one. A cursor another
+// client wrote that names a build id with a path in it, or an outcome the
+// poller does not know, is refused with the zuul-image named and what to run;
+// a good one another client wrote reads as written.
+func TestCursorWrittenElsewhereIsChecked(t *testing.T) {
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
+	root := chroot(t)
+	b := openBackend(t, z, root, time.Now)
+	defer b.Close()
+	z.Kazoo(t, `
+import json
+for image, cur in (
+        ("good", {"zuul_id": 7, "zuul_uuid": "0123456789abcdef0123456789abcdef", "outcome": "ready",
+                  "time": 1700000000.0, "build_id": "0123456789abcdef0123456789abcdef"}),
+        ("path", {"zuul_id": 7, "zuul_uuid": "../../../etc", "outcome": "ready", "time": 1700000000.0,
+                  "build_id": "../x"}),
+        ("outcome", {"zuul_id": 7, "zuul_uuid": "0123456789abcdef0123456789abcdef", "outcome": "pwned",
+                     "time": 1700000000.0})):
+    zk.create("`+root+`/nodepool-builder/cursors/" + image, json.dumps(cur).encode(), makepath=True)
+`)
+	ctx := t.Context()
+	good, err := b.Cursor(ctx, "good")
+	if err != nil || good.ZuulID != 7 || good.Outcome != "ready" || good.Build != "0123456789abcdef0123456789abcdef" {
+		t.Fatalf("good cursor: %+v, %v", good, err)
+	}
+	for image, field := range map[string]string{"path": "build_id", "outcome": "outcome"} {
+		_, err := b.Cursor(ctx, image)
+		if !errors.Is(err, store.ErrRefusedRecord) || !strings.Contains(err.Error(), field) ||
+			!strings.Contains(err.Error(), "zuul-cursor-reset "+image) {
+			t.Errorf("cursor of %s: %v; want it refused for its %s, naming zuul-cursor-reset", image, err, field)
 		}
 	}
 }
