@@ -162,7 +162,7 @@ var hookEnvKeys = map[string]bool{
 	"http_proxy": true, "https_proxy": true, "no_proxy": true, "all_proxy": true,
 	"HTTP_PROXY": true, "HTTPS_PROXY": true, "NO_PROXY": true, "ALL_PROXY": true,
 	"SSL_CERT_FILE": true, "SSL_CERT_DIR": true,
-	"OS_CLIENT_CONFIG_FILE": true, "OS_CLIENT_SECURE_FILE": true,
+	"OS_CLIENT_CONFIG_FILE": true, "OS_CLIENT_SECURE_FILE": true, "OS_CLOUD": true, "XDG_CONFIG_HOME": true,
 }
 
 // hookEnv is the part of environ a post-upload-hook gets: hookEnvKeys and

@@ -1392,9 +1392,10 @@ func TestPostUploadHookEnvironment(t *testing.T) {
 		"HOME": "/home/nodepool", "USER": "nodepool", "LOGNAME": "nodepool", "LANG": "C.UTF-8", "LANGUAGE": "en",
 		"LC_TIME": "C", "TZ": "UTC", "TMPDIR": t.TempDir(), "https_proxy": "http://proxy.example.com:3128",
 		"NO_PROXY": "localhost", "SSL_CERT_FILE": "/etc/ssl/ca.pem", "OS_CLIENT_CONFIG_FILE": "/etc/openstack/clouds.yaml",
+		"OS_CLOUD": "c1", "XDG_CONFIG_HOME": "/etc/nodepool-xdg",
 	}
 	dropped := map[string]string{
-		"OS_PASSWORD": "hunter2", "OS_TOKEN": "tok", "OS_APPLICATION_CREDENTIAL_SECRET": "acs", "OS_CLOUD": "c1",
+		"OS_PASSWORD": "hunter2", "OS_TOKEN": "tok", "OS_APPLICATION_CREDENTIAL_SECRET": "acs",
 		"ZUUL_AUTH_TOKEN": "zt", "NODEPOOL_MQTT_PASSWORD": "mp", "AWS_SECRET_ACCESS_KEY": "aws", "GEARMAN_NOTE": "x",
 	}
 	for k, v := range kept {
