@@ -57,20 +57,34 @@ func (b *Builder) pollNow(image string) {
 
 // missedPolls are the polls connects to the broker ask for: reports published
 // while there was no connection are never delivered, so a connect polls every
-// zuul-image, but each at most once per its poll-interval, so that a broker
-// that comes and goes, or another client that takes over the client id,
-// costs no more polls than the timers make. Its listener calls poll from one
-// goroutine.
+// zuul-image, but a connect again polls each at most once per its
+// poll-interval, so that a broker that comes and goes, or another client that
+// takes over the client id, costs no more polls than the timers make. The
+// first connect is not counted: it covers the time before the listener
+// started, as the daemon's first polls do, and a broker that restarts once
+// after it still has the build made while it was down fetched at once. Its
+// listener calls poll from one goroutine.
 type missedPolls struct {
-	b    *Builder
-	last map[string]time.Time // by zuul-image: when a connect last polled it
+	b         *Builder
+	connected bool                 // a first connect was made
+	last      map[string]time.Time // by zuul-image: when a connect again last polled it
 }
 
 // poll wakes, at now, the loop of every zuul-image of the config that no
-// connect woke within its poll-interval.
+// connect again woke within its poll-interval.
 func (m *missedPolls) poll(now time.Time) {
 	s := m.b.sup.Load()
 	if s == nil {
+		return
+	}
+	if !m.connected {
+		m.connected = true
+		images := m.b.Config().ZuulImages
+		for _, zi := range images {
+			s.wake(loopKey{store.SourceZuul, zi.Name})
+		}
+		m.b.log.Info("connected to Zuul's MQTT broker: polling every zuul-image now, for the reports missed while not connected",
+			"zuul_images", len(images))
 		return
 	}
 	due := m.due(m.b.Config().ZuulImages, now)
@@ -82,7 +96,7 @@ func (m *missedPolls) poll(now time.Time) {
 			"only the zuul-images no connect polled within their poll-interval", "zuul_images", len(due), "not_polled_again", held)
 		return
 	}
-	m.b.log.Info("connected to Zuul's MQTT broker: polling every zuul-image now, for the reports missed while not connected",
+	m.b.log.Info("connected to Zuul's MQTT broker again: polling every zuul-image now, for the reports missed while not connected",
 		"zuul_images", len(due))
 }
 
