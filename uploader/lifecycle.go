@@ -458,9 +458,11 @@ var glanceID = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 // upload's to delete: records are written by other programs and by hand too,
 // and a wrong one must not delete an image of another's. Its id is a UUID, and
 // the image carries the properties nodepool's builders (Python nodepool 10,
-// and this builder) set on what they upload: the build id and upload id, and
-// the provider's name where it is set. An image already gone is nil: there is
-// nothing to delete. The error wraps errNotOurs when it is not the upload's.
+// and this builder) set on what they upload: the build id, and the provider's
+// name where it is set; and the upload id, or, when the ids differ, the name
+// the record gives it (zookeeper-import numbers the uploads it copies anew).
+// An image already gone is nil: there is nothing to delete. The error wraps
+// errNotOurs when it is not the upload's.
 func (u *Uploader) checkOurs(ctx context.Context, cloud Cloud, up store.Upload) error {
 	if !glanceID.MatchString(up.ExternalID) {
 		return fmt.Errorf("%w: external id %.80q is not an image id as Glance makes them (a UUID)", errNotOurs, up.ExternalID)
@@ -473,9 +475,12 @@ func (u *Uploader) checkOurs(ctx context.Context, cloud Cloud, up store.Upload) 
 		return fmt.Errorf("check image %s of upload %s before deleting it: %w", up.ExternalID, up, err)
 	}
 	p := img.Properties
-	if p[PropBuildID] != up.BuildID || p[PropUploadID] != up.ID {
-		return fmt.Errorf("%w: the image's %s is %.80q and %s %.80q, not the upload's %s and %s", errNotOurs,
-			PropBuildID, p[PropBuildID], PropUploadID, p[PropUploadID], up.BuildID, up.ID)
+	if p[PropBuildID] != up.BuildID {
+		return fmt.Errorf("%w: the image's %s is %.80q, not the upload's build %s", errNotOurs, PropBuildID, p[PropBuildID], up.BuildID)
+	}
+	if p[PropUploadID] != up.ID && (up.ExternalName == "" || img.Name != up.ExternalName) {
+		return fmt.Errorf("%w: the image's %s is %.80q and its name %.80q, not the upload's id %s or name %.80q", errNotOurs,
+			PropUploadID, p[PropUploadID], img.Name, up.ID, up.ExternalName)
 	}
 	if name, ok := p[PropProvider]; ok && name != up.Provider {
 		return fmt.Errorf("%w: the image's %s is %.80q, not %s", errNotOurs, PropProvider, name, up.Provider)

@@ -3,6 +3,7 @@ package uploader_test
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -140,8 +141,9 @@ print(all(zk.exists(p) is not None for p in sys.argv[1:]))`, root+build, root+sp
 
 // TestDeleteOnlyOurImage: upload records marked deleting whose external_id
 // names an image of Glance that no nodepool builder uploaded (its UUID, or
-// something that is not a UUID but reaches it) delete nothing there; the
-// records stay and the log says why, once.
+// something that is not a UUID but reaches it), or another build's, delete
+// nothing there; the records stay and the log says why, once. The upload's own
+// image goes, found by its upload id or, numbered anew, by its name.
 func TestDeleteOnlyOurImage(t *testing.T) {
 	g := testenv.NewGlance(t)
 	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
@@ -150,15 +152,26 @@ func TestDeleteOnlyOurImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := cloud.Create(ctx, uploader.ImageSpec{Name: "someone-elses", DiskFormat: "raw"})
-	if err != nil {
-		t.Fatal(err)
+	const build = "0123456789abcdef0123456789abcdef"
+	image := func(name string, props map[string]string) string {
+		id, err := cloud.Create(ctx, uploader.ImageSpec{Name: name, DiskFormat: "raw", Properties: props})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
 	}
+	other := image("someone-elses", nil)
+	// Nodepool's, as its builders upload: the build id and upload id. The
+	// records below are the build's sequence nodes 0000000000 to 0000000004.
+	anotherBuild := image("made-elsewhere", map[string]string{uploader.PropBuildID: "fedcba9876543210fedcba9876543210",
+		uploader.PropUploadID: "0000000002"})
+	renumbered := image("made-elsewhere", map[string]string{uploader.PropBuildID: build, uploader.PropUploadID: "0000000042"})
+	exact := image("named-otherwise", map[string]string{uploader.PropBuildID: build, uploader.PropUploadID: "0000000004"})
 	var logs testenv.Buffer
 	st, root := zkStore(t, z, &logs)
-	z.Kazoo(t, writeRecords, root+"/nodepool/images/debian/builds/0123456789abcdef0123456789abcdef", "python-builder",
-		"raw", "glance", "deleting", other, other+"?not-a-uuid")
-	waitSeen(t, st, &logs, 2)
+	z.Kazoo(t, writeRecords, root+"/nodepool/images/debian/builds/"+build, "python-builder",
+		"raw", "glance", "deleting", other, other+"?not-a-uuid", anotherBuild, renumbered, exact)
+	waitSeen(t, st, &logs, 5)
 
 	cfg := &config.Config{
 		ImagesDir:  st.Dir(),
@@ -174,14 +187,32 @@ func TestDeleteOnlyOurImage(t *testing.T) {
 			t.Fatalf("delete pass: %v", err)
 		}
 	}
-	if img, err := cloud.Get(ctx, other); err != nil || img.Status == "deleted" || img.Status == "pending_delete" {
-		t.Errorf("the image not ours: %+v, %v; want it left in Glance", img, err)
+	gone := func(id string) bool {
+		img, err := cloud.Get(ctx, id)
+		return errors.Is(err, uploader.ErrNotFound) || err == nil && (img.Status == "deleted" || img.Status == "pending_delete")
 	}
+	for name, id := range map[string]string{"the image not nodepool's": other, "another build's image": anotherBuild} {
+		if gone(id) {
+			t.Errorf("%s (%s) was deleted; want it left in Glance", name, id)
+		}
+	}
+	// The upload's own: by its upload id, or by its name when the ids differ.
+	for name, id := range map[string]string{"the upload's image": exact, "the upload's image, numbered anew": renumbered} {
+		if !gone(id) {
+			t.Errorf("%s (%s) was left; want it deleted", name, id)
+		}
+	}
+	testenv.WaitFor(t, 30*time.Second, "the records of the deleted images to go", func() bool {
+		ups, _ := st.Uploads(ctx, store.UploadFilter{})
+		return len(ups) == 3
+	}, logs.String)
 	ups, _ := st.Uploads(ctx, store.UploadFilter{})
-	if len(ups) != 2 {
-		t.Errorf("upload records: %v; want both left", ups)
+	for _, up := range ups {
+		if up.ExternalID == exact || up.ExternalID == renumbered {
+			t.Errorf("the record of a deleted image is left: %v", up)
+		}
 	}
-	if n := strings.Count(logs.String(), "not deleting a cloud image that is not this upload's"); n != 2 {
-		t.Errorf("refusals logged: %d; want one for each record. Log:\n%s", n, logs.String())
+	if n := strings.Count(logs.String(), "not deleting a cloud image that is not this upload's"); n != 3 {
+		t.Errorf("refusals logged: %d; want one for each record not the image's. Log:\n%s", n, logs.String())
 	}
 }

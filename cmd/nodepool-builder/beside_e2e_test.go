@@ -214,7 +214,10 @@ func TestTakeOverAPythonBuildersImagesDir(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ext, err := e.cloud.Create(ctx, uploader.ImageSpec{Name: "centos-python", DiskFormat: "qcow2"})
+	// As nodepool uploads: its build id and upload id (the provider's first
+	// sequence node) on the image.
+	ext, err := e.cloud.Create(ctx, uploader.ImageSpec{Name: "centos-python", DiskFormat: "qcow2",
+		Properties: map[string]string{uploader.PropBuildID: centos, uploader.PropUploadID: "0000000000"}})
 	if err != nil {
 		t.Fatal(err)
 	}

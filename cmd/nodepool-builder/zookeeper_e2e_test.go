@@ -815,15 +815,18 @@ func TestZooKeeperPythonBuildersRecords(t *testing.T) {
 	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
 	e.appendConfig(zkKeys(z, zkChroot))
 	ctx := context.Background()
+	const pyBuild = "0123456789abcdef0123456789abcdef"
 	ext := map[string]string{}
 	for _, p := range []string{"cloud-q", "cloud-r"} {
-		id, err := e.cloud.Create(ctx, uploader.ImageSpec{Name: "python-made", DiskFormat: "raw"})
+		// As nodepool uploads: its build id and upload id (the first
+		// sequence node of the provider) on the image.
+		id, err := e.cloud.Create(ctx, uploader.ImageSpec{Name: "python-made", DiskFormat: "raw",
+			Properties: map[string]string{uploader.PropBuildID: pyBuild, uploader.PropUploadID: "0000000000"}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ext[p] = id
 	}
-	const pyBuild = "0123456789abcdef0123456789abcdef"
 	if _, err := testenv.RunKazoo(ctx, kazooConn(z), pythonBuild, "debian", pyBuild,
 		"cloud-q="+ext["cloud-q"], "cloud-r="+ext["cloud-r"]); err != nil {
 		t.Fatal(err)
