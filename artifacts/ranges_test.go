@@ -321,8 +321,13 @@ func TestFetchRangesResumeAfterKill(t *testing.T) {
 			rs := &rangeServer{versions: [][]byte{served}, etags: []string{`"v1"`}, hangAfter: hangAfter, hanging: true}
 			srv := newRangeServer(t, rs)
 			f := rangedFetcher(t)
+			// The hung ranges wait for the kill alone. A slow host may take longer than
+			// the stall timeout to get there, and a stall retry would fetch more of each
+			// range, and the next ones, before the kill.
+			f.StallTimeout = time.Hour
 			req := Request{URL: srv.URL + "/img.raw" + suffix(comp), Dest: filepath.Join(t.TempDir(), "img.raw"), Key: "img.raw"}
 			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel() // on a failure before the kill, lets the hung requests and the server end
 			errc := make(chan error, 1)
 			go func() {
 				_, err := f.Fetch(ctx, req)
