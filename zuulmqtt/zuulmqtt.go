@@ -340,28 +340,87 @@ func (l *Listener) session(ctx context.Context) (connectedAt time.Time, err erro
 			return time.Time{}, err
 		}
 	}
-	// Neither the client's errors nor ours quote the password; should one
-	// ever, it goes no further.
-	defer func() {
-		if err != nil && len(password) >= 4 && strings.Contains(err.Error(), password) {
-			err = errors.New(strings.ReplaceAll(err.Error(), password, "REDACTED"))
-		}
-	}()
+	defer func() { err = redactPassword(err, password) }()
 	lost := make(chan error, 1)
-	// The connection closes when ctx ends while connecting, so that a broker
-	// that does not answer holds Run up no longer than ctx.
-	var (
-		connMu     sync.Mutex
-		stopCloser func() bool
-	)
+	var guard dialGuard
+	client := mqtt.NewClient(l.clientOptions(ctx, password, &guard, lost))
+	disconnect := func() {
+		guard.release()
+		// Waits for the client's goroutines; the quiesce bounds the wait for
+		// the broker to take the DISCONNECT.
+		client.Disconnect(250)
+	}
+
+	tok := client.Connect()
+	<-tok.Done() // bounded by connectTimeout, and by ctx through the connection
+	if err := tok.Error(); err != nil {
+		return time.Time{}, l.connectError(err)
+	}
+	if err := l.subscribe(client); err != nil {
+		disconnect()
+		return time.Time{}, err
+	}
+	// Connected: the connection stays open until Disconnect, even if ctx ends.
+	guard.release()
+	connectedAt = time.Now()
+	l.announceConnected(connectedAt)
+
+	select {
+	case <-ctx.Done():
+		client.Disconnect(250)
+		return connectedAt, nil
+	case err := <-lost:
+		return connectedAt, fmt.Errorf("connection to %s lost: %w", l.cfg.URL, err)
+	}
+}
+
+// redactPassword takes the password out of err's text. Neither the client's
+// errors nor ours quote it; should one ever, it goes no further. A password
+// shorter than 4 bytes is left alone: replacing it would mangle the message
+// and hide nothing.
+func redactPassword(err error, password string) error {
+	if err != nil && len(password) >= 4 && strings.Contains(err.Error(), password) {
+		return errors.New(strings.ReplaceAll(err.Error(), password, "REDACTED"))
+	}
+	return err
+}
+
+// dialGuard closes the connection when ctx ends while connecting, so that a
+// broker that does not answer holds Run up no longer than ctx. The client
+// dials from its own goroutine, hence the lock.
+type dialGuard struct {
+	mu   sync.Mutex
+	stop func() bool
+}
+
+// watch closes conn when ctx ends, until release.
+func (g *dialGuard) watch(ctx context.Context, conn net.Conn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stop = context.AfterFunc(ctx, func() { conn.Close() })
+}
+
+// release stops watching: a subscribed connection stays open until
+// Disconnect, and a failed one is closed by Disconnect.
+func (g *dialGuard) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stop != nil {
+		g.stop()
+	}
+}
+
+// clientOptions are the client's settings for one session: it dials through
+// l.dial (TLS, the size bound of limitConn, the guard) rather than by itself,
+// never reconnects on its own (connectLoop does, with a backoff), and sends
+// why the connection was lost to lost.
+func (l *Listener) clientOptions(ctx context.Context, password string, guard *dialGuard, lost chan<- error) *mqtt.ClientOptions {
 	open := func(*url.URL, mqtt.ClientOptions) (net.Conn, error) {
 		conn, err := l.dial(ctx)
 		if err != nil {
 			return nil, err
 		}
-		connMu.Lock()
-		stopCloser = context.AfterFunc(ctx, func() { conn.Close() })
-		connMu.Unlock()
+		guard.watch(ctx, conn)
 		return newLimitConn(conn, maxPacket, l.skipped), nil
 	}
 	opts := mqtt.NewClientOptions().
@@ -389,23 +448,13 @@ func (l *Listener) session(ctx context.Context) (connectedAt time.Time, err erro
 		opts.SetUsername(l.cfg.Username)
 		opts.SetPassword(password)
 	}
-	client := mqtt.NewClient(opts)
-	disconnect := func() {
-		connMu.Lock()
-		if stopCloser != nil {
-			stopCloser()
-		}
-		connMu.Unlock()
-		// Waits for the client's goroutines; the quiesce bounds the wait for
-		// the broker to take the DISCONNECT.
-		client.Disconnect(250)
-	}
+	return opts
+}
 
-	tok := client.Connect()
-	<-tok.Done() // bounded by connectTimeout, and by ctx through the connection
-	if err := tok.Error(); err != nil {
-		return time.Time{}, l.connectError(err)
-	}
+// subscribe subscribes a connected client to the topics, and fails when the
+// broker does not answer in subscribeTimeout or refuses a topic: a listener
+// that hears nothing should say so rather than seem connected.
+func (l *Listener) subscribe(client mqtt.Client) error {
 	filters := map[string]byte{}
 	for _, t := range l.cfg.Topics {
 		// QoS 0: a report lost on the way costs nothing a poll does not make
@@ -416,41 +465,41 @@ func (l *Listener) session(ctx context.Context) (connectedAt time.Time, err erro
 	select {
 	case <-stok.Done():
 	case <-time.After(subscribeTimeout):
-		disconnect()
-		return time.Time{}, fmt.Errorf("subscribe to %q at %s: no answer from the broker in %s", l.cfg.Topics, l.cfg.URL, subscribeTimeout)
+		return fmt.Errorf("subscribe to %q at %s: no answer from the broker in %s", l.cfg.Topics, l.cfg.URL, subscribeTimeout)
 	}
 	if err := stok.Error(); err != nil {
-		disconnect()
-		return time.Time{}, fmt.Errorf("subscribe to %q at %s: %w", l.cfg.Topics, l.cfg.URL, err)
+		return fmt.Errorf("subscribe to %q at %s: %w", l.cfg.Topics, l.cfg.URL, err)
 	}
 	if st, ok := stok.(*mqtt.SubscribeToken); ok {
-		for topic, code := range st.Result() {
-			if code == 0x80 {
-				disconnect()
-				return time.Time{}, fmt.Errorf("the broker at %s refused the subscription to %q; check that user %q may subscribe to it", l.cfg.URL, topic, l.cfg.Username)
-			}
+		if topic, refused := refusedTopic(st.Result()); refused {
+			return fmt.Errorf("the broker at %s refused the subscription to %q; check that user %q may subscribe to it", l.cfg.URL, topic, l.cfg.Username)
 		}
 	}
-	// Connected: the connection stays open until Disconnect, even if ctx ends.
-	connMu.Lock()
-	if stopCloser != nil {
-		stopCloser()
+	return nil
+}
+
+// subackFailure is the return code of a SUBACK for a refused topic (MQTT
+// 3.1.1, 3.9.3).
+const subackFailure = 0x80
+
+// refusedTopic returns a topic the broker's SUBACK codes refuse, if any.
+func refusedTopic(codes map[string]byte) (string, bool) {
+	for topic, code := range codes {
+		if code == subackFailure {
+			return topic, true
+		}
 	}
-	connMu.Unlock()
-	connectedAt = time.Now()
-	l.setConnected(connectedAt)
+	return "", false
+}
+
+// announceConnected records the connection in State, logs it and tells the
+// worker to call OnConnect: reports may have been missed while there was none.
+func (l *Listener) announceConnected(at time.Time) {
+	l.setConnected(at)
 	l.log.Info("listening to Zuul's reports", "topics", l.cfg.Topics)
 	select {
 	case l.connected <- struct{}{}:
 	default: // one OnConnect is already due
-	}
-
-	select {
-	case <-ctx.Done():
-		client.Disconnect(250)
-		return connectedAt, nil
-	case err := <-lost:
-		return connectedAt, fmt.Errorf("connection to %s lost: %w", l.cfg.URL, err)
 	}
 }
 
