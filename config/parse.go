@@ -317,15 +317,43 @@ func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, has
 	if !ok {
 		return cfg
 	}
-	// Where the builder's own settings are: its file, or nodepool.yaml.
-	settings, sp := own, bp
+	settings, sp, oneFile := findBuilderSettings(cfg, np, top, bp, own, hasOwn)
+
+	np.readTopLevel(cfg, top)
+	if n, ok := settings.get("builder"); ok {
+		cfg.Builder = sp.builder(n, settings.sub("builder"))
+	}
+	cfg.ZooKeeper = np.zookeeper(top)
+	np.mergeOldGearmanServers(top, &cfg.Builder)
+
+	names := imageNames{}
+	cfg.ZuulImages = sp.zuulImages(settings, names, cfg.Builder.PollInterval)
+	cfg.DiskImages = np.diskImages(top, names, cfg.ZuulImages)
+	checkZuulImagesDeclared(cfg, names, np, sp, oneFile)
+	cfg.Providers = np.providers(top, names)
+
+	if cfg.ImagesDir == "" {
+		requireImagesDir(np, top, sp, settings)
+	}
+	if cfg.Builder.StateDB == "" && cfg.ImagesDir != "" {
+		cfg.Builder.StateDB = filepath.Join(cfg.ImagesDir, "builder.db")
+	}
+	cfg.Warnings = slices.Concat(cfg.Warnings, np.warns, bp.warns)
+	return cfg
+}
+
+// findBuilderSettings says where the builder's own settings (ownKeys) are
+// read from, and by which parser: its own file, or nodepool.yaml in a
+// one-file config (oneFile), which loads with a warning in cfg because
+// nodepool's config-validate refuses it. Beside an own file, they are an
+// error in nodepool.yaml: two places for one setting would hide one.
+func findBuilderSettings(cfg *Config, np *parser, top *mapping, bp *parser, own *mapping, hasOwn bool) (settings *mapping, sp *parser, oneFile bool) {
 	var inNodepool []string
 	for _, key := range ownKeys {
 		if _, ok := top.fields[key]; ok {
 			inNodepool = append(inNodepool, key)
 		}
 	}
-	oneFile := false
 	switch {
 	case len(inNodepool) > 0 && hasOwn:
 		for _, key := range inNodepool {
@@ -333,14 +361,19 @@ func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, has
 				"move this section there (nodepool's config-validate refuses it in nodepool.yaml)", bp.file)
 		}
 	case len(inNodepool) > 0:
-		settings, sp, oneFile = top, np, true
 		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("%s holds %s, which nodepool's config-validate refuses "+
 			"(\"extra keys not allowed\"): move them into %s beside it (or the file --builder-config names), and declare "+
 			"each zuul-image in nodepool.yaml as a diskimage of its name with pause: true, so that nodepool-launcher "+
 			"and Python nodepool-builders can read the file and labels can name the image",
 			np.file, strings.Join(inNodepool, " and "), BuilderFileName))
+		return top, np, true
 	}
+	return own, bp, false
+}
 
+// readTopLevel reads nodepool.yaml's top-level scalars and its webapp
+// section into cfg; a key that is absent keeps cfg's default.
+func (p *parser) readTopLevel(cfg *Config, top *mapping) {
 	if s, ok := top.str("images-dir"); ok {
 		cfg.ImagesDir = s
 	}
@@ -354,26 +387,32 @@ func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, has
 		cfg.ElementsDir = s
 	}
 	if n, ok := top.get("webapp"); ok {
-		cfg.LauncherWebapp = np.webapp(n, top.sub("webapp"))
+		cfg.LauncherWebapp = p.webapp(n, top.sub("webapp"))
 	}
-	if n, ok := settings.get("builder"); ok {
-		cfg.Builder = sp.builder(n, settings.sub("builder"))
+}
+
+// mergeOldGearmanServers adds nodepool's old top-level gearman-servers to
+// the builder section's, with a warning: they still work, but nodepool 10's
+// config-validate refuses them.
+func (p *parser) mergeOldGearmanServers(top *mapping, b *Builder) {
+	old := p.gearmanServers(top)
+	if len(old) == 0 {
+		return
 	}
-	cfg.ZooKeeper = np.zookeeper(top)
-	// nodepool's old top-level gearman-servers, and the builder section's.
-	if old := np.gearmanServers(top); len(old) > 0 {
-		np.warnf(top.fields["gearman-servers"].key, "gearman-servers", "is an older nodepool's key, which nodepool 10's "+
-			"config-validate refuses: move it to builder.gearman-servers in %s", BuilderFileName)
-		for _, g := range old {
-			if !slices.Contains(cfg.Builder.GearmanServers, g) {
-				cfg.Builder.GearmanServers = append(cfg.Builder.GearmanServers, g)
-			}
+	p.warnf(top.fields["gearman-servers"].key, "gearman-servers", "is an older nodepool's key, which nodepool 10's "+
+		"config-validate refuses: move it to builder.gearman-servers in %s", BuilderFileName)
+	for _, g := range old {
+		if !slices.Contains(b.GearmanServers, g) {
+			b.GearmanServers = append(b.GearmanServers, g)
 		}
 	}
+}
 
-	names := imageNames{}
-	cfg.ZuulImages = sp.zuulImages(settings, names, cfg.Builder.PollInterval)
-	cfg.DiskImages = np.diskImages(top, names, cfg.ZuulImages)
+// checkZuulImagesDeclared asks that every zuul-image be declared as a paused
+// diskimage in nodepool.yaml, so that nodepool's providers and labels can
+// name it: an error with the builder's own file, a warning in a one-file
+// config (which nodepool cannot read anyway).
+func checkZuulImagesDeclared(cfg *Config, names imageNames, np, sp *parser, oneFile bool) {
 	var undeclared []string
 	for i := range cfg.ZuulImages {
 		zi := &cfg.ZuulImages[i]
@@ -394,30 +433,27 @@ func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, has
 			"nodepool-launcher cannot boot them, and a Python nodepool-builder deletes their uploads in the providers it "+
 			"has: add \"- {name: <image>, pause: true}\" under diskimages for each", np.file, strings.Join(undeclared, ", ")))
 	}
-	cfg.Providers = np.providers(top, names)
+}
 
-	if cfg.ImagesDir == "" {
-		for _, key := range []string{"diskimages", "zuul-images"} {
-			m, mp := top, np
-			if key == "zuul-images" {
-				m, mp = settings, sp
+// requireImagesDir reports a missing or empty images-dir when there are
+// images to build or fetch, at the first of their sections (or at an empty
+// images-dir): without it there is nowhere to put their files.
+func requireImagesDir(np *parser, top *mapping, sp *parser, settings *mapping) {
+	for _, key := range []string{"diskimages", "zuul-images"} {
+		m, mp := top, np
+		if key == "zuul-images" {
+			m, mp = settings, sp
+		}
+		if n, ok := m.get(key); ok && isSequence(n) {
+			at := m.fields[key].key
+			if f, ok := top.fields["images-dir"]; ok {
+				at, mp = f.key, np // present but empty
 			}
-			if n, ok := m.get(key); ok && isSequence(n) {
-				at := m.fields[key].key
-				if f, ok := top.fields["images-dir"]; ok {
-					at, mp = f.key, np // present but empty
-				}
-				mp.errorf(at, "images-dir", "is required when %s are configured; set it in %s to the directory for image "+
-					"files and the state database, e.g. /opt/nodepool_dib", key, np.file)
-				break
-			}
+			mp.errorf(at, "images-dir", "is required when %s are configured; set it in %s to the directory for image "+
+				"files and the state database, e.g. /opt/nodepool_dib", key, np.file)
+			return
 		}
 	}
-	if cfg.Builder.StateDB == "" && cfg.ImagesDir != "" {
-		cfg.Builder.StateDB = filepath.Join(cfg.ImagesDir, "builder.db")
-	}
-	cfg.Warnings = slices.Concat(cfg.Warnings, np.warns, bp.warns)
-	return cfg
 }
 
 // topMapping reads a file's top-level mapping; an empty file is an empty
