@@ -46,66 +46,16 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 	for _, w := range secretFileWarnings(cfg) {
 		b.log.Warn(w)
 	}
-	open := b.opts.OpenCloud
-	if open == nil {
-		open = b.openOpenStack
+	clouds, err := b.openClouds(ctx, cfg)
+	if err != nil {
+		return nil, err
 	}
-	clouds := map[string]uploader.Cloud{}
-	// Providers of one clouds.yaml entry and region share its client: one
-	// login, and one listing per leak sweep.
-	opened := map[[2]string]uploader.Cloud{}
-	for i := range cfg.Providers {
-		p := &cfg.Providers[i]
-		key := [2]string{p.Cloud, p.RegionName}
-		cloud, ok := opened[key]
-		if !ok {
-			var err error
-			if cloud, err = open(ctx, p); err != nil {
-				return nil, fmt.Errorf("%w: provider %s: %w", config.ErrUnusable, p.Name, err)
-			}
-			opened[key] = cloud
-		}
-		if p.ImageFormat == "" {
-			if f, ok := cloud.(interface{ ImageFormat() string }); ok {
-				// The format a provider takes is part of what images need; settle it now.
-				p.ImageFormat = config.NormalizeFormat(f.ImageFormat())
-			}
-		}
-		clouds[p.Name] = cloud
-	}
-	clients := map[string]poller.Builds{}
-	fetchers := map[string]*artifacts.Fetcher{}
-	// The zuul-images that trust the same ca-cert share one HTTP client and
-	// its connections: 500 images of one Zuul would otherwise hold 500
-	// connections to it, and make as many TLS handshakes on each --once.
-	shared := map[string]*http.Client{}
-	for _, zi := range cfg.ZuulImages {
-		hc, ok := shared[zi.CACert]
-		if !ok {
-			var err error
-			if hc, err = zuulClient(zi.CACert); err != nil {
-				return nil, fmt.Errorf("%w: zuul-image %s: %w", config.ErrUnusable, zi.Name, err)
-			}
-			shared[zi.CACert] = hc
-		}
-		fetchers[zi.Name] = &artifacts.Fetcher{PartialDir: b.store.PartialDir(), HTTPClient: hc, Logger: b.log,
-			MaxSize: cfg.Builder.MaxImageSize, Connections: cfg.Builder.DownloadConnections, Progress: b.opts.Progress}
-		client, err := zuulapi.New(zuulapi.Options{
-			APIURL:     zi.APIURL,
-			Tenant:     zi.Tenant,
-			TokenFile:  zi.AuthTokenFile,
-			HTTPClient: hc, // it trusts zi.CACert
-			// The client warns, with this, of credentials it would send over http.
-			Logger: b.log.With("zuul_image", zi.Name),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%w: zuul-image %s: %w", config.ErrUnusable, zi.Name, err)
-		}
-		clients[zi.Name] = client
+	clients, fetchers, err := b.zuulClients(cfg)
+	if err != nil {
+		return nil, err
 	}
 	var listener *zuulmqtt.Listener
 	if z := cfg.Builder.ZuulMQTT; z != nil {
-		var err error
 		if listener, err = b.newListener(*z); err != nil {
 			return nil, fmt.Errorf("%w: builder.%w", config.ErrUnusable, err)
 		}
@@ -143,6 +93,74 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 			Progress:     b.opts.Progress,
 		}),
 	}, nil
+}
+
+// openClouds opens the image service of every provider, by name, and settles
+// the image format of a provider that names none to the one its cloud takes:
+// the format a provider takes is part of what images need. Providers of one
+// clouds.yaml entry and region share its client: one login, and one listing
+// per leak sweep.
+func (b *Builder) openClouds(ctx context.Context, cfg *config.Config) (map[string]uploader.Cloud, error) {
+	open := b.opts.OpenCloud
+	if open == nil {
+		open = b.openOpenStack
+	}
+	clouds := map[string]uploader.Cloud{}
+	opened := map[[2]string]uploader.Cloud{}
+	for i := range cfg.Providers {
+		p := &cfg.Providers[i]
+		key := [2]string{p.Cloud, p.RegionName}
+		cloud, ok := opened[key]
+		if !ok {
+			var err error
+			if cloud, err = open(ctx, p); err != nil {
+				return nil, fmt.Errorf("%w: provider %s: %w", config.ErrUnusable, p.Name, err)
+			}
+			opened[key] = cloud
+		}
+		if p.ImageFormat == "" {
+			if f, ok := cloud.(interface{ ImageFormat() string }); ok {
+				p.ImageFormat = config.NormalizeFormat(f.ImageFormat())
+			}
+		}
+		clouds[p.Name] = cloud
+	}
+	return clouds, nil
+}
+
+// zuulClients makes, for every zuul-image by name, its Zuul API client and its
+// artifact fetcher. The zuul-images that trust the same ca-cert share one
+// HTTP client and its connections: 500 images of one Zuul would otherwise
+// hold 500 connections to it, and make as many TLS handshakes on each --once.
+func (b *Builder) zuulClients(cfg *config.Config) (map[string]poller.Builds, map[string]*artifacts.Fetcher, error) {
+	clients := map[string]poller.Builds{}
+	fetchers := map[string]*artifacts.Fetcher{}
+	shared := map[string]*http.Client{}
+	for _, zi := range cfg.ZuulImages {
+		hc, ok := shared[zi.CACert]
+		if !ok {
+			var err error
+			if hc, err = zuulClient(zi.CACert); err != nil {
+				return nil, nil, fmt.Errorf("%w: zuul-image %s: %w", config.ErrUnusable, zi.Name, err)
+			}
+			shared[zi.CACert] = hc
+		}
+		fetchers[zi.Name] = &artifacts.Fetcher{PartialDir: b.store.PartialDir(), HTTPClient: hc, Logger: b.log,
+			MaxSize: cfg.Builder.MaxImageSize, Connections: cfg.Builder.DownloadConnections, Progress: b.opts.Progress}
+		client, err := zuulapi.New(zuulapi.Options{
+			APIURL:     zi.APIURL,
+			Tenant:     zi.Tenant,
+			TokenFile:  zi.AuthTokenFile,
+			HTTPClient: hc, // it trusts zi.CACert
+			// The client warns, with this, of credentials it would send over http.
+			Logger: b.log.With("zuul_image", zi.Name),
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: zuul-image %s: %w", config.ErrUnusable, zi.Name, err)
+		}
+		clients[zi.Name] = client
+	}
+	return clients, fetchers, nil
 }
 
 // uploadProgress tells the gearman jobs waiting for an upload how it goes.
