@@ -468,102 +468,146 @@ func (c *cache) refresh(p string) ([]string, error) {
 	case kindProvider:
 		return c.refreshProvider(p)
 	}
-	var data []byte
-	var stat *zk.Stat
-	var err error
-	var kids []string
-	switch k {
-	case kindBuild, kindBuildExtra, kindUpload, kindUploadExtra, kindFlag:
-		data, stat, err = c.b.getW(p)
-	}
-	if err == nil && k != kindBuildExtra && k != kindUploadExtra && k != kindFlag && k != kindUpload {
-		var all []string
-		var lstat *zk.Stat
-		all, lstat, err = c.b.childrenW(p)
-		if stat == nil {
-			stat = lstat
+	data, stat, kids, err := c.readNode(p, k)
+	if err == nil {
+		var x extra
+		x, kids, err = c.readExtra(p, k, kids)
+		if err == nil {
+			return c.keepRead(p, k, data, stat, kids, x), nil
 		}
-		for _, ch := range all {
-			if followed(k, ch) {
-				kids = append(kids, ch)
-			}
-		}
-		sort.Strings(kids)
 	}
 	if errors.Is(err, zk.ErrNoNode) {
-		c.remove(p)
-		// Watch for it to come (again), unless its parent is gone too. A
-		// node deleted between its listing and its reading is no error.
-		if k == kindRoot {
-			_, _, err = c.b.existsW(p)
-			return nil, err
+		return nil, c.dropVanished(p, k)
+	}
+	return nil, err
+}
+
+// nodeReads says what refresh reads of a node of kind k: its data (get), and
+// its children (list). A node whose data holds nothing the cache keeps is
+// listed only; one with no followed children (an upload's is its extra node,
+// which readExtra reads) is not listed.
+func nodeReads(k kind) (get, list bool) {
+	switch k {
+	case kindBuild, kindBuildExtra, kindUpload, kindUploadExtra, kindFlag:
+		get = true
+	}
+	switch k {
+	case kindBuildExtra, kindUploadExtra, kindFlag, kindUpload:
+	default:
+		list = true
+	}
+	return get, list
+}
+
+// readNode reads a node as nodeReads says, with watches, and returns its
+// followed children, sorted. The stat is the data's, or else the listing's.
+func (c *cache) readNode(p string, k kind) (data []byte, stat *zk.Stat, kids []string, err error) {
+	get, list := nodeReads(k)
+	if get {
+		if data, stat, err = c.b.getW(p); err != nil {
+			return nil, nil, nil, err
 		}
-		return nil, nil
 	}
+	if !list {
+		return data, stat, nil, nil
+	}
+	all, lstat, err := c.b.childrenW(p)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	// A record's extra node is read after it, so that it is no older, and
-	// cached with it: another builder's write of both must not show as the
-	// node's new version with the extra node's old fields.
-	var xdata []byte
-	var xstat *zk.Stat
+	if stat == nil {
+		stat = lstat
+	}
+	for _, ch := range all {
+		if followed(k, ch) {
+			kids = append(kids, ch)
+		}
+	}
+	sort.Strings(kids)
+	return data, stat, kids, nil
+}
+
+// extra is a record's extra node as read; a zero extra when it has none.
+type extra struct {
+	data []byte
+	stat *zk.Stat
+}
+
+// readExtra reads a record's extra node after the record, so that it is no
+// older, to be cached with it: another builder's write of both must not show
+// as the node's new version with the extra node's old fields. It returns the
+// node's followed children: an upload's is its extra node, when it has one.
+// zk.ErrNoNode means the upload went between the two reads.
+func (c *cache) readExtra(p string, k kind, kids []string) (extra, []string, error) {
 	switch {
 	case k == kindBuild && slices.Contains(kids, extraNode):
-		xdata, xstat, err = c.b.getW(p + "/" + extraNode)
+		data, stat, err := c.b.getW(p + "/" + extraNode)
 		if errors.Is(err, zk.ErrNoNode) {
-			xdata, xstat, err = nil, nil, nil // its own event drops it
+			return extra{}, kids, nil // its own event drops it
 		}
+		return extra{data, stat}, kids, err
 	case k == kindUpload:
-		xdata, xstat, err = c.b.getW(p + "/" + extraNode)
+		data, stat, err := c.b.getW(p + "/" + extraNode)
+		if err == nil {
+			if stat != nil {
+				kids = []string{extraNode}
+			}
+			return extra{data, stat}, kids, nil
+		}
 		if errors.Is(err, zk.ErrNoNode) {
 			// A read of a missing node sets no watch: the upload's children
 			// are watched instead, which tells when it is made (a watch of
 			// its existence would outlive an upload deleted without it).
 			// Made meanwhile, it is read as any other change.
 			var all []string
-			xdata, xstat = nil, nil
 			all, _, err = c.b.childrenW(p)
-			if errors.Is(err, zk.ErrNoNode) {
-				// The upload went between the two reads: no error either.
-				c.remove(p)
-				return nil, nil
-			}
 			if err == nil && slices.Contains(all, extraNode) {
 				c.enqueue(p + "/" + extraNode)
 			}
 		}
-		if xstat != nil {
-			kids = []string{extraNode}
-		}
+		return extra{}, kids, err
 	}
-	if err != nil {
-		return nil, err
+	return extra{}, kids, nil
+}
+
+// dropVanished drops a node that was deleted between its listing and its
+// reading, which is no error. The root is watched for it to come again.
+func (c *cache) dropVanished(p string, k kind) error {
+	c.remove(p)
+	if k == kindRoot {
+		_, _, err := c.b.existsW(p)
+		return err
 	}
-	// The record is decoded here, by its reader and outside the lock: opening
-	// reads tens of thousands of them, and each one decoded while others are
-	// on the wire is one the first step need not decode on its own.
+	return nil
+}
+
+// keepRead caches what refresh read and returns the followed children the
+// cache has not seen. The record is decoded here, by its reader and outside
+// the lock: opening reads tens of thousands of them, and each one decoded
+// while others are on the wire is one the first step need not decode on its
+// own.
+func (c *cache) keepRead(p string, k kind, data []byte, stat *zk.Stat, kids []string, x extra) []string {
 	var build *record[store.Build]
 	var upload *record[store.Upload]
 	switch k {
 	case kindBuild:
 		image, id := buildKey(p)
-		if b, err := decodeBuild(image, id, data, stat, xdata); err == nil {
+		if b, err := decodeBuild(image, id, data, stat, x.data); err == nil {
 			build = &record[store.Build]{rec: b, ok: true}
 		}
 	case kindUpload:
 		image, bid, provider, id := uploadKey(p)
-		if u, err := decodeUpload(image, bid, provider, id, data, stat, xdata); err == nil {
+		if u, err := decodeUpload(image, bid, provider, id, data, stat, x.data); err == nil {
 			upload = &record[store.Upload]{rec: u, ok: true}
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fresh := c.keep(p, data, stat, kids, xdata, xstat)
+	fresh := c.keep(p, data, stat, kids, x.data, x.stat)
 	if build != nil || upload != nil {
-		c.decoded(p, stat, xstat, build, upload)
+		c.decoded(p, stat, x.stat, build, upload)
 	}
-	return fresh, nil
+	return fresh
 }
 
 // decoded keeps a record that refresh decoded, when the cache still holds the

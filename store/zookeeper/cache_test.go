@@ -280,3 +280,28 @@ func TestCacheListingOlderThanAWrite(t *testing.T) {
 		t.Errorf("%s, never made in ZooKeeper, stayed in the cache after its own read", p)
 	}
 }
+
+// TestNodeReads: refresh reads the data of a node only where the cache keeps
+// something of it, and lists a node only where it follows children.
+func TestNodeReads(t *testing.T) {
+	for _, tc := range []struct {
+		k         kind
+		get, list bool
+	}{
+		{kindRoot, false, true},
+		{kindImage, false, true},
+		{kindFlag, true, false},
+		{kindBuilds, false, true},
+		{kindBuild, true, true},
+		{kindBuildExtra, true, false},
+		{kindProviders, false, true},
+		{kindUploads, false, true},
+		{kindUpload, true, false},
+		{kindUploadExtra, true, false},
+	} {
+		get, list := nodeReads(tc.k)
+		if get != tc.get || list != tc.list {
+			t.Errorf("nodeReads(%d) = get %v, list %v; want get %v, list %v", tc.k, get, list, tc.get, tc.list)
+		}
+	}
+}
