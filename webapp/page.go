@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/status"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -172,8 +173,26 @@ func (h *handler) pageData(ctx context.Context) (pageData, error) {
 	if err != nil {
 		return pageData{}, err
 	}
-	d := pageData{Now: at(now, now), Builder: st.BuilderID(), Metrics: h.opts.Metrics != nil}
+	d := pageData{Now: at(now, now), Builder: st.BuilderID(), Metrics: h.opts.Metrics != nil,
+		Images: imageRows(images, builds, ups, cfg.Providers, now), Failures: failureRows(images, builds, ups, now)}
+	if cfg.Builder.ZuulMQTT != nil {
+		ms, err := status.ReadZuulMQTT(st)
+		if err != nil {
+			return pageData{}, fmt.Errorf("read zuul-mqtt status: %w", err)
+		}
+		d.MQTT = mqttStatus(ms, now)
+	}
+	for _, t := range h.opts.Progress.Running() {
+		d.Running = append(d.Running, runningRow{Kind: string(t.Kind), Subject: t.Subject, Summary: t.Summary(),
+			Done: t.Done, Total: t.Total, Started: at(t.Started, now)})
+	}
+	return d, nil
+}
 
+// imageRows are the page's rows of the images, in the order of images: each
+// with its newest build, its cursor, its last failure and the newest upload
+// to each provider that has it.
+func imageRows(images []listing.Image, builds []store.Build, ups []store.Upload, providers []config.Provider, now time.Time) []imageRow {
 	// Uploads come by build, newest first, then by provider, newest first: the
 	// first seen of an image in a provider is its newest.
 	newestUp := map[[2]string]store.Upload{}
@@ -189,6 +208,7 @@ func (h *handler) pageData(ctx context.Context) (pageData, error) {
 			building[b.Image] = true
 		}
 	}
+	var rows []imageRow
 	for _, s := range images {
 		row := imageRow{Name: s.Name, Source: string(s.Source), Paused: s.PausedBy, Request: s.RequestState(),
 			Building: building[s.Name]}
@@ -207,7 +227,7 @@ func (h *handler) pageData(ctx context.Context) (pageData, error) {
 				row.Next = &w
 			}
 		}
-		for _, p := range cfg.Providers {
+		for _, p := range providers {
 			if p.Image(s.Name) == nil {
 				continue
 			}
@@ -218,39 +238,38 @@ func (h *handler) pageData(ctx context.Context) (pageData, error) {
 			}
 			row.Uploads = append(row.Uploads, cell)
 		}
-		d.Images = append(d.Images, row)
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// failureRows are the page's list of what failed: the Zuul builds refused,
+// by image, then the first maxFailures failed builds and uploads in the
+// store's order (newest first), so that the page stays short when much fails.
+func failureRows(images []listing.Image, builds []store.Build, ups []store.Upload, now time.Time) []failureRow {
+	var rows []failureRow
+	for _, s := range images {
 		if c := s.Cursor; c != nil && c.Outcome == string(store.Failed) {
-			d.Failures = append(d.Failures, failureRow{What: "Zuul build refused", Subject: s.Name + ": " + c.ZuulUUID,
+			rows = append(rows, failureRow{What: "Zuul build refused", Subject: s.Name + ": " + c.ZuulUUID,
 				Reason: c.Reason, At: at(c.Time, now)})
 		}
 	}
 	n := 0
 	for _, b := range builds {
 		if b.State == store.Failed && n < maxFailures {
-			d.Failures = append(d.Failures, failureRow{What: "build", Subject: b.Name(), Reason: b.Reason, At: at(b.StateTime, now)})
+			rows = append(rows, failureRow{What: "build", Subject: b.Name(), Reason: b.Reason, At: at(b.StateTime, now)})
 			n++
 		}
 	}
 	n = 0
 	for _, u := range ups {
 		if u.State == store.Failed && n < maxFailures {
-			d.Failures = append(d.Failures, failureRow{What: "upload to " + u.Provider, Subject: u.Image + "-" + u.BuildID + " upload " + u.ID,
+			rows = append(rows, failureRow{What: "upload to " + u.Provider, Subject: u.Image + "-" + u.BuildID + " upload " + u.ID,
 				Reason: listing.UploadReason(u), At: at(u.StateTime, now)})
 			n++
 		}
 	}
-	if cfg.Builder.ZuulMQTT != nil {
-		ms, err := status.ReadZuulMQTT(st)
-		if err != nil {
-			return pageData{}, fmt.Errorf("read zuul-mqtt status: %w", err)
-		}
-		d.MQTT = mqttStatus(ms, now)
-	}
-	for _, t := range h.opts.Progress.Running() {
-		d.Running = append(d.Running, runningRow{Kind: string(t.Kind), Subject: t.Subject, Summary: t.Summary(),
-			Done: t.Done, Total: t.Total, Started: at(t.Started, now)})
-	}
-	return d, nil
+	return rows
 }
 
 // mqttStatus is the page's row of the listener's status.

@@ -1,0 +1,54 @@
+package webapp
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/listing"
+	"github.com/nodepool-builder/nodepool-builder/store"
+)
+
+// TestFailureRows: refused Zuul builds come first, by image, then failed
+// builds and uploads in the store's order, each list cut at maxFailures.
+func TestFailureRows(t *testing.T) {
+	now := time.Now()
+	failedBuilds := func(n int) []store.Build {
+		var bs []store.Build
+		for i := range n {
+			bs = append(bs, store.Build{Image: "debian", ID: fmt.Sprintf("%010d", n-i), State: store.Failed},
+				store.Build{Image: "debian", ID: "ready", State: store.Ready})
+		}
+		return bs
+	}
+	refused := listing.Image{Name: "debian", Cursor: &store.Cursor{ZuulUUID: "u1", Outcome: string(store.Failed), Reason: "bad"}}
+	ingested := listing.Image{Name: "fedora", Cursor: &store.Cursor{ZuulUUID: "u2", Outcome: string(store.Ready)}}
+	upload := store.Upload{Image: "debian", BuildID: "0000000001", Provider: "p1", ID: "0000000002", State: store.Failed}
+	for _, tc := range []struct {
+		name   string
+		images []listing.Image
+		builds []store.Build
+		ups    []store.Upload
+		want   []string // What: Subject
+	}{
+		{"nothing failed", []listing.Image{ingested}, failedBuilds(0), []store.Upload{{State: store.Ready}}, nil},
+		{"in order", []listing.Image{ingested, refused}, failedBuilds(2), []store.Upload{upload},
+			[]string{"Zuul build refused: debian: u1", "build: debian-0000000002", "build: debian-0000000001",
+				"upload to p1: debian-0000000001 upload 0000000002"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, r := range failureRows(tc.images, tc.builds, tc.ups, now) {
+				got = append(got, r.What+": "+r.Subject)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("failureRows = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	rows := failureRows(nil, failedBuilds(maxFailures+3), nil, now)
+	if len(rows) != maxFailures || rows[0].Subject != fmt.Sprintf("debian-%010d", maxFailures+3) {
+		t.Errorf("failureRows of %d failed builds: %d rows from %q; want the first %d", maxFailures+3, len(rows), rows[0].Subject, maxFailures)
+	}
+}
