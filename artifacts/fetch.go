@@ -739,36 +739,13 @@ func (a *attempt) copy(resp *http.Response, offset int64) (sums, error) {
 	if err := rm.check(); err != nil {
 		return sums{}, err
 	}
-	a.offset.Store(offset)
-	d.task.Set(offset)
-	if resp.ContentLength >= 0 {
-		a.total.Store(offset + resp.ContentLength)
-		d.task.SetTotal(offset + resp.ContentLength)
-	}
-	flag := os.O_WRONLY
-	if offset == 0 {
-		flag |= os.O_CREATE | os.O_TRUNC
-	}
-	f, err := os.OpenFile(d.dlPath, flag, perm.File)
+	a.startProgress(offset, resp.ContentLength)
+	f, err := d.openPartial(offset)
 	if err != nil {
-		return sums{}, fmt.Errorf("open partial download: %w", err)
+		return sums{}, err
 	}
 	defer f.Close()
-	if offset > 0 {
-		if _, err := f.Seek(offset, io.SeekStart); err != nil {
-			return sums{}, fmt.Errorf("seek partial download: %w", err)
-		}
-	}
-	// A plain artifact is the image: its blocks of zeros become holes. A stream
-	// cut short leaves the file at its last data, and a resume fetches the rest
-	// from there. A compressed one is written as it comes.
-	var w io.Writer = f
-	var sparse *sparseWriter
-	if d.comp == "" {
-		sparse = newSparseWriter(f)
-		sparse.size = offset
-		w = sparse
-	}
+	w, sparse := d.partialWriter(f, offset)
 
 	pr, pw := io.Pipe()
 	p := &pipeline{done: make(chan struct{})}
@@ -776,38 +753,9 @@ func (a *attempt) copy(resp *http.Response, offset int64) (sums, error) {
 		defer close(p.done)
 		p.sums, p.err = d.pipe(a.ctx, offset, pr, a.touch, rm)
 	}()
-	buf := make([]byte, copyBufferSize)
-	var cerr error
-	for cerr == nil {
-		n, err := resp.Body.Read(buf)
-		if n > 0 {
-			a.netBytes.Add(int64(n))
-			d.task.Add(int64(n))
-			a.touch()
-			if _, werr := pw.Write(buf[:n]); werr != nil {
-				cerr = werr // the pipeline's own error
-				break
-			}
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				cerr = fmt.Errorf("write partial download: %w", werr)
-			}
-		}
-		if cerr == nil && err != nil {
-			if err != io.EOF {
-				cerr = err
-			}
-			break
-		}
-	}
+	cerr := a.tee(resp.Body, pw, w)
 	if sparse != nil {
-		if cerr == nil {
-			if err := sparse.finish(); err != nil {
-				cerr = fmt.Errorf("write partial download: %w", err)
-			}
-		} else if err := sparse.flush(); err != nil {
-			// What was received and not written is fetched again on resume.
-			d.log.Debug("could not write the tail of an interrupted download", "error", err)
-		}
+		cerr = d.endSparse(sparse, cerr)
 	}
 	if cerr != nil {
 		pw.CloseWithError(cerr)
@@ -825,6 +773,95 @@ func (a *attempt) copy(resp *http.Response, offset int64) (sums, error) {
 		return sums{}, cerr
 	}
 	return p.sums, d.checkFed(p.sums)
+}
+
+// startProgress counts the bytes a resume starts from as done, and the whole
+// artifact as the total when the body's length is known, for the progress
+// shown and for the attempt's own accounting.
+func (a *attempt) startProgress(offset, contentLength int64) {
+	a.offset.Store(offset)
+	a.d.task.Set(offset)
+	if contentLength >= 0 {
+		a.total.Store(offset + contentLength)
+		a.d.task.SetTotal(offset + contentLength)
+	}
+}
+
+// openPartial opens the partial download for writing at offset: a fresh one
+// from the start, a resumed one after the bytes it holds.
+func (d *download) openPartial(offset int64) (*os.File, error) {
+	flag := os.O_WRONLY
+	if offset == 0 {
+		flag |= os.O_CREATE | os.O_TRUNC
+	}
+	f, err := os.OpenFile(d.dlPath, flag, perm.File)
+	if err != nil {
+		return nil, fmt.Errorf("open partial download: %w", err)
+	}
+	if offset > 0 {
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("seek partial download: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// partialWriter is how the body is written to f. A plain artifact is the
+// image: its blocks of zeros become holes (sparse, which endSparse ends). A
+// stream cut short leaves the file at its last data, and a resume fetches the
+// rest from there. A compressed one is written as it comes (sparse is nil).
+func (d *download) partialWriter(f *os.File, offset int64) (w io.Writer, sparse *sparseWriter) {
+	if d.comp != "" {
+		return f, nil
+	}
+	sparse = newSparseWriter(f)
+	sparse.size = offset
+	return sparse, sparse
+}
+
+// tee reads body to the end, writing every chunk to the pipeline before it
+// writes it to w, and counting it as progress. It returns why it stopped
+// early: the pipeline's own error, a failed write, or a failed read.
+func (a *attempt) tee(body io.Reader, pipe io.Writer, w io.Writer) error {
+	buf := make([]byte, copyBufferSize)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			a.netBytes.Add(int64(n))
+			a.d.task.Add(int64(n))
+			a.touch()
+			if _, werr := pipe.Write(buf[:n]); werr != nil {
+				return werr // the pipeline's own error
+			}
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return fmt.Errorf("write partial download: %w", werr)
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				return err
+			}
+			return nil
+		}
+	}
+}
+
+// endSparse ends the sparse writing of a body that ended with cerr: a
+// complete one gets its last block and its length, an interrupted one what it
+// holds of its last block, so that a resume starts after every byte written.
+func (d *download) endSparse(sparse *sparseWriter, cerr error) error {
+	if cerr == nil {
+		if err := sparse.finish(); err != nil {
+			return fmt.Errorf("write partial download: %w", err)
+		}
+		return nil
+	}
+	if err := sparse.flush(); err != nil {
+		// What was received and not written is fetched again on resume.
+		d.log.Debug("could not write the tail of an interrupted download", "error", err)
+	}
+	return cerr
 }
 
 // checkFed checks that the partial file holds exactly the bytes the pipeline processed.
