@@ -394,18 +394,8 @@ func (d *download) ranged(ctx context.Context, st *rangeState, lead *http.Respon
 		return sums{}, 0, fmt.Errorf("open partial download: %w", err)
 	}
 	defer f.Close()
-	r := &rangeRun{d: d, st: st, f: f, kick: make(chan struct{}, 1)}
-	var pending []int
-	var resumed int64
-	for i, s := range st.Ranges {
-		ls := &liveSpan{start: s.Start, end: s.End}
-		ls.done.Store(s.Done)
-		r.spans = append(r.spans, ls)
-		resumed += s.Done
-		if !ls.complete() {
-			pending = append(pending, i)
-		}
-	}
+	spans, pending, resumed := liveSpans(st.Ranges)
+	r := &rangeRun{d: d, st: st, f: f, spans: spans, kick: make(chan struct{}, 1)}
 	d.task.SetTotal(st.Size)
 	d.task.Set(resumed)
 	front := r.front()
@@ -433,6 +423,43 @@ func (d *download) ranged(ctx context.Context, st *rangeState, lead *http.Respon
 		d.log.Info("downloading in ranges", "url", d.url, "connections", conns, "ranges", len(st.Ranges),
 			"pending", len(pending), "bytes", st.Size, "resumed_bytes", resumed)
 	}
+	r.runConnections(ctx, cancel, conns, lead)
+	feeder.Wait()
+	<-p.done
+
+	// The cause is the first failure, not the cancellations it caused.
+	if err := context.Cause(ctx); err != nil || p.err != nil {
+		if err == nil {
+			err = p.err
+		}
+		r.save()
+		return sums{}, r.net.Load(), err
+	}
+	if err := r.complete(p.sums); err != nil {
+		return sums{}, r.net.Load(), err
+	}
+	return p.sums, r.net.Load(), nil
+}
+
+// liveSpans are the spans of ranges as a run tracks them, the indexes of those
+// not complete, and the bytes already on disk, which a resume counts as done.
+func liveSpans(ranges []span) (spans []*liveSpan, pending []int, resumed int64) {
+	for i, s := range ranges {
+		ls := &liveSpan{start: s.Start, end: s.End}
+		ls.done.Store(s.Done)
+		spans = append(spans, ls)
+		resumed += s.Done
+		if !ls.complete() {
+			pending = append(pending, i)
+		}
+	}
+	return spans, pending, resumed
+}
+
+// runConnections runs conns connections over the pending spans, the first of
+// them over lead when it is set and its span is not complete, while the saver
+// writes the state of the ranges as they go; it returns once all have stopped.
+func (r *rangeRun) runConnections(ctx context.Context, cancel context.CancelCauseFunc, conns int, lead *http.Response) {
 	stop := make(chan struct{})
 	var saver sync.WaitGroup
 	saver.Go(func() { r.watch(stop) })
@@ -450,28 +477,22 @@ func (d *download) ranged(ctx context.Context, st *rangeState, lead *http.Respon
 	workers.Wait()
 	close(stop)
 	saver.Wait()
-	feeder.Wait()
-	<-p.done
+}
 
-	// The cause is the first failure, not the cancellations it caused.
-	if err := context.Cause(ctx); err != nil || p.err != nil {
-		if err == nil {
-			err = p.err
-		}
-		r.save()
-		return sums{}, r.net.Load(), err
+// complete ends a run that fetched every range: the file must hold what the
+// pipeline processed, and its data is synced before the state that vouches
+// for it goes away.
+func (r *rangeRun) complete(s sums) error {
+	if err := r.d.checkFed(s); err != nil {
+		return err
 	}
-	if err := d.checkFed(p.sums); err != nil {
-		return sums{}, r.net.Load(), err
+	if err := r.f.Sync(); err != nil {
+		return fmt.Errorf("fsync partial download: %w", err)
 	}
-	// Complete: the data is synced before the state that vouches for it goes away.
-	if err := f.Sync(); err != nil {
-		return sums{}, r.net.Load(), fmt.Errorf("fsync partial download: %w", err)
+	if err := os.Remove(r.d.stPath); err != nil {
+		return fmt.Errorf("remove range state: %w", err)
 	}
-	if err := os.Remove(d.stPath); err != nil {
-		return sums{}, r.net.Load(), fmt.Errorf("remove range state: %w", err)
-	}
-	return p.sums, r.net.Load(), nil
+	return nil
 }
 
 // save writes the state of the ranges as they stand, logging a failure: the download goes

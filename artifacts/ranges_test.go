@@ -665,3 +665,35 @@ func TestReplayBody(t *testing.T) {
 		t.Errorf("read %q, %v; want abcdef", got, err)
 	}
 }
+
+// TestLiveSpans: a run takes up the spans as the state left them, fetches
+// only those not complete, and counts what is on disk as done.
+func TestLiveSpans(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		ranges      []span
+		wantPending []int
+		wantResumed int64
+	}{
+		{"none", nil, nil, 0},
+		{"fresh", []span{{0, 10, 0}, {10, 20, 0}}, []int{0, 1}, 0},
+		{"resumed", []span{{0, 10, 10}, {10, 20, 4}, {20, 30, 0}}, []int{1, 2}, 14},
+		{"complete", []span{{0, 10, 10}, {10, 20, 10}}, nil, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spans, pending, resumed := liveSpans(tc.ranges)
+			if !slices.Equal(pending, tc.wantPending) || resumed != tc.wantResumed {
+				t.Errorf("liveSpans = pending %v, resumed %d; want %v, %d", pending, resumed, tc.wantPending, tc.wantResumed)
+			}
+			if len(spans) != len(tc.ranges) {
+				t.Fatalf("liveSpans made %d spans of %d ranges", len(spans), len(tc.ranges))
+			}
+			for i, s := range spans {
+				r := tc.ranges[i]
+				if s.start != r.Start || s.end != r.End || s.done.Load() != r.Done {
+					t.Errorf("span %d = [%d, %d) done %d, want %+v", i, s.start, s.end, s.done.Load(), r)
+				}
+			}
+		})
+	}
+}
