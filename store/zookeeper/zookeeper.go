@@ -112,6 +112,25 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 	b := &Backend{opts: opts, log: log, logGate: gate, now: opts.Now, done: make(chan struct{})}
 	b.cache = newCache(b)
 	b.locks = newLockSet(b)
+	connected, err := b.connect()
+	if err != nil {
+		return nil, err
+	}
+	if err := b.awaitSession(ctx, connected); err != nil {
+		return nil, err
+	}
+	if err := b.prepare(); err != nil {
+		b.abort()
+		return nil, err
+	}
+	return b, nil
+}
+
+// connect starts the client, which connects in the background; the channel
+// tells when it has a session. The client retries a failed connection until
+// the session timeout and says why only in its log: the last reason is kept
+// for awaitSession's error.
+func (b *Backend) connect() (<-chan struct{}, error) {
 	connected := make(chan struct{}, 1)
 	logOpt := zk.WithLogger(zkLogger{b})
 	eventOpt := zk.WithEventCallback(func(ev zk.Event) {
@@ -123,14 +142,12 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		}
 		b.event(ev)
 	})
-	// The client retries a failed connection until the session timeout and
-	// says why only in its log: the last reason is kept for the error.
 	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, network, address)
 	}
-	if opts.TLS != nil {
-		dialer := &tls.Dialer{Config: opts.TLS}
+	if b.opts.TLS != nil {
+		dialer := &tls.Dialer{Config: b.opts.TLS}
 		dial = dialer.DialContext
 	}
 	dialOpt := zk.WithDialer(func(network, address string, timeout time.Duration) (net.Conn, error) {
@@ -142,44 +159,61 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		}
 		return c, err
 	})
-	conn, _, err := zk.Connect(opts.Servers, opts.Timeout, logOpt, eventOpt, dialOpt)
+	conn, _, err := zk.Connect(b.opts.Servers, b.opts.Timeout, logOpt, eventOpt, dialOpt)
 	if err != nil {
-		return nil, fmt.Errorf("connect to ZooKeeper at %s: %w", strings.Join(opts.Servers, ", "), err)
+		return nil, fmt.Errorf("connect to ZooKeeper at %s: %w", strings.Join(b.opts.Servers, ", "), err)
 	}
 	b.conn = conn
-	t := time.NewTimer(opts.Timeout)
+	return connected, nil
+}
+
+// awaitSession waits for the first session, within the session timeout or
+// until ctx ends; when there is none, it ends the connection, since Open
+// returns no Backend to close.
+func (b *Backend) awaitSession(ctx context.Context, connected <-chan struct{}) error {
+	t := time.NewTimer(b.opts.Timeout)
 	defer t.Stop()
 	select {
 	case <-connected:
+		return nil
 	case <-t.C:
 		b.abort()
-		why := ""
-		if last, _ := b.lastFailure.Load().(string); last != "" {
-			why = " (last: " + last + ")"
-		}
-		return nil, fmt.Errorf("%w: no session with %s within %s%s; check zookeeper-servers and zookeeper-tls, and that the cluster runs",
-			ErrUnreachable, strings.Join(opts.Servers, ", "), opts.Timeout, why)
+		last, _ := b.lastFailure.Load().(string)
+		return unreachable(b.opts.Servers, b.opts.Timeout, last)
 	case <-ctx.Done():
 		b.abort()
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
+}
+
+// unreachable is the error of an Open that had no session within timeout,
+// with the last reason a connection failed, if one is known: the client
+// retries quietly, and without it the operator would not know why.
+func unreachable(servers []string, timeout time.Duration, lastFailure string) error {
+	why := ""
+	if lastFailure != "" {
+		why = " (last: " + lastFailure + ")"
+	}
+	return fmt.Errorf("%w: no session with %s within %s%s; check zookeeper-servers and zookeeper-tls, and that the cluster runs",
+		ErrUnreachable, strings.Join(servers, ", "), timeout, why)
+}
+
+// prepare makes what a connected builder needs before it serves: the roots of
+// nodepool's schema and of ours, the cache of the image records, and, with a
+// hostname, this builder's component registration.
+func (b *Backend) prepare() error {
 	for _, p := range []string{imageRoot, componentRoot, ourRoot + "/cursors", ourRoot + "/leaks"} {
 		if err := b.ensure(p); err != nil {
-			b.abort()
-			return nil, fmt.Errorf("prepare ZooKeeper: %w", err)
+			return fmt.Errorf("prepare ZooKeeper: %w", err)
 		}
 	}
 	if err := b.cache.load(); err != nil {
-		b.abort()
-		return nil, fmt.Errorf("read the image records from ZooKeeper: %w", err)
+		return fmt.Errorf("read the image records from ZooKeeper: %w", err)
 	}
-	if opts.Hostname != "" {
-		if err := b.register(); err != nil {
-			b.abort()
-			return nil, err
-		}
+	if b.opts.Hostname != "" {
+		return b.register()
 	}
-	return b, nil
+	return nil
 }
 
 // abort ends the connection of an Open that failed.
