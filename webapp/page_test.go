@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
@@ -50,5 +51,35 @@ func TestFailureRows(t *testing.T) {
 	rows := failureRows(nil, failedBuilds(maxFailures+3), nil, now)
 	if len(rows) != maxFailures || rows[0].Subject != fmt.Sprintf("debian-%010d", maxFailures+3) {
 		t.Errorf("failureRows of %d failed builds: %d rows from %q; want the first %d", maxFailures+3, len(rows), rows[0].Subject, maxFailures)
+	}
+}
+
+// TestImageRowsUploads: an image's row has a cell for each provider that has
+// the image, in the config's order, showing the newest upload there (the
+// first in the store's order) or none.
+func TestImageRowsUploads(t *testing.T) {
+	now := time.Now()
+	providers := []config.Provider{
+		{Name: "p1", DiskImages: []config.ProviderImage{{Name: "debian"}}},
+		{Name: "p2", DiskImages: []config.ProviderImage{{Name: "fedora"}}},
+		{Name: "p3", DiskImages: []config.ProviderImage{{Name: "debian"}}},
+	}
+	ups := []store.Upload{
+		{Image: "debian", BuildID: "0000000002", Provider: "p1", State: store.Uploading},
+		{Image: "debian", BuildID: "0000000001", Provider: "p1", State: store.Ready},
+	}
+	builds := []store.Build{{Image: "debian", ID: "0000000002", State: store.Building}}
+	rows := imageRows([]listing.Image{{Name: "debian"}, {Name: "fedora"}}, builds, ups, providers, now)
+	var got []string
+	for _, r := range rows {
+		s := fmt.Sprintf("%s building=%v:", r.Name, r.Building)
+		for _, c := range r.Uploads {
+			s += fmt.Sprintf(" %s=%s/%s", c.Provider, c.Build, c.State)
+		}
+		got = append(got, s)
+	}
+	want := []string{"debian building=true: p1=debian-0000000002/uploading p3=/", "fedora building=false: p2=/"}
+	if !slices.Equal(got, want) {
+		t.Errorf("imageRows = %q\nwant %q", got, want)
 	}
 }
