@@ -469,17 +469,17 @@ func (c *cache) refresh(p string) ([]string, error) {
 		return c.refreshProvider(p)
 	}
 	data, stat, kids, err := c.readNode(p, k)
+	var x extra
 	if err == nil {
-		var x extra
 		x, kids, err = c.readExtra(p, k, kids)
-		if err == nil {
-			return c.keepRead(p, k, data, stat, kids, x), nil
-		}
 	}
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, c.dropVanished(p, k)
 	}
-	return nil, err
+	if err != nil {
+		return nil, err
+	}
+	return c.keepRead(p, k, data, stat, kids, x), nil
 }
 
 // nodeReads says what refresh reads of a node of kind k: its data (get), and
