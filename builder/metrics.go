@@ -5,8 +5,11 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/store"
-	"github.com/nodepool-builder/nodepool-builder/store/zookeeper"
 )
+
+// sessionBackend is a backend that holds a session to a server and tells whether
+// it is connected: ZooKeeper's.
+type sessionBackend interface{ Connected() bool }
 
 // watchMetrics has the metrics read the state, and the ZooKeeper session when
 // the state is there, at every scrape.
@@ -20,7 +23,7 @@ func (b *Builder) watchMetrics() {
 		uploads, err := b.store.Uploads(ctx, store.UploadFilter{})
 		return builds, uploads, err
 	})
-	if zk, ok := b.store.Backend.(*zookeeper.Backend); ok {
+	if zk, ok := b.store.Backend.(sessionBackend); ok {
 		m.WatchZooKeeper(zk.Connected)
 	}
 }

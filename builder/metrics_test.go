@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/metrics/metricstest"
+	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/zookeeper"
 )
 
 // TestMetricsReadGearmanAndState: the daemon's metrics read the state and the
@@ -44,4 +47,40 @@ func TestMetricsReadGearmanAndState(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 30*time.Second, "gearman_connected 1 again", func() bool { return connected() == 1 })
+}
+
+// TestMetricsReadZooKeeperSession: with the state in a real ZooKeeper, the
+// daemon's metrics tell whether its session is there, at each scrape.
+func TestMetricsReadZooKeeperSession(t *testing.T) {
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
+	ctx := context.Background()
+	r := newRig(t, twoImages, func(o *Options) {
+		zb, err := zookeeper.Open(ctx, zookeeper.Options{Servers: []string{z.Addr}, Chroot: "/metrics",
+			Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := store.Open(ctx, store.Options{ImagesDir: o.Config.ImagesDir, Backend: zb})
+		if err != nil {
+			zb.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		o.Store = st
+	})
+	m, err := metrics.New(metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.b.opts.Metrics = m
+	r.b.watchMetrics()
+	connected := func() float64 {
+		v, _ := metricstest.Scrape(t, m.Handler()).Value("nodepool_builder_zookeeper_connected")
+		return v
+	}
+	testenv.WaitFor(t, 10*time.Second, "zookeeper_connected 1", func() bool { return connected() == 1 })
+	if err := z.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "zookeeper_connected 0 with ZooKeeper stopped", func() bool { return connected() == 0 })
 }
