@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -68,9 +67,6 @@ type Poller struct {
 func New(opts Options) *Poller {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
-	}
-	if opts.QemuImg == "" {
-		opts.QemuImg = "qemu-img"
 	}
 	return &Poller{opts: opts, log: opts.Logger, projects: map[string][2]string{}, unknown: map[string]string{}}
 }
@@ -881,14 +877,8 @@ func planFormats(needed, available []string) (download []string, convert map[str
 			}
 			continue
 		}
-		src := ""
-		for _, pref := range []string{"qcow2", "raw", "vhd", "vmdk"} {
-			if pref != f && slices.Contains(available, pref) && convertible(pref) && convertible(f) {
-				src = pref
-				break
-			}
-		}
-		if src == "" {
+		src, ok := qemuimg.ConvertSource(f, available)
+		if !ok {
 			return nil, nil, fmt.Errorf("%w: %w", ErrRefused, &artifacts.MissingError{Missing: []string{f}, Available: available})
 		}
 		convert[f] = src
@@ -899,20 +889,12 @@ func planFormats(needed, available []string) (download []string, convert map[str
 	return download, convert, nil
 }
 
-func convertible(format string) bool {
-	switch format {
-	case "qcow2", "raw", "vhd", "vmdk":
-		return true
-	}
-	return false
-}
-
 // convertFormat converts src, a file of the build fetched and inspected, into
 // format dst and records it.
 func (p *Poller) convertFormat(ctx context.Context, w *store.BuildWriter, src qemuimg.Image, dst string, limit int64) error {
 	b := w.Build()
-	if _, err := exec.LookPath(p.opts.QemuImg); err != nil {
-		return fmt.Errorf("convert %s to %s: %s is not installed: %w", src.Format, dst, p.opts.QemuImg, err)
+	if err := qemuimg.Installed(p.opts.QemuImg); err != nil {
+		return fmt.Errorf("convert %s to %s: %w", src.Format, dst, err)
 	}
 	out, err := w.Path(dst)
 	if err != nil {

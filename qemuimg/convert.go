@@ -34,9 +34,7 @@ func Convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string,
 // convert is Convert with free reporting the free space of a directory's filesystem.
 func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string,
 	createTemp func(string) (*os.File, error), free func(string) (int64, error)) error {
-	if qemuImg == "" {
-		qemuImg = "qemu-img"
-	}
+	qemuImg = program(qemuImg)
 	in, out := qemuFormat(src.Format), qemuFormat(dstFmt)
 	if in == "" || out == "" {
 		return fmt.Errorf("convert %s to %s: source and destination formats are required", src.Path, dst)

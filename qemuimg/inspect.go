@@ -1,6 +1,6 @@
-// Package qemuimg runs qemu-img on images the builder did not make itself: Inspect
-// checks that one is what it claims and reaches no other file, and Convert turns one
-// that passed into another format.
+// Package qemuimg owns qemu-img: Inspect checks that an image is what it claims and
+// reaches no other file, Convert turns one that passed into another format, and
+// ConvertSource and Installed say which formats convert and whether qemu-img is there.
 package qemuimg
 
 import (
@@ -58,9 +58,7 @@ type Image struct {
 // run qemu-img is an ordinary error. What it returns tells the disk's virtual size, for
 // CheckSize.
 func Inspect(ctx context.Context, qemuImg, path, format string) (Image, error) {
-	if qemuImg == "" {
-		qemuImg = "qemu-img"
-	}
+	qemuImg = program(qemuImg)
 	claimed := untrusted.CanonicalFormat(format)
 	if claimed == "" {
 		return Image{}, fmt.Errorf("inspect %s: no format claimed", path)
