@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"regexp"
 	"slices"
-	"strings"
-	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -26,219 +23,6 @@ func (u *Uploader) write(ctx context.Context, what string, changes ...store.Chan
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
-}
-
-// Retain applies retention: per image the newest keep-builds ready builds stay, per
-// (image, provider) the newest keep-uploads ready uploads stay, and an older build
-// stays while one of its uploads does. Everything else is marked deleting, as are
-// the uploads of images a provider no longer lists and the builds of images no
-// longer in the config. Failed builds older than the image's newest build go too.
-// Only records this builder is responsible for are touched (see responsibility).
-// A pass that releases more uploads of an image in a provider than it keeps
-// there (a config change that drops the image, say) says so at warning level.
-func (u *Uploader) Retain(ctx context.Context) error {
-	st, cfg := u.opts.Store, u.opts.Config
-	builds, err := st.Builds(ctx, store.BuildFilter{})
-	if err != nil {
-		return err
-	}
-	uploads, err := st.Uploads(ctx, store.UploadFilter{})
-	if err != nil {
-		return err
-	}
-	resp, err := u.responsibility(ctx, builds)
-	if err != nil {
-		return err
-	}
-	byImage := map[string][]store.Build{}
-	created := map[string]time.Time{}
-	for _, b := range builds {
-		byImage[b.Image] = append(byImage[b.Image], b)
-		created[b.ID] = b.Created
-	}
-	upsBy := map[placement][]store.Upload{}
-	for _, up := range uploads {
-		k := placement{up.Image, up.Provider}
-		upsBy[k] = append(upsBy[k], up)
-	}
-	now := u.opts.Now()
-
-	var errs []error
-	released := map[string]bool{} // uploads this pass marked deleting
-	tally := releaseTally{}
-	markUpload := func(up store.Upload, why string) {
-		if up.State == store.Deleting || up.State == store.Uploading {
-			return
-		}
-		u.log.Info("releasing upload", "upload", up.String(), "external_id", up.ExternalID, "reason", why)
-		read := up
-		up.SetState(store.Deleting, now)
-		if err := u.write(ctx, "release upload "+up.String(), store.PutUpload(&up)); err != nil {
-			errs = append(errs, err)
-			return
-		}
-		released[up.String()] = true
-		tally.released(read, why)
-	}
-
-	// keptBuild holds builds that must stay because an upload of theirs does.
-	keptBuild := map[string]bool{}
-	for k, ups := range upsBy {
-		p := cfg.Provider(k.provider)
-		if p == nil {
-			// Without its config the cloud can't be reached; its uploads wait.
-			for _, up := range ups {
-				keptBuild[up.BuildID] = true
-			}
-			continue
-		}
-		if !resp.configured[k.image] || p.Image(k.image) == nil {
-			why := "image no longer listed for this provider"
-			if !resp.configured[k.image] {
-				why = "image is no longer in the config"
-			}
-			for _, up := range ups {
-				if up.State == store.Uploading {
-					keptBuild[up.BuildID] = true
-				}
-				if resp.upload(up) {
-					markUpload(up, why)
-				}
-			}
-			continue
-		}
-		sortUploadsNewestFirst(ups, created)
-		kept := 0
-		newestReady := time.Time{}
-		for _, up := range ups {
-			switch up.State {
-			case store.Ready:
-				if kept < u.keepUploads() {
-					kept++
-					keptBuild[up.BuildID] = true
-					if created[up.BuildID].After(newestReady) {
-						newestReady = created[up.BuildID]
-					}
-				} else {
-					markUpload(up, fmt.Sprintf("more than keep-uploads (%d) ready uploads", u.keepUploads()))
-				}
-			case store.Uploading:
-				keptBuild[up.BuildID] = true
-			}
-		}
-		// A failed upload is history once a newer upload is ready; one that
-		// still holds its half-made image goes once Delete has deleted that.
-		for _, up := range ups {
-			if up.State == store.Failed && up.ExternalID == "" && !newestReady.IsZero() && !created[up.BuildID].After(newestReady) {
-				if err := u.write(ctx, "forget failed upload "+up.String(), store.DeleteUpload(up)); err != nil {
-					errs = append(errs, err)
-				}
-			}
-		}
-	}
-
-	for image, bs := range byImage {
-		readySeen := 0
-		for i, b := range bs {
-			release := ""
-			switch {
-			case b.State == store.Deleting || b.State == store.Building:
-				continue
-			case !resp.build(b):
-				// Another builder's build of an image this config does not
-				// have: that builder decides.
-				continue
-			case !resp.configured[image]:
-				release = "image is no longer in the config"
-			case b.State == store.Ready:
-				readySeen++
-				if readySeen > u.keepBuilds() && !keptBuild[b.ID] {
-					release = fmt.Sprintf("more than keep-builds (%d) ready builds", u.keepBuilds())
-				}
-			case b.State == store.Failed && i > 0:
-				release = "failed, and a newer build exists"
-			}
-			if release == "" {
-				continue
-			}
-			// The build and its uploads go deleting in one write, against the
-			// versions read: an upload begun meanwhile makes it fail.
-			u.log.Info("releasing build", "build", b.Name(), "reason", release)
-			b.SetState(store.Deleting, now)
-			b.Reason = release
-			changes := []store.Change{store.PutBuild(&b)}
-			var taken []store.Upload
-			for _, up := range uploads {
-				if up.BuildID == b.ID && up.State != store.Uploading && up.State != store.Deleting &&
-					!released[up.String()] && resp.upload(up) {
-					taken = append(taken, up)
-					up.SetState(store.Deleting, now)
-					changes = append(changes, store.PutUpload(&up))
-				}
-			}
-			if err := u.write(ctx, "release build "+b.Name(), changes...); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			for _, up := range taken {
-				released[up.String()] = true
-				tally.released(up, "its build was released: "+release)
-			}
-		}
-	}
-	tally.warn(u.log, uploads, released)
-	return errors.Join(errs...)
-}
-
-// placement is an image in a provider.
-type placement struct{ image, provider string }
-
-// releaseTally counts the ready uploads a Retain pass released, by image and
-// provider, with the reasons.
-type releaseTally map[placement]*released
-
-type released struct {
-	count   int
-	reasons []string
-}
-
-// released counts an upload, as read before it was released, when it was ready.
-func (t releaseTally) released(up store.Upload, why string) {
-	if up.State != store.Ready {
-		return
-	}
-	k := placement{up.Image, up.Provider}
-	r := t[k]
-	if r == nil {
-		r = &released{}
-		t[k] = r
-	}
-	r.count++
-	if !slices.Contains(r.reasons, why) {
-		r.reasons = append(r.reasons, why)
-	}
-}
-
-// warn logs, for each image and provider where the pass released more ready
-// uploads than stay ready, what it released and why: rotation never does that,
-// so it follows a change of the config (or of keep-uploads), which the operator
-// should see before the cloud images go.
-func (t releaseTally) warn(log *slog.Logger, before []store.Upload, released map[string]bool) {
-	for k, r := range t {
-		kept := 0
-		for _, up := range before {
-			if up.Image == k.image && up.Provider == k.provider && up.State == store.Ready && !released[up.String()] {
-				kept++
-			}
-		}
-		if r.count <= kept {
-			continue
-		}
-		log.Warn("releasing more uploads than are kept: their cloud images are deleted next; if the config change "+
-			"that caused it was a mistake, fix the config now",
-			"image", k.image, "provider", k.provider, "released", r.count, "kept", kept,
-			"reason", strings.Join(r.reasons, "; "))
-	}
 }
 
 // DropUploaded removes from disk the files of diskimages with delete-after-upload
@@ -311,9 +95,6 @@ func (u *Uploader) DropUploaded(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (u *Uploader) keepBuilds() int  { return max(u.opts.Config.Builder.KeepBuilds, 1) }
-func (u *Uploader) keepUploads() int { return max(u.opts.Config.Builder.KeepUploads, 1) }
-
 // Delete carries out what was released: cloud images first (retried on every
 // step until the cloud agrees), then records; a deleting build's files go at once,
 // its record once none of its uploads is left. A failed upload that still holds
@@ -322,7 +103,7 @@ func (u *Uploader) keepUploads() int { return max(u.opts.Config.Builder.KeepUplo
 // failed uploads. Records this builder is not responsible for are left to the
 // builder that is.
 func (u *Uploader) Delete(ctx context.Context) error {
-	resp, err := u.responsibility(ctx, nil)
+	resp, err := u.responsibility(ctx)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ func (u *Uploader) Recover(ctx context.Context) error {
 	if err != nil || len(ups) == 0 {
 		return err
 	}
-	resp, err := u.responsibility(ctx, nil)
+	resp, err := u.responsibility(ctx)
 	if err != nil {
 		return err
 	}

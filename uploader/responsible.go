@@ -3,6 +3,7 @@ package uploader
 import (
 	"context"
 
+	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -24,20 +25,22 @@ type responsibility struct {
 	ownImage   map[string]bool // images with a build of this builder
 }
 
-// responsibility reads who made which build; builds, when not nil, are all the
-// builds of the state, read by the caller.
-func (u *Uploader) responsibility(ctx context.Context, builds []store.Build) (responsibility, error) {
-	if builds == nil {
-		var err error
-		if builds, err = u.opts.Store.Builds(ctx, store.BuildFilter{}); err != nil {
-			return responsibility{}, err
-		}
+// responsibility reads who made which build.
+func (u *Uploader) responsibility(ctx context.Context) (responsibility, error) {
+	builds, err := u.opts.Store.Builds(ctx, store.BuildFilter{})
+	if err != nil {
+		return responsibility{}, err
 	}
-	cfg := u.opts.Config
+	return responsibleFor(u.opts.Config, u.opts.Store.BuilderID(), builds), nil
+}
+
+// responsibleFor is the responsibility of builder builderID with config cfg,
+// given all the builds of the state.
+func responsibleFor(cfg *config.Config, builderID string, builds []store.Build) responsibility {
 	r := responsibility{
 		configured: map[string]bool{},
 		providers:  map[string]bool{},
-		builderID:  u.opts.Store.BuilderID(),
+		builderID:  builderID,
 		ownBuild:   map[string]bool{},
 		ownImage:   map[string]bool{},
 	}
@@ -53,7 +56,7 @@ func (u *Uploader) responsibility(ctx context.Context, builds []store.Build) (re
 			r.ownImage[b.Image] = true
 		}
 	}
-	return r, nil
+	return r
 }
 
 // image tells whether this builder is, or was, responsible for an image: it is

@@ -130,7 +130,7 @@ func (u *Uploader) Sweep(ctx context.Context) error {
 		u.opts.Metrics.Failed(metrics.StepSweep, err)
 		errs = append(errs, err)
 	}
-	resp, err := u.responsibility(ctx, nil)
+	resp, err := u.responsibility(ctx)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
