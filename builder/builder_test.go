@@ -567,3 +567,26 @@ func TestOnceSweepsMeanwhile(t *testing.T) {
 		t.Fatalf("ready uploads of %s after --once: %+v, want one", bd.ID, ups)
 	}
 }
+
+// TestFailedUploadIsLoggedOnce: a failed upload is logged once, by the
+// daemon's dispatcher that handles the uploader's error.
+func TestFailedUploadIsLoggedOnce(t *testing.T) {
+	logs := &logBuffer{}
+	r := newRig(t, twoImages, func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		o.RetryBase = time.Hour // one attempt while the test looks
+	})
+	r.clouds["pa"].uploadErr = errors.New("quota exceeded")
+	r.build("img-a")
+	stop := r.run()
+	testenv.WaitFor(t, 10*time.Second, "the dispatcher to log the failure", func() bool {
+		return logs.count(`level=ERROR msg="upload failed"`) > 0
+	}, logs.String)
+	stop() // and nothing is left to log it again
+	if n := logs.count(`msg="upload failed"`); n != 1 {
+		t.Errorf("the failed upload is logged %d times, want once:\n%s", n, logs.String())
+	}
+	if ups := r.uploads(store.UploadFilter{Provider: "pa"}); len(ups) != 1 || ups[0].State != store.Failed {
+		t.Errorf("uploads to pa: %+v; want one, failed", ups)
+	}
+}

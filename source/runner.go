@@ -258,8 +258,6 @@ func (r *Runner) make(ctx context.Context, src Source, image string, work *Work)
 	}
 	built := w.Build()
 	if unknown != nil {
-		r.log.Warn("the build's outcome could not be recorded; the next pass settles it", "image", image,
-			"build_id", built.ID, "err", unknown)
 		err = fmt.Errorf("build %s: its outcome could not be recorded, the builder settles it on its next pass: %w",
 			built.Name(), errors.Join(err, unknown))
 		return nil, errors.Join(err, r.done(wctx, work, End{Build: built, Err: err}))

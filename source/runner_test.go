@@ -402,6 +402,8 @@ func TestMakeFails(t *testing.T) {
 // build building, with its files, for recovery.
 func TestMakeUnrecorded(t *testing.T) {
 	f := newFixture(t)
+	var logs strings.Builder
+	f.run = NewRunner(Options{Store: f.st, Config: f.cfg.Load, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Now: f.clock.Now})
 	lost := errors.New("record qcow2 file: write timed out")
 	f.src.setMake(func(ctx context.Context, w *store.BuildWriter) error {
 		if err := writeFile(ctx, w, "qcow2"); err != nil {
@@ -417,6 +419,10 @@ func TestMakeUnrecorded(t *testing.T) {
 	}
 	if b.State != store.Building {
 		t.Fatalf("build %+v; want left building", b)
+	}
+	// The error is returned, for the caller to log: the runner says it not.
+	if strings.Contains(logs.String(), "could not be recorded") {
+		t.Errorf("the runner logged the error it returns:\n%s", logs.String())
 	}
 	if files := f.filesOn(b); len(files) != 3 {
 		t.Fatalf("files of the unrecorded build: %q; want the file and its sidecars left", files)

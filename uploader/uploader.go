@@ -445,11 +445,12 @@ func (u *Uploader) failed(ctx context.Context, a *attempt, err error) error {
 		rec.NextAttempt = now.Add(u.opts.RetryBase << min(rec.Attempts-1, 10))
 		next = "next try after " + rec.NextAttempt.Format(time.RFC3339)
 	}
+	// A failure is the caller's to log, from the error returned; an
+	// interruption, which callers do not report, is said here.
 	if interrupted {
 		log.Info("upload interrupted; it is no failed attempt", "cause", context.Cause(ctx), "error", err, "next", next)
 		rec.LastError = fmt.Sprintf("interrupted (%v), no failed attempt: %v", context.Cause(ctx), err)
 	} else {
-		log.Warn("upload failed", "attempt", rec.Attempts, "error", err, "next", next)
 		rec.LastError = err.Error()
 	}
 	rec.SetState(store.Failed, now)
