@@ -12,7 +12,6 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
-	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 	"github.com/nodepool-builder/nodepool-builder/zuulmqtt"
 )
@@ -26,14 +25,6 @@ type parts struct {
 	// mqtt is the listener of builder.zuul-mqtt, not started; nil without it.
 	// The daemon runs it, or keeps the one it runs when the settings are the same.
 	mqtt *zuulmqtt.Listener
-}
-
-// OpenCloud opens the image service of a provider.
-type OpenCloud func(ctx context.Context, p *config.Provider) (uploader.Cloud, error)
-
-// openOpenStack is the default OpenCloud: the provider's clouds.yaml entry.
-func (b *Builder) openOpenStack(ctx context.Context, p *config.Provider) (uploader.Cloud, error) {
-	return openstack.Open(ctx, openstack.Options{Cloud: p.Cloud, Region: p.RegionName, Logger: b.log})
 }
 
 // assemble makes the parts of a config. It checks what a config can get wrong
@@ -95,35 +86,16 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 	}, nil
 }
 
-// openClouds opens the image service of every provider, by name, and settles
-// the image format of a provider that names none to the one its cloud takes:
-// the format a provider takes is part of what images need. Providers of one
-// clouds.yaml entry and region share its client: one login, and one listing
-// per leak sweep.
+// openClouds opens the clouds of the config's providers as alien-image-list
+// does too (OpenClouds): one client per cloud and region.
 func (b *Builder) openClouds(ctx context.Context, cfg *config.Config) (map[string]uploader.Cloud, error) {
 	open := b.opts.OpenCloud
 	if open == nil {
-		open = b.openOpenStack
+		open = OpenStack(b.log)
 	}
-	clouds := map[string]uploader.Cloud{}
-	opened := map[[2]string]uploader.Cloud{}
-	for i := range cfg.Providers {
-		p := &cfg.Providers[i]
-		key := [2]string{p.Cloud, p.RegionName}
-		cloud, ok := opened[key]
-		if !ok {
-			var err error
-			if cloud, err = open(ctx, p); err != nil {
-				return nil, fmt.Errorf("%w: provider %s: %w", config.ErrUnusable, p.Name, err)
-			}
-			opened[key] = cloud
-		}
-		if p.ImageFormat == "" {
-			if f, ok := cloud.(interface{ ImageFormat() string }); ok {
-				p.ImageFormat = config.NormalizeFormat(f.ImageFormat())
-			}
-		}
-		clouds[p.Name] = cloud
+	clouds, err := OpenClouds(ctx, cfg.Providers, open)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", config.ErrUnusable, err)
 	}
 	return clouds, nil
 }

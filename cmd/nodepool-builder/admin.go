@@ -8,12 +8,12 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nodepool-builder/nodepool-builder/builder"
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/escape"
 	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
-	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
 )
 
 // adminCommands are the commands that change what the builder does while it runs.
@@ -401,16 +401,14 @@ func alienImageList(c *cli.Context) error {
 		return withCode(exitUsage, fmt.Errorf("alien-image-list: %q is not an openstack provider in %s (providers: %s)",
 			provider, a.cfg.Path, orNone(strings.Join(names, ", "))))
 	}
-	clouds := map[string]uploader.Cloud{}
-	for _, p := range a.cfg.Providers {
-		if provider != "" && p.Name != provider {
-			continue
-		}
-		cloud, err := openstack.Open(c.Context, openstack.Options{Cloud: p.Cloud, Region: p.RegionName, Logger: log})
-		if err != nil {
-			return withCode(exitUsage, fmt.Errorf("provider %s: %w", p.Name, err))
-		}
-		clouds[p.Name] = cloud
+	providers := a.cfg.Providers
+	if provider != "" {
+		providers = []config.Provider{*a.cfg.Provider(provider)}
+	}
+	// Opened as the daemon opens them, so that the listing is the leak sweep's.
+	clouds, err := builder.OpenClouds(c.Context, providers, builder.OpenStack(log))
+	if err != nil {
+		return withCode(exitUsage, err)
 	}
 	up := uploader.New(uploader.Options{Store: a.st, Config: a.cfg, Clouds: clouds, Logger: log})
 	leaks, lerr := up.Leaks(c.Context, provider)
