@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/fanout"
-	"github.com/nodepool-builder/nodepool-builder/internal/perm"
+	"github.com/nodepool-builder/nodepool-builder/internal/fsync"
 )
 
 const partialDirName = ".partial"
@@ -171,22 +171,7 @@ func writeFileAtomic(path string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), perm.File); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return fsync.WriteFile(tmp, path, data)
 }
 
 // HashFile reads a file once and returns its sha256, md5 and size: for files made

@@ -5,6 +5,8 @@ package fsync
 import (
 	"fmt"
 	"os"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 )
 
 // File flushes the file at path to its disk.
@@ -32,4 +34,27 @@ func Dir(dir string) error {
 		return fmt.Errorf("fsync directory %s: %w", dir, err)
 	}
 	return nil
+}
+
+// WriteFile writes data to tmp, a new file beside path that the caller made
+// under a name of its choosing, flushes it, makes it perm.File and renames it
+// to path: readers never see half a file, and whatever sits at path (a
+// symlink to another file) is never written through. tmp is closed, and
+// removed unless it became path.
+func WriteFile(tmp *os.File, path string, data []byte) error {
+	defer os.Remove(tmp.Name())
+	_, err := tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), perm.File)
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
