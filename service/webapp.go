@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -29,8 +29,8 @@ func serveWebapp(ctx context.Context, log *slog.Logger, cfg *config.Config, opts
 	opts.HostNames = append(opts.HostNames, w.HostNames...)
 	srv, err := webapp.Listen(addr, opts)
 	if err != nil {
-		return nil, withCode(exitUsage, fmt.Errorf("%w; stop what holds %s, or set builder.webapp.port (or builder.webapp.listen-address) in %s to a free one",
-			err, addr, cfg.Path))
+		return nil, unusable{fmt.Errorf("%w; stop what holds %s, or set builder.webapp.port (or builder.webapp.listen-address) in %s to a free one",
+			err, addr, cfg.Path)}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
