@@ -44,30 +44,13 @@ func (s *Store) ReleaseBuild(ctx context.Context, id, reason string) (Build, err
 		if err != nil {
 			return err
 		}
-		now := s.now()
-		var changes []Change
-		for i := range ups {
-			switch ups[i].State {
-			case Uploading:
-				return fmt.Errorf("build %s is being uploaded to %s (upload %s): %w", b.Name(), ups[i].Provider, ups[i].ID, ErrInProgress)
-			case Deleting:
-				continue
+		for _, u := range ups {
+			if u.State == Uploading {
+				return fmt.Errorf("build %s is being uploaded to %s (upload %s): %w", b.Name(), u.Provider, u.ID, ErrInProgress)
 			}
-			ups[i].SetState(Deleting, now)
-			changes = append(changes, PutUpload(&ups[i]))
 		}
-		if b.State != Deleting {
-			// A build already deleting keeps its state_time: it says how long the delete has taken.
-			b.SetState(Deleting, now)
-			b.Reason = reason
-		}
-		// The build is written even when its state stays, so that an upload
-		// created meanwhile makes this write fail and the release look again.
-		if err := s.Write(ctx, append(changes, PutBuild(&b))...); err != nil {
-			return err
-		}
-		out = b
-		return nil
+		out, err = s.releaseBuild(ctx, b, ups, reason)
+		return err
 	})
 	if err != nil {
 		return Build{}, fmt.Errorf("release build %s: %w", id, err)
@@ -98,8 +81,7 @@ func (s *Store) ReleaseUpload(ctx context.Context, buildID, provider, id string)
 				out = u
 				return nil
 			}
-			u.SetState(Deleting, s.now())
-			if err := s.Write(ctx, PutUpload(&u)); err != nil {
+			if err := s.markUploadDeleting(ctx, &u); err != nil {
 				return err
 			}
 			out = u

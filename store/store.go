@@ -266,12 +266,9 @@ func (s *Store) SetBuildState(ctx context.Context, b *Build, st State, reason st
 // (a release, say), and it changes the build's version, so that a release that
 // read the build before this upload existed fails in turn.
 func (s *Store) CreateUpload(ctx context.Context, b *Build, provider, format string) (Upload, error) {
-	touched := *b
-	u := Upload{BuildID: b.ID, Image: b.Image, Provider: provider, State: Uploading, StateTime: s.now().UTC(),
-		Format: format, Attempts: 1, Username: b.Username, PythonPath: b.PythonPath, ShellType: b.ShellType}
-	if err := s.Write(ctx, PutBuild(&touched), PutUpload(&u)); err != nil {
-		return Upload{}, fmt.Errorf("record upload of %s to %s: %w", b.Name(), provider, err)
+	u := s.newUpload(*b, provider, format, 1)
+	if err := s.claimUpload(ctx, b, &u); err != nil {
+		return Upload{}, err
 	}
-	*b = touched
 	return u, nil
 }

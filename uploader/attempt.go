@@ -69,9 +69,8 @@ func (a *attempt) run(ctx context.Context) error {
 	}
 	// Record the id before any data moves, so a crash leaves a findable image.
 	a.created = true
-	rec.ExternalID, rec.ExternalName = id, spec.Name
-	if err := u.opts.Store.Write(ctx, store.PutUpload(rec)); err != nil {
-		return fmt.Errorf("record image %s: %w", id, err)
+	if err := u.opts.Store.RecordUploadImage(ctx, rec, id, spec.Name); err != nil {
+		return err
 	}
 	a.log.Info("upload started", "external_id", id, "name", spec.Name, "format", a.file.Format, "bytes", info.Size())
 	start := u.opts.Now()

@@ -11,18 +11,15 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
-// write applies a step's compare-and-set change. A record that changed meanwhile
-// is left to the next pass, which reads it afresh: that is no failure.
-func (u *Uploader) write(ctx context.Context, what string, changes ...store.Change) error {
-	err := u.opts.Store.Write(ctx, changes...)
+// settled passes on the error of a step's compare-and-set change. A record that
+// changed meanwhile is left to the next pass, which reads it afresh: that is no
+// failure.
+func (u *Uploader) settled(err error) error {
 	if errors.Is(err, store.ErrConflict) {
-		u.log.Info("record changed meanwhile; the next pass looks again", "change", what, "detail", err)
+		u.log.Info("record changed meanwhile; the next pass looks again", "detail", err)
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
+	return err
 }
 
 // DropUploaded removes from disk the files of diskimages with delete-after-upload
@@ -48,10 +45,10 @@ func (u *Uploader) DropUploaded(ctx context.Context) error {
 			if b.BuilderID != st.BuilderID() {
 				continue // its files are another host's to drop
 			}
-			var drop []store.File
+			var drop []string
 			for _, f := range b.Files {
 				if f.Present && !slices.Contains(di.KeepFormats, f.Format) {
-					drop = append(drop, f)
+					drop = append(drop, f.Format)
 				}
 			}
 			if len(drop) == 0 {
@@ -72,23 +69,14 @@ func (u *Uploader) DropUploaded(ctx context.Context) error {
 			if !all {
 				continue
 			}
-			// The record first: a file recorded as gone is never uploaded from.
-			for _, f := range drop {
-				f.Present = false
-				b.SetFile(f)
-			}
-			if err := st.Write(ctx, store.PutBuild(&b)); err != nil {
+			if err := st.DropFiles(ctx, &b, drop); err != nil {
 				if !errors.Is(err, store.ErrConflict) { // else: changed meanwhile; the next pass looks again
-					errs = append(errs, fmt.Errorf("record files of %s removed: %w", b.Name(), err))
+					errs = append(errs, err)
 				}
 				continue
 			}
-			for _, f := range drop {
-				if err := st.RemoveFormat(b.Image, b.ID, f.Format); err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				u.log.Info("removed uploaded file (delete-after-upload)", "build", b.Name(), "format", f.Format)
+			for _, format := range drop {
+				u.log.Info("removed uploaded file (delete-after-upload)", "build", b.Name(), "format", format)
 			}
 		}
 	}
@@ -226,7 +214,7 @@ func (u *Uploader) deleteUpload(ctx context.Context, up store.Upload) error {
 			u.log.Info("deleted cloud image", "upload", up.String(), "external_id", up.ExternalID)
 		}
 	}
-	return u.write(ctx, "delete upload record "+up.String(), store.DeleteUpload(up))
+	return u.settled(u.opts.Store.RemoveUpload(ctx, up))
 }
 
 // errNotOurs: a cloud image an upload record names is not that upload's.
@@ -302,15 +290,14 @@ func (u *Uploader) deleteBuild(ctx context.Context, b store.Build, resp responsi
 				pending = true
 				continue
 			}
-			if err := u.write(ctx, "delete upload record "+up.String(), store.DeleteUpload(up)); err != nil {
+			if err := u.settled(st.RemoveUpload(ctx, up)); err != nil {
 				errs = append(errs, err)
 			}
 			continue
 		case store.Ready:
 			// Finished after its build was released (an upload already under
 			// way then), or its build was released alone: it goes with its build.
-			up.SetState(store.Deleting, u.opts.Now())
-			if err := u.write(ctx, "release upload "+up.String(), store.PutUpload(&up)); err != nil {
+			if err := u.settled(st.MarkUploadDeleting(ctx, &up)); err != nil {
 				errs = append(errs, err)
 			} else {
 				took = true
@@ -321,7 +308,7 @@ func (u *Uploader) deleteBuild(ctx context.Context, b store.Build, resp responsi
 	if pending || len(errs) > 0 || !own {
 		return took, errors.Join(errs...)
 	}
-	if err := st.Write(ctx, store.DeleteBuild(b)); err != nil {
+	if err := st.RemoveBuild(ctx, b); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return took, nil // an upload record appeared or went meanwhile: the next pass
 		}

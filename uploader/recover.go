@@ -103,9 +103,7 @@ func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
 		if i == 0 && img.Status == "active" {
 			err := u.adopt(ctx, up, img)
 			if err == nil {
-				up.SetState(store.Ready, u.opts.Now())
-				up.ExternalID, up.ExternalName, up.LastError = img.ID, img.Name, ""
-				if err := u.write(ctx, "recover upload "+up.String(), store.PutUpload(&up)); err != nil {
+				if err := u.settled(u.opts.Store.MarkUploadReady(ctx, &up, img.ID, img.Name)); err != nil {
 					return err
 				}
 				log.Info("interrupted upload had finished; it is ready", "external_id", img.ID)
@@ -120,9 +118,8 @@ func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
 		log.Info("deleted half-made image", "external_id", img.ID, "status", img.Status)
 	}
 	log.Warn("upload was interrupted; it will be retried", "reason", reason)
-	up.SetState(store.Failed, u.opts.Now())
-	up.ExternalID, up.ExternalName, up.LastError, up.NextAttempt = "", "", reason, u.opts.Now()
-	return u.write(ctx, "recover upload "+up.String(), store.PutUpload(&up))
+	up.ExternalID, up.ExternalName = "", ""
+	return u.settled(u.opts.Store.MarkUploadFailed(ctx, &up, reason, u.opts.Now()))
 }
 
 // adopt runs the checks an upload passes before it is ready on the image an

@@ -193,15 +193,13 @@ func (plan *retention) releaseBuilds(cfg *config.Config, resp responsibility, bu
 // writeRetention writes a Retain pass's plan, made from uploads as read, and
 // warns where it released more ready uploads than stay.
 func (u *Uploader) writeRetention(ctx context.Context, plan retention, uploads []store.Upload) error {
-	now := u.opts.Now()
 	var errs []error
 	released := map[string]bool{} // uploads this pass marked deleting
 	tally := releaseTally{}
 	for _, r := range plan.uploads {
 		up := r.upload
 		u.log.Info("releasing upload", "upload", up.String(), "external_id", up.ExternalID, "reason", r.why)
-		up.SetState(store.Deleting, now)
-		if err := u.write(ctx, "release upload "+up.String(), store.PutUpload(&up)); err != nil {
+		if err := u.settled(u.opts.Store.MarkUploadDeleting(ctx, &up)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -209,7 +207,7 @@ func (u *Uploader) writeRetention(ctx context.Context, plan retention, uploads [
 		tally.released(r.upload, r.why)
 	}
 	for _, up := range plan.forget {
-		if err := u.write(ctx, "forget failed upload "+up.String(), store.DeleteUpload(up)); err != nil {
+		if err := u.settled(u.opts.Store.RemoveUpload(ctx, up)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -217,21 +215,17 @@ func (u *Uploader) writeRetention(ctx context.Context, plan retention, uploads [
 		// The build and its uploads go deleting in one write, against the
 		// versions read: an upload begun meanwhile makes it fail.
 		u.log.Info("releasing build", "build", r.build.Name(), "reason", r.why)
-		b := r.build
-		b.SetState(store.Deleting, now)
-		b.Reason = r.why
-		changes := []store.Change{store.PutBuild(&b)}
 		var taken []store.Upload
 		for _, up := range r.uploads {
-			if released[up.String()] {
-				continue
+			if !released[up.String()] {
+				taken = append(taken, up)
 			}
-			taken = append(taken, up)
-			up.SetState(store.Deleting, now)
-			changes = append(changes, store.PutUpload(&up))
 		}
-		if err := u.write(ctx, "release build "+b.Name(), changes...); err != nil {
-			errs = append(errs, err)
+		if _, err := u.opts.Store.ReleaseBuildWith(ctx, r.build, taken, r.why); err != nil {
+			// Nothing of it was written: its uploads are not counted released.
+			if err = u.settled(err); err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		for _, up := range taken {

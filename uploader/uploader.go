@@ -315,9 +315,7 @@ func (u *Uploader) Upload(ctx context.Context, j Job) (store.Upload, error) {
 		u.opts.Metrics.Uploaded(b.Image, p.Name, file.Size, time.Since(began), err)
 	}
 	if err == nil {
-		rec.SetState(store.Ready, u.opts.Now())
-		rec.LastError, rec.NextAttempt = "", time.Time{}
-		if err := u.opts.Store.Write(context.WithoutCancel(ctx), store.PutUpload(&rec)); err != nil {
+		if err := u.opts.Store.MarkUploadReady(context.WithoutCancel(ctx), &rec, rec.ExternalID, rec.ExternalName); err != nil {
 			// Left uploading with its image recorded: recovery settles it.
 			return rec, fmt.Errorf("upload %s: record it ready: %w", j, err)
 		}
@@ -363,29 +361,13 @@ func (u *Uploader) claim(ctx context.Context, j Job) (store.Upload, *store.Uploa
 		}
 		var rec store.Upload
 		var prev *store.Upload
-		switch {
-		case fresh.Retry == nil:
+		if fresh.Retry == nil {
 			rec, err = st.CreateUpload(ctx, &b, j.Provider, j.Format)
-		case fresh.Retry.ExternalID != "":
-			// Its half-made image is still in the cloud, recorded on it: that
-			// record stays for the lifecycle to delete the image, and the retry
-			// is a new upload that counts on from its attempts.
-			touched := b
-			rec = store.Upload{BuildID: b.ID, Image: b.Image, Provider: j.Provider, State: store.Uploading,
-				StateTime: u.opts.Now().UTC(), Format: j.Format, Attempts: fresh.Retry.Attempts + 1,
-				Username: b.Username, PythonPath: b.PythonPath, ShellType: b.ShellType}
-			err = st.Write(ctx, store.PutBuild(&touched), store.PutUpload(&rec))
-			b = touched
-		default:
-			rec = *fresh.Retry
-			prev = fresh.Retry
-			rec.SetState(store.Uploading, u.opts.Now())
-			// The attempt counts from its start, so one a crash interrupted counts too.
-			rec.Attempts++
-			rec.ExternalID, rec.ExternalName, rec.Format, rec.LastError = "", "", j.Format, ""
-			touched := b
-			err = st.Write(ctx, store.PutBuild(&touched), store.PutUpload(&rec))
-			b = touched
+		} else {
+			rec, err = st.RetryUpload(ctx, &b, *fresh.Retry, j.Format)
+			if fresh.Retry.ExternalID == "" {
+				prev = fresh.Retry // the record retried, as it was
+			}
 		}
 		if errors.Is(err, store.ErrConflict) {
 			continue // changed meanwhile: read again
@@ -427,35 +409,35 @@ func (u *Uploader) failed(ctx context.Context, a *attempt, err error) error {
 	if interrupted && leftover == nil {
 		return u.interrupted(ctx, a, err)
 	}
-	now := u.opts.Now()
+	now, retryAt := u.opts.Now(), rec.NextAttempt
 	next := "it stays failed until the next build"
 	switch {
 	case interrupted:
 		// No failed attempt, but its image is left over: failed with it, not
 		// counted, and due again at once.
 		rec.Attempts--
-		rec.NextAttempt = now
+		retryAt = now
 		next = "it is tried again on the next pass"
 	case errors.Is(err, ErrUnavailable) && !a.created:
 		rec.Attempts--
-		rec.NextAttempt = now.Add(u.opts.RetryBase)
-		next = "the cloud could not be reached; next try after " + rec.NextAttempt.Format(time.RFC3339)
+		retryAt = now.Add(u.opts.RetryBase)
+		next = "the cloud could not be reached; next try after " + retryAt.Format(time.RFC3339)
 	case rec.Attempts < u.maxAttempts():
 		// Retried by a later step, after a wait that doubles with each failure.
-		rec.NextAttempt = now.Add(u.opts.RetryBase << min(rec.Attempts-1, 10))
-		next = "next try after " + rec.NextAttempt.Format(time.RFC3339)
+		retryAt = now.Add(u.opts.RetryBase << min(rec.Attempts-1, 10))
+		next = "next try after " + retryAt.Format(time.RFC3339)
 	}
 	// A failure is the caller's to log, from the error returned; an
 	// interruption, which callers do not report, is said here.
+	var reason string
 	if interrupted {
 		log.Info("upload interrupted; it is no failed attempt", "cause", context.Cause(ctx), "error", err, "next", next)
-		rec.LastError = fmt.Sprintf("interrupted (%v), no failed attempt: %v", context.Cause(ctx), err)
+		reason = fmt.Sprintf("interrupted (%v), no failed attempt: %v", context.Cause(ctx), err)
 	} else {
-		rec.LastError = err.Error()
+		reason = err.Error()
 	}
-	rec.SetState(store.Failed, now)
 	if leftover != nil {
-		rec.LastError += fmt.Sprintf("; its half-made image %s could not be deleted (%v): a later pass deletes it", rec.ExternalID, leftover)
+		reason += fmt.Sprintf("; its half-made image %s could not be deleted (%v): a later pass deletes it", rec.ExternalID, leftover)
 		next += "; its half-made image " + rec.ExternalID + " is deleted once the cloud answers"
 	} else {
 		rec.ExternalID = ""
@@ -464,7 +446,7 @@ func (u *Uploader) failed(ctx context.Context, a *attempt, err error) error {
 	// the cloud left of the grace.
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCleanupGrace)
 	defer wcancel()
-	if uerr := u.opts.Store.Write(wctx, store.PutUpload(rec)); uerr != nil {
+	if uerr := u.opts.Store.MarkUploadFailed(wctx, rec, reason, retryAt); uerr != nil {
 		return errors.Join(fmt.Errorf("upload %s-%s to %s: %w", a.build.Image, a.build.ID, a.provider.Name, err), uerr)
 	}
 	if interrupted {
@@ -486,16 +468,9 @@ func (u *Uploader) failed(ctx context.Context, a *attempt, err error) error {
 func (u *Uploader) interrupted(ctx context.Context, a *attempt, err error) error {
 	rec, log := a.rec, a.log
 	cause := context.Cause(ctx)
-	change := store.DeleteUpload(*rec)
-	if a.prev != nil {
-		back := *a.prev
-		back.Version = rec.Version
-		back.NextAttempt = u.opts.Now()
-		change = store.PutUpload(&back)
-	}
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCleanupGrace)
 	defer wcancel()
-	if uerr := u.opts.Store.Write(wctx, change); uerr != nil {
+	if uerr := u.opts.Store.UnclaimUpload(wctx, *rec, a.prev); uerr != nil {
 		// Left uploading, with no image in the cloud: recovery settles it.
 		return errors.Join(fmt.Errorf("upload %s-%s to %s interrupted (%v): %w", a.build.Image, a.build.ID, a.provider.Name, cause, err), uerr)
 	}
