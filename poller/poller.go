@@ -382,12 +382,11 @@ func (p *Poller) waitForHosts(ctx context.Context, cur store.Cursor, zi *config.
 		}
 	}
 	if wait != cur.Waiting {
-		next := cur
-		next.Image, next.Waiting = zi.Name, wait
-		if err := p.opts.Store.Write(ctx, store.PutCursor(next)); err != nil {
-			return cur, fmt.Errorf("poll %s: record what Zuul build %s waits for: %w", zi.Name, zb.UUID, err)
+		cur.Image = zi.Name
+		if err := p.opts.Store.SetCursorWaiting(ctx, cur, wait); err != nil {
+			return cur, fmt.Errorf("poll %s: Zuul build %s: %w", zi.Name, zb.UUID, err)
 		}
-		cur = next
+		cur.Waiting = wait
 	}
 	if wait != "" {
 		return cur, &WaitingForHost{Image: zi.Name, Reason: wait}
@@ -522,10 +521,9 @@ func marks(cur store.Cursor, zb zuulapi.Build) bool {
 // markBehind records on the cursor, under the image's build lock, whether
 // Zuul's newest build zb is behind it, and logs the change once.
 func (p *Poller) markBehind(ctx context.Context, cur store.Cursor, zb zuulapi.Build) error {
-	next := cur
-	next.BehindID = 0
+	var behindID int64
 	if judge(cur, zb) == behind {
-		next.BehindID = zb.ID
+		behindID = zb.ID
 		p.log.Warn("Zuul's newest build is behind the poll cursor: its id is below the cursor's and it ended no later, "+
 			"so it is not fetched; builds that end later are. If Zuul's database was rebuilt or restored, or the cursor "+
 			"is wrong, run zuul-cursor-reset for the image", "image", cur.Image, "zuul_build", zb.UUID, "zuul_id", zb.ID,
@@ -533,8 +531,8 @@ func (p *Poller) markBehind(ctx context.Context, cur store.Cursor, zb zuulapi.Bu
 	} else {
 		p.log.Info("Zuul's newest build is no longer behind the poll cursor", "image", cur.Image, "zuul_build", zb.UUID, "zuul_id", zb.ID)
 	}
-	if err := p.opts.Store.Write(ctx, store.PutCursor(next)); err != nil {
-		return fmt.Errorf("poll %s: record that Zuul is behind the poll cursor: %w", cur.Image, err)
+	if err := p.opts.Store.MarkZuulBehind(ctx, cur, behindID); err != nil {
+		return fmt.Errorf("poll %s: %w", cur.Image, err)
 	}
 	return nil
 }

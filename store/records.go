@@ -281,7 +281,8 @@ func PutUpload(u *Upload) Change {
 func DeleteUpload(u Upload) Change { return Change{op: opDeleteUpload, upload: &u} }
 
 // PutCursor records an image's poll cursor, whatever it was; its Reason without
-// the userinfo of any URL, as PutBuild's.
+// the userinfo of any URL, as PutBuild's. A cursor has no version: it is
+// written under its image's build lock, and the last writer wins.
 func PutCursor(c Cursor) Change {
 	c.Reason = redact.Userinfo(c.Reason)
 	return Change{op: opPutCursor, cursor: &c}
@@ -324,7 +325,8 @@ func (b *Build) redact() {
 // Backend holds the records of builds, uploads, poll cursors and admin requests.
 // Every change of a build or an upload is compare-and-set on its version: a
 // step that read a record and wants to change it names the version it read, and
-// the write fails with ErrConflict when the record changed meanwhile.
+// the write fails with ErrConflict when the record changed meanwhile. A poll
+// cursor is written whatever it was: its writers hold the image's build lock.
 type Backend interface {
 	// BindBuilder ties the state to a builder id: the first call records it, a
 	// later one with another id fails with ErrOtherBuilder and changes nothing.

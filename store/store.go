@@ -1,6 +1,6 @@
 // Package store owns the images-dir and the state: the layout of image files and
-// their checksum sidecars, and the records of builds, uploads and poll cursors
-// behind a Backend whose every change is compare-and-set.
+// their checksum sidecars, and the records of builds, uploads and poll cursors,
+// which change only through the store's named operations.
 package store
 
 import (

@@ -470,8 +470,7 @@ func zuulCursorReset(c *cli.Context) error {
 	if err != nil && !refused {
 		return withCode(exitFailed, err)
 	}
-	reset := store.Cursor{Image: name, Outcome: store.OutcomeReset, Reason: "reset by zuul-cursor-reset", Time: a.st.Now()}
-	if err := a.st.Write(ctx, store.PutCursor(reset)); err != nil {
+	if err := a.st.ResetCursor(ctx, name, "reset by zuul-cursor-reset"); err != nil {
 		return withCode(exitFailed, fmt.Errorf("zuul-cursor-reset: %w", err))
 	}
 	w := c.App.Writer
