@@ -331,13 +331,8 @@ func (g *gearmanService) tooSoon(ctx context.Context, image string) error {
 	if err != nil {
 		return fmt.Errorf("image-build %s: %w", image, err)
 	}
-	var newest store.Build
-	for _, bd := range builds {
-		if newest.ID == "" || bd.StateTime.After(newest.StateTime) {
-			newest = bd
-		}
-	}
-	if newest.ID == "" {
+	newest := store.NewestReady(builds, image)
+	if newest == nil {
 		return nil
 	}
 	age := g.b.store.Now().Sub(newest.StateTime)

@@ -156,7 +156,7 @@ func (b *Source) checkAt(ctx context.Context, image string, locked bool) (string
 		}
 	}
 	if ok {
-		settled := newestReady(builds, image)
+		settled := store.NewestReady(builds, image)
 		if settled == nil || !settled.Created.After(at) {
 			return "manual build requested at " + at.Format(time.RFC3339), nil, nil
 		}
@@ -185,7 +185,7 @@ func (b *Source) checkAt(ctx context.Context, image string, locked bool) (string
 // first), failures and requests aside; "" when it does not.
 func dueReason(cfg *config.Config, img *config.DiskImage, builds []store.Build, now time.Time) string {
 	image := img.Name
-	newest := newestReady(builds, image)
+	newest := store.NewestReady(builds, image)
 	if newest == nil {
 		return "no ready build"
 	}
@@ -208,14 +208,4 @@ func dueReason(cfg *config.Config, img *config.DiskImage, builds []store.Build, 
 		return fmt.Sprintf("newest build %s lacks %s", newest.Name(), strings.Join(missing, ", "))
 	}
 	return ""
-}
-
-// newestReady is the newest ready build of image among builds, newest first.
-func newestReady(builds []store.Build, image string) *store.Build {
-	for i := range builds {
-		if builds[i].Image == image && builds[i].State == store.Ready {
-			return &builds[i]
-		}
-	}
-	return nil
 }

@@ -111,7 +111,7 @@ func TestImageStatus(t *testing.T) {
 	if len(images) != 3 || images[0].Name != "dib-image" || images[1].Name != "other" || images[2].Name != "debian" {
 		t.Fatalf("images = %+v", images)
 	}
-	if got := strings.Join(images[0].PausedBy, ","); got != PausedByConfig+","+PausedByCommand {
+	if got := strings.Join(images[0].PausedBy, ","); got != store.PausedByConfig+","+store.PausedByCommand {
 		t.Errorf("dib-image paused by %q", got)
 	}
 	if images[1].Newest == nil || images[1].Newest.ID != newest.ID || images[1].RequestState() != "pending" {

@@ -15,12 +15,6 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
-// Why an image is paused, as image-status shows it.
-const (
-	PausedByConfig  = "config"      // pause: true in nodepool.yaml
-	PausedByCommand = "image-pause" // image-pause at run time
-)
-
 // Image is one image-status row.
 // CursorRefused is the outcome shown for a zuul-image whose poll cursor the
 // store refused as it read it (see store.CheckCursor); its reason says why.
@@ -29,7 +23,7 @@ const CursorRefused = "refused"
 type Image struct {
 	Name     string
 	Source   store.Source
-	PausedBy []string   // PausedByConfig, PausedByCommand
+	PausedBy []string   // store.PausedByConfig, store.PausedByCommand
 	Request  *time.Time // when a build was requested, if one is pending
 	// Building says the request is being honoured: a build of the image started
 	// after it was made is in progress.
@@ -183,10 +177,7 @@ func ImageStatusOf(ctx context.Context, st *store.Store, cfg *config.Config, bui
 	}
 	var out []Image
 	for _, name := range cfg.ImageNames() {
-		s := Image{Name: name}
-		if cfg.PausedInConfig(name) {
-			s.PausedBy = append(s.PausedBy, PausedByConfig)
-		}
+		s := Image{Name: name, PausedBy: store.PausedBy(paused, name, cfg.PausedInConfig(name))}
 		if di := cfg.DiskImage(name); di != nil {
 			s.Source = store.SourceDIB
 			s.Failure = dib.LastFailure(cfg, name, builds, dib.DefaultFailureBackoff)
@@ -202,9 +193,6 @@ func ImageStatusOf(ctx context.Context, st *store.Store, cfg *config.Config, bui
 			case cur.ZuulUUID != "" || cur.Waiting != "":
 				s.Cursor = &cur
 			}
-		}
-		if _, ok := paused[name]; ok {
-			s.PausedBy = append(s.PausedBy, PausedByCommand)
 		}
 		t, requested := requests[name]
 		if requested {

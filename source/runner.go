@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
@@ -188,10 +189,11 @@ func (r *Runner) paused(ctx context.Context, image string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", image, err)
 	}
-	if _, ok := paused[image]; ok {
+	by := store.PausedBy(paused, image, r.opts.Config().PausedInConfig(image))
+	switch {
+	case slices.Contains(by, store.PausedByCommand):
 		return "by image-pause; image-unpause it first", nil
-	}
-	if r.opts.Config().PausedInConfig(image) {
+	case len(by) > 0:
 		return "in the config (pause: true)", nil
 	}
 	return "", nil

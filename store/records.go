@@ -150,6 +150,41 @@ func (b *Build) SetState(st State, now time.Time) {
 	}
 }
 
+// Why an image is paused.
+const (
+	PausedByConfig  = "config"      // pause: true in nodepool.yaml
+	PausedByCommand = "image-pause" // image-pause at run time
+)
+
+// PausedBy says what pauses an image: the config (inConfig: pause: true in
+// nodepool.yaml), then image-pause (paused: the images paused at run time, as
+// Paused reads them). Empty when the image runs.
+func PausedBy(paused map[string]time.Time, image string, inConfig bool) []string {
+	var by []string
+	if inConfig {
+		by = append(by, PausedByConfig)
+	}
+	if _, ok := paused[image]; ok {
+		by = append(by, PausedByCommand)
+	}
+	return by
+}
+
+// NewestReady is the newest ready build of image among builds: the one that
+// became ready last, by its StateTime, as nodepool ranks an image's builds
+// (its rebuild-age counts from that time too); of two ready at the same time,
+// the one listed first. nil when there is none.
+func NewestReady(builds []Build, image string) *Build {
+	var newest *Build
+	for i := range builds {
+		b := &builds[i]
+		if b.Image == image && b.State == Ready && (newest == nil || b.StateTime.After(newest.StateTime)) {
+			newest = b
+		}
+	}
+	return newest
+}
+
 // Upload is a build's image in one provider's cloud.
 type Upload struct {
 	BuildID      string

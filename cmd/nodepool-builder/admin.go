@@ -244,9 +244,9 @@ func unpauseHint(cfg *config.Config, name string, pausedBy []string) string {
 	var do []string
 	for _, by := range pausedBy {
 		switch by {
-		case listing.PausedByCommand:
+		case store.PausedByCommand:
 			do = append(do, "run image-unpause "+name)
-		case listing.PausedByConfig:
+		case store.PausedByConfig:
 			do = append(do, fmt.Sprintf("set pause: false for %s in %s", name, cfg.Path))
 		}
 	}
