@@ -81,8 +81,8 @@ type Builder struct {
 	opts  Options
 	log   *slog.Logger
 	store *store.Store
-	// run makes every build, for every source; it outlives reloads.
-	run     *source.Runner
+	// runner makes every build, for every source; it outlives reloads.
+	runner  *source.Runner
 	cfgFile *config.Snapshot // the config files as they were when the builder started
 
 	cur    atomic.Pointer[parts]
@@ -120,7 +120,7 @@ func New(ctx context.Context, opts Options) (*Builder, error) {
 		wake:   make(chan struct{}, 1),
 		retain: make(chan struct{}, 1),
 	}
-	b.run = source.NewRunner(source.Options{Store: opts.Store, Config: b.Config, Logger: opts.Logger,
+	b.runner = source.NewRunner(source.Options{Store: opts.Store, Config: b.Config, Logger: opts.Logger,
 		Slots: make(chan struct{}, opts.BuildWorkers)})
 	p, err := b.assemble(ctx, opts.Config)
 	if err != nil {
@@ -315,7 +315,7 @@ func IsNotDone(err error) bool {
 // when it made a build. An image busy with a step asked for by an operator (a
 // gearman job) is left to it.
 func (b *Builder) step(ctx context.Context, src source.Source, image string) (*store.Build, error) {
-	res, err := b.run.Step(ctx, src, image)
+	res, err := b.runner.Step(ctx, src, image)
 	if res.Build != nil {
 		b.built()
 	}
@@ -330,7 +330,7 @@ func (b *Builder) step(ctx context.Context, src source.Source, image string) (*s
 // nil, is asked once that step is done, so that it sees the build the step
 // made: an error from it refuses the build.
 func (b *Builder) buildNow(ctx context.Context, src source.Source, image, request string, allow func(context.Context) error) (store.Build, error) {
-	built, err := b.run.Now(ctx, src, image, request, allow)
+	built, err := b.runner.BuildNow(ctx, src, image, request, allow)
 	if built.State == store.Ready {
 		b.built()
 	}
@@ -412,7 +412,7 @@ func (b *Builder) lifecycle(ctx context.Context) error {
 // their files removed). It runs at start and on every pass.
 func (b *Builder) Recover(ctx context.Context) error {
 	p := b.cur.Load()
-	return errors.Join(b.run.Recover(ctx, p.sources), p.uploader.Recover(ctx))
+	return errors.Join(b.runner.Recover(ctx, p.sources), p.uploader.Recover(ctx))
 }
 
 // tidy settles the builds of this builder whose records another program
@@ -422,7 +422,7 @@ func (b *Builder) Recover(ctx context.Context) error {
 func (b *Builder) tidy(ctx context.Context, before time.Time) error {
 	cfg := b.cur.Load().cfg
 	busy := func(image, buildID string) bool {
-		return (image != "" && b.run.Busy(image)) || (buildID != "" && b.queue.onBuild(buildID))
+		return (image != "" && b.runner.Busy(image)) || (buildID != "" && b.queue.onBuild(buildID))
 	}
 	lost, lostErr := b.store.SettleLost(ctx, before, busy)
 	for _, l := range lost {

@@ -31,7 +31,7 @@ func (c core) Step(ctx context.Context, image string) (*store.Build, error) {
 
 // BuildNow is an operator's request for a build.
 func (c core) BuildNow(ctx context.Context, image, request string) (store.Build, error) {
-	return c.run.Now(ctx, c.Source, image, request, nil)
+	return c.run.BuildNow(ctx, c.Source, image, request, nil)
 }
 
 // Build is a build made now, whatever the schedule says.

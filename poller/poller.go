@@ -266,7 +266,7 @@ func (p *Poller) due(ctx context.Context, image string, look source.Look) (sourc
 			return source.Work{}, err
 		}
 		if !due(cur, zb, ready, look.Asked) && !marks(cur, zb) && p.missing(ready, zb, needed) == nil {
-			return p.settled(f, cur, ready), nil // nothing to fetch: it says why
+			return p.whyNotDue(f, cur, ready), nil // nothing to fetch: it says why
 		}
 	}
 	// One builder fetches a Zuul build under the image's build lock; the
@@ -309,7 +309,7 @@ func (p *Poller) dueLocked(ctx context.Context, f *fetch) (source.Work, error) {
 			return source.Work{Reason: "formats newly needed: " + strings.Join(missing, ", "), Into: &b,
 				Data: &fetch{zi: zi, zb: zb, needed: missing}}, nil
 		}
-		return p.settled(f, cur, ready), nil
+		return p.whyNotDue(f, cur, ready), nil
 	}
 	switch {
 	case v != newer:
@@ -623,9 +623,9 @@ func (p *Poller) prunePartials(image string) {
 	}
 }
 
-// settled says why nothing is fetched for Zuul's newest build zb, which the
+// whyNotDue says why nothing is fetched for Zuul's newest build zb, which the
 // cursor has settled, and the image's builds lack nothing they can have.
-func (p *Poller) settled(f *fetch, cur store.Cursor, ready []store.Build) source.Work {
+func (p *Poller) whyNotDue(f *fetch, cur store.Cursor, ready []store.Build) source.Work {
 	why := noNewBuild
 	if len(ready) > 0 && ready[0].Zuul.UUID == f.zb.UUID && ready[0].BuilderID == p.opts.Store.BuilderID() {
 		var refused []string

@@ -89,7 +89,7 @@ func (f *fixture) poll(ctx context.Context, image string) (Outcome, error) {
 
 // buildNow is an operator's request for a build of a zuul-image.
 func (f *fixture) buildNow(ctx context.Context, image, request string) (store.Build, error) {
-	return f.run.Now(ctx, f.p, image, request, nil)
+	return f.run.BuildNow(ctx, f.p, image, request, nil)
 }
 
 func meta(format string) map[string]any {

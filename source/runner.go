@@ -72,7 +72,7 @@ func (r *Runner) Step(ctx context.Context, src Source, image string) (Result, er
 	return r.run(ctx, src, image, Look{})
 }
 
-// Now makes a build of an image now, as an operator asked (request, when not
+// BuildNow makes a build of an image now, as an operator asked (request, when not
 // empty, names the asking and is recorded on a new build), once the step
 // running on the image, if any, is done: a new build whatever the schedule
 // says, or, for a source that fetches, the build that is there already when
@@ -81,7 +81,7 @@ func (r *Runner) Step(ctx context.Context, src Source, image string) (Result, er
 // request. A paused image, or one another builder holds the build lock of, is
 // refused too. A build that became ready may come with an error of the
 // housekeeping after it.
-func (r *Runner) Now(ctx context.Context, src Source, image, request string, allow func(context.Context) error) (store.Build, error) {
+func (r *Runner) BuildNow(ctx context.Context, src Source, image, request string, allow func(context.Context) error) (store.Build, error) {
 	if err := r.busy.enter(ctx, image); err != nil {
 		return store.Build{}, err
 	}

@@ -493,7 +493,7 @@ func TestBusyImage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
 		ctx := context.Background()
-		// The step's Make and then Now's block until the test lets them go.
+		// The step's Make and then BuildNow's block until the test lets them go.
 		entered, release := make(chan struct{}), make(chan struct{})
 		nowEntered, nowRelease := make(chan struct{}), make(chan struct{})
 		f.src.setMake(func(ctx context.Context, w *store.BuildWriter) error {
@@ -530,31 +530,31 @@ func TestBusyImage(t *testing.T) {
 		}
 		nowDone := make(chan nowed, 1)
 		go func() {
-			b, err := f.run.Now(ctx, f.src, "debian", "req-1", func(context.Context) error {
+			b, err := f.run.BuildNow(ctx, f.src, "debian", "req-1", func(context.Context) error {
 				allowed.Add(1)
 				return nil
 			})
 			nowDone <- nowed{b, err}
 		}()
-		synctest.Wait() // every goroutine is blocked: Now has gone as far as it goes
+		synctest.Wait() // every goroutine is blocked: BuildNow has gone as far as it goes
 		if n := allowed.Load(); n != 0 || len(f.src.looksOf("debian")) != 2 || len(f.src.madeImages()) != 1 {
-			t.Fatalf("Now went on while a step was on the image: allow called %d times, looks %+v, made %q",
+			t.Fatalf("BuildNow went on while a step was on the image: allow called %d times, looks %+v, made %q",
 				n, f.src.looksOf("debian"), f.src.madeImages())
 		}
 
 		close(release)
 		b1 := mustReady(t, receive(t, stepDone, "the first step"), "the first step")
-		receive(t, nowEntered, "Now's Make")
+		receive(t, nowEntered, "BuildNow's Make")
 		if !f.run.Busy("debian") {
-			t.Fatal("Busy is false while Now is making the image")
+			t.Fatal("Busy is false while BuildNow is making the image")
 		}
 		if res, err := f.step("debian"); err != nil || res.Skipped == "" || len(f.src.madeImages()) != 2 {
-			t.Fatalf("a step while Now is on the image: %+v, %v, made %q; want skipped at once", res, err, f.src.madeImages())
+			t.Fatalf("a step while BuildNow is on the image: %+v, %v, made %q; want skipped at once", res, err, f.src.madeImages())
 		}
 		close(nowRelease)
-		now := receive(t, nowDone, "Now")
+		now := receive(t, nowDone, "BuildNow")
 		if now.err != nil || now.b.State != store.Ready || now.b.ID == b1.ID || now.b.Request != "req-1" {
-			t.Fatalf("Now: %+v, %v; want a new ready build of request req-1", now.b, now.err)
+			t.Fatalf("BuildNow: %+v, %v; want a new ready build of request req-1", now.b, now.err)
 		}
 		if n := allowed.Load(); n != 1 {
 			t.Fatalf("allow was called %d times; want once", n)
@@ -563,7 +563,7 @@ func TestBusyImage(t *testing.T) {
 			t.Fatal("Busy is true once every step is done")
 		}
 		if bs := f.builds("debian"); len(bs) != 2 {
-			t.Fatalf("builds: %+v; want the step's and Now's", bs)
+			t.Fatalf("builds: %+v; want the step's and BuildNow's", bs)
 		}
 	})
 }
@@ -592,9 +592,9 @@ func TestPaused(t *testing.T) {
 			if err != nil || res.Skipped != "paused" || res.Build != nil {
 				t.Fatalf("step on a paused image: %+v, %v; want skipped, paused", res, err)
 			}
-			_, err = f.run.Now(context.Background(), f.src, "debian", "", nil)
+			_, err = f.run.BuildNow(context.Background(), f.src, "debian", "", nil)
 			if !errors.Is(err, ErrPaused) || !strings.Contains(err.Error(), tc.says) {
-				t.Fatalf("Now on a paused image: %v; want ErrPaused, saying %q", err, tc.says)
+				t.Fatalf("BuildNow on a paused image: %v; want ErrPaused, saying %q", err, tc.says)
 			}
 			if looks := f.src.looksOf("debian"); len(looks) != 0 {
 				t.Fatalf("Due was asked about a paused image: %+v", looks)
@@ -643,9 +643,9 @@ func TestLockHeldElsewhere(t *testing.T) {
 	if looks := f.src.looksOf("debian"); len(looks) != 1 {
 		t.Fatalf("looks: %+v; want the one before the lock only", looks)
 	}
-	_, err = f.run.Now(ctx, f.src, "debian", "req-1", nil)
+	_, err = f.run.BuildNow(ctx, f.src, "debian", "req-1", nil)
 	if !errors.Is(err, store.ErrHeld) {
-		t.Fatalf("Now while the lock is held: %v; want ErrHeld", err)
+		t.Fatalf("BuildNow while the lock is held: %v; want ErrHeld", err)
 	}
 	if bs := f.builds("debian"); len(bs) != 0 {
 		t.Fatalf("builds begun while another held the lock: %+v", bs)
@@ -762,9 +762,9 @@ func TestSlots(t *testing.T) {
 	})
 }
 
-// TestNow: an operator's request is answered with a build that is there when
+// TestBuildNow: an operator's request is answered with a build that is there when
 // the source says so, refused when allow refuses it, and names itself to Due.
-func TestNow(t *testing.T) {
+func TestBuildNow(t *testing.T) {
 	t.Run("have", func(t *testing.T) {
 		f := newFixture(t)
 		have := f.readyBuild("debian")
@@ -775,9 +775,9 @@ func TestNow(t *testing.T) {
 			b := have
 			return Work{Have: &b}, nil
 		})
-		got, err := f.run.Now(context.Background(), f.src, "debian", "req-7", nil)
+		got, err := f.run.BuildNow(context.Background(), f.src, "debian", "req-7", nil)
 		if err != nil || got.ID != have.ID {
-			t.Fatalf("Now: %+v, %v; want the build that is there, %s", got, err, have.ID)
+			t.Fatalf("BuildNow: %+v, %v; want the build that is there, %s", got, err, have.ID)
 		}
 		if bs := f.builds("debian"); len(bs) != 1 {
 			t.Fatalf("builds: %+v; want only the one that was there", bs)
@@ -793,9 +793,9 @@ func TestNow(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		f := newFixture(t)
 		refusal := errors.New("debian has a build in progress elsewhere")
-		_, err := f.run.Now(context.Background(), f.src, "debian", "req-7", func(context.Context) error { return refusal })
+		_, err := f.run.BuildNow(context.Background(), f.src, "debian", "req-7", func(context.Context) error { return refusal })
 		if !errors.Is(err, refusal) {
-			t.Fatalf("Now refused by allow: %v; want the refusal", err)
+			t.Fatalf("BuildNow refused by allow: %v; want the refusal", err)
 		}
 		if looks := f.src.looksOf("debian"); len(looks) != 0 {
 			t.Fatalf("Due was asked about a refused request: %+v", looks)
@@ -812,9 +812,9 @@ func TestNow(t *testing.T) {
 			}
 			return f.src.work(image, look), nil
 		})
-		got, err := f.run.Now(context.Background(), f.src, "debian", "req-8", nil)
+		got, err := f.run.BuildNow(context.Background(), f.src, "debian", "req-8", nil)
 		if err != nil || got.State != store.Ready || got.Request != "req-8" {
-			t.Fatalf("Now: %+v, %v; want a ready build of req-8", got, err)
+			t.Fatalf("BuildNow: %+v, %v; want a ready build of req-8", got, err)
 		}
 		if b := f.only("debian"); b.ID != got.ID || b.Request != "req-8" {
 			t.Fatalf("recorded %+v; want build %s of req-8", b, got.ID)
