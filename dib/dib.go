@@ -1,5 +1,5 @@
-// Package dib builds diskimages locally with diskimage-builder, exactly as nodepool
-// does: it decides when an image is due, runs disk-image-create and records the build.
+// Package dib is the source of the diskimages built on this host with diskimage-builder, as
+// nodepool builds them: it says when one is due and runs disk-image-create into the build's files.
 package dib
 
 import (

@@ -1,5 +1,5 @@
-// Package testenv gives tests the real parts they run against (binaries, a standalone
-// Glance) in one line each, and fails instead of skipping when CI demands every part.
+// Package testenv starts the real parts tests run against (ZooKeeper, Glance, Keystone, gearmand,
+// mosquitto, binaries, proxies) in one line each, and fails rather than skips when CI demands them.
 package testenv
 
 import (
