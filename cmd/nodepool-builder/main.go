@@ -143,8 +143,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.IntFlag{Name: "upload-workers", Usage: "concurrent uploads", DefaultText: "builder.upload-workers of the config, else 4"},
 			&cli.IntFlag{Name: "build-workers", Value: 1, Usage: "concurrent diskimage-builder builds"},
 			&cli.BoolFlag{Name: "once", Usage: "do every due step once (poll, fetch, build, upload, retain, delete, sweep), then exit", DisableDefaultText: true},
-			// How often a progress line is logged per running task; tests shorten it.
-			&cli.DurationFlag{Name: "progress-interval", Value: 30 * time.Second, Hidden: true},
+			&cli.DurationFlag{Name: "progress-interval", Value: 30 * time.Second,
+				Usage: "how often a line is logged per running download, upload and build, when no bars are drawn"},
 		}, refusedFlags()...),
 		ExitErrHandler: func(*cli.Context, error) {},
 		Before:         checkFlags,
