@@ -114,7 +114,7 @@ func (s *serverConn) watchUnserved(ctx context.Context) {
 		case <-tick.C:
 		}
 		if conn == nil {
-			d := net.Dialer{Timeout: s.w.dialTimeout}
+			d := net.Dialer{Timeout: dialTimeout}
 			c, err := d.DialContext(ctx, "tcp", s.addr)
 			if err != nil {
 				s.w.log.Debug("cannot read gearman status", "address", s.addr, "error", err)

@@ -122,7 +122,7 @@ func (s *serverConn) run(ctx, cctx context.Context, up func(int)) error {
 	}
 	up(len(s.reg))
 
-	every := min(s.w.pingIdle, s.w.pingTimeout) / 4
+	every := min(s.w.opts.PingIdle, s.w.opts.PingTimeout) / 4
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -221,7 +221,7 @@ func (s *serverConn) send(pkts ...Packet) error {
 		return fmt.Errorf("gearman %s: %w", s.addr, errClosed)
 	default:
 	}
-	s.conn.SetWriteDeadline(time.Now().Add(s.w.writeTimeout))
+	s.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if _, err := s.conn.Write(buf); err != nil {
 		err = fmt.Errorf("gearman %s: write %s: %w", s.addr, pkts[0].Type, err)
 		s.close(err)
@@ -230,16 +230,16 @@ func (s *serverConn) send(pkts ...Packet) error {
 	return nil
 }
 
-// ping sends ECHO_REQ on a connection quiet for pingIdle, and gives up on one whose
-// ECHO_REQ went unanswered for pingTimeout.
+// ping sends ECHO_REQ on a connection quiet for PingIdle, and gives up on one whose
+// ECHO_REQ went unanswered for PingTimeout.
 func (s *serverConn) ping(now time.Time) error {
 	if !s.echoSent.IsZero() {
-		if now.Sub(s.echoSent) >= s.w.pingTimeout {
-			return fmt.Errorf("gearman %s: no answer to ECHO_REQ within %s", s.addr, s.w.pingTimeout)
+		if now.Sub(s.echoSent) >= s.w.opts.PingTimeout {
+			return fmt.Errorf("gearman %s: no answer to ECHO_REQ within %s", s.addr, s.w.opts.PingTimeout)
 		}
 		return nil
 	}
-	if now.Sub(s.lastRead) < s.w.pingIdle {
+	if now.Sub(s.lastRead) < s.w.opts.PingIdle {
 		return nil
 	}
 	s.echoSent = now

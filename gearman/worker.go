@@ -69,6 +69,12 @@ type Options struct {
 	UnservedAfter time.Duration
 	// UnservedCheck is how often each server's admin status is read; default 5s.
 	UnservedCheck time.Duration
+	// PingIdle and PingTimeout find a connection that went dead without a word: one on
+	// which nothing arrived for PingIdle gets an ECHO_REQ, and is dialled again when
+	// nothing answers within PingTimeout; defaults 60s and 30s. A worker asleep waiting
+	// for a NOOP hears nothing for hours, and TCP keepalive alone takes the kernel's time
+	// (often over two hours) to notice a server that vanished.
+	PingIdle, PingTimeout time.Duration
 	// OnJob, when not nil, is called after each job is answered, or could not be, for
 	// status pages and logs. It runs on the job's goroutine.
 	OnJob func(JobResult)
@@ -81,17 +87,13 @@ const (
 	defaultMaxBackoff    = time.Minute
 	defaultUnservedAfter = 30 * time.Second
 	defaultUnservedCheck = 5 * time.Second
+	defaultPingIdle      = 60 * time.Second
+	defaultPingTimeout   = 30 * time.Second
 
 	// dialTimeout bounds a connection attempt, so a blackholed server is retried.
 	dialTimeout = 10 * time.Second
 	// writeTimeout bounds a write; a server that takes nothing for that long is dead.
 	writeTimeout = 10 * time.Second
-	// pingIdle and pingTimeout: a connection on which nothing arrived for pingIdle gets
-	// an ECHO_REQ, and is dead when nothing answers within pingTimeout. A worker asleep
-	// waiting for a NOOP hears nothing for hours, and TCP keepalive alone takes the
-	// kernel's time (often over two hours) to notice a server that vanished.
-	pingIdle    = 60 * time.Second
-	pingTimeout = 30 * time.Second
 	// stableAfter is how long a connection must last for the next failure to start
 	// over: the backoff returns to MinBackoff and the failure is logged again.
 	stableAfter = time.Minute
@@ -106,9 +108,6 @@ const (
 type Worker struct {
 	opts Options
 	log  *slog.Logger
-
-	// Timings of a connection; tests shorten them.
-	dialTimeout, writeTimeout, pingIdle, pingTimeout, stableAfter, failLogEvery time.Duration
 
 	running atomic.Bool
 	jobWG   sync.WaitGroup // every job's goroutine
@@ -142,24 +141,24 @@ func New(opts Options) *Worker {
 	if opts.UnservedCheck <= 0 {
 		opts.UnservedCheck = defaultUnservedCheck
 	}
+	if opts.PingIdle <= 0 {
+		opts.PingIdle = defaultPingIdle
+	}
+	if opts.PingTimeout <= 0 {
+		opts.PingTimeout = defaultPingTimeout
+	}
 	opts.Servers = slices.Clone(opts.Servers)
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	w := &Worker{
-		opts:         opts,
-		log:          log,
-		dialTimeout:  dialTimeout,
-		writeTimeout: writeTimeout,
-		pingIdle:     pingIdle,
-		pingTimeout:  pingTimeout,
-		stableAfter:  stableAfter,
-		failLogEvery: failLogEvery,
-		funcs:        map[string]bool{},
-		conns:        map[*serverConn]bool{},
-		flights:      map[jobKey]*flight{},
-		jobs:         map[*jobRun]bool{},
+		opts:    opts,
+		log:     log,
+		funcs:   map[string]bool{},
+		conns:   map[*serverConn]bool{},
+		flights: map[jobKey]*flight{},
+		jobs:    map[*jobRun]bool{},
 	}
 	for _, s := range opts.Servers {
 		w.servers = append(w.servers, ServerStatus{Address: s.String()})
@@ -294,7 +293,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // serve keeps a connection to server i until ctx ends; its jobs get jobCtx.
 func (w *Worker) serve(ctx, jobCtx context.Context, i int) {
 	addr := w.opts.Servers[i].String()
-	streak := reconnect.Streak{Min: w.opts.MinBackoff, Max: w.opts.MaxBackoff, StableAfter: w.stableAfter, LogEvery: w.failLogEvery}
+	streak := reconnect.Streak{Min: w.opts.MinBackoff, Max: w.opts.MaxBackoff, StableAfter: stableAfter, LogEvery: failLogEvery}
 	// The first connection of a streak is logged too, so the recovery shows;
 	// then one every failLogEvery while the streak goes on.
 	var (
@@ -309,7 +308,7 @@ func (w *Worker) serve(ctx, jobCtx context.Context, i int) {
 			started := time.Now()
 			err = w.runConn(ctx, jobCtx, i, addr, conn, func(registered int) {
 				w.setServer(i, true, nil)
-				if streak.Failures() == 0 || !connLogged || time.Since(lastConnLog) >= w.failLogEvery {
+				if streak.Failures() == 0 || !connLogged || time.Since(lastConnLog) >= failLogEvery {
 					w.log.Info("connected to gearman server", "address", addr, "functions", registered)
 					connLogged, lastConnLog = true, time.Now()
 				}
@@ -338,7 +337,7 @@ func (w *Worker) serve(ctx, jobCtx context.Context, i int) {
 // dial connects with a timeout and TCP keepalive.
 func (w *Worker) dial(ctx context.Context, addr string) (net.Conn, error) {
 	d := net.Dialer{
-		Timeout:         w.dialTimeout,
+		Timeout:         dialTimeout,
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 10 * time.Second, Count: 3},
 	}
 	conn, err := d.DialContext(ctx, "tcp", addr)

@@ -13,9 +13,10 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
 
-// newFakeWorker makes a worker of the fake server with a gated handler.
-func newFakeWorker(t *testing.T, f *fakeServer, g *gate, res *results, maxJobs int) *Worker {
-	return New(Options{
+// newFakeWorker makes a worker of the fake server with a gated handler; tune
+// changes the options first.
+func newFakeWorker(t *testing.T, f *fakeServer, g *gate, res *results, maxJobs int, tune ...func(*Options)) *Worker {
+	opts := Options{
 		Servers:    []Server{f.server()},
 		ClientID:   "builder01",
 		Handler:    g.handler,
@@ -24,7 +25,11 @@ func newFakeWorker(t *testing.T, f *fakeServer, g *gate, res *results, maxJobs i
 		MinBackoff: 10 * time.Millisecond,
 		MaxBackoff: 50 * time.Millisecond,
 		OnJob:      res.add,
-	})
+	}
+	for _, change := range tune {
+		change(&opts)
+	}
+	return New(opts)
 }
 
 // TestWorkerGrabCycle follows the PROTOCOL document's sleep cycle: GRAB_JOB_UNIQ,
@@ -116,8 +121,7 @@ func TestWorkerDefersCantDo(t *testing.T) {
 func TestWorkerReconnects(t *testing.T) {
 	f := newFakeServer(t)
 	g, res := newGate(), &results{}
-	w := newFakeWorker(t, f, g, res, 1)
-	w.pingIdle, w.pingTimeout = 100*time.Millisecond, 100*time.Millisecond
+	w := newFakeWorker(t, f, g, res, 1, func(o *Options) { o.PingIdle, o.PingTimeout = 100*time.Millisecond, 100*time.Millisecond })
 	w.SetFunctions([]string{"f"})
 	runWorker(t, w)
 	hello := []Packet{Req(SetClientID, "builder01"), Req(CanDo, "f"), Req(GrabJobUniq)}
