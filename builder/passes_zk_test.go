@@ -19,9 +19,10 @@ func TestDaemonPassReadsOnlyWhatChanged(t *testing.T) {
 	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	open := func(dir string) (*store.Store, *zookeeper.Backend) {
+	open := func(dir string) (*store.Store, *testenv.ZooKeeperCounter) {
 		t.Helper()
-		zb, err := zookeeper.Open(ctx, zookeeper.Options{Servers: []string{z.Addr}, Chroot: "/passes", Logger: log})
+		wire := testenv.NewZooKeeperCounter(t, z)
+		zb, err := zookeeper.Open(ctx, zookeeper.Options{Servers: []string{wire.Addr}, Chroot: "/passes", Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,10 +32,10 @@ func TestDaemonPassReadsOnlyWhatChanged(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
-		return st, zb
+		return st, wire
 	}
 	var ours *store.Store
-	var zb *zookeeper.Backend
+	var zb *testenv.ZooKeeperCounter
 	r := newRig(t, twoImages, func(o *Options) {
 		ours, zb = open(o.Config.ImagesDir)
 		o.Store = ours

@@ -18,7 +18,6 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/state"
 	"github.com/nodepool-builder/nodepool-builder/store"
-	"github.com/nodepool-builder/nodepool-builder/store/zookeeper"
 	"github.com/nodepool-builder/nodepool-builder/store/zookeeper/zktest"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
@@ -32,13 +31,18 @@ type zkFleet struct {
 	glance                      *testenv.Glance
 	chroot                      string
 	dirs, configs               []string // per builder: its directory and nodepool.yaml
+	// Per builder: a proxy that counts its requests, and a nodepool.yaml like
+	// its own that reaches ZooKeeper through it, for the runs that count reads
+	// (the timed ones go straight to ZooKeeper).
+	wires   []*testenv.ZooKeeperCounter
+	counted []string
 }
 
 func (f *zkFleet) image(i int) string    { return fmt.Sprintf("img-%03d", i) }
 func (f *zkFleet) provider(p int) string { return fmt.Sprintf("cloud-%02d", p) }
 
 // writeConfigs writes each builder's nodepool.yaml: the same images, providers
-// and ZooKeeper, its own images-dir.
+// and ZooKeeper, its own images-dir; and its twin through a counting proxy.
 func (f *zkFleet) writeConfigs(tb testing.TB, root string) {
 	tb.Helper()
 	for n := range f.builders {
@@ -47,8 +51,6 @@ func (f *zkFleet) writeConfigs(tb testing.TB, root string) {
 			tb.Fatal(err)
 		}
 		var cfg strings.Builder
-		fmt.Fprintf(&cfg, "images-dir: %s\n", filepath.Join(dir, "images"))
-		cfg.WriteString(zkKeys(f.z, f.chroot))
 		cfg.WriteString("zuul-images:\n")
 		for i := range f.images {
 			fmt.Fprintf(&cfg, "  - name: %s\n    api-url: %s\n    tenant: example\n    project: org/images\n    job: build-%s\n",
@@ -61,12 +63,18 @@ func (f *zkFleet) writeConfigs(tb testing.TB, root string) {
 				fmt.Fprintf(&cfg, "      - name: %s\n", f.image(i))
 			}
 		}
-		path := filepath.Join(dir, "nodepool.yaml")
-		if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
-			tb.Fatal(err)
+		top := fmt.Sprintf("images-dir: %s\n", filepath.Join(dir, "images"))
+		wire := testenv.NewZooKeeperCounter(tb, f.z)
+		path, counted := filepath.Join(dir, "nodepool.yaml"), filepath.Join(dir, "nodepool-counted.yaml")
+		for file, zk := range map[string]string{path: zkKeys(f.z, f.chroot), counted: zkKeysAt(f.z, wire.Addr, f.chroot)} {
+			if err := os.WriteFile(file, []byte(top+zk+cfg.String()), 0o644); err != nil {
+				tb.Fatal(err)
+			}
 		}
 		f.dirs = append(f.dirs, dir)
 		f.configs = append(f.configs, path)
+		f.wires = append(f.wires, wire)
+		f.counted = append(f.counted, counted)
 	}
 }
 
@@ -137,36 +145,44 @@ func (f *zkFleet) populateImage(ctx context.Context, st *store.Store, image stri
 
 // openBuilder opens the state of a builder's config and the builder over it,
 // as the command does.
-func openBuilder(ctx context.Context, path string, log *slog.Logger, iv builder.Intervals) (*builder.Builder, *store.Store, *zookeeper.Backend, error) {
+func openBuilder(ctx context.Context, path string, log *slog.Logger, iv builder.Intervals) (*builder.Builder, *store.Store, error) {
 	cfg, err := config.Load(config.Files{Nodepool: path})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	st, err := state.Open(ctx, cfg, state.Options{Access: store.Create, Logger: log, Register: true, Version: "bench"})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	b, err := builder.New(ctx, builder.Options{Config: cfg, Store: st, Logger: log, Intervals: iv,
 		Read: func() (*config.Snapshot, error) { return config.Read(config.Files{Nodepool: path}) }})
 	if err != nil {
 		st.Close()
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return b, st, st.Backend.(*zookeeper.Backend), nil
+	return b, st, nil
 }
 
 // onceNoOp is a --once of a builder's config: its state opened (reading the
-// tree), every step once, the state closed. It returns the znodes read.
-func onceNoOp(ctx context.Context, path string, log *slog.Logger) (int64, error) {
-	b, st, zb, err := openBuilder(ctx, path, log, builder.Intervals{})
+// tree), every step once, the state closed.
+func onceNoOp(ctx context.Context, path string, log *slog.Logger) error {
+	b, st, err := openBuilder(ctx, path, log, builder.Intervals{})
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer st.Close()
 	if err := b.Once(ctx); err != nil {
-		return zb.Reads(), fmt.Errorf("--once: %w", err)
+		return fmt.Errorf("--once: %w", err)
 	}
-	return zb.Reads(), nil
+	return nil
+}
+
+// onceReads is onceNoOp of builder n through its counting proxy: the znodes
+// it read.
+func (f *zkFleet) onceReads(ctx context.Context, n int, log *slog.Logger) (int64, error) {
+	before := f.wires[n].Reads()
+	err := onceNoOp(ctx, f.counted[n], log)
+	return f.wires[n].Reads() - before, err
 }
 
 // BenchmarkZooKeeperNoOp is the ZooKeeper mode at the scale of a large
@@ -195,7 +211,7 @@ func BenchmarkZooKeeperNoOp(b *testing.B) {
 	// Each builder's first --once makes its images-dir, while the state is
 	// empty.
 	for _, path := range f.configs {
-		if _, err := onceNoOp(ctx, path, log); err != nil {
+		if err := onceNoOp(ctx, path, log); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -217,7 +233,7 @@ func BenchmarkZooKeeperNoOp(b *testing.B) {
 	// Each builder's first --once after populating may settle what a steady
 	// fleet settles once (files uploaded everywhere are dropped).
 	for _, path := range f.configs {
-		if _, err := onceNoOp(ctx, path, log); err != nil {
+		if err := onceNoOp(ctx, path, log); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -239,11 +255,16 @@ func BenchmarkZooKeeperNoOp(b *testing.B) {
 		fullZnodes = full.Requests.Load() - before
 		b.StartTimer()
 		start = time.Now()
-		reads, err := onceNoOp(ctx, f.configs[1], log)
-		if err != nil {
+		if err := onceNoOp(ctx, f.configs[1], log); err != nil {
 			b.Fatal(err)
 		}
 		once := time.Since(start)
+		b.StopTimer()
+		reads, err := f.onceReads(ctx, 1, log)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
 		onceReads += reads
 		fullTimes = append(fullTimes, float64(fullTime.Nanoseconds()))
 		ratios = append(ratios, float64(once)/float64(fullTime))
@@ -284,15 +305,16 @@ func (f *zkFleet) daemonPasses(b *testing.B, log *slog.Logger) (time.Duration, f
 	}()
 	iv := builder.Intervals{Plan: time.Second, Cleanup: time.Second}
 	var daemons []*builder.Builder
-	var backends []*zookeeper.Backend
-	for _, path := range f.configs {
-		d, st, zb, err := openBuilder(ctx, path, log, iv)
+	for n, path := range f.configs {
+		if n == 0 {
+			path = f.counted[0] // the daemon whose passes are watched
+		}
+		d, st, err := openBuilder(ctx, path, log, iv)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { st.Close() })
 		daemons = append(daemons, d)
-		backends = append(backends, zb)
 		wg.Go(func() { d.Run(ctx) })
 	}
 	const loopPlan, loopLifecycle = "plan uploads", "lifecycle"
@@ -325,7 +347,7 @@ func (f *zkFleet) daemonPasses(b *testing.B, log *slog.Logger) (time.Duration, f
 		passes(d, loopPlan, 2)
 		passes(d, loopLifecycle, 2)
 	}
-	a, za := daemons[0], backends[0]
+	a, za := daemons[0], f.wires[0]
 	const watched = 5
 	startCount := a.Passes()[loopLifecycle].Count
 	before := za.Reads()

@@ -27,8 +27,11 @@ const zkChroot = "/nodepool-test"
 
 // zkKeys is the config text that keeps the state in z under chroot, with the
 // test CA and client certificate when z serves TLS.
-func zkKeys(z *testenv.ZooKeeper, chroot string) string {
-	host, port, _ := strings.Cut(z.Addr, ":")
+func zkKeys(z *testenv.ZooKeeper, chroot string) string { return zkKeysAt(z, z.Addr, chroot) }
+
+// zkKeysAt is zkKeys with the server at addr, a proxy of z's.
+func zkKeysAt(z *testenv.ZooKeeper, addr, chroot string) string {
+	host, port, _ := strings.Cut(addr, ":")
 	s := fmt.Sprintf("zookeeper-servers:\n  - host: %s\n    port: %s\n    chroot: %s\nzookeeper-timeout: %d\n",
 		host, port, chroot, zkSessionTimeout)
 	if z.TLS {

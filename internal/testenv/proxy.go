@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -22,16 +23,32 @@ type Proxy struct {
 	conns map[net.Conn]bool
 	rate  int64 // bytes per second each way and connection; 0: unlimited
 	wg    sync.WaitGroup
+	// tap, when set, gets for each connection a writer that sees what the
+	// client sends, before the target does.
+	tap func() io.Writer
+	// acceptTLS and dialTLS, when set, end the client's TLS at the proxy and
+	// speak TLS to the target: a tap then sees what the client sends.
+	acceptTLS, dialTLS *tls.Config
 }
 
 // NewProxy starts a proxy to target (host:port) and stops it when the test ends.
 func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	return newProxy(t, target, nil)
+}
+
+// newProxy is NewProxy; set, when not nil, sets the proxy's tap and TLS
+// before it serves.
+func newProxy(t testing.TB, target string, set func(*Proxy)) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("start proxy: %v", err)
 	}
 	p := &Proxy{Addr: ln.Addr().String(), target: target, conns: map[net.Conn]bool{}}
+	if set != nil {
+		set(p)
+	}
 	p.serve(ln)
 	t.Cleanup(p.close)
 	return p
@@ -107,6 +124,9 @@ func (p *Proxy) pipe(c net.Conn) {
 	if err != nil {
 		return
 	}
+	if p.acceptTLS != nil {
+		c, up = tls.Server(c, p.acceptTLS), tls.Client(up, p.dialTLS)
+	}
 	defer up.Close()
 	p.mu.Lock()
 	if p.ln == nil { // went down meanwhile
@@ -122,15 +142,19 @@ func (p *Proxy) pipe(c net.Conn) {
 		p.mu.Unlock()
 	}()
 	var wg sync.WaitGroup
-	copyHalf := func(dst, src net.Conn) {
+	copyHalf := func(dst io.Writer, src, dstConn net.Conn) {
 		p.copy(dst, src)
 		// The other half may still have an answer to deliver.
-		if tc, ok := dst.(*net.TCPConn); ok {
-			tc.CloseWrite()
+		if cw, ok := dstConn.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
 		}
 	}
-	wg.Go(func() { copyHalf(up, c) })
-	wg.Go(func() { copyHalf(c, up) })
+	var toTarget io.Writer = up
+	if p.tap != nil {
+		toTarget = io.MultiWriter(p.tap(), up)
+	}
+	wg.Go(func() { copyHalf(toTarget, c, up) })
+	wg.Go(func() { copyHalf(c, up, c) })
 	wg.Wait()
 }
 

@@ -155,11 +155,14 @@ func scaleChroot(tb testing.TB) string {
 
 // openStore opens a store over a new backend under chroot, on images-dir dir;
 // stores on one dir share its builder id, as a builder restarted on its host.
-func openStore(tb testing.TB, z *testenv.ZooKeeper, chroot, dir string, log *slog.Logger) (*store.Store, *zookeeper.Backend) {
+// The backend talks to z through the counter it returns, which counts what it
+// sends.
+func openStore(tb testing.TB, z *testenv.ZooKeeper, chroot, dir string, log *slog.Logger) (*store.Store, *testenv.ZooKeeperCounter) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	b, err := zookeeper.Open(ctx, zookeeper.Options{Servers: []string{z.Addr}, Chroot: chroot, Logger: log})
+	wire := testenv.NewZooKeeperCounter(tb, z)
+	b, err := zookeeper.Open(ctx, zookeeper.Options{Servers: []string{wire.Addr}, Chroot: chroot, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -169,7 +172,7 @@ func openStore(tb testing.TB, z *testenv.ZooKeeper, chroot, dir string, log *slo
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { st.Close() })
-	return st, b
+	return st, wire
 }
 
 // reconcile is the builder's reconcile step over the records: it plans the

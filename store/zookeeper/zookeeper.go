@@ -58,10 +58,6 @@ type Backend struct {
 	cache *cache
 	locks *lockSet
 
-	// requests counts the requests sent to ZooKeeper, reads the reads among
-	// them (data, children, existence), for benchmarks and tests.
-	requests atomic.Int64
-	reads    atomic.Int64
 	// lastFailure is why the last connection attempt failed.
 	lastFailure atomic.Value
 
@@ -249,19 +245,6 @@ func (b *Backend) Close() error {
 // Connected tells whether the session with the cluster is up now.
 func (b *Backend) Connected() bool { return b.conn.State() == zk.StateHasSession }
 
-// Requests is how many requests this backend sent to ZooKeeper.
-func (b *Backend) Requests() int64 { return b.requests.Load() }
-
-// Reads is how many of them read a znode: its data, its children or whether
-// it exists.
-func (b *Backend) Reads() int64 { return b.reads.Load() }
-
-// read counts a read request.
-func (b *Backend) read() {
-	b.requests.Add(1)
-	b.reads.Add(1)
-}
-
 // event handles what the connection reports: watch events go to the cache; a
 // session that expired takes every lock and ephemeral node with it.
 func (b *Backend) event(ev zk.Event) {
@@ -353,17 +336,15 @@ func (b *Backend) unroot(p string) string {
 	return strings.TrimPrefix(p, b.opts.Chroot)
 }
 
-// The requests below count themselves and take chrooted-less paths.
+// The requests below take paths without the chroot.
 
 func (b *Backend) get(p string) ([]byte, *zk.Stat, error) {
-	b.read()
 	return b.conn.Get(b.root(p))
 }
 
 // getW, childrenW and existsW read a node and set a watch on it, unless the
 // backend is a snapshot.
 func (b *Backend) getW(p string) ([]byte, *zk.Stat, error) {
-	b.read()
 	if b.opts.Snapshot {
 		return b.conn.Get(b.root(p))
 	}
@@ -372,12 +353,10 @@ func (b *Backend) getW(p string) ([]byte, *zk.Stat, error) {
 }
 
 func (b *Backend) children(p string) ([]string, *zk.Stat, error) {
-	b.read()
 	return b.conn.Children(b.root(p))
 }
 
 func (b *Backend) childrenW(p string) ([]string, *zk.Stat, error) {
-	b.read()
 	if b.opts.Snapshot {
 		return b.conn.Children(b.root(p))
 	}
@@ -386,7 +365,6 @@ func (b *Backend) childrenW(p string) ([]string, *zk.Stat, error) {
 }
 
 func (b *Backend) existsW(p string) (bool, *zk.Stat, error) {
-	b.read()
 	if b.opts.Snapshot {
 		return b.conn.Exists(b.root(p))
 	}
@@ -395,28 +373,23 @@ func (b *Backend) existsW(p string) (bool, *zk.Stat, error) {
 }
 
 func (b *Backend) exists(p string) (bool, *zk.Stat, error) {
-	b.read()
 	return b.conn.Exists(b.root(p))
 }
 
 func (b *Backend) create(p string, data []byte, flags int32) (string, error) {
-	b.requests.Add(1)
 	created, err := b.conn.Create(b.root(p), data, flags, zk.WorldACL(zk.PermAll))
 	return b.unroot(created), err
 }
 
 func (b *Backend) set(p string, data []byte, version int32) (*zk.Stat, error) {
-	b.requests.Add(1)
 	return b.conn.Set(b.root(p), data, version)
 }
 
 func (b *Backend) delete(p string, version int32) error {
-	b.requests.Add(1)
 	return b.conn.Delete(b.root(p), version)
 }
 
 func (b *Backend) multi(ops ...any) ([]zk.MultiResponse, error) {
-	b.requests.Add(1)
 	for _, op := range ops {
 		switch o := op.(type) {
 		case *zk.CreateRequest:
@@ -448,7 +421,6 @@ func (b *Backend) ensure(p string) error {
 
 func (b *Backend) ensureAbs(abs string) error {
 	ok, _, err := b.conn.Exists(abs)
-	b.read()
 	if err != nil || ok {
 		return err
 	}
@@ -457,7 +429,6 @@ func (b *Backend) ensureAbs(abs string) error {
 			return err
 		}
 	}
-	b.requests.Add(1)
 	_, err = b.conn.Create(abs, nil, 0, zk.WorldACL(zk.PermAll))
 	if errors.Is(err, zk.ErrNodeExists) {
 		return nil
