@@ -16,6 +16,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 )
 
@@ -149,6 +150,7 @@ type rig struct {
 	t      *testing.T
 	dir    string
 	st     *store.Store
+	raw    storetest.Raw // writes the records a test sets up
 	clouds map[string]*gatedCloud
 	b      *Builder
 	cfg    string // the config file
@@ -191,13 +193,10 @@ func newRig(t *testing.T, text string, edit ...func(*Options)) *rig {
 		t.Fatal(err)
 	}
 	r.storeLogs = &logBuffer{}
-	st, err := store.Open(context.Background(), store.Options{ImagesDir: images,
+	st, raw := storetest.Open(t, store.Options{ImagesDir: images,
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), r.storeLogs), nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { st.Close() })
-	r.st = st
+	r.st, r.raw = st, raw
 	opts := Options{
 		Config:        cfg,
 		Store:         st,
@@ -274,7 +273,7 @@ func (r *rig) build(image string) store.Build {
 		r.t.Fatal(err)
 	}
 	b.SetFile(store.File{Format: "raw", Size: int64(len("data of " + b.ID)), Present: true})
-	if err := r.st.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+	if err := r.raw.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
 		r.t.Fatal(err)
 	}
 	return b
@@ -341,7 +340,7 @@ func TestImageDeleteWinsOverQueuedRetry(t *testing.T) {
 	failed.SetState(store.Failed, r.st.Now())
 	failed.LastError = "injected"
 	failed.ExternalID = "" // nothing left of it in the cloud
-	if err := r.st.Write(ctx, store.PutUpload(&failed)); err != nil {
+	if err := r.raw.Write(ctx, store.PutUpload(&failed)); err != nil {
 		t.Fatal(err)
 	}
 	r.busy()
@@ -471,7 +470,7 @@ func TestStopInterruptsUploadsWithinTheGrace(t *testing.T) {
 				}
 				before.SetState(store.Failed, r.st.Now().Add(-time.Hour))
 				before.LastError, before.NextAttempt = "glance said no", r.st.Now().Add(-time.Minute)
-				if err := r.st.Write(ctx, store.PutUpload(&before)); err != nil {
+				if err := r.raw.Write(ctx, store.PutUpload(&before)); err != nil {
 					t.Fatal(err)
 				}
 			}

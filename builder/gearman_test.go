@@ -159,7 +159,7 @@ func TestGearmanBuildJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.st.SetBuildState(ctx, &made, store.Ready, ""); err != nil {
+	if err := r.raw.SetBuildState(ctx, &made, store.Ready, ""); err != nil {
 		t.Fatal(err)
 	}
 	if id, err := call(g, FnBuild+"img-a", "req-7"); err != nil || id != made.ID {
@@ -169,7 +169,7 @@ func TestGearmanBuildJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.st.SetBuildState(ctx, &failed, store.Failed, "dib exited 1"); err != nil {
+	if err := r.raw.SetBuildState(ctx, &failed, store.Failed, "dib exited 1"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = call(g, FnBuild+"img-b", "req-8")
@@ -206,7 +206,7 @@ func TestGearmanUnservedSaysWhy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.st.SetBuildState(ctx, &broken, store.Failed, "broken"); err != nil {
+	if err := r.raw.SetBuildState(ctx, &broken, store.Failed, "broken"); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
 
 func TestLoopsCheck(t *testing.T) {
@@ -68,10 +69,7 @@ func TestLoopsCheck(t *testing.T) {
 // unhealthy, not merely degraded.
 func TestHealthZuulBehindCursor(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{ImagesDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, raw := storetest.Open(t, store.Options{ImagesDir: t.TempDir()})
 	defer st.Close()
 	cfg := &config.Config{ZuulImages: []config.ZuulImage{{Name: "debian"}, {Name: "fedora"}}}
 	b := &Builder{store: st}
@@ -81,10 +79,10 @@ func TestHealthZuulBehindCursor(t *testing.T) {
 		t.Fatalf("Health of a working builder = %v", err)
 	}
 
-	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "fedora", ZuulID: 1000, ZuulUUID: "abc", Outcome: "ready", BehindID: 7})); err != nil {
+	if err := raw.Write(ctx, store.PutCursor(store.Cursor{Image: "fedora", ZuulID: 1000, ZuulUUID: "abc", Outcome: "ready", BehindID: 7})); err != nil {
 		t.Fatal(err)
 	}
-	err = b.Health(ctx)
+	err := b.Health(ctx)
 	var d *Degraded
 	if !errors.As(err, &d) || !d.Degraded() {
 		t.Fatalf("Health with Zuul behind a cursor = %v (%T), want *Degraded", err, err)
@@ -103,7 +101,7 @@ func TestHealthZuulBehindCursor(t *testing.T) {
 	}
 	b.loops.running.Store(true)
 
-	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "fedora", ZuulID: 1000, ZuulUUID: "abc", Outcome: "ready"})); err != nil {
+	if err := raw.Write(ctx, store.PutCursor(store.Cursor{Image: "fedora", ZuulID: 1000, ZuulUUID: "abc", Outcome: "ready"})); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Health(ctx); err != nil {
@@ -116,24 +114,21 @@ func TestHealthZuulBehindCursor(t *testing.T) {
 // once it does not wait, Health is nil again.
 func TestHealthWaitingForArtifactHost(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{ImagesDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, raw := storetest.Open(t, store.Options{ImagesDir: t.TempDir()})
 	defer st.Close()
 	b := &Builder{store: st}
 	b.cur.Store(&parts{cfg: &config.Config{ZuulImages: []config.ZuulImage{{Name: "debian"}}}})
 	b.loops.running.Store(true)
 	const why = "Zuul build abc is not fetched: add objects.example.com to the zuul-image's artifact-hosts"
-	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", Waiting: why})); err != nil {
+	if err := raw.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", Waiting: why})); err != nil {
 		t.Fatal(err)
 	}
-	err = b.Health(ctx)
+	err := b.Health(ctx)
 	var d *Degraded
 	if !errors.As(err, &d) || !strings.Contains(err.Error(), "zuul-image debian: "+why) {
 		t.Fatalf("Health of a build waiting for a host = %v (%T), want *Degraded saying why", err, err)
 	}
-	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian"})); err != nil {
+	if err := raw.Write(ctx, store.PutCursor(store.Cursor{Image: "debian"})); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Health(ctx); err != nil {

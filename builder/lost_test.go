@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
 
 // TestWarnLost: a build of this builder deleted by another program is a loss,
@@ -19,17 +20,14 @@ import (
 // level when keep-builds asks for more builds than nodepool keeps.
 func TestWarnLost(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{ImagesDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, raw := storetest.Open(t, store.Options{ImagesDir: t.TempDir()})
 	defer st.Close()
 	for _, image := range []string{"kept", "kept", "alone"} {
 		b, err := st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceZuul})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+		if err := raw.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

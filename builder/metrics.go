@@ -7,10 +7,6 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
-// sessionBackend is a backend that holds a session to a server and tells whether
-// it is connected: ZooKeeper's.
-type sessionBackend interface{ Connected() bool }
-
 // watchMetrics has the metrics read the state, and the ZooKeeper session when
 // the state is there, at every scrape.
 func (b *Builder) watchMetrics() {
@@ -23,8 +19,8 @@ func (b *Builder) watchMetrics() {
 		uploads, err := b.store.Uploads(ctx, store.UploadFilter{})
 		return builds, uploads, err
 	})
-	if zk, ok := b.store.Backend.(sessionBackend); ok {
-		m.WatchZooKeeper(zk.Connected)
+	if sess := b.store.Session(); sess != nil {
+		m.WatchZooKeeper(sess.Connected)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 	"github.com/nodepool-builder/nodepool-builder/store/zookeeper"
 )
 
@@ -19,28 +20,25 @@ func TestDaemonPassReadsOnlyWhatChanged(t *testing.T) {
 	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	open := func(dir string) (*store.Store, *testenv.ZooKeeperCounter) {
+	open := func(dir string) (*store.Store, storetest.Raw, *testenv.ZooKeeperCounter) {
 		t.Helper()
 		wire := testenv.NewZooKeeperCounter(t, z)
 		zb, err := zookeeper.Open(ctx, zookeeper.Options{Servers: []string{wire.Addr}, Chroot: "/passes", Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := store.Open(ctx, store.Options{ImagesDir: dir, Backend: zb})
-		if err != nil {
-			zb.Close()
-			t.Fatal(err)
-		}
+		st, raw := storetest.Open(t, store.Options{ImagesDir: dir, Backend: zb})
 		t.Cleanup(func() { st.Close() })
-		return st, wire
+		return st, raw, wire
 	}
 	var ours *store.Store
+	var oursRaw storetest.Raw
 	var zb *testenv.ZooKeeperCounter
 	r := newRig(t, twoImages, func(o *Options) {
-		ours, zb = open(o.Config.ImagesDir)
+		ours, oursRaw, zb = open(o.Config.ImagesDir)
 		o.Store = ours
 	})
-	r.st = ours
+	r.st, r.raw = ours, oursRaw
 	r.build("img-a")
 	r.build("img-b")
 	r.run()
@@ -65,13 +63,13 @@ func TestDaemonPassReadsOnlyWhatChanged(t *testing.T) {
 	}
 
 	// Another builder writes one upload again: its node and extra node change.
-	theirs, _ := open(t.TempDir())
+	theirs, theirRaw, _ := open(t.TempDir())
 	ups, err := theirs.Uploads(ctx, store.UploadFilter{Image: "img-a", State: store.Ready})
 	if err != nil || len(ups) != 1 {
 		t.Fatalf("their view of img-a's uploads: %+v, %v", ups, err)
 	}
 	before = zb.Reads()
-	if err := theirs.Write(ctx, store.PutUpload(&ups[0])); err != nil {
+	if err := theirRaw.Write(ctx, store.PutUpload(&ups[0])); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 30*time.Second, "the change to reach the daemon's cache", func() bool {

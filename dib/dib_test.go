@@ -40,6 +40,7 @@ type fixture struct {
 	elements string
 	clock    *storetest.Clock
 	st       *store.Store
+	raw      storetest.Raw // writes the records a test sets up
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -54,12 +55,9 @@ func newFixture(t *testing.T) *fixture {
 		elements: filepath.Join(dir, "elements"),
 		clock:    storetest.NewClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)),
 	}
-	st, err := store.Open(context.Background(), store.Options{ImagesDir: f.images, Now: f.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, raw := storetest.Open(t, store.Options{ImagesDir: f.images, Now: f.clock.Now})
 	t.Cleanup(func() { st.Close() })
-	f.st = st
+	f.st, f.raw = st, raw
 	return f
 }
 
@@ -463,7 +461,7 @@ providers:
 	removed, _ := bd.File("qcow2")
 	removed.Present = false
 	bd.SetFile(removed)
-	if err := f.st.Write(context.Background(), store.PutBuild(&bd)); err != nil {
+	if err := f.raw.Write(context.Background(), store.PutBuild(&bd)); err != nil {
 		t.Fatal(err)
 	}
 	if got := due(t, b, "debian"); got != "" {

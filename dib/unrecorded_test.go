@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
 
 // errConnection stands for a store that could not be reached.
@@ -78,12 +79,8 @@ func (l losable) Lost() <-chan struct{} { return l.lost }
 
 func (f *fixture) flaky() *flakyBackend {
 	f.t.Helper()
-	fb := &flakyBackend{Backend: f.st.Backend}
-	st, err := store.Open(context.Background(), store.Options{ImagesDir: f.images, Now: f.clock.Now, Backend: fb})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.st = st
+	fb := &flakyBackend{Backend: f.raw.Backend}
+	f.st, f.raw = storetest.Open(f.t, store.Options{ImagesDir: f.images, Now: f.clock.Now, Backend: fb})
 	return fb
 }
 
@@ -126,7 +123,7 @@ func TestReadyWriteFailedLeavesBuildToRecovery(t *testing.T) {
 
 	// Recovery marks it interrupted; the request makes the next step build.
 	rec := bs[0]
-	if err := f.st.SetBuildState(ctx, &rec, store.Failed, source.InterruptedReason); err != nil {
+	if err := f.raw.SetBuildState(ctx, &rec, store.Failed, source.InterruptedReason); err != nil {
 		t.Fatal(err)
 	}
 	fb.readyFails.Store(0)
@@ -265,12 +262,8 @@ func TestRequestClearedMeanwhileIsNotBuilt(t *testing.T) {
 	ctx := context.Background()
 	first := f.build(ctx, b, "debian")
 	f.clock.Add(time.Minute)
-	st, err := store.Open(ctx, store.Options{ImagesDir: f.images, Now: f.clock.Now,
-		Backend: staleRequests{Backend: f.st.Backend, stale: map[string]time.Time{"debian": f.clock.Now()}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.st = st
+	f.st, f.raw = storetest.Open(t, store.Options{ImagesDir: f.images, Now: f.clock.Now,
+		Backend: staleRequests{Backend: f.raw.Backend, stale: map[string]time.Time{"debian": f.clock.Now()}}})
 	b = f.builder(f.diskimages(requested))
 	f.clock.Add(time.Minute)
 	built, err := b.Step(ctx, "debian")

@@ -16,6 +16,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/status"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
 
 func TestShorten(t *testing.T) {
@@ -78,14 +79,14 @@ zuul-images:
 func TestImageStatus(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	cfg, st := openState(t, dir, statusImages)
+	cfg, st, raw := openState(t, dir, statusImages)
 	mk := func(image string, state store.State) store.Build {
 		b, err := st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceDIB})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if state != store.Building {
-			if err := st.SetBuildState(ctx, &b, state, ""); err != nil {
+			if err := raw.SetBuildState(ctx, &b, state, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -100,7 +101,7 @@ func TestImageStatus(t *testing.T) {
 	if err := st.RequestBuild(ctx, "other"); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulUUID: "zb1", Outcome: "failed", Reason: "bad checksum"})); err != nil {
+	if err := raw.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulUUID: "zb1", Outcome: "failed", Reason: "bad checksum"})); err != nil {
 		t.Fatal(err)
 	}
 
@@ -143,7 +144,7 @@ func TestImageStatusLastFailure(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	logs := filepath.Join(dir, "logs")
-	cfg, st := openState(t, dir, `build-log-dir: `+logs+`
+	cfg, st, raw := openState(t, dir, `build-log-dir: `+logs+`
 diskimages:
   - name: failed
   - name: nolog
@@ -167,7 +168,7 @@ zuul-images:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.SetBuildState(ctx, &b, state, reason); err != nil {
+		if err := raw.SetBuildState(ctx, &b, state, reason); err != nil {
 			t.Fatal(err)
 		}
 		if log {
@@ -253,20 +254,20 @@ zuul-images:
 func TestTablesEscapeControlCharacters(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	cfg, st := openState(t, dir, statusImages)
+	cfg, st, raw := openState(t, dir, statusImages)
 	const evil = "\x1b[2J\nforged line \u009b31m"
 	b, err := st.CreateBuild(ctx, store.Build{Image: "other", Source: store.SourceDIB})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetBuildState(ctx, &b, store.Failed, "exited: "+evil); err != nil {
+	if err := raw.SetBuildState(ctx, &b, store.Failed, "exited: "+evil); err != nil {
 		t.Fatal(err)
 	}
 	z, err := st.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetBuildState(ctx, &z, store.Ready, ""); err != nil {
+	if err := raw.SetBuildState(ctx, &z, store.Ready, ""); err != nil {
 		t.Fatal(err)
 	}
 	u, err := st.CreateUpload(ctx, &z, "cloud", "qcow2")
@@ -275,7 +276,7 @@ func TestTablesEscapeControlCharacters(t *testing.T) {
 	}
 	u.SetState(store.Failed, time.Now())
 	u.ExternalName, u.ExternalID, u.LastError = "name", "id", "glance said "+evil
-	if err := st.Write(ctx, store.PutUpload(&u), store.PutCursor(store.Cursor{Image: "debian", ZuulID: 1,
+	if err := raw.Write(ctx, store.PutUpload(&u), store.PutCursor(store.Cursor{Image: "debian", ZuulID: 1,
 		ZuulUUID: "0123", Outcome: "failed", Reason: "refused: " + evil})); err != nil {
 		t.Fatal(err)
 	}
@@ -316,27 +317,24 @@ func TestTablesEscapeControlCharacters(t *testing.T) {
 }
 
 // openState parses a config of the images-dir dir with the given keys, and
-// opens its store, closed when the test ends.
-func openState(t *testing.T, dir, keys string) (*config.Config, *store.Store) {
+// opens its store, closed when the test ends, with its backend.
+func openState(t *testing.T, dir, keys string) (*config.Config, *store.Store, storetest.Raw) {
 	t.Helper()
 	cfg, err := config.Parse(filepath.Join(dir, "nodepool.yaml"), []byte("images-dir: "+dir+"\n"+keys), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(context.Background(), store.Options{ImagesDir: dir, Access: store.Create})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, raw := storetest.Open(t, store.Options{ImagesDir: dir, Access: store.Create})
 	t.Cleanup(func() { st.Close() })
-	return cfg, st
+	return cfg, st, raw
 }
 
 // TestImageStatusZuulBehind: a zuul-image whose Zuul is behind its poll
 // cursor says so, in the table, under it with what to do, and in JSON.
 func TestImageStatusZuulBehind(t *testing.T) {
 	ctx := context.Background()
-	cfg, st := openState(t, t.TempDir(), statusImages)
-	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 1000, ZuulUUID: "zb1", Outcome: "ready",
+	cfg, st, raw := openState(t, t.TempDir(), statusImages)
+	if err := raw.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 1000, ZuulUUID: "zb1", Outcome: "ready",
 		BehindID: 7})); err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +356,7 @@ func TestImageStatusZuulBehind(t *testing.T) {
 	}
 
 	// Not behind: nothing said.
-	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 1000, ZuulUUID: "zb1", Outcome: "ready"})); err != nil {
+	if err := raw.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 1000, ZuulUUID: "zb1", Outcome: "ready"})); err != nil {
 		t.Fatal(err)
 	}
 	images, _ = ImageStatus(ctx, st, cfg)
@@ -377,9 +375,9 @@ func TestImageStatusZuulBehind(t *testing.T) {
 // any Zuul build was settled too.
 func TestImageStatusWaitingForHost(t *testing.T) {
 	ctx := context.Background()
-	cfg, st := openState(t, t.TempDir(), statusImages)
+	cfg, st, raw := openState(t, t.TempDir(), statusImages)
 	const why = "Zuul build zb2 is not fetched: add objects.example.com to the zuul-image's artifact-hosts"
-	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", Waiting: why})); err != nil {
+	if err := raw.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", Waiting: why})); err != nil {
 		t.Fatal(err)
 	}
 	images, err := ImageStatus(ctx, st, cfg)
@@ -406,7 +404,7 @@ func TestImageStatusWaitingForHost(t *testing.T) {
 func TestImageStatusZuulMQTT(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	cfg, st := openState(t, dir, statusImages+"builder:\n  zuul-mqtt:\n    url: mqtts://mqtt.example.com\n")
+	cfg, st, _ := openState(t, dir, statusImages+"builder:\n  zuul-mqtt:\n    url: mqtts://mqtt.example.com\n")
 	images, err := ImageStatus(ctx, st, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
@@ -169,7 +170,7 @@ func deleteReleased(t *testing.T, st *store.Store, id string) {
 	if err := st.ForgetBuild(b); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Write(ctx, store.DeleteBuild(b)); err != nil {
+	if err := st.RemoveBuild(ctx, b); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -220,12 +221,8 @@ func (l *laggingBackend) Builds(ctx context.Context, f store.BuildFilter) ([]sto
 func TestPollUnderLockReadsTheCursorsBuild(t *testing.T) {
 	f := newFixture(t, "qcow2")
 	ctx := context.Background()
-	lag := &laggingBackend{Backend: f.st.Backend}
-	st, err := store.Open(ctx, store.Options{ImagesDir: f.cfg.ImagesDir, Backend: lag})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.st = st
+	lag := &laggingBackend{Backend: f.raw.Backend}
+	f.st, f.raw = storetest.Open(t, store.Options{ImagesDir: f.cfg.ImagesDir, Backend: lag})
 	f.newPoller()
 	zb := f.publishAt(0, time.Time{}, "1")
 	f.pollIngests("the first poll", zb)
@@ -265,11 +262,11 @@ func TestPollDoesNotRefetchALostBuild(t *testing.T) {
 			// As nodepool's cleanup writes it: the state changes, the reason
 			// it had while ready (none) stays.
 			b.SetState(store.Deleting, time.Now())
-			if err := f.st.Write(ctx, store.PutBuild(&b)); err != nil {
+			if err := f.raw.Write(ctx, store.PutBuild(&b)); err != nil {
 				t.Fatal(err)
 			}
 			if how == "deleted" {
-				if err := f.st.Write(ctx, store.DeleteBuild(b)); err != nil {
+				if err := f.raw.Write(ctx, store.DeleteBuild(b)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -282,7 +279,7 @@ func TestPollDoesNotRefetchALostBuild(t *testing.T) {
 				if err := f.st.ForgetBuild(b); err != nil {
 					t.Fatal(err)
 				}
-				if err := f.st.Write(ctx, store.DeleteBuild(b)); err != nil {
+				if err := f.st.RemoveBuild(ctx, b); err != nil {
 					t.Fatal(err)
 				}
 				if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {

@@ -17,6 +17,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
@@ -25,6 +26,7 @@ type fixture struct {
 	t       *testing.T
 	qemuImg string
 	st      *store.Store
+	raw     storetest.Raw // writes the records a test sets up
 	cfg     *config.Config
 	zuul    *zuultest.Server
 	p       *Poller
@@ -35,10 +37,7 @@ type fixture struct {
 func newFixture(t *testing.T, providerFormats ...string) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := store.Open(context.Background(), store.Options{ImagesDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, raw := storetest.Open(t, store.Options{ImagesDir: dir})
 	t.Cleanup(func() { st.Close() })
 	zuul := zuultest.NewServer(zuultest.ServerOptions{Tenant: "example"})
 	t.Cleanup(zuul.Close)
@@ -53,7 +52,7 @@ func newFixture(t *testing.T, providerFormats ...string) *fixture {
 			Name: "p" + string(rune('a'+i)), ImageFormat: f, DiskImages: []config.ProviderImage{{Name: "debian"}},
 		})
 	}
-	f := &fixture{t: t, st: st, cfg: cfg, zuul: zuul, qemuImg: testenv.RequireBinary(t, "qemu-img")}
+	f := &fixture{t: t, st: st, raw: raw, cfg: cfg, zuul: zuul, qemuImg: testenv.RequireBinary(t, "qemu-img")}
 	f.newPoller()
 	return f
 }

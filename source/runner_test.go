@@ -160,6 +160,7 @@ func writeFile(ctx context.Context, w *store.BuildWriter, format string) error {
 type fixture struct {
 	t     *testing.T
 	st    *store.Store
+	raw   storetest.Raw // writes the records a test sets up
 	clock *storetest.Clock
 	cfg   atomic.Pointer[config.Config]
 	src   *fake
@@ -169,12 +170,9 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	clock := storetest.NewClock()
-	st, err := store.Open(context.Background(), store.Options{ImagesDir: t.TempDir(), Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, raw := storetest.Open(t, store.Options{ImagesDir: t.TempDir(), Now: clock.Now})
 	t.Cleanup(func() { st.Close() })
-	f := &fixture{t: t, st: st, clock: clock, src: newFake()}
+	f := &fixture{t: t, st: st, raw: raw, clock: clock, src: newFake()}
 	f.cfg.Store(&config.Config{DiskImages: []config.DiskImage{{Name: "debian"}}})
 	f.newRunner(nil)
 	return f
@@ -886,7 +884,7 @@ func TestAbortUnwritten(t *testing.T) {
 		}
 		// Another writer moves the record on: the abort's write conflicts.
 		other := w.Build()
-		if err := f.st.SetBuildState(ctx, &other, store.Building, "touched"); err != nil {
+		if err := f.raw.SetBuildState(ctx, &other, store.Building, "touched"); err != nil {
 			return err
 		}
 		return failure

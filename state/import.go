@@ -52,7 +52,7 @@ func ImportToZooKeeper(ctx context.Context, cfg *config.Config, opts Options) (I
 	}
 	defer st.Close()
 	r.BuilderID = st.BuilderID()
-	sq, ok := st.Backend.(*store.SQLite)
+	sq, ok := st.SQLite()
 	if !ok {
 		return r, errors.New("zookeeper-import: the state is not a SQLite one")
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
 
 // loadTestConfig writes a config of an images-dir, with zk's keys when given.
@@ -42,11 +43,13 @@ func TestImportToZooKeeper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sq, _ := st.SQLite()
+	raw := storetest.Raw{Backend: sq, Now: st.Now}
 	b, err := st.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceDIB, Files: []store.File{{Format: "qcow2", Present: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+	if err := raw.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
 		t.Fatal(err)
 	}
 	u, err := st.CreateUpload(ctx, &b, "cloud-a", "qcow2")
@@ -55,7 +58,7 @@ func TestImportToZooKeeper(t *testing.T) {
 	}
 	u.SetState(store.Ready, st.Now())
 	u.ExternalID = "img-1"
-	if err := st.Write(ctx, store.PutUpload(&u)); err != nil {
+	if err := raw.Write(ctx, store.PutUpload(&u)); err != nil {
 		t.Fatal(err)
 	}
 	builderID := st.BuilderID()

@@ -74,7 +74,7 @@ func openSQLiteState(ctx context.Context, cfg *config.Config, sopts store.Option
 	if err != nil {
 		return nil, err
 	}
-	sq, ok := st.Backend.(*store.SQLite)
+	sq, ok := st.SQLite()
 	if !ok {
 		return st, nil
 	}

@@ -24,7 +24,7 @@ func (s *Store) newUpload(b Build, provider, format string, attempt int) Upload 
 // the claim fails, and a claim of a build released meanwhile fails.
 func (s *Store) claimUpload(ctx context.Context, b *Build, u *Upload) error {
 	touched := *b
-	if err := s.Write(ctx, PutBuild(&touched), PutUpload(u)); err != nil {
+	if err := s.backend.Write(ctx, PutBuild(&touched), PutUpload(u)); err != nil {
 		return fmt.Errorf("record upload of %s to %s: %w", b.Name(), u.Provider, err)
 	}
 	*b = touched
@@ -67,7 +67,7 @@ func (s *Store) UnclaimUpload(ctx context.Context, claimed Upload, was *Upload) 
 		back.NextAttempt = s.now()
 		change = PutUpload(&back)
 	}
-	if err := s.Write(ctx, change); err != nil {
+	if err := s.backend.Write(ctx, change); err != nil {
 		return fmt.Errorf("put upload %s back: %w", claimed, err)
 	}
 	return nil
@@ -78,7 +78,7 @@ func (s *Store) UnclaimUpload(ctx context.Context, claimed Upload, was *Upload) 
 func (s *Store) RecordUploadImage(ctx context.Context, u *Upload, id, name string) error {
 	next := *u
 	next.ExternalID, next.ExternalName = id, name
-	if err := s.Write(ctx, PutUpload(&next)); err != nil {
+	if err := s.backend.Write(ctx, PutUpload(&next)); err != nil {
 		return fmt.Errorf("record image %s of upload %s: %w", id, u, err)
 	}
 	*u = next
@@ -91,7 +91,7 @@ func (s *Store) MarkUploadReady(ctx context.Context, u *Upload, id, name string)
 	next := *u
 	next.SetState(Ready, s.now())
 	next.ExternalID, next.ExternalName, next.LastError, next.NextAttempt = id, name, "", time.Time{}
-	if err := s.Write(ctx, PutUpload(&next)); err != nil {
+	if err := s.backend.Write(ctx, PutUpload(&next)); err != nil {
 		return fmt.Errorf("record upload %s ready: %w", u, err)
 	}
 	*u = next
@@ -105,7 +105,7 @@ func (s *Store) MarkUploadFailed(ctx context.Context, u *Upload, reason string, 
 	next := *u
 	next.SetState(Failed, s.now())
 	next.LastError, next.NextAttempt = reason, retryAt
-	if err := s.Write(ctx, PutUpload(&next)); err != nil {
+	if err := s.backend.Write(ctx, PutUpload(&next)); err != nil {
 		return fmt.Errorf("record upload %s failed: %w", u, err)
 	}
 	*u = next
@@ -124,7 +124,7 @@ func (s *Store) MarkUploadDeleting(ctx context.Context, u *Upload) error {
 func (s *Store) markUploadDeleting(ctx context.Context, u *Upload) error {
 	next := *u
 	next.SetState(Deleting, s.now())
-	if err := s.Write(ctx, PutUpload(&next)); err != nil {
+	if err := s.backend.Write(ctx, PutUpload(&next)); err != nil {
 		return err
 	}
 	*u = next
@@ -134,7 +134,7 @@ func (s *Store) markUploadDeleting(ctx context.Context, u *Upload) error {
 // RemoveUpload deletes an upload's record, as read: its cloud image is gone,
 // or it never had one.
 func (s *Store) RemoveUpload(ctx context.Context, u Upload) error {
-	if err := s.Write(ctx, DeleteUpload(u)); err != nil {
+	if err := s.backend.Write(ctx, DeleteUpload(u)); err != nil {
 		return fmt.Errorf("delete upload record %s: %w", u, err)
 	}
 	return nil
@@ -169,14 +169,14 @@ func (s *Store) releaseBuild(ctx context.Context, b Build, uploads []Upload, rea
 	}
 	// The build is written even when its state stays, so that an upload
 	// created meanwhile makes this write fail.
-	err := s.Write(ctx, append(changes, PutBuild(&b))...)
+	err := s.backend.Write(ctx, append(changes, PutBuild(&b))...)
 	return b, err
 }
 
 // RemoveBuild deletes a deleting build's record, as read, once its files and
 // uploads are gone.
 func (s *Store) RemoveBuild(ctx context.Context, b Build) error {
-	if err := s.Write(ctx, DeleteBuild(b)); err != nil {
+	if err := s.backend.Write(ctx, DeleteBuild(b)); err != nil {
 		return fmt.Errorf("delete build record %s: %w", b.Name(), err)
 	}
 	return nil
@@ -194,7 +194,7 @@ func (s *Store) DropFiles(ctx context.Context, b *Build, formats []string) error
 			next.SetFile(f)
 		}
 	}
-	if err := s.Write(ctx, PutBuild(&next)); err != nil {
+	if err := s.backend.Write(ctx, PutBuild(&next)); err != nil {
 		return fmt.Errorf("record files of %s removed: %w", b.Name(), err)
 	}
 	*b = next
@@ -213,7 +213,7 @@ func (s *Store) DropFiles(ctx context.Context, b *Build, formats []string) error
 // asks: its next poll fetches Zuul's newest build. The caller holds the image's
 // build lock.
 func (s *Store) ResetCursor(ctx context.Context, image, reason string) error {
-	if err := s.Write(ctx, PutCursor(Cursor{Image: image, Outcome: OutcomeReset, Reason: reason, Time: s.now()})); err != nil {
+	if err := s.backend.Write(ctx, PutCursor(Cursor{Image: image, Outcome: OutcomeReset, Reason: reason, Time: s.now()})); err != nil {
 		return fmt.Errorf("reset poll cursor of %s: %w", image, err)
 	}
 	return nil
@@ -224,7 +224,7 @@ func (s *Store) ResetCursor(ctx context.Context, image, reason string) error {
 // the image's build lock.
 func (s *Store) MarkZuulBehind(ctx context.Context, cur Cursor, newestID int64) error {
 	cur.BehindID = newestID
-	if err := s.Write(ctx, PutCursor(cur)); err != nil {
+	if err := s.backend.Write(ctx, PutCursor(cur)); err != nil {
 		return fmt.Errorf("record on the poll cursor of %s whether Zuul is behind it: %w", cur.Image, err)
 	}
 	return nil
@@ -235,7 +235,7 @@ func (s *Store) MarkZuulBehind(ctx context.Context, cur Cursor, newestID int64) 
 // build lock.
 func (s *Store) SetCursorWaiting(ctx context.Context, cur Cursor, why string) error {
 	cur.Waiting = why
-	if err := s.Write(ctx, PutCursor(cur)); err != nil {
+	if err := s.backend.Write(ctx, PutCursor(cur)); err != nil {
 		return fmt.Errorf("record on the poll cursor of %s what its build waits for: %w", cur.Image, err)
 	}
 	return nil

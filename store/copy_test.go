@@ -25,10 +25,7 @@ func newCopySource(t *testing.T) copySource {
 	t.Helper()
 	ctx := context.Background()
 	clock := storetest.NewClock()
-	st, err := store.Open(ctx, store.Options{ImagesDir: t.TempDir(), Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, raw := storetest.Open(t, store.Options{ImagesDir: t.TempDir(), Now: clock.Now})
 	t.Cleanup(func() { st.Close() })
 	build := func(image string, state store.State) store.Build {
 		t.Helper()
@@ -40,7 +37,7 @@ func newCopySource(t *testing.T) copySource {
 			t.Fatal(err)
 		}
 		if state != store.Building {
-			if err := st.SetBuildState(ctx, &b, state, "why"); err != nil {
+			if err := raw.SetBuildState(ctx, &b, state, "why"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -58,7 +55,7 @@ func newCopySource(t *testing.T) copySource {
 		if state == store.Failed {
 			u.LastError = "boom"
 		}
-		if err := st.Write(ctx, store.PutUpload(&u)); err != nil {
+		if err := raw.Write(ctx, store.PutUpload(&u)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -74,7 +71,7 @@ func newCopySource(t *testing.T) copySource {
 	upload(&newest, "cloud-b", store.Uploading, "")
 	build("centos", store.Failed) // its image's newest: kept, for its reason and DIB's backoff
 	build("fedora", store.Building)
-	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 7, ZuulUUID: "u-debian", Outcome: "ready",
+	if err := raw.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 7, ZuulUUID: "u-debian", Outcome: "ready",
 		Time: clock.Now()})); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +81,7 @@ func newCopySource(t *testing.T) copySource {
 	if err := st.RequestBuild(ctx, "fedora"); err != nil {
 		t.Fatal(err)
 	}
-	return copySource{st: st, sq: st.Backend.(*store.SQLite), skipped: old.ID}
+	return copySource{st: st, sq: raw.Backend.(*store.SQLite), skipped: old.ID}
 }
 
 func openSQLiteDest(t *testing.T) *store.SQLite {
@@ -160,7 +157,7 @@ func TestCopyIsCompleteAndIdempotent(t *testing.T) {
 	}
 	// Everything but the skipped build is there as it was, upload ids included:
 	// a SQLite destination numbers them in the order they are made.
-	wantSummary := summary(t, src.st)
+	wantSummary := summary(t, src.sq)
 	var kept []string
 	for _, l := range strings.Split(wantSummary, "\n") {
 		if !strings.Contains(l, src.skipped) {

@@ -108,7 +108,7 @@ type FreshRequests interface {
 // a cache that may not yet have seen another builder clear it: work that took
 // the image's lock decides on it so.
 func (s *Store) BuildRequest(ctx context.Context, image string) (time.Time, bool, error) {
-	if f, ok := s.Backend.(FreshRequests); ok {
+	if f, ok := s.backend.(FreshRequests); ok {
 		return f.BuildRequest(ctx, image)
 	}
 	reqs, err := s.BuildRequests(ctx)

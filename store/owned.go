@@ -249,7 +249,7 @@ func (s *Store) settleLost(ctx context.Context, image, id string) (*LostBuild, e
 		cur.Outcome = OutcomeLost
 		cur.Reason = fmt.Sprintf("its build %s was deleted by another program, not by this builder", id)
 		cur.Time = s.now()
-		if err := s.Write(lctx, PutCursor(cur)); err != nil {
+		if err := s.backend.Write(lctx, PutCursor(cur)); err != nil {
 			return nil, fmt.Errorf("record build %s-%s lost on the poll cursor: %w", image, id, err)
 		}
 		l.ZuulUUID = cur.ZuulUUID

@@ -46,7 +46,7 @@ func TestOwnedBuilds(t *testing.T) {
 	if err := s.ForgetBuild(rb); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Write(ctx, DeleteBuild(rb)); err != nil {
+	if err := s.backend.Write(ctx, DeleteBuild(rb)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -62,18 +62,18 @@ func TestOwnedBuilds(t *testing.T) {
 	}
 
 	gone := begin(t, s, "gone")
-	if err := s.Write(ctx, DeleteBuild(gone)); err != nil {
+	if err := s.backend.Write(ctx, DeleteBuild(gone)); err != nil {
 		t.Fatal(err)
 	}
 	marked := begin(t, s, "marked")
 	marked.SetState(Deleting, s.now()) // as nodepool's cleanup writes it: no reason
-	if err := s.Write(ctx, PutBuild(&marked)); err != nil {
+	if err := s.backend.Write(ctx, PutBuild(&marked)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ForgetBuild(marked); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Write(ctx, DeleteBuild(marked)); err != nil {
+	if err := s.backend.Write(ctx, DeleteBuild(marked)); err != nil {
 		t.Fatal(err)
 	}
 	kept := begin(t, s, "kept")
@@ -115,18 +115,18 @@ func TestMarkOwnedBuilds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetBuildState(ctx, &ready, Ready, ""); err != nil {
+	if err := setBuildState(ctx, s, &ready, Ready, ""); err != nil {
 		t.Fatal(err)
 	}
 	failed, err := s.CreateBuild(ctx, Build{Image: "old", Source: SourceDIB})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetBuildState(ctx, &failed, Failed, "why"); err != nil {
+	if err := setBuildState(ctx, s, &failed, Failed, "why"); err != nil {
 		t.Fatal(err)
 	}
 	other := Build{ID: NewBuildID(), Image: "old", Source: SourceDIB, State: Ready, BuilderID: "another", StateTime: s.now()}
-	if err := s.Write(ctx, PutBuild(&other)); err != nil {
+	if err := s.backend.Write(ctx, PutBuild(&other)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.MarkOwnedBuilds(ctx); err != nil {

@@ -15,12 +15,8 @@ import (
 )
 
 func TestSQLiteConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, now func() time.Time) *store.Store {
-		s, err := store.Open(context.Background(), store.Options{ImagesDir: t.TempDir(), Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+	storetest.Run(t, func(t *testing.T, now func() time.Time) (*store.Store, storetest.Raw) {
+		return storetest.Open(t, store.Options{ImagesDir: t.TempDir(), Now: now})
 	}, storetest.Options{})
 }
 
@@ -67,10 +63,7 @@ INSERT INTO uploads (build_id, provider, id, state, state_time, format) VALUES
 	if err == nil || !strings.Contains(err.Error(), "run the builder") {
 		t.Fatalf("read-only open of an old schema: %v, want advice to run the builder", err)
 	}
-	s, err := store.Open(ctx, store.Options{ImagesDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, raw := storetest.Open(t, store.Options{ImagesDir: dir})
 	defer s.Close()
 	if err := s.RequestBuild(ctx, "x"); err != nil {
 		t.Fatalf("second migration not applied: %v", err)
@@ -84,7 +77,7 @@ INSERT INTO uploads (build_id, provider, id, state, state_time, format) VALUES
 		t.Fatalf("upload after the migration = %+v, %v; want id 0000000002", u, err)
 	}
 	u.SetState(store.Ready, s.Now())
-	if err := s.Write(ctx, store.PutUpload(&u)); err != nil {
+	if err := raw.Write(ctx, store.PutUpload(&u)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.ReleaseBuild(ctx, b.ID, "x"); err != nil {

@@ -34,10 +34,12 @@ const (
 	ReadOnly
 )
 
-// Store is an opened images-dir and its state. The Backend's methods are the
-// records; Store adds the file layout and the steps every backend shares.
+// Store is an opened images-dir and its state. The backend holds the records
+// and stays inside the store, so that every way a record changes is one of the
+// store's named operations; Store adds the file layout and the steps every
+// backend shares.
 type Store struct {
-	Backend
+	backend   Backend
 	dir       string
 	builderID string
 	hostname  string
@@ -133,7 +135,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Hostname == "" {
 		opts.Hostname, _ = os.Hostname()
 	}
-	return &Store{Backend: backend, dir: opts.ImagesDir, builderID: id, hostname: opts.Hostname, now: opts.Now}, nil
+	return &Store{backend: backend, dir: opts.ImagesDir, builderID: id, hostname: opts.Hostname, now: opts.Now}, nil
 }
 
 // bindBuilder ties the state to the images-dir's builder id. A builder_id.txt
@@ -203,14 +205,14 @@ func NewBuildID() string { return strings.ReplaceAll(newUUID4(), "-", "") }
 // userinfo of any URL, as PutBuild stores it: a record written before the
 // builder took it out, or by another program, shows none either.
 func (s *Store) Build(ctx context.Context, id string) (Build, error) {
-	b, err := s.Backend.Build(ctx, id)
+	b, err := s.backend.Build(ctx, id)
 	b.redact()
 	return b, err
 }
 
 // Builds reads builds as the Backend does, each as Build shows it.
 func (s *Store) Builds(ctx context.Context, f BuildFilter) ([]Build, error) {
-	builds, err := s.Backend.Builds(ctx, f)
+	builds, err := s.backend.Builds(ctx, f)
 	for i := range builds {
 		builds[i].redact()
 	}
@@ -220,7 +222,7 @@ func (s *Store) Builds(ctx context.Context, f BuildFilter) ([]Build, error) {
 // Uploads reads uploads as the Backend does, their LastError without the
 // userinfo of any URL, as Build shows a build's reason.
 func (s *Store) Uploads(ctx context.Context, f UploadFilter) ([]Upload, error) {
-	uploads, err := s.Backend.Uploads(ctx, f)
+	uploads, err := s.backend.Uploads(ctx, f)
 	for i := range uploads {
 		uploads[i].LastError = redact.Userinfo(uploads[i].LastError)
 	}
@@ -230,7 +232,7 @@ func (s *Store) Uploads(ctx context.Context, f UploadFilter) ([]Upload, error) {
 // Cursor reads a poll cursor as the Backend does, its Reason without the
 // userinfo of any URL, as Build shows a build's reason.
 func (s *Store) Cursor(ctx context.Context, image string) (Cursor, error) {
-	c, err := s.Backend.Cursor(ctx, image)
+	c, err := s.backend.Cursor(ctx, image)
 	c.Reason = redact.Userinfo(c.Reason)
 	return c, err
 }
@@ -243,22 +245,10 @@ func (s *Store) CreateBuild(ctx context.Context, b Build) (Build, error) {
 	}
 	now := s.now().UTC()
 	b.State, b.StateTime, b.Created, b.BuilderID, b.Hostname, b.Version = Building, now, now, s.builderID, s.hostname, 0
-	if err := s.Write(ctx, PutBuild(&b)); err != nil {
+	if err := s.backend.Write(ctx, PutBuild(&b)); err != nil {
 		return Build{}, fmt.Errorf("record build %s: %w", b.Name(), err)
 	}
 	return b, nil
-}
-
-// SetBuildState moves a build, as read, to a state: compare-and-set on its version.
-func (s *Store) SetBuildState(ctx context.Context, b *Build, st State, reason string) error {
-	next := *b
-	next.SetState(st, s.now())
-	next.Reason = reason
-	if err := s.Write(ctx, PutBuild(&next)); err != nil {
-		return fmt.Errorf("set build %s %s: %w", b.Name(), st, err)
-	}
-	*b = next
-	return nil
 }
 
 // CreateUpload records a new upload of a build, as read, to a provider in state
@@ -271,4 +261,73 @@ func (s *Store) CreateUpload(ctx context.Context, b *Build, provider, format str
 		return Upload{}, err
 	}
 	return u, nil
+}
+
+// RequestBuild records a manual build request; requesting twice is once.
+func (s *Store) RequestBuild(ctx context.Context, image string) error {
+	return s.backend.RequestBuild(ctx, image)
+}
+
+// BuildRequests returns the pending build requests by image, as the backend
+// holds them (see BuildRequest for one read afresh).
+func (s *Store) BuildRequests(ctx context.Context) (map[string]time.Time, error) {
+	return s.backend.BuildRequests(ctx)
+}
+
+// ClearBuildRequest removes an image's request if it was made at or before asOf.
+func (s *Store) ClearBuildRequest(ctx context.Context, image string, asOf time.Time) error {
+	return s.backend.ClearBuildRequest(ctx, image, asOf)
+}
+
+// SetPaused pauses or unpauses an image at run time; it is idempotent.
+func (s *Store) SetPaused(ctx context.Context, image string, paused bool) error {
+	return s.backend.SetPaused(ctx, image, paused)
+}
+
+// Paused returns the images paused at run time, with when.
+func (s *Store) Paused(ctx context.Context) (map[string]time.Time, error) {
+	return s.backend.Paused(ctx)
+}
+
+// LeakMark records the first sighting of a cloud image that looked leaked and
+// returns when that was.
+func (s *Store) LeakMark(ctx context.Context, provider, externalID string) (time.Time, error) {
+	return s.backend.LeakMark(ctx, provider, externalID)
+}
+
+// ClearLeakMarks forgets a provider's marks except those in keep.
+func (s *Store) ClearLeakMarks(ctx context.Context, provider string, keep map[string]bool) error {
+	return s.backend.ClearLeakMarks(ctx, provider, keep)
+}
+
+// TryLock takes a lock without waiting; ErrHeld when another holder has it,
+// ErrNotFound when the build or upload the key names does not exist.
+func (s *Store) TryLock(ctx context.Context, key LockKey) (Held, error) {
+	return s.backend.TryLock(ctx, key)
+}
+
+// Close closes the state.
+func (s *Store) Close() error { return s.backend.Close() }
+
+// Session is a state held through a session to a server (ZooKeeper's), which
+// may be lost and regained while the builder runs.
+type Session interface {
+	// Connected tells whether the session is connected now.
+	Connected() bool
+}
+
+// Session returns the state's session, for the metrics to watch; nil when the
+// state is not held through one (SQLite).
+func (s *Store) Session() Session {
+	if sess, ok := s.backend.(Session); ok {
+		return sess
+	}
+	return nil
+}
+
+// SQLite returns the SQLite state, for what only it does (its move to
+// ZooKeeper); false when the state is elsewhere.
+func (s *Store) SQLite() (*SQLite, bool) {
+	sq, ok := s.backend.(*SQLite)
+	return sq, ok
 }

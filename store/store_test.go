@@ -165,20 +165,20 @@ func TestRemoveLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetBuildState(ctx, &known, Ready, ""); err != nil {
+	if err := setBuildState(ctx, s, &known, Ready, ""); err != nil {
 		t.Fatal(err)
 	}
 	busy, err := s.CreateBuild(ctx, Build{Image: "debian", Source: SourceZuul})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Write(ctx, PutCursor(Cursor{Image: "debian", ZuulUUID: "bb22", Outcome: "failed"})); err != nil {
+	if err := s.backend.Write(ctx, PutCursor(Cursor{Image: "debian", ZuulUUID: "bb22", Outcome: "failed"})); err != nil {
 		t.Fatal(err)
 	}
 	unknown := NewBuildID()
 	// Another builder's build, recorded in a shared state, with files here.
 	theirs := Build{ID: NewBuildID(), Image: "centos", Source: SourceDIB, State: Failed, BuilderID: "python-builder"}
-	if err := s.Write(ctx, PutBuild(&theirs)); err != nil {
+	if err := s.backend.Write(ctx, PutBuild(&theirs)); err != nil {
 		t.Fatal(err)
 	}
 	old := time.Now().Add(-time.Hour)
@@ -295,11 +295,11 @@ func TestRecordsStoredWithoutUserinfo(t *testing.T) {
 	shared := b // shares Refused
 	b.SetState(Failed, time.Now())
 	b.Reason = withPW("fetch")
-	if err := s.Write(ctx, PutBuild(&b)); err != nil {
+	if err := s.backend.Write(ctx, PutBuild(&b)); err != nil {
 		t.Fatal(err)
 	}
 	up := Upload{BuildID: b.ID, Image: b.Image, Provider: "p", State: Failed, Format: "qcow2", LastError: withPW("upload")}
-	if err := s.Write(ctx, PutUpload(&up), PutCursor(Cursor{Image: "debian", ZuulID: 1, Outcome: "failed", Reason: withPW("poll")})); err != nil {
+	if err := s.backend.Write(ctx, PutUpload(&up), PutCursor(Cursor{Image: "debian", ZuulID: 1, Outcome: "failed", Reason: withPW("poll")})); err != nil {
 		t.Fatal(err)
 	}
 
@@ -334,7 +334,7 @@ func TestRecordsStoredWithoutUserinfo(t *testing.T) {
 
 	// Records an older builder stored with the userinfo in them read without it.
 	s = openTest(t, dir)
-	db := s.Backend.(*SQLite).db
+	db := s.backend.(*SQLite).db
 	for _, q := range []string{`UPDATE builds SET reason = ?`, `UPDATE uploads SET last_error = ?`, `UPDATE poll_cursors SET reason = ?`} {
 		if _, err := db.ExecContext(ctx, q, withPW("old")); err != nil {
 			t.Fatal(err)
@@ -390,4 +390,17 @@ func TestOpenKeepsOthersOut(t *testing.T) {
 	}
 	openTest(t, dir)
 	check("an images-dir open to everyone, opened again")
+}
+
+// setBuildState moves a build, as read, to a state, as a step of the builder
+// would: compare-and-set on its version.
+func setBuildState(ctx context.Context, s *Store, b *Build, st State, reason string) error {
+	next := *b
+	next.SetState(st, s.now())
+	next.Reason = reason
+	if err := s.backend.Write(ctx, PutBuild(&next)); err != nil {
+		return err
+	}
+	*b = next
+	return nil
 }

@@ -79,7 +79,7 @@ func (w *BuildWriter) Add(ctx context.Context, files ...File) error {
 		next.SetFile(f)
 		formats = append(formats, f.Format)
 	}
-	if err := w.s.Write(ctx, PutBuild(&next)); err != nil {
+	if err := w.s.backend.Write(ctx, PutBuild(&next)); err != nil {
 		return fmt.Errorf("record %s file of %s: %w", strings.Join(formats, ", "), w.build.Name(), err)
 	}
 	w.build = next
@@ -91,7 +91,7 @@ func (w *BuildWriter) Add(ctx context.Context, files ...File) error {
 func (w *BuildWriter) Update(ctx context.Context, change func(*Build)) error {
 	next := own(w.build)
 	change(&next)
-	if err := w.s.Write(ctx, PutBuild(&next)); err != nil {
+	if err := w.s.backend.Write(ctx, PutBuild(&next)); err != nil {
 		return fmt.Errorf("update build %s: %w", w.build.Name(), err)
 	}
 	w.build = next
@@ -116,7 +116,7 @@ func (w *BuildWriter) Commit(ctx context.Context, changes ...Change) (Build, err
 	next := w.build
 	next.SetState(Ready, w.s.now())
 	next.Reason = ""
-	if err := w.s.Write(ctx, append([]Change{PutBuild(&next)}, changes...)...); err != nil {
+	if err := w.s.backend.Write(ctx, append([]Change{PutBuild(&next)}, changes...)...); err != nil {
 		return w.build, fmt.Errorf("set build %s %s: %w", w.build.Name(), Ready, err)
 	}
 	w.build = next
@@ -131,7 +131,7 @@ func (w *BuildWriter) Abort(ctx context.Context, reason string, changes ...Chang
 	next := w.build
 	next.SetState(Failed, w.s.now())
 	next.Reason = reason
-	if err := w.s.Write(ctx, append([]Change{PutBuild(&next)}, changes...)...); err != nil {
+	if err := w.s.backend.Write(ctx, append([]Change{PutBuild(&next)}, changes...)...); err != nil {
 		return w.build, fmt.Errorf("set build %s %s: %w", w.build.Name(), Failed, err)
 	}
 	w.build = next

@@ -97,7 +97,7 @@ func TestFailedUploadWithImageOfAReleasedBuild(t *testing.T) {
 				f.t.Fatal(err)
 			}
 			b.SetState(store.Deleting, f.st.Now())
-			if err := f.st.Write(context.Background(), store.PutBuild(&b)); err != nil {
+			if err := f.raw.Write(context.Background(), store.PutBuild(&b)); err != nil {
 				f.t.Fatal(err)
 			}
 		}},
@@ -119,7 +119,7 @@ func TestFailedUploadWithImageOfAReleasedBuild(t *testing.T) {
 			}
 			up.SetState(store.Failed, f.st.Now())
 			up.ExternalID, up.LastError, up.Attempts = id, "glance went away", 3
-			if err := f.st.Write(ctx, store.PutUpload(&up)); err != nil {
+			if err := f.raw.Write(ctx, store.PutUpload(&up)); err != nil {
 				t.Fatal(err)
 			}
 			f.addBuild("debian", "qcow2", "raw")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
 
 // glanceSetup is what the tests and the bench that upload to a real Glance
@@ -18,6 +19,7 @@ import (
 // debian, uploaded as raw to one provider.
 type glanceSetup struct {
 	st  *store.Store
+	raw storetest.Raw // writes the records a test sets up
 	cfg *config.Config
 }
 
@@ -30,12 +32,9 @@ func newGlanceSetup(tb testing.TB, provider, cloud string, timeout time.Duration
 	if err := os.Mkdir(images, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	st, err := store.Open(tb.Context(), store.Options{ImagesDir: images})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	st, raw := storetest.Open(tb, store.Options{ImagesDir: images})
 	tb.Cleanup(func() { st.Close() })
-	return glanceSetup{st: st, cfg: &config.Config{
+	return glanceSetup{st: st, raw: raw, cfg: &config.Config{
 		ImagesDir:  images,
 		ZuulImages: []config.ZuulImage{{Name: "debian"}},
 		Providers: []config.Provider{{Name: provider, Cloud: cloud, ImageFormat: "raw", ImageUploadTimeout: timeout,
@@ -66,7 +65,7 @@ func (s glanceSetup) readyBuild(tb testing.TB, sum string, put func(path string)
 		sum = fileMD5(tb, path)
 	}
 	b.SetFile(store.File{Format: "raw", Size: fi.Size(), MD5: sum, Present: true})
-	if err := s.st.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+	if err := s.raw.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
 		tb.Fatal(err)
 	}
 	return b

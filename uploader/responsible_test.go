@@ -26,7 +26,7 @@ func (f *fixture) otherBuilders(ctx context.Context) ([]store.Build, []store.Upl
 		b := store.Build{ID: store.NewBuildID(), Image: bd.image, Source: store.SourceDIB, State: bd.state,
 			StateTime: f.st.Now(), Created: f.st.Now(), BuilderID: "python-builder", Hostname: "elsewhere",
 			Files: []store.File{{Format: "qcow2", Present: true}}}
-		if err := f.st.Write(ctx, store.PutBuild(&b)); err != nil {
+		if err := f.raw.Write(ctx, store.PutBuild(&b)); err != nil {
 			f.t.Fatal(err)
 		}
 		builds = append(builds, b)
@@ -42,7 +42,7 @@ func (f *fixture) otherBuilders(ctx context.Context) ([]store.Build, []store.Upl
 			}
 			up.ExternalID, up.ExternalName = id, b.Image+"-python"
 		}
-		if err := f.st.Write(ctx, store.PutUpload(&up)); err != nil {
+		if err := f.raw.Write(ctx, store.PutUpload(&up)); err != nil {
 			f.t.Fatal(err)
 		}
 	}
@@ -137,7 +137,7 @@ func TestImageLeftTheConfigOnlyOwnBuildsGo(t *testing.T) {
 	}
 	theirs := store.Build{ID: store.NewBuildID(), Image: "debian", Source: store.SourceZuul, State: store.Ready,
 		StateTime: f.st.Now(), Created: f.st.Now(), BuilderID: "another-builder", Files: []store.File{{Format: "qcow2", Present: true}}}
-	if err := f.st.Write(ctx, store.PutBuild(&theirs)); err != nil {
+	if err := f.raw.Write(ctx, store.PutBuild(&theirs)); err != nil {
 		t.Fatal(err)
 	}
 	id, err := f.clouds["a"].Create(ctx, ImageSpec{Name: "theirs"})
@@ -146,7 +146,7 @@ func TestImageLeftTheConfigOnlyOwnBuildsGo(t *testing.T) {
 	}
 	up := store.Upload{BuildID: theirs.ID, Image: "debian", Provider: "a", State: store.Ready, StateTime: f.st.Now(),
 		Format: "qcow2", ExternalID: id}
-	if err := f.st.Write(ctx, store.PutUpload(&up)); err != nil {
+	if err := f.raw.Write(ctx, store.PutUpload(&up)); err != nil {
 		t.Fatal(err)
 	}
 	f.cfg.ZuulImages = nil

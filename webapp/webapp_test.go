@@ -20,6 +20,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/status"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
 
 const testConfig = `images-dir: %s
@@ -61,10 +62,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, store.Options{ImagesDir: dir, Access: store.Create})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, raw := storetest.Open(t, store.Options{ImagesDir: dir, Access: store.Create})
 	t.Cleanup(func() { st.Close() })
 	f := &fixture{st: st, cfg: cfg, tracker: progress.NewTracker()}
 
@@ -72,7 +70,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetBuildState(ctx, &ready, store.Ready, ""); err != nil {
+	if err := raw.SetBuildState(ctx, &ready, store.Ready, ""); err != nil {
 		t.Fatal(err)
 	}
 	f.ready = ready
@@ -87,7 +85,7 @@ func newFixture(t *testing.T) *fixture {
 		} else {
 			u.ExternalID = "ext-" + provider
 		}
-		if err := st.Write(ctx, store.PutUpload(&u)); err != nil {
+		if err := raw.Write(ctx, store.PutUpload(&u)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -95,11 +93,11 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetBuildState(ctx, &failed, store.Failed, "element failed: "+evil); err != nil {
+	if err := raw.SetBuildState(ctx, &failed, store.Failed, "element failed: "+evil); err != nil {
 		t.Fatal(err)
 	}
 	f.failed = failed
-	if err := st.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 7, ZuulUUID: "zb2", Outcome: "failed",
+	if err := raw.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 7, ZuulUUID: "zb2", Outcome: "failed",
 		Reason: "checksum mismatch " + evil, Time: time.Now(), Waiting: "Zuul build zb3 is not fetched: add objects " + evil})); err != nil {
 		t.Fatal(err)
 	}

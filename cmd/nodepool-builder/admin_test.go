@@ -14,6 +14,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
@@ -386,10 +387,7 @@ func TestAdminRefusesWorkInProgress(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	e := &env{t: t, dir: dir, cfgPath: writeAdminConfig(t, dir, "http://127.0.0.1:9/", "unused")}
-	st, err := store.Open(ctx, store.Options{ImagesDir: filepath.Join(dir, "images")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, raw := storetest.Open(t, store.Options{ImagesDir: filepath.Join(dir, "images")})
 	defer st.Close()
 
 	// A request made before a build started is being honoured by it.
@@ -408,7 +406,7 @@ func TestAdminRefusesWorkInProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+	if err := raw.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
 		t.Fatal(err)
 	}
 	up, err := st.CreateUpload(ctx, &b, "cloud-q", "qcow2")
@@ -428,7 +426,7 @@ func TestAdminRefusesWorkInProgress(t *testing.T) {
 
 	// Once the upload is done, both are accepted, and again.
 	up.State, up.ExternalID = store.Ready, "ext-1"
-	if err := st.Write(ctx, store.PutUpload(&up)); err != nil {
+	if err := raw.Write(ctx, store.PutUpload(&up)); err != nil {
 		t.Fatal(err)
 	}
 	e.must(0, del)

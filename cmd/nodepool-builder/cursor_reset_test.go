@@ -41,9 +41,10 @@ zuul-images:
 		t.Fatal(err)
 	}
 	defer other.Close()
+	// Its poller found Zuul's newest build behind the cursor.
 	was := store.Cursor{Image: "debian", ZuulID: 1 << 62, ZuulUUID: "0123456789abcdef0123456789abcdef", Outcome: "ready",
 		Time: other.Now(), BehindID: 41}
-	if err := other.Write(ctx, store.PutCursor(was)); err != nil {
+	if err := other.MarkZuulBehind(ctx, was, was.BehindID); err != nil {
 		t.Fatal(err)
 	}
 

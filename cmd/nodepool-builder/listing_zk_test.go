@@ -12,6 +12,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/state"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
 
 // TestZooKeeperListingsNeedNoImagesDir: with the state in ZooKeeper, the
@@ -36,13 +37,14 @@ func TestZooKeeperListingsNeedNoImagesDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := state.Open(ctx, hostCfg, state.Options{Access: store.Create})
+	zb, err := state.OpenZooKeeper(ctx, hostCfg.ZooKeeper, state.Options{Access: store.Create})
 	if err != nil {
 		t.Fatal(err)
 	}
+	st, raw := storetest.Open(t, store.Options{ImagesDir: hostCfg.ImagesDir, Access: store.Create, Backend: zb})
 	b, err := st.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceDIB})
 	if err == nil {
-		err = st.SetBuildState(ctx, &b, store.Ready, "")
+		err = raw.SetBuildState(ctx, &b, store.Ready, "")
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
@@ -50,10 +51,7 @@ func BenchmarkOnceNoOp(b *testing.B) {
 	// Each image has a ready build of Zuul's newest build, uploaded to both
 	// providers: what a steady fleet looks like.
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{ImagesDir: filepath.Join(dir, "images")})
-	if err != nil {
-		b.Fatal(err)
-	}
+	st, raw := storetest.Open(b, store.Options{ImagesDir: filepath.Join(dir, "images")})
 	for i := range images {
 		image := fmt.Sprintf("img-%d", i)
 		zb, err := zuul.AddBuild(zuultest.BuildSpec{Job: "build-" + image})
@@ -71,7 +69,7 @@ func BenchmarkOnceNoOp(b *testing.B) {
 		bd.SetFile(store.File{Format: "qcow2", Size: int64(len(image)), Present: true})
 		bd.SetState(store.Ready, st.Now())
 		cur := store.Cursor{Image: image, ZuulID: zb.ID, ZuulUUID: zb.UUID, Outcome: "ready", Time: st.Now()}
-		if err := st.Write(ctx, store.PutBuild(&bd), store.PutCursor(cur)); err != nil {
+		if err := raw.Write(ctx, store.PutBuild(&bd), store.PutCursor(cur)); err != nil {
 			b.Fatal(err)
 		}
 		bd, _ = st.Build(ctx, bd.ID)
@@ -82,7 +80,7 @@ func BenchmarkOnceNoOp(b *testing.B) {
 			}
 			up.SetState(store.Ready, st.Now())
 			up.ExternalID, up.ExternalName = "ext-"+up.ID, image
-			if err := st.Write(ctx, store.PutUpload(&up)); err != nil {
+			if err := raw.Write(ctx, store.PutUpload(&up)); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/state"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 	"github.com/nodepool-builder/nodepool-builder/store/zookeeper/zktest"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
@@ -81,8 +82,9 @@ func (f *zkFleet) writeConfigs(tb testing.TB, root string) {
 // populate records, for every image, a ready build of Zuul's newest build in
 // the first builder's images-dir, its poll cursor, and a ready upload to every
 // provider: a steady fleet. It writes through the store, as the builder does,
-// images in parallel, one writer per image (each upload changes its build).
-func (f *zkFleet) populate(ctx context.Context, st *store.Store) error {
+// images in parallel, one writer per image (each upload changes its build);
+// raw is st's backend, for the records no step of the builder writes so.
+func (f *zkFleet) populate(ctx context.Context, st *store.Store, raw storetest.Raw) error {
 	builds := make([]zuultest.Build, f.images)
 	for i := range f.images {
 		zb, err := f.zuul.AddBuild(zuultest.BuildSpec{Job: "build-" + f.image(i)})
@@ -98,7 +100,7 @@ func (f *zkFleet) populate(ctx context.Context, st *store.Store) error {
 	for range 64 {
 		wg.Go(func() {
 			for i := range next {
-				if err := f.populateImage(ctx, st, f.image(i), builds[i]); err != nil {
+				if err := f.populateImage(ctx, st, raw, f.image(i), builds[i]); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -114,7 +116,7 @@ func (f *zkFleet) populate(ctx context.Context, st *store.Store) error {
 	return errors.Join(errs...)
 }
 
-func (f *zkFleet) populateImage(ctx context.Context, st *store.Store, image string, zb zuultest.Build) error {
+func (f *zkFleet) populateImage(ctx context.Context, st *store.Store, raw storetest.Raw, image string, zb zuultest.Build) error {
 	bd, err := st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceZuul,
 		Zuul: store.ZuulRef{UUID: zb.UUID, ID: zb.ID}})
 	if err != nil {
@@ -126,7 +128,7 @@ func (f *zkFleet) populateImage(ctx context.Context, st *store.Store, image stri
 	bd.SetFile(store.File{Format: "qcow2", Size: int64(len(image)), Present: true})
 	bd.SetState(store.Ready, st.Now())
 	cur := store.Cursor{Image: image, ZuulID: zb.ID, ZuulUUID: zb.UUID, Outcome: "ready", Time: st.Now()}
-	if err := st.Write(ctx, store.PutBuild(&bd), store.PutCursor(cur)); err != nil {
+	if err := raw.Write(ctx, store.PutBuild(&bd), store.PutCursor(cur)); err != nil {
 		return err
 	}
 	for p := range f.providers {
@@ -136,7 +138,7 @@ func (f *zkFleet) populateImage(ctx context.Context, st *store.Store, image stri
 		}
 		up.SetState(store.Ready, st.Now())
 		up.ExternalID, up.ExternalName = "ext-"+up.ID, image
-		if err := st.Write(ctx, store.PutUpload(&up)); err != nil {
+		if err := raw.Write(ctx, store.PutUpload(&up)); err != nil {
 			return err
 		}
 	}
@@ -220,11 +222,12 @@ func BenchmarkZooKeeperNoOp(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	writer, err := state.Open(ctx, cfg, state.Options{Access: store.Create, Logger: log})
+	zb, err := state.OpenZooKeeper(ctx, cfg.ZooKeeper, state.Options{Access: store.Create, Logger: log})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := f.populate(ctx, writer); err != nil {
+	writer, raw := storetest.Open(b, store.Options{ImagesDir: cfg.ImagesDir, Access: store.Create, Logger: log, Backend: zb})
+	if err := f.populate(ctx, writer, raw); err != nil {
 		b.Fatal(err)
 	}
 	writer.Close()

@@ -18,7 +18,14 @@ import (
 // Opener opens a store whose backend is the one under test, with the given
 // clock, on a fresh, empty state of the test's own (for a shared backend, the
 // same state on every call in one test; see Options). The suite closes it.
-type Opener func(t *testing.T, now func() time.Time) *store.Store
+type Opener func(t *testing.T, now func() time.Time) (*store.Store, Raw)
+
+// opened is a store under test with its backend, through which a test writes
+// the records it sets up.
+type opened struct {
+	*store.Store
+	raw Raw
+}
 
 // Clock is a settable time source, safe for concurrent use.
 type Clock struct {
@@ -100,15 +107,15 @@ func Run(t *testing.T, open Opener, opts Options) {
 	}
 }
 
-func openStore(t *testing.T, open Opener, clock *Clock) *store.Store {
+func openStore(t *testing.T, open Opener, clock *Clock) opened {
 	t.Helper()
-	s := open(t, clock.Now)
+	s, raw := open(t, clock.Now)
 	t.Cleanup(func() { s.Close() })
-	return s
+	return opened{s, raw}
 }
 
 // build creates a build of image and moves it to state.
-func build(t *testing.T, s *store.Store, image string, state store.State) store.Build {
+func build(t *testing.T, s opened, image string, state store.State) store.Build {
 	t.Helper()
 	ctx := context.Background()
 	b, err := s.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceZuul})
@@ -116,7 +123,7 @@ func build(t *testing.T, s *store.Store, image string, state store.State) store.
 		t.Fatal(err)
 	}
 	if state != store.Building {
-		if err := s.SetBuildState(ctx, &b, state, ""); err != nil {
+		if err := s.raw.SetBuildState(ctx, &b, state, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -124,7 +131,7 @@ func build(t *testing.T, s *store.Store, image string, state store.State) store.
 }
 
 // upload creates an upload of b to provider and moves it to state.
-func upload(t *testing.T, s *store.Store, b *store.Build, provider string, state store.State) store.Upload {
+func upload(t *testing.T, s opened, b *store.Build, provider string, state store.State) store.Upload {
 	t.Helper()
 	ctx := context.Background()
 	u, err := s.CreateUpload(ctx, b, provider, "qcow2")
@@ -133,7 +140,7 @@ func upload(t *testing.T, s *store.Store, b *store.Build, provider string, state
 	}
 	if state != store.Uploading {
 		u.SetState(state, s.Now())
-		if err := s.Write(ctx, store.PutUpload(&u)); err != nil {
+		if err := s.raw.Write(ctx, store.PutUpload(&u)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,7 +175,7 @@ func testBuildsNewestFirstWithFiles(t *testing.T, open Opener) {
 	b.SetFile(store.File{Format: "qcow2", SHA256: "cc", Size: 5, Present: true})
 	b.PID = 4242
 	clock.Add(time.Second)
-	if err := s.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+	if err := s.raw.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Builds(ctx, store.BuildFilter{Image: "debian"})
@@ -202,7 +209,7 @@ func testBuildsNewestFirstWithFiles(t *testing.T, open Opener) {
 	f, _ := r.File("raw")
 	f.Present = false
 	r.SetFile(f)
-	if err := s.Write(ctx, store.PutBuild(&r)); err != nil {
+	if err := s.raw.Write(ctx, store.PutBuild(&r)); err != nil {
 		t.Fatal(err)
 	}
 	r, err = s.Build(ctx, ids[1])
@@ -222,16 +229,16 @@ func testStaleBuildWriteConflicts(t *testing.T, open Opener) {
 	s := openStore(t, open, NewClock())
 	b := build(t, s, "debian", store.Ready)
 	stale := b
-	if err := s.SetBuildState(ctx, &b, store.Deleting, "released"); err != nil {
+	if err := s.raw.SetBuildState(ctx, &b, store.Deleting, "released"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetBuildState(ctx, &stale, store.Failed, "late"); !errors.Is(err, store.ErrConflict) {
+	if err := s.raw.SetBuildState(ctx, &stale, store.Failed, "late"); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("write of a stale build: %v, want ErrConflict", err)
 	}
 	if stale.State != store.Ready {
 		t.Fatalf("a failed write changed the caller's copy to %s", stale.State)
 	}
-	if err := s.Write(ctx, store.DeleteBuild(stale)); !errors.Is(err, store.ErrConflict) {
+	if err := s.raw.Write(ctx, store.DeleteBuild(stale)); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("delete of a stale build: %v, want ErrConflict", err)
 	}
 	got, err := s.Build(ctx, b.ID)
@@ -240,13 +247,13 @@ func testStaleBuildWriteConflicts(t *testing.T, open Opener) {
 	}
 	// Creating a build whose id exists is a conflict too.
 	dup := store.Build{ID: b.ID, Image: "debian", Source: store.SourceDIB, State: store.Building}
-	if err := s.Write(ctx, store.PutBuild(&dup)); !errors.Is(err, store.ErrConflict) {
+	if err := s.raw.Write(ctx, store.PutBuild(&dup)); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("create of an existing build: %v, want ErrConflict", err)
 	}
-	if err := s.Write(ctx, store.DeleteBuild(got)); err != nil {
+	if err := s.raw.Write(ctx, store.DeleteBuild(got)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetBuildState(ctx, &got, store.Ready, ""); !errors.Is(err, store.ErrConflict) {
+	if err := s.raw.SetBuildState(ctx, &got, store.Ready, ""); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("write of a deleted build: %v, want ErrConflict", err)
 	}
 	if _, err := s.Build(ctx, b.ID); !errors.Is(err, store.ErrNotFound) {
@@ -279,7 +286,7 @@ func testUploadIDsAndStates(t *testing.T, open Opener) {
 	next := clock.Add(time.Minute)
 	u1.SetState(store.Ready, next)
 	u1.ExternalID, u1.ExternalName, u1.Attempts, u1.LastError, u1.NextAttempt = "ext-1", "debian-1", 2, "boom", next
-	if err := s.Write(ctx, store.PutUpload(&u1)); err != nil {
+	if err := s.raw.Write(ctx, store.PutUpload(&u1)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Uploads(ctx, store.UploadFilter{Provider: "cloud-a", State: store.Ready})
@@ -296,11 +303,11 @@ func testUploadIDsAndStates(t *testing.T, open Opener) {
 	if byImage, _ := s.Uploads(ctx, store.UploadFilter{Image: "debian", Provider: "cloud-b"}); len(byImage) != 1 || byImage[0].ID != u3.ID {
 		t.Fatalf("uploads by image and provider = %+v", byImage)
 	}
-	if err := s.Write(ctx, store.DeleteBuild(b)); err == nil {
+	if err := s.raw.Write(ctx, store.DeleteBuild(b)); err == nil {
 		t.Fatal("deleting a build that still has uploads succeeded")
 	}
 	for _, u := range []store.Upload{u1, u2, u3} {
-		if err := s.Write(ctx, store.DeleteUpload(u)); err != nil {
+		if err := s.raw.Write(ctx, store.DeleteUpload(u)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -308,14 +315,14 @@ func testUploadIDsAndStates(t *testing.T, open Opener) {
 	// may still be on their way out.
 	if u4 := upload(t, s, &b, "cloud-a", store.Ready); u4.ID <= u2.ID {
 		t.Fatalf("upload after deletes got id %s, not above %s", u4.ID, u2.ID)
-	} else if err := s.Write(ctx, store.DeleteUpload(u4)); err != nil {
+	} else if err := s.raw.Write(ctx, store.DeleteUpload(u4)); err != nil {
 		t.Fatal(err)
 	}
 	b, err = s.Build(ctx, b.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Write(ctx, store.DeleteBuild(b)); err != nil {
+	if err := s.raw.Write(ctx, store.DeleteBuild(b)); err != nil {
 		t.Fatal(err)
 	}
 	// An upload of a build that is gone cannot be made.
@@ -336,10 +343,10 @@ func testStaleUploadWriteConflicts(t *testing.T, open Opener) {
 	}
 	snapshot.SetState(store.Uploading, s.Now())
 	snapshot.Attempts++
-	if err := s.Write(ctx, store.PutUpload(&snapshot)); !errors.Is(err, store.ErrConflict) {
+	if err := s.raw.Write(ctx, store.PutUpload(&snapshot)); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("retry from a stale read: %v, want ErrConflict", err)
 	}
-	if err := s.Write(ctx, store.DeleteUpload(u)); !errors.Is(err, store.ErrConflict) {
+	if err := s.raw.Write(ctx, store.DeleteUpload(u)); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("delete from a stale read: %v, want ErrConflict", err)
 	}
 	ups, err := s.Uploads(ctx, store.UploadFilter{BuildID: b.ID})
@@ -354,7 +361,7 @@ func testWriteIsAllOrNothing(t *testing.T, open Opener) {
 	b := build(t, s, "debian", store.Building)
 	other := build(t, s, "debian", store.Ready)
 	stale := other
-	if err := s.SetBuildState(ctx, &other, store.Deleting, ""); err != nil {
+	if err := s.raw.SetBuildState(ctx, &other, store.Deleting, ""); err != nil {
 		t.Fatal(err)
 	}
 	// An ingest: the build ready and the cursor moved, in one write; the stale
@@ -362,7 +369,7 @@ func testWriteIsAllOrNothing(t *testing.T, open Opener) {
 	ready := b
 	ready.SetState(store.Ready, s.Now())
 	cur := store.Cursor{Image: "debian", ZuulID: 7, ZuulUUID: "abc", Outcome: "ready", Time: s.Now()}
-	if err := s.Write(ctx, store.PutBuild(&ready), store.PutCursor(cur), store.PutBuild(&stale)); !errors.Is(err, store.ErrConflict) {
+	if err := s.raw.Write(ctx, store.PutBuild(&ready), store.PutCursor(cur), store.PutBuild(&stale)); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("write with a stale part: %v, want ErrConflict", err)
 	}
 	if ready.Version != b.Version {
@@ -375,7 +382,7 @@ func testWriteIsAllOrNothing(t *testing.T, open Opener) {
 	if c, err := s.Cursor(ctx, "debian"); err != nil || c.ZuulID != 0 {
 		t.Fatalf("cursor after a failed write = %+v, %v", c, err)
 	}
-	if err := s.Write(ctx, store.PutBuild(&ready), store.PutCursor(cur)); err != nil {
+	if err := s.raw.Write(ctx, store.PutBuild(&ready), store.PutCursor(cur)); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = s.Build(ctx, b.ID)
@@ -404,7 +411,7 @@ func testConcurrentWritersLoseNoChange(t *testing.T, open Opener) {
 					}
 					cur := ups[0]
 					cur.Attempts++
-					err = s.Write(ctx, store.PutUpload(&cur))
+					err = s.raw.Write(ctx, store.PutUpload(&cur))
 					if err == nil {
 						break
 					}
@@ -442,7 +449,7 @@ func testCreateUploadChangesItsBuild(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	seenByRelease.SetState(store.Deleting, s.Now())
-	if err := s.Write(ctx, store.PutBuild(&seenByRelease)); !errors.Is(err, store.ErrConflict) {
+	if err := s.raw.Write(ctx, store.PutBuild(&seenByRelease)); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("release from a read older than an upload: %v, want ErrConflict", err)
 	}
 	// And an upload from a read older than a release is refused.
@@ -452,7 +459,7 @@ func testCreateUploadChangesItsBuild(t *testing.T, open Opener) {
 	}
 	ups, _ := s.Uploads(ctx, store.UploadFilter{BuildID: b.ID})
 	ups[0].SetState(store.Ready, s.Now())
-	if err := s.Write(ctx, store.PutUpload(&ups[0])); err != nil {
+	if err := s.raw.Write(ctx, store.PutUpload(&ups[0])); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.ReleaseBuild(ctx, b.ID, "x"); err != nil {
@@ -474,10 +481,10 @@ func testCursor(t *testing.T, open Opener) {
 		t.Fatalf("empty cursor = %+v, %v", c, err)
 	}
 	at := s.Now()
-	if err := s.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 7, ZuulUUID: "abc", Outcome: "failed", Reason: "checksum", Time: at})); err != nil {
+	if err := s.raw.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 7, ZuulUUID: "abc", Outcome: "failed", Reason: "checksum", Time: at})); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 9, ZuulUUID: "def", Outcome: "ready", Time: at})); err != nil {
+	if err := s.raw.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 9, ZuulUUID: "def", Outcome: "ready", Time: at})); err != nil {
 		t.Fatal(err)
 	}
 	c, err = s.Cursor(ctx, "debian")
@@ -488,7 +495,7 @@ func testCursor(t *testing.T, open Opener) {
 	// The end time of its Zuul build, Zuul's newest id behind it, the build
 	// it became and what waits for the operator are kept.
 	end := at.Add(-time.Hour).Truncate(time.Second)
-	if err := s.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 9, ZuulUUID: "def", ZuulEndTime: end,
+	if err := s.raw.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 9, ZuulUUID: "def", ZuulEndTime: end,
 		Outcome: "ready", Time: at, BehindID: 3, Build: "0123456789abcdef0123456789abcdef", Waiting: "host h"})); err != nil {
 		t.Fatal(err)
 	}
@@ -599,7 +606,7 @@ func testReleaseBuild(t *testing.T, open Opener) {
 				before[u.ID] = st
 			}
 			if c.build != store.Ready {
-				if err := s.SetBuildState(ctx, &b, c.build, ""); err != nil {
+				if err := s.raw.SetBuildState(ctx, &b, c.build, ""); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -663,7 +670,7 @@ func testReleaseUpload(t *testing.T, open Opener) {
 			target := upload(t, s, &b, "cloud-a", store.Uploading)
 			target.SetState(c.state, s.Now())
 			target.ExternalID = "ext-1"
-			if err := s.Write(ctx, store.PutUpload(&target)); err != nil {
+			if err := s.raw.Write(ctx, store.PutUpload(&target)); err != nil {
 				t.Fatal(err)
 			}
 			// A sibling upload in the same build and provider must be left alone.
@@ -702,7 +709,7 @@ func testRefusedFormats(t *testing.T, open Opener) {
 	s := openStore(t, open, NewClock())
 	b := build(t, s, "debian", store.Ready)
 	b.Refuse("raw", "sha256 does not match")
-	if err := s.Write(ctx, store.PutBuild(&b)); err != nil {
+	if err := s.raw.Write(ctx, store.PutBuild(&b)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Build(ctx, b.ID)
@@ -711,7 +718,7 @@ func testRefusedFormats(t *testing.T, open Opener) {
 	}
 	got.Refuse("vhd", "backing file")
 	delete(got.Refused, "raw")
-	if err := s.Write(ctx, store.PutBuild(&got)); err != nil {
+	if err := s.raw.Write(ctx, store.PutBuild(&got)); err != nil {
 		t.Fatal(err)
 	}
 	listed, _ := s.Builds(ctx, store.BuildFilter{Image: "debian"})
@@ -724,14 +731,14 @@ func testBindBuilder(t *testing.T, open Opener) {
 	ctx := context.Background()
 	s := openStore(t, open, NewClock())
 	// The store was opened with its builder id: the state holds it.
-	if held, err := s.BindBuilder(ctx, s.BuilderID()); err != nil || held != s.BuilderID() {
+	if held, err := s.raw.BindBuilder(ctx, s.BuilderID()); err != nil || held != s.BuilderID() {
 		t.Fatalf("bind to the store's own id = %q, %v", held, err)
 	}
-	held, err := s.BindBuilder(ctx, "another-builder")
+	held, err := s.raw.BindBuilder(ctx, "another-builder")
 	if !errors.Is(err, store.ErrOtherBuilder) || held != s.BuilderID() {
 		t.Fatalf("bind to another id = %q, %v; want ErrOtherBuilder and %s", held, err, s.BuilderID())
 	}
-	if held, err := s.BindBuilder(ctx, s.BuilderID()); err != nil || held != s.BuilderID() {
+	if held, err := s.raw.BindBuilder(ctx, s.BuilderID()); err != nil || held != s.BuilderID() {
 		t.Fatalf("a refused bind changed the state: %q, %v", held, err)
 	}
 }
@@ -800,7 +807,7 @@ func testSharedBindsNoBuilder(t *testing.T, open Opener) {
 	ctx := context.Background()
 	s := openStore(t, open, NewClock())
 	for _, id := range []string{s.BuilderID(), "another-builder"} {
-		if held, err := s.BindBuilder(ctx, id); err != nil || held != id {
+		if held, err := s.raw.BindBuilder(ctx, id); err != nil || held != id {
 			t.Fatalf("bind to %s = %q, %v; a shared state binds to none", id, held, err)
 		}
 	}
@@ -832,13 +839,13 @@ func testSharedRecords(t *testing.T, open Opener) {
 	stale := bd
 	bd, _ = a.Build(ctx, bd.ID) // creating the upload changed the build
 	u.SetState(store.Ready, clock.Now())
-	if err := b.Write(ctx, store.PutUpload(&u)); err != nil {
+	if err := b.raw.Write(ctx, store.PutUpload(&u)); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.SetBuildState(ctx, &stale, store.Deleting, ""); !errors.Is(err, store.ErrConflict) {
+	if err := a.raw.SetBuildState(ctx, &stale, store.Deleting, ""); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("stale build write: %v, want ErrConflict", err)
 	}
-	if err := a.SetBuildState(ctx, &bd, store.Deleting, ""); err != nil {
+	if err := a.raw.SetBuildState(ctx, &bd, store.Deleting, ""); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 30*time.Second, "a's change in b's listing", func() bool {
@@ -899,7 +906,7 @@ func testNodepoolFields(t *testing.T, open Opener) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+	if err := s.raw.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Build(ctx, b.ID)
@@ -925,7 +932,7 @@ func testBuildRequest(t *testing.T, open Opener) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+	if err := s.raw.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Build(ctx, b.ID)

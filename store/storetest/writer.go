@@ -34,7 +34,7 @@ func pathOf(t *testing.T, w *store.BuildWriter, format string) string {
 }
 
 // filesOf lists the names in s's images-dir of build b's files.
-func filesOf(t *testing.T, s *store.Store, b store.Build) []string {
+func filesOf(t *testing.T, s opened, b store.Build) []string {
 	t.Helper()
 	entries, err := os.ReadDir(s.Dir())
 	if err != nil {
@@ -85,7 +85,7 @@ func testBuildWriterCommit(t *testing.T, open Opener) {
 	// be written writes neither.
 	stale := build(t, s, "other", store.Ready)
 	moved := stale
-	if err := s.SetBuildState(ctx, &moved, store.Deleting, ""); err != nil {
+	if err := s.raw.SetBuildState(ctx, &moved, store.Deleting, ""); err != nil {
 		t.Fatal(err)
 	}
 	cur := store.Cursor{Image: "debian", ZuulID: 4, ZuulUUID: "z1", Outcome: "ready", Time: s.Now(), Build: w.Build().ID}
@@ -155,7 +155,7 @@ func testBuildWriterAbort(t *testing.T, open Opener) {
 	// Someone else changed the record: the abort is not written, and the
 	// files stay for whoever settles the build.
 	other := w.Build()
-	if err := s.SetBuildState(ctx, &other, store.Building, "touched"); err != nil {
+	if err := s.raw.SetBuildState(ctx, &other, store.Building, "touched"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.Abort(ctx, "why"); !errors.Is(err, store.ErrConflict) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 )
 
 // TestWriteUnderLockNeedsTheLock: a write made under a lock (store.UnderLock)
@@ -26,6 +27,7 @@ func TestWriteUnderLockNeedsTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	raw := storetest.Raw{Backend: b, Now: s.Now}
 	bd, err := s.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceDIB})
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +41,7 @@ func TestWriteUnderLockNeedsTheLock(t *testing.T) {
 	defer cancel()
 
 	// Held: the write goes through.
-	if err := s.SetBuildState(context.WithoutCancel(lctx), &bd, store.Building, "pid known"); err != nil {
+	if err := raw.SetBuildState(context.WithoutCancel(lctx), &bd, store.Building, "pid known"); err != nil {
 		t.Fatalf("write under a held lock: %v", err)
 	}
 	// The lock's node goes, as with its session.
@@ -49,7 +51,7 @@ for c in zk.get_children(lock):
     zk.delete(lock + "/" + c)
 `)
 	ready := bd
-	err = s.SetBuildState(context.WithoutCancel(lctx), &ready, store.Ready, "")
+	err = raw.SetBuildState(context.WithoutCancel(lctx), &ready, store.Ready, "")
 	if !errors.Is(err, store.ErrLockLost) {
 		t.Fatalf("write under a lock whose node is gone = %v, want store.ErrLockLost", err)
 	}
@@ -58,7 +60,7 @@ for c in zk.get_children(lock):
 		t.Fatalf("build after the refused write = %+v, %v; want it unchanged", got, err)
 	}
 	// Without the lock in the context, the same write is made.
-	if err := s.SetBuildState(ctx, &ready, store.Ready, ""); err != nil {
+	if err := raw.SetBuildState(ctx, &ready, store.Ready, ""); err != nil {
 		t.Fatalf("write outside the lock: %v", err)
 	}
 	// A lock released is no longer checked: what is written after it is not
@@ -70,7 +72,7 @@ for c in zk.get_children(lock):
 	actx, acancel := store.UnderLock(ctx, again)
 	defer acancel()
 	again.Release()
-	if err := s.SetBuildState(actx, &ready, store.Deleting, ""); err != nil {
+	if err := raw.SetBuildState(actx, &ready, store.Deleting, ""); err != nil {
 		t.Fatalf("write after the lock's release: %v", err)
 	}
 }

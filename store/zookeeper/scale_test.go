@@ -16,6 +16,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/store/storetest"
 	"github.com/nodepool-builder/nodepool-builder/store/zookeeper"
 	"github.com/nodepool-builder/nodepool-builder/store/zookeeper/zktest"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
@@ -64,7 +65,7 @@ func (f fleet) config() *config.Config {
 // created in order (the newest is the one to upload), and each upload of a build
 // changes the build, so one writer per image keeps them from conflicting. It
 // returns how many uploads it wrote.
-func populate(ctx context.Context, st *store.Store, f fleet) (int, error) {
+func populate(ctx context.Context, st opened, f fleet) (int, error) {
 	const workers = 32
 	next := make(chan int)
 	var uploads atomic.Int64
@@ -92,7 +93,7 @@ func populate(ctx context.Context, st *store.Store, f fleet) (int, error) {
 	return int(uploads.Load()), errors.Join(errs...)
 }
 
-func populateImage(ctx context.Context, st *store.Store, f fleet, i int) (int, error) {
+func populateImage(ctx context.Context, st opened, f fleet, i int) (int, error) {
 	image := f.image(i)
 	uploads := 0
 	for n := range f.builds(i) {
@@ -111,7 +112,7 @@ func populateImage(ctx context.Context, st *store.Store, f fleet, i int) (int, e
 }
 
 // readyBuild records a ready Zuul build of image with a qcow2 file.
-func readyBuild(ctx context.Context, st *store.Store, image string, zuulID int64) (store.Build, error) {
+func readyBuild(ctx context.Context, st opened, image string, zuulID int64) (store.Build, error) {
 	zuulUUID := randomHex(16)
 	b, err := st.CreateBuild(ctx, store.Build{Image: image, Source: store.SourceZuul, Zuul: store.ZuulRef{
 		UUID: zuulUUID, ID: zuulID, EndTime: st.Now(), LogURL: "https://zuul.example.org/logs/" + zuulUUID + "/"}})
@@ -120,7 +121,7 @@ func readyBuild(ctx context.Context, st *store.Store, image string, zuulID int64
 	}
 	b.SetFile(store.File{Format: "qcow2", SHA256: randomHex(32), MD5: randomHex(16), Size: 2 << 30,
 		URL: "https://zuul.example.org/logs/" + zuulUUID + "/" + image + ".qcow2", Present: true})
-	if err := st.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
+	if err := st.raw.SetBuildState(ctx, &b, store.Ready, ""); err != nil {
 		return b, err
 	}
 	return b, nil
@@ -128,7 +129,7 @@ func readyBuild(ctx context.Context, st *store.Store, image string, zuulID int64
 
 // readyUpload records an upload of b to provider and marks it ready with its
 // cloud image. b's version moves on: creating an upload changes its build.
-func readyUpload(ctx context.Context, st *store.Store, b *store.Build, provider string) (store.Upload, error) {
+func readyUpload(ctx context.Context, st opened, b *store.Build, provider string) (store.Upload, error) {
 	u, err := st.CreateUpload(ctx, b, provider, "qcow2")
 	if err != nil {
 		return u, err
@@ -136,7 +137,7 @@ func readyUpload(ctx context.Context, st *store.Store, b *store.Build, provider 
 	u.ExternalID = randomHex(16)
 	u.ExternalName = uploader.ImageName("{image_name}-{upload_id}", b.Image, b.ID, u.ID, st.Now())
 	u.SetState(store.Ready, st.Now())
-	if err := st.Write(ctx, store.PutUpload(&u)); err != nil {
+	if err := st.raw.Write(ctx, store.PutUpload(&u)); err != nil {
 		return u, fmt.Errorf("record upload %s ready: %w", u, err)
 	}
 	return u, nil
@@ -157,7 +158,14 @@ func scaleChroot(tb testing.TB) string {
 // stores on one dir share its builder id, as a builder restarted on its host.
 // The backend talks to z through the counter it returns, which counts what it
 // sends.
-func openStore(tb testing.TB, z *testenv.ZooKeeper, chroot, dir string, log *slog.Logger) (*store.Store, *testenv.ZooKeeperCounter) {
+// opened is a store with its backend, through which a test writes the records
+// it sets up.
+type opened struct {
+	*store.Store
+	raw storetest.Raw
+}
+
+func openStore(tb testing.TB, z *testenv.ZooKeeper, chroot, dir string, log *slog.Logger) (opened, *testenv.ZooKeeperCounter) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -166,13 +174,9 @@ func openStore(tb testing.TB, z *testenv.ZooKeeper, chroot, dir string, log *slo
 	if err != nil {
 		tb.Fatal(err)
 	}
-	st, err := store.Open(ctx, store.Options{ImagesDir: dir, Backend: b})
-	if err != nil {
-		b.Close()
-		tb.Fatal(err)
-	}
+	st, raw := storetest.Open(tb, store.Options{ImagesDir: dir, Backend: b})
 	tb.Cleanup(func() { st.Close() })
-	return st, wire
+	return opened{st, raw}, wire
 }
 
 // reconcile is the builder's reconcile step over the records: it plans the
@@ -214,7 +218,7 @@ func TestZooKeeperStepReadsNoZnode(t *testing.T) {
 	// A fresh process: its Open reads the tree once, then steps read no znode.
 	st, b := openStore(t, z, root, dir, log)
 	loaded := b.Requests()
-	up := newUploader(st, f, log)
+	up := newUploader(st.Store, f, log)
 	full := zktest.NewFullRead(t, z, root)
 	if err := full.Read(); err != nil {
 		t.Fatal(err)
@@ -270,7 +274,7 @@ func TestZooKeeperStepReadsNoZnode(t *testing.T) {
 		t.Fatal(err)
 	}
 	sees("an upload of it begun", f.providers-1)
-	if err := writer.SetBuildState(ctx, &nb, store.Deleting, "released"); err != nil {
+	if err := writer.raw.SetBuildState(ctx, &nb, store.Deleting, "released"); err != nil {
 		t.Fatal(err)
 	}
 	sees("the build marked deleting", 0)
@@ -342,7 +346,7 @@ func TestZooKeeperCachedRecordsAreCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Refuse("raw", "checksum mismatch")
-	if err := st.Write(ctx, store.PutBuild(&b)); err != nil {
+	if err := st.raw.Write(ctx, store.PutBuild(&b)); err != nil {
 		t.Fatal(err)
 	}
 	read := func() store.Build {
@@ -395,7 +399,7 @@ func BenchmarkZooKeeperStep(b *testing.B) {
 	st, zb := openStore(b, z, root, dir, log)
 	opened := time.Since(start)
 	loaded := zb.Requests()
-	up := newUploader(st, f, log)
+	up := newUploader(st.Store, f, log)
 	full := zktest.NewFullRead(b, z, root)
 	const fullReads = 2
 	start = time.Now()
@@ -438,7 +442,7 @@ func BenchmarkZooKeeperStep(b *testing.B) {
 	var changed time.Duration
 	for range changes {
 		// Written again unchanged: its version moves on, so the step decodes it again.
-		if err := st.Write(ctx, store.PutUpload(&ups[0])); err != nil {
+		if err := st.raw.Write(ctx, store.PutUpload(&ups[0])); err != nil {
 			b.Fatal(err)
 		}
 		changed += timed()

@@ -44,14 +44,9 @@ func openBackend(t *testing.T, z *testenv.ZooKeeper, chroot string, now func() t
 
 func TestZooKeeperConformance(t *testing.T) {
 	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{})
-	storetest.Run(t, func(t *testing.T, now func() time.Time) *store.Store {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) (*store.Store, storetest.Raw) {
 		b := openBackend(t, z, chroot(t), now)
-		s, err := store.Open(context.Background(), store.Options{ImagesDir: t.TempDir(), Now: now, Backend: b})
-		if err != nil {
-			b.Close()
-			t.Fatal(err)
-		}
-		return s
+		return storetest.Open(t, store.Options{ImagesDir: t.TempDir(), Now: now, Backend: b})
 	}, storetest.Options{Shared: true})
 }
 
@@ -168,7 +163,7 @@ func TestSessionExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Write(ctx, store.DeleteBuild(cur)); err != nil {
+	if err := other.Write(ctx, store.DeleteBuild(cur)); err != nil {
 		t.Fatal(err)
 	}
 	made, err := o.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceDIB})
