@@ -22,20 +22,13 @@ type Raw struct {
 // version, as a step of the builder would.
 func (r Raw) SetBuildState(ctx context.Context, b *store.Build, st store.State, reason string) error {
 	next := *b
-	next.SetState(st, r.now())
+	next.SetState(st, r.Now())
 	next.Reason = reason
 	if err := r.Write(ctx, store.PutBuild(&next)); err != nil {
 		return fmt.Errorf("set build %s %s: %w", b.Name(), st, err)
 	}
 	*b = next
 	return nil
-}
-
-func (r Raw) now() time.Time {
-	if r.Now == nil {
-		return time.Now()
-	}
-	return r.Now()
 }
 
 // Open opens a store as store.Open does with opts and returns it with its

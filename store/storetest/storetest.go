@@ -1,5 +1,7 @@
 // Package storetest is the conformance suite of store backends: every backend
 // runs it, so that the lifecycle behaves the same whichever holds the state.
+// It also gives the tests of other packages a store with its backend at hand
+// (Open, Raw), to set up records no step of the builder writes so.
 package storetest
 
 import (
