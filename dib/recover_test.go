@@ -53,3 +53,27 @@ func TestAbandonStopsOrphanedDIB(t *testing.T) {
 		t.Fatal("a process that does not run the build was killed")
 	}
 }
+
+// TestAbandonFindsAnUnrecordedDIB: a builder killed between starting DIB and
+// recording its pid left a build with none; the process group that writes the
+// build's output is found by its command line and stopped, and no other.
+func TestAbandonFindsAnUnrecordedDIB(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	b := New(Options{Store: f.st, Config: &config.Config{ImagesDir: f.images}, KillGrace: time.Second})
+	rec, err := f.st.CreateBuild(ctx, store.Build{Image: "debian", Source: store.SourceDIB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := orphan(t, mustPath(f.st.BuildPath("debian", rec.ID)))
+	stranger := orphan(t, mustPath(f.st.BuildPath("debian", "0123456789abcdef0123456789abcdef")))
+	if err := b.Abandon(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if groupAlive(left.Process.Pid) {
+		t.Fatal("the orphaned DIB process group of the build with no pid still runs")
+	}
+	if !groupAlive(stranger.Process.Pid) {
+		t.Fatal("the DIB process of another build was killed")
+	}
+}
