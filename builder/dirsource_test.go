@@ -60,8 +60,29 @@ func (d *dirSource) Images() map[string]time.Duration { return maps.Clone(d.imag
 func (d *dirSource) file(image string) string { return filepath.Join(d.dir, image+".raw") }
 
 func (d *dirSource) Due(ctx context.Context, image string, look source.Look) (source.Work, error) {
+	return d.due(ctx, image, look, false)
+}
+
+// dirJob is the directory source's job: the image's file, by its checksum
+// when the look found it.
+type dirJob struct {
+	d      *dirSource
+	image  string
+	look   source.Look
+	sha256 string
+}
+
+func (j *dirJob) Recheck(ctx context.Context) (source.Work, error) {
+	return j.d.due(ctx, j.image, j.look, true)
+}
+
+func (j *dirJob) Cursor(store.Build, error) *store.Cursor { return nil }
+
+func (j *dirJob) Done(context.Context, source.End) error { return nil }
+
+func (d *dirSource) due(ctx context.Context, image string, look source.Look, locked bool) (source.Work, error) {
 	d.mu.Lock()
-	d.looks = append(d.looks, dirLook{image: image, request: look.Request, asked: look.Asked, locked: look.Locked()})
+	d.looks = append(d.looks, dirLook{image: image, request: look.Request, asked: look.Asked, locked: locked})
 	d.mu.Unlock()
 	sha, _, _, err := store.HashFile(ctx, d.file(image))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -92,14 +113,14 @@ func (d *dirSource) Due(ctx context.Context, image string, look source.Look) (so
 		Reason: reason,
 		Slot:   true,
 		New:    store.Build{Image: image, Source: sourceDir},
-		Data:   sha,
+		Job:    &dirJob{d: d, image: image, look: look, sha256: sha},
 	}, nil
 }
 
 // Make copies the image's file into the build, and checks that what it copied
 // is what Due saw.
-func (d *dirSource) Make(ctx context.Context, work *source.Work, w *store.BuildWriter) error {
-	rec := w.Build()
+func (j *dirJob) Make(ctx context.Context, w *store.BuildWriter) error {
+	d, rec := j.d, w.Build()
 	d.mu.Lock()
 	d.made = append(d.made, rec.ID)
 	d.mu.Unlock()
@@ -123,7 +144,7 @@ func (d *dirSource) Make(ctx context.Context, work *source.Work, w *store.BuildW
 	if err != nil {
 		return err
 	}
-	if want := work.Data.(string); sha != want {
+	if want := j.sha256; sha != want {
 		return fmt.Errorf("%s changed while it was copied: sha256 %s, want %s", d.file(rec.Image), sha, want)
 	}
 	return w.Add(ctx, store.File{Format: "raw", SHA256: sha, MD5: md, Size: size})

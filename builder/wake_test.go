@@ -37,8 +37,6 @@ func (g *gatedSource) Due(ctx context.Context, image string, _ source.Look) (sou
 	return source.NotDue("the test says so"), nil
 }
 
-func (g *gatedSource) Make(context.Context, *source.Work, *store.BuildWriter) error { return nil }
-
 func (g *gatedSource) Abandon(context.Context, store.Build) error { return nil }
 
 func (g *gatedSource) count() int {

@@ -18,13 +18,21 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
-// build is one DIB build: what Due found, and how the run went.
+// build is the DIB source's job: one DIB build, what Due found, and how the
+// run went.
 type build struct {
+	src     *Source
 	img     *config.DiskImage
+	look    source.Look
 	formats []string
 	logFile string
 	began   time.Time
 	res     runResult
+}
+
+// Recheck is Due under the image's build lock.
+func (d *build) Recheck(ctx context.Context) (source.Work, error) {
+	return d.src.due(ctx, d.img.Name, d.look, true)
 }
 
 // Make runs DIB for the build w makes, to completion, and records the files
@@ -32,9 +40,8 @@ type build struct {
 // DIB wrote with --checksum. The build is recorded (building) before DIB
 // starts, so listings show it while it runs. Its log is
 // <build-log-dir>/<image>-<build_id>.log.
-func (b *Source) Make(ctx context.Context, work *source.Work, w *store.BuildWriter) error {
-	d := work.Data.(*build)
-	rec := w.Build()
+func (d *build) Make(ctx context.Context, w *store.BuildWriter) error {
+	b, rec := d.src, w.Build()
 	d.began = time.Now()
 	d.logFile = logPath(b.opts.Config.BuildLogDir, rec.Image, rec.ID)
 	b.log.Info("building image", "image", rec.Image, "build_id", rec.ID, "formats", d.formats, "log", d.logFile)
@@ -44,12 +51,15 @@ func (b *Source) Make(ctx context.Context, work *source.Work, w *store.BuildWrit
 	return b.finish(ctx, w, d.formats, d.logFile)
 }
 
-// finished is told how a build ended. A manual build request made before the
+// Cursor: a DIB build moves no poll cursor.
+func (d *build) Cursor(store.Build, error) *store.Cursor { return nil }
+
+// Done is told how a build ended. A manual build request made before the
 // build started is settled by it, whatever its outcome, unless ctx ended the
 // build: then the request stays for the next run. A build whose outcome could
 // not be recorded keeps its request and its log, for recovery to settle.
-func (b *Source) finished(ctx context.Context, d *build, end source.End) error {
-	image, rec := d.img.Name, end.Build
+func (d *build) Done(ctx context.Context, end source.End) error {
+	b, image, rec := d.src, d.img.Name, end.Build
 	m := metrics.DIBBuild{Image: image, Ran: d.res.ran, ExitCode: d.res.exitCode, TimedOut: d.res.timedOut,
 		Duration: time.Since(d.began), Err: end.Err}
 	if !end.Recorded {

@@ -103,6 +103,11 @@ func (b *Source) Images() map[string]time.Duration {
 // of the lock may have just built the image and cleared its request, which a
 // lagging listing may not show yet.
 func (b *Source) Due(ctx context.Context, image string, look source.Look) (source.Work, error) {
+	return b.due(ctx, image, look, false)
+}
+
+// due is Due, before the image's build lock or under it (Recheck).
+func (b *Source) due(ctx context.Context, image string, look source.Look, locked bool) (source.Work, error) {
 	img := b.opts.Config.DiskImage(image)
 	if img == nil {
 		return source.Work{}, fmt.Errorf("check whether %s is due: %w", image, ErrUnknownImage)
@@ -112,7 +117,7 @@ func (b *Source) Due(ctx context.Context, image string, look source.Look) (sourc
 		reason += " (request " + look.Request + ")"
 	}
 	if !look.Asked {
-		why, back, err := b.checkAt(ctx, image, look.Locked())
+		why, back, err := b.checkAt(ctx, image, locked)
 		switch {
 		case err != nil:
 			return source.Work{}, err
@@ -123,15 +128,13 @@ func (b *Source) Due(ctx context.Context, image string, look source.Look) (sourc
 		}
 		reason = why
 	}
-	d := &build{img: img, formats: buildFormats(b.opts.Config, image)}
 	return source.Work{
 		Reason: reason,
 		Slot:   true,
 		// The builder's own pid until DIB has one: the record must name a live process.
 		New: store.Build{Image: image, Source: store.SourceDIB, PID: os.Getpid(),
 			Username: img.Username, PythonPath: img.PythonPath, ShellType: img.ShellType},
-		Done: func(ctx context.Context, end source.End) error { return b.finished(ctx, d, end) },
-		Data: d,
+		Job: &build{src: b, img: img, look: look, formats: buildFormats(b.opts.Config, image)},
 	}, nil
 }
 

@@ -22,7 +22,6 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/qemuimg"
-	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 )
@@ -158,397 +157,6 @@ const noNewBuild = "no new Zuul build"
 // format is missing, a checksum does not match); it is not fetched again.
 var ErrRefused = errors.New("zuul build refused")
 
-// fetch is a Zuul build to fetch, as a poll found it.
-type fetch struct {
-	zi     *config.ZuulImage
-	zb     zuulapi.Build
-	needed []string // the formats to fetch
-	asked  bool     // an operator asked for a build
-}
-
-// Due polls one zuul-image: when Zuul has a successful build newer than the
-// last one settled, its needed formats are to be fetched into a new build, and
-// the poll cursor moves when it is ready. When the newest build is the one
-// already ingested but lacks a format that is now needed (a provider was
-// added), that format is to be fetched into it. Zuul is asked before the
-// image's lock; under it, the state is read again and Zuul's answer kept.
-//
-// An operator's request (a gearman job) is answered with the build of Zuul's
-// newest successful build: fetched now (the request is recorded on it), or the
-// one fetched before; an error says why there is none.
-func (p *Poller) Due(ctx context.Context, image string, look source.Look) (source.Work, error) {
-	w, err := p.due(ctx, image, look)
-	if err != nil || !look.Asked || w.Skip == "" {
-		return w, err
-	}
-	if !strings.HasPrefix(w.Skip, noNewBuild) {
-		return source.Work{}, fmt.Errorf("fetch %s: %s", image, w.Skip)
-	}
-	b, err := p.settledBuild(ctx, image)
-	if err != nil {
-		return source.Work{}, err
-	}
-	return source.Work{Have: &b}, nil
-}
-
-// settledBuild is the ready build of the Zuul build the image's cursor settled.
-func (p *Poller) settledBuild(ctx context.Context, image string) (store.Build, error) {
-	cur, err := p.opts.Store.Cursor(ctx, image)
-	if err != nil {
-		return store.Build{}, err
-	}
-	if cur.Outcome != "ready" {
-		return store.Build{}, fmt.Errorf("fetch %s: Zuul's newest build %s was refused: %s", image, cur.ZuulUUID, cur.Reason)
-	}
-	builds, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: image, State: store.Ready})
-	if err != nil {
-		return store.Build{}, err
-	}
-	for _, b := range builds {
-		if b.Zuul.UUID == cur.ZuulUUID {
-			return b, nil
-		}
-	}
-	return store.Build{}, fmt.Errorf("fetch %s: Zuul's newest build %s was fetched, but its build is no longer ready", image, cur.ZuulUUID)
-}
-
-func (p *Poller) due(ctx context.Context, image string, look source.Look) (source.Work, error) {
-	if look.Locked() {
-		return p.dueLocked(ctx, look.Seen.Data.(*fetch))
-	}
-	zi := p.opts.Config.ZuulImage(image)
-	if zi == nil {
-		return source.Work{}, fmt.Errorf("poll %s: not a zuul-image", image)
-	}
-	needed := p.opts.Config.NeededFormats(image)
-	if len(needed) == 0 {
-		return source.NotDue("no provider lists it and it has no formats"), nil
-	}
-	client, ok := p.opts.Clients[image]
-	if !ok {
-		return source.Work{}, fmt.Errorf("poll %s: no Zuul client", image)
-	}
-	project, err := p.projectName(ctx, zi, client)
-	if err != nil {
-		p.opts.Metrics.Failed(metrics.StepPoll, err)
-		return source.Work{}, err
-	}
-	q := zuulapi.Successful(project, zi.Branch, zi.Job, zi.Pipelines)
-	q.Limit = 1
-	if !zi.AllowUnmergedChanges {
-		// Builds of changes are passed over: look a little further back for the
-		// newest build of merged code.
-		q.Limit = mergedWindow
-	}
-	zbs, err := client.Builds(ctx, q)
-	if err != nil {
-		p.opts.Metrics.Failed(metrics.StepPoll, err)
-		return source.Work{}, fmt.Errorf("poll %s: ask Zuul for builds of %s: %w", image, zi.Job, err)
-	}
-	p.opts.Metrics.Polled(image)
-	zbs = p.answers(image, q, zbs)
-	if len(zbs) == 0 {
-		return source.NotDue("Zuul has no successful build of job " + zi.Job), nil
-	}
-	zb, ok := p.newestAllowed(zi, zbs)
-	if !ok {
-		return source.NotDue(fmt.Sprintf("Zuul's newest %d successful builds of job %s are all of unmerged changes; "+
-			"set pipelines to those that run on merged code (periodic, post), or allow-unmerged-changes", len(zbs), zi.Job)), nil
-	}
-	f := &fetch{zi: zi, zb: zb, needed: needed, asked: look.Asked}
-	cur, err := p.opts.Store.Cursor(ctx, image)
-	if err != nil {
-		return source.Work{}, err
-	}
-	if judge(cur, zb) != newer {
-		ready, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: zi.Name, State: store.Ready})
-		if err != nil {
-			return source.Work{}, err
-		}
-		if !due(cur, zb, ready, look.Asked) && !marks(cur, zb) && p.missing(ready, zb, needed) == nil {
-			return p.whyNotDue(f, cur, ready), nil // nothing to fetch: it says why
-		}
-	}
-	// One builder fetches a Zuul build under the image's build lock; the
-	// others find it settled when they get the lock.
-	return source.Work{Reason: "Zuul build " + zb.UUID, Data: f}, nil
-}
-
-// dueLocked is Due under the image's build lock, for the Zuul build f the
-// look before the lock found.
-func (p *Poller) dueLocked(ctx context.Context, f *fetch) (source.Work, error) {
-	zi, zb, image := f.zi, f.zb, f.zi.Name
-	cur, err := p.opts.Store.Cursor(ctx, image)
-	if err != nil {
-		return source.Work{}, err
-	}
-	ready, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: image, State: store.Ready})
-	if err != nil {
-		return source.Work{}, err
-	}
-	again := due(cur, zb, ready, f.asked)
-	if again {
-		if again, err = p.gone(ctx, cur); err != nil {
-			return source.Work{}, err
-		}
-	}
-	v := judge(cur, zb)
-	if v != newer && !again {
-		if marks(cur, zb) {
-			if err := p.markBehind(ctx, cur, zb); err != nil {
-				return source.Work{}, err
-			}
-		}
-		if missing := p.missing(ready, zb, f.needed); missing != nil {
-			if _, err := p.waitForHosts(ctx, cur, zi, zb, missing); err != nil {
-				return source.Work{}, err
-			}
-			// Formats newly needed, fetched into the build that is there.
-			b := ready[0]
-			p.log.Info("fetching formats newly needed", "image", image, "build", b.ID, "formats", missing)
-			return source.Work{Reason: "formats newly needed: " + strings.Join(missing, ", "), Into: &b,
-				Data: &fetch{zi: zi, zb: zb, needed: missing}}, nil
-		}
-		return p.whyNotDue(f, cur, ready), nil
-	}
-	switch {
-	case v != newer:
-		p.log.Info("the zuul-image has no ready build: fetching Zuul's newest build again", "image", image,
-			"zuul_build", zb.UUID, "zuul_id", zb.ID)
-	case zb.ID < cur.ZuulID:
-		// Once: the cursor moves to this build.
-		p.log.Warn("Zuul's ids went back: its newest build's id is below the poll cursor's, but it ended later, so it is "+
-			"fetched; Zuul's database was rebuilt, or the cursor came from a hostile answer", "image", image,
-			"zuul_build", zb.UUID, "zuul_id", zb.ID, "cursor_build", cur.ZuulUUID, "cursor_id", cur.ZuulID)
-	}
-	if cur, err = p.waitForHosts(ctx, cur, zi, zb, f.needed); err != nil {
-		return source.Work{}, err
-	}
-	st := p.opts.Store
-	return source.Work{
-		Reason: "new Zuul build " + zb.UUID,
-		// The connection settings of the image's declaration in nodepool.yaml:
-		// the upload records carry them to nodepool-launcher.
-		New: store.Build{
-			Image:    image,
-			Source:   store.SourceZuul,
-			Zuul:     store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: redact.URL(zb.LogURL)},
-			Username: zi.Username, PythonPath: zi.PythonPath, ShellType: zi.ShellType,
-		},
-		// The build becomes ready and the cursor moves in one write, so a
-		// crash leaves either a build to settle and fetch again, or both done.
-		Commit: func(b store.Build) []store.Change {
-			cur := cursorAt(image, zb, store.Ready, "", st.Now())
-			cur.Build = b.ID
-			return []store.Change{store.PutCursor(cur)}
-		},
-		// A build refused for good is settled: the next poll waits for a
-		// newer Zuul build.
-		Abort: func(_ store.Build, err error) []store.Change {
-			var wait *WaitingForHost
-			switch {
-			case errors.As(err, &wait) && wait.Reason != cur.Waiting:
-				// A redirect, or an address a host resolved to: the cursor
-				// says what the build waits for, as the check before does.
-				next := cur
-				next.Image, next.Waiting = image, wait.Reason
-				return []store.Change{store.PutCursor(next)}
-			case !errors.Is(err, ErrRefused):
-				return nil
-			}
-			return []store.Change{store.PutCursor(cursorAt(image, zb, store.Failed, err.Error(), st.Now()))}
-		},
-		Done: func(_ context.Context, end source.End) error {
-			if end.Recorded && (end.Build.State == store.Ready || errors.Is(end.Err, ErrRefused)) {
-				p.prunePartials(image)
-			}
-			return nil
-		},
-		Data: f,
-	}, nil
-}
-
-// waitForHosts checks, under the image's lock, that the artifacts of Zuul
-// build zb that make the needed formats are on hosts the zuul-image allows.
-// When one is not, the build waits: the poll cursor says why (it stays where
-// it is otherwise) and the error is a *WaitingForHost. A cursor that said so
-// of a wait that is over says so no more. It returns the cursor as it now is.
-func (p *Poller) waitForHosts(ctx context.Context, cur store.Cursor, zi *config.ZuulImage, zb zuulapi.Build, needed []string) (store.Cursor, error) {
-	wait := ""
-	if d, err := planDownloads(zi, zb, needed); err == nil {
-		// A build that cannot be planned is refused by its fetch, as ever.
-		if wait, err = checkHosts(zi, zb, d); err != nil {
-			return cur, err
-		}
-	}
-	if wait != cur.Waiting {
-		cur.Image = zi.Name
-		if err := p.opts.Store.SetCursorWaiting(ctx, cur, wait); err != nil {
-			return cur, fmt.Errorf("poll %s: Zuul build %s: %w", zi.Name, zb.UUID, err)
-		}
-		cur.Waiting = wait
-	}
-	if wait != "" {
-		return cur, &WaitingForHost{Image: zi.Name, Reason: wait}
-	}
-	return cur, nil
-}
-
-// Make fetches the formats of the work's Zuul build into w: a new build, or
-// one that lacks formats now needed. Failed, nothing of a new build stays on
-// disk but resumable downloads. A format newly needed that is refused for good
-// (a checksum, an unsafe image) is recorded on the build and not fetched again.
-func (p *Poller) Make(ctx context.Context, work *source.Work, w *store.BuildWriter) error {
-	f := work.Data.(*fetch)
-	if work.Into == nil {
-		p.log.Info("new Zuul build", "image", f.zi.Name, "zuul_build", f.zb.UUID, "zuul_id", f.zb.ID,
-			"end_time", f.zb.EndTime, "formats", f.needed)
-		if err := p.fetch(ctx, f.zi, f.zb, w, f.needed); err != nil {
-			return fmt.Errorf("fetch Zuul build %s of %s: %w", f.zb.UUID, f.zi.Name, err)
-		}
-		return nil
-	}
-	err := p.fetch(ctx, f.zi, f.zb, w, f.needed)
-	var rf *refusedFormat
-	if errors.As(err, &rf) {
-		// Recorded, so that the next poll does not fetch it again.
-		refuse := func(b *store.Build) { b.Refuse(rf.format, rf.err.Error()) }
-		if werr := w.Update(context.WithoutCancel(ctx), refuse); werr != nil {
-			err = errors.Join(err, werr)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("fetch %v of Zuul build %s of %s: %w", f.needed, f.zb.UUID, f.zi.Name, err)
-	}
-	return nil
-}
-
-// verdict is what a poll makes of Zuul's newest build against the cursor.
-type verdict int
-
-const (
-	// settled: the cursor's build, or one that is not newer than it.
-	settled verdict = iota
-	// newer: a build to fetch.
-	newer
-	// behind: not newer, and its id not above the cursor's either, though it
-	// is another build: Zuul's ids restarted (its database was rebuilt or
-	// restored) or the cursor came from a hostile answer.
-	behind
-)
-
-// judge tells whether zb, Zuul's newest build, is new to the cursor. It is
-// when there is no cursor, when its id is above the cursor's, or when it is
-// another build than the cursor's that ended later: Zuul's ids alone are not
-// trusted, as a database rebuilt starts them again and one hostile answer may
-// push the cursor to any id. A cursor recorded without an end time is
-// compared by when it was recorded.
-func judge(cur store.Cursor, zb zuulapi.Build) verdict {
-	switch {
-	case cur.ZuulID == 0 && cur.ZuulUUID == "":
-		return newer
-	case zb.UUID == cur.ZuulUUID:
-		return settled
-	case zb.ID > cur.ZuulID:
-		return newer
-	}
-	since := cur.ZuulEndTime
-	if since.IsZero() {
-		since = cur.Time
-	}
-	if !zb.EndTime.IsZero() && zb.EndTime.After(since) {
-		return newer
-	}
-	return behind
-}
-
-// due tells whether Zuul's newest build zb is to be fetched again though the
-// cursor has settled it: the zuul-image has no ready build left (all were
-// deleted), as a diskimage with none is built. A build refused for good is not
-// fetched again; nor is one whose build another program deleted, unless an
-// operator asks: fetched again, it would be deleted again.
-func due(cur store.Cursor, zb zuulapi.Build, ready []store.Build, asked bool) bool {
-	if len(ready) > 0 {
-		return false
-	}
-	if cur.ZuulUUID == zb.UUID {
-		switch cur.Outcome {
-		case string(store.Failed):
-			return false
-		case store.OutcomeLost:
-			return asked
-		}
-	}
-	return true
-}
-
-// gone tells, reading the state itself, whether the build the cursor's Zuul
-// build became is gone, released by a builder of ours. The ready builds come from a cache, which in ZooKeeper
-// may not have seen yet a build another builder made a moment ago, before it
-// let go of the image's lock: the cursor, read afresh, names that build. A
-// cursor that names none (a refusal, or recorded before builds were named) is
-// taken at its word.
-func (p *Poller) gone(ctx context.Context, cur store.Cursor) (bool, error) {
-	if cur.Build == "" {
-		return true, nil
-	}
-	b, err := p.opts.Store.Build(ctx, cur.Build)
-	switch {
-	case errors.Is(err, store.ErrNotFound) && p.opts.Store.Owns(cur.Image, cur.Build):
-		// Its record went though no builder of ours released it: another
-		// program deleted it, which the tidy-up settles on the cursor.
-		return false, nil
-	case errors.Is(err, store.ErrNotFound):
-		return true, nil
-	case err != nil:
-		return false, err
-	}
-	if b.State == store.Deleting && !b.Released() && p.opts.Store.Owns(b.Image, b.ID) {
-		return false, nil // another program marked it deleting: as above, once it is gone
-	}
-	return b.State != store.Ready, nil
-}
-
-// marks tells whether the cursor's mark of Zuul being behind it is not what
-// Zuul's newest build zb says: it is to be set, moved or cleared.
-func marks(cur store.Cursor, zb zuulapi.Build) bool {
-	if judge(cur, zb) == behind {
-		return cur.BehindID != zb.ID
-	}
-	return cur.BehindID != 0
-}
-
-// markBehind records on the cursor, under the image's build lock, whether
-// Zuul's newest build zb is behind it, and logs the change once.
-func (p *Poller) markBehind(ctx context.Context, cur store.Cursor, zb zuulapi.Build) error {
-	var behindID int64
-	if judge(cur, zb) == behind {
-		behindID = zb.ID
-		p.log.Warn("Zuul's newest build is behind the poll cursor: its id is below the cursor's and it ended no later, "+
-			"so it is not fetched; builds that end later are. If Zuul's database was rebuilt or restored, or the cursor "+
-			"is wrong, run zuul-cursor-reset for the image", "image", cur.Image, "zuul_build", zb.UUID, "zuul_id", zb.ID,
-			"cursor_build", cur.ZuulUUID, "cursor_id", cur.ZuulID)
-	} else {
-		p.log.Info("Zuul's newest build is no longer behind the poll cursor", "image", cur.Image, "zuul_build", zb.UUID, "zuul_id", zb.ID)
-	}
-	if err := p.opts.Store.MarkZuulBehind(ctx, cur, behindID); err != nil {
-		return fmt.Errorf("poll %s: %w", cur.Image, err)
-	}
-	return nil
-}
-
-// cursorAt is the cursor that settles zb, at now: its end time no later than
-// now, so that a hostile answer's end time far ahead does not hide the builds
-// that follow it.
-func cursorAt(image string, zb zuulapi.Build, outcome store.State, reason string, now time.Time) store.Cursor {
-	end := zb.EndTime
-	if end.After(now) {
-		end = now
-	}
-	return store.Cursor{Image: image, ZuulID: zb.ID, ZuulUUID: zb.UUID, ZuulEndTime: end, Outcome: string(outcome),
-		Reason: reason, Time: now}
-}
-
 // answers keeps the builds Zuul answered that are what q asks for, in Zuul's
 // order: its filtering is not relied on. Builds beyond q's limit are not
 // looked at. The first maxLoggedSkips builds skipped are logged, and why, with
@@ -613,60 +221,6 @@ func (p *Poller) newestAllowed(zi *config.ZuulImage, zbs []zuulapi.Build) (zuula
 			"pipeline", zb.Pipeline, "change", zb.Ref.Change)
 	}
 	return zuulapi.Build{}, false
-}
-
-// prunePartials drops the image's partial downloads once its cursor has moved:
-// the Zuul builds they belong to will not be fetched again.
-func (p *Poller) prunePartials(image string) {
-	if err := p.opts.Store.RemovePartials(image, ""); err != nil {
-		p.log.Warn("could not remove stale partial downloads", "image", image, "error", err)
-	}
-}
-
-// whyNotDue says why nothing is fetched for Zuul's newest build zb, which the
-// cursor has settled, and the image's builds lack nothing they can have.
-func (p *Poller) whyNotDue(f *fetch, cur store.Cursor, ready []store.Build) source.Work {
-	why := noNewBuild
-	if len(ready) > 0 && ready[0].Zuul.UUID == f.zb.UUID && ready[0].BuilderID == p.opts.Store.BuilderID() {
-		var refused []string
-		for _, format := range f.needed {
-			if reason, ok := ready[0].Refused[format]; ok {
-				refused = append(refused, format+" ("+reason+")")
-			}
-		}
-		if len(refused) > 0 {
-			why += "; refused in the newest: " + strings.Join(refused, "; ")
-		}
-	}
-	if why == noNewBuild && cur.ZuulUUID == f.zb.UUID && cur.Outcome == store.OutcomeLost && len(ready) == 0 {
-		why = fmt.Sprintf("%s: the build Zuul's newest build %s became was deleted by another program (%s); it is "+
-			"fetched again when Zuul has a newer build, or now with image-build", noNewBuild, f.zb.UUID, cur.Reason)
-	}
-	if why == noNewBuild && judge(cur, f.zb) == behind {
-		why = fmt.Sprintf("%s: Zuul's newest build %s (id %d) is behind the poll cursor (id %d); see zuul-cursor-reset",
-			noNewBuild, f.zb.UUID, f.zb.ID, cur.ZuulID)
-	}
-	return source.NotDue(why)
-}
-
-// missing is the needed formats that this builder's build of the newest Zuul
-// build, among the image's ready builds, lacks and has not refused: they are
-// fetched into it. nil when it lacks none, or the newest build is another
-// builder's, whose files are on its host.
-func (p *Poller) missing(ready []store.Build, zb zuulapi.Build, needed []string) []string {
-	if len(ready) == 0 || ready[0].Zuul.UUID != zb.UUID || ready[0].BuilderID != p.opts.Store.BuilderID() {
-		return nil
-	}
-	var missing []string
-	for _, f := range needed {
-		if _, refused := ready[0].Refused[f]; refused {
-			continue
-		}
-		if file, ok := ready[0].File(f); !ok || !file.Present {
-			missing = append(missing, f)
-		}
-	}
-	return missing
 }
 
 // refusedFormat is a format of a Zuul build refused for good; err wraps ErrRefused.
@@ -756,6 +310,35 @@ func checkHosts(zi *config.ZuulImage, zb zuulapi.Build, d downloads) (string, er
 		}
 	}
 	return "", nil
+}
+
+// Make fetches the formats of the job's Zuul build into w: a new build, or
+// one that lacks formats now needed. Failed, nothing of a new build stays on
+// disk but resumable downloads. A format newly needed that is refused for good
+// (a checksum, an unsafe image) is recorded on the build and not fetched again.
+func (f *fetch) Make(ctx context.Context, w *store.BuildWriter) error {
+	p := f.p
+	if !f.into {
+		p.log.Info("new Zuul build", "image", f.zi.Name, "zuul_build", f.zb.UUID, "zuul_id", f.zb.ID,
+			"end_time", f.zb.EndTime, "formats", f.needed)
+		if err := p.fetch(ctx, f.zi, f.zb, w, f.needed); err != nil {
+			return fmt.Errorf("fetch Zuul build %s of %s: %w", f.zb.UUID, f.zi.Name, err)
+		}
+		return nil
+	}
+	err := p.fetch(ctx, f.zi, f.zb, w, f.needed)
+	var rf *refusedFormat
+	if errors.As(err, &rf) {
+		// Recorded, so that the next poll does not fetch it again.
+		refuse := func(b *store.Build) { b.Refuse(rf.format, rf.err.Error()) }
+		if werr := w.Update(context.WithoutCancel(ctx), refuse); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("fetch %v of Zuul build %s of %s: %w", f.needed, f.zb.UUID, f.zi.Name, err)
+	}
+	return nil
 }
 
 // fetch downloads each needed format once, verified and in place, and records it.

@@ -61,7 +61,7 @@ func (r *Runner) recover(ctx context.Context, src Source, bd store.Build) error 
 		}
 	}
 	r.log.Warn("build was interrupted; removing its files", "build", cur.Name())
-	if _, err := r.opts.Store.WriterOf(cur).Abort(ctx, InterruptedReason); err != nil && !errors.Is(err, store.ErrConflict) {
+	if _, err := r.opts.Store.WriterOf(cur).Abort(ctx, InterruptedReason, nil); err != nil && !errors.Is(err, store.ErrConflict) {
 		return err
 	}
 	return nil

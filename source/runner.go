@@ -145,14 +145,12 @@ func (r *Runner) run(ctx context.Context, src Source, image string, look Look) (
 	if res, stop, err := r.pausedStop(ctx, image, look); stop {
 		return res, err
 	}
-	first := work
-	look.Seen = &first
-	if work, err = src.Due(ctx, image, look); err == nil && work.due() {
+	if work, err = work.Job.Recheck(ctx); err == nil && work.due() {
 		if look.Asked {
 			// So that the same request made again finds the build.
 			work.New.Request = look.Request
 		}
-		work.Have, err = r.make(ctx, src, image, &work)
+		work.Have, err = r.make(ctx, image, work)
 	}
 	if errors.Is(err, diskspace.ErrNoSpace) {
 		wait := r.space.fail(image, r.opts.Now())
@@ -206,13 +204,13 @@ func (r *Runner) paused(ctx context.Context, image string) (string, error) {
 // lost) leaves the build as recorded, building, for recovery, which takes the
 // lock again. It returns the build the work made ready, if any: a new build
 // may come with a failure of the housekeeping after it.
-func (r *Runner) make(ctx context.Context, src Source, image string, work *Work) (*store.Build, error) {
-	st := r.opts.Store
+func (r *Runner) make(ctx context.Context, image string, work Work) (*store.Build, error) {
+	st, job := r.opts.Store, work.Job
 	if work.Into != nil {
 		w := st.WriterOf(*work.Into)
-		err := src.Make(ctx, work, w)
+		err := job.Make(ctx, w)
 		built := w.Build()
-		if err = errors.Join(err, r.done(context.WithoutCancel(ctx), work, End{Build: built, Err: err, Recorded: true})); err != nil {
+		if err = errors.Join(err, job.Done(context.WithoutCancel(ctx), End{Build: built, Err: err, Recorded: true})); err != nil {
 			return nil, err
 		}
 		return &built, nil
@@ -222,7 +220,7 @@ func (r *Runner) make(ctx context.Context, src Source, image string, work *Work)
 	if err != nil {
 		return nil, fmt.Errorf("build %s: %w", image, err)
 	}
-	err = src.Make(ctx, work, w)
+	err = job.Make(ctx, w)
 	// The outcome is recorded even when ctx ended the work, but never once
 	// the image's lock is lost: another builder may hold it by now.
 	wctx := context.WithoutCancel(ctx)
@@ -234,23 +232,15 @@ func (r *Runner) make(ctx context.Context, src Source, image string, work *Work)
 	case store.LockLost(ctx):
 		unknown = store.ErrLockLost
 	case err == nil:
-		var changes []store.Change
-		if work.Commit != nil {
-			changes = work.Commit(w.Build())
-		}
-		if _, cerr := w.Commit(wctx, changes...); errors.Is(cerr, store.ErrConflict) {
+		if _, cerr := w.Commit(wctx, job.Cursor(w.Build(), nil)); errors.Is(cerr, store.ErrConflict) {
 			err = cerr // not written, for sure: someone else changed the record
 		} else if cerr != nil {
 			unknown = cerr
 		}
 	}
 	if err != nil && unknown == nil {
-		var changes []store.Change
-		if work.Abort != nil {
-			changes = work.Abort(w.Build(), err)
-		}
 		// The record first: a build recorded failed is never uploaded from.
-		failed, aerr := w.Abort(wctx, err.Error(), changes...)
+		failed, aerr := w.Abort(wctx, err.Error(), job.Cursor(w.Build(), err))
 		switch {
 		case failed.State != store.Failed:
 			unknown = aerr // the failure is not recorded: the build stays as it is, for recovery
@@ -262,9 +252,9 @@ func (r *Runner) make(ctx context.Context, src Source, image string, work *Work)
 	if unknown != nil {
 		err = fmt.Errorf("build %s: its outcome could not be recorded, the builder settles it on its next pass: %w",
 			built.Name(), errors.Join(err, unknown))
-		return nil, errors.Join(err, r.done(wctx, work, End{Build: built, Err: err}))
+		return nil, errors.Join(err, job.Done(wctx, End{Build: built, Err: err}))
 	}
-	after := r.done(wctx, work, End{Build: built, Err: err, Recorded: true})
+	after := job.Done(wctx, End{Build: built, Err: err, Recorded: true})
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("build %s: %w", built.Name(), errors.Join(err, after))
@@ -272,13 +262,4 @@ func (r *Runner) make(ctx context.Context, src Source, image string, work *Work)
 		return &built, fmt.Errorf("build %s is ready, but: %w", built.Name(), after)
 	}
 	return &built, nil
-}
-
-// done tells the work's source how it ended, and returns what its
-// housekeeping says.
-func (r *Runner) done(ctx context.Context, work *Work, end End) error {
-	if work.Done == nil {
-		return nil
-	}
-	return work.Done(ctx, end)
 }

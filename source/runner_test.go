@@ -25,17 +25,35 @@ import (
 // it is asked and told.
 type fake struct {
 	mu sync.Mutex
-	// due, when set, answers Due; otherwise every look finds a new build due
-	// (work).
-	due func(ctx context.Context, image string, look Look) (Work, error)
+	// due, when set, answers Due and its job's Recheck; otherwise every look
+	// finds a new build due (work).
+	due func(ctx context.Context, image string, look fakeLook) (Work, error)
 	// make, when set, makes the files; otherwise one qcow2 file is made.
 	make func(ctx context.Context, w *store.BuildWriter) error
 
-	looks   map[string][]Look
+	looks   map[string][]fakeLook
 	made    []string // the image of each Make, in order
 	commits []store.Build
 	aborts  []aborted
 	ends    []End
+}
+
+// fakeLook is one look of the fake: Due's, or its job's Recheck, under the
+// image's lock, with the work the look before found (Seen).
+type fakeLook struct {
+	Look
+	Seen *Work
+}
+
+func (l fakeLook) Locked() bool { return l.Seen != nil }
+
+// fakeJob is the fake's job: the look that found it, and what the test tags
+// it with.
+type fakeJob struct {
+	f     *fake
+	image string
+	look  Look
+	tag   string
 }
 
 type aborted struct {
@@ -43,13 +61,17 @@ type aborted struct {
 	err   error
 }
 
-func newFake() *fake { return &fake{looks: map[string][]Look{}} }
+func newFake() *fake { return &fake{looks: map[string][]fakeLook{}} }
 
 func (f *fake) Images() map[string]time.Duration { return nil }
 
 func (f *fake) Abandon(context.Context, store.Build) error { return nil }
 
 func (f *fake) Due(ctx context.Context, image string, look Look) (Work, error) {
+	return f.look(ctx, image, fakeLook{Look: look})
+}
+
+func (f *fake) look(ctx context.Context, image string, look fakeLook) (Work, error) {
 	f.mu.Lock()
 	f.looks[image] = append(f.looks[image], look)
 	due := f.due
@@ -60,7 +82,14 @@ func (f *fake) Due(ctx context.Context, image string, look Look) (Work, error) {
 	return f.work(image, look), nil
 }
 
-func (f *fake) Make(ctx context.Context, work *Work, w *store.BuildWriter) error {
+// Recheck looks again, with the work of the look before.
+func (j *fakeJob) Recheck(ctx context.Context) (Work, error) {
+	seen := Work{Job: j}
+	return j.f.look(ctx, j.image, fakeLook{Look: j.look, Seen: &seen})
+}
+
+func (j *fakeJob) Make(ctx context.Context, w *store.BuildWriter) error {
+	f := j.f
 	f.mu.Lock()
 	f.made = append(f.made, w.Build().Image)
 	mk := f.make
@@ -71,35 +100,38 @@ func (f *fake) Make(ctx context.Context, work *Work, w *store.BuildWriter) error
 	return writeFile(ctx, w, "qcow2")
 }
 
-// work is a new build of image, due, whose commit moves the image's cursor
-// to it and whose abort records the failure in the cursor; the fake records
-// each, and how the work ended.
-func (f *fake) work(image string, look Look) Work {
+// Cursor moves the image's cursor to a ready build, or records the failure
+// in it; the fake records each.
+func (j *fakeJob) Cursor(b store.Build, err error) *store.Cursor {
+	f := j.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil {
+		f.commits = append(f.commits, b)
+		return &store.Cursor{Image: j.image, Outcome: "ready", Build: b.ID}
+	}
+	f.aborts = append(f.aborts, aborted{b, err})
+	return &store.Cursor{Image: j.image, Outcome: "failed", Reason: err.Error()}
+}
+
+func (j *fakeJob) Done(_ context.Context, end End) error {
+	f := j.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ends = append(f.ends, end)
+	return nil
+}
+
+// work is a new build of image, due, by a job of the look.
+func (f *fake) work(image string, look fakeLook) Work {
 	return Work{
 		Reason: "the test asks",
 		New:    store.Build{Image: image, Source: store.SourceDIB},
-		Commit: func(b store.Build) []store.Change {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			f.commits = append(f.commits, b)
-			return []store.Change{store.PutCursor(store.Cursor{Image: image, Outcome: "ready", Build: b.ID})}
-		},
-		Abort: func(b store.Build, err error) []store.Change {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			f.aborts = append(f.aborts, aborted{b, err})
-			return []store.Change{store.PutCursor(store.Cursor{Image: image, Outcome: "failed", Reason: err.Error()})}
-		},
-		Done: func(_ context.Context, end End) error {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			f.ends = append(f.ends, end)
-			return nil
-		},
+		Job:    &fakeJob{f: f, image: image, look: look.Look},
 	}
 }
 
-func (f *fake) setDue(due func(ctx context.Context, image string, look Look) (Work, error)) {
+func (f *fake) setDue(due func(ctx context.Context, image string, look fakeLook) (Work, error)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.due = due
@@ -111,7 +143,7 @@ func (f *fake) setMake(mk func(ctx context.Context, w *store.BuildWriter) error)
 	f.make = mk
 }
 
-func (f *fake) looksOf(image string) []Look {
+func (f *fake) looksOf(image string) []fakeLook {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.looks[image])
@@ -242,7 +274,7 @@ func (f *fixture) readyBuild(image string) store.Build {
 	if err := writeFile(ctx, w, "qcow2"); err != nil {
 		f.t.Fatal(err)
 	}
-	b, err := w.Commit(ctx)
+	b, err := w.Commit(ctx, nil)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -290,7 +322,7 @@ func mustReady(t *testing.T, s stepped, what string) store.Build {
 // nothing, makes nothing, and says why the source said.
 func TestStepNotDue(t *testing.T) {
 	f := newFixture(t)
-	f.src.setDue(func(context.Context, string, Look) (Work, error) {
+	f.src.setDue(func(context.Context, string, fakeLook) (Work, error) {
 		return NotDue("nothing new since build 7"), nil
 	})
 	res, err := f.step("debian")
@@ -434,17 +466,17 @@ func TestMakeUnrecorded(t *testing.T) {
 	}
 }
 
-// TestDueAgainUnderLock: Due is asked again under the image's build lock,
-// with what the first look found; the second look decides what is made.
+// TestDueAgainUnderLock: the job the first look found is asked again under
+// the image's build lock (Recheck); the second look decides what is made.
 func TestDueAgainUnderLock(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	var lockedLook error // what taking the lock gave, under the second look
 	second := NotDue("made meanwhile by another builder")
-	f.src.setDue(func(ctx context.Context, image string, look Look) (Work, error) {
+	f.src.setDue(func(ctx context.Context, image string, look fakeLook) (Work, error) {
 		if look.Seen == nil {
 			w := f.src.work(image, look)
-			w.Data = "first look"
+			w.Job.(*fakeJob).tag = "first look"
 			return w, nil
 		}
 		held, err := f.st.TryLock(ctx, store.LockKey{Image: image})
@@ -460,7 +492,7 @@ func TestDueAgainUnderLock(t *testing.T) {
 	}
 	f.noneBegun("debian", "a step whose second look found nothing due")
 	looks := f.src.looksOf("debian")
-	if len(looks) != 2 || looks[0].Seen != nil || looks[1].Seen == nil || looks[1].Seen.Data != "first look" {
+	if len(looks) != 2 || looks[0].Seen != nil || looks[1].Seen == nil || looks[1].Seen.Job.(*fakeJob).tag != "first look" {
 		t.Fatalf("looks: %+v; want the second with the first's work", looks)
 	}
 	if !errors.Is(lockedLook, store.ErrHeld) {
@@ -468,7 +500,7 @@ func TestDueAgainUnderLock(t *testing.T) {
 	}
 
 	// Other work under the lock: the second look's is what is made.
-	f.src.setDue(func(_ context.Context, image string, look Look) (Work, error) {
+	f.src.setDue(func(_ context.Context, image string, look fakeLook) (Work, error) {
 		w := f.src.work(image, look)
 		w.New.Request = "first"
 		if look.Locked() {
@@ -606,7 +638,7 @@ func TestPaused(t *testing.T) {
 
 			// Paused after the first look (while the step waits for a
 			// slot, say): nothing is begun under the lock.
-			f.src.setDue(func(_ context.Context, image string, look Look) (Work, error) {
+			f.src.setDue(func(_ context.Context, image string, look fakeLook) (Work, error) {
 				if !look.Locked() {
 					tc.pause(f, true)
 				}
@@ -709,7 +741,7 @@ func TestSlots(t *testing.T) {
 		ctx := context.Background()
 		slots := make(chan struct{}, 1)
 		f.newRunner(slots)
-		f.src.setDue(func(_ context.Context, image string, look Look) (Work, error) {
+		f.src.setDue(func(_ context.Context, image string, look fakeLook) (Work, error) {
 			w := f.src.work(image, look)
 			w.Slot = image != "c"
 			return w, nil
@@ -766,7 +798,7 @@ func TestBuildNow(t *testing.T) {
 	t.Run("have", func(t *testing.T) {
 		f := newFixture(t)
 		have := f.readyBuild("debian")
-		f.src.setDue(func(_ context.Context, image string, look Look) (Work, error) {
+		f.src.setDue(func(_ context.Context, image string, look fakeLook) (Work, error) {
 			if !look.Asked {
 				return NotDue("not asked"), nil
 			}
@@ -804,7 +836,7 @@ func TestBuildNow(t *testing.T) {
 	})
 	t.Run("new", func(t *testing.T) {
 		f := newFixture(t)
-		f.src.setDue(func(_ context.Context, image string, look Look) (Work, error) {
+		f.src.setDue(func(_ context.Context, image string, look fakeLook) (Work, error) {
 			if !look.Asked {
 				return NotDue("not asked"), nil
 			}
@@ -834,7 +866,7 @@ func TestBuildNow(t *testing.T) {
 func TestInto(t *testing.T) {
 	f := newFixture(t)
 	have := f.readyBuild("debian")
-	f.src.setDue(func(_ context.Context, image string, look Look) (Work, error) {
+	f.src.setDue(func(_ context.Context, image string, look fakeLook) (Work, error) {
 		w := f.src.work(image, look)
 		b := have
 		w.Into = &b

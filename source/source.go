@@ -25,24 +25,40 @@ type Source interface {
 	// Images lists the images this source makes under its config, each with
 	// how often it is looked at.
 	Images() map[string]time.Duration
-	// Due looks at an image and says what work it needs now. The core has
-	// checked that the image is not paused. It is asked twice for work it
-	// makes: before the image's build lock, then under it, with look.Seen
-	// what the first look found, to read afresh whatever another builder may
-	// have changed in between.
+	// Due looks at an image, before its build lock, and says what work it
+	// needs now. The core has checked that the image is not paused. Work to
+	// make carries the source's Job, which the core asks again under the lock.
 	//
 	// An error that says due work was held back (a failed build's backoff)
 	// implements NotDone().
 	Due(ctx context.Context, image string, look Look) (Work, error)
-	// Make makes the work's files into w, under the image's build lock:
-	// each file where w.Path says, verified, and recorded with w.Add. The
-	// core commits the build when it returns nil and aborts it otherwise.
-	// An error wrapped by Unrecorded says the build's record could not be
-	// written: the core leaves it to recovery.
-	Make(ctx context.Context, work *Work, w *store.BuildWriter) error
 	// Abandon stops whatever a builder that is gone left running for a
 	// build it recorded as building, before the core removes its files.
 	Abandon(ctx context.Context, b store.Build) error
+}
+
+// Job is a source's own account of one build to make: what its look found,
+// in the source's types, and what it does with it.
+type Job interface {
+	// Recheck looks again, under the image's build lock, at what the look
+	// before the lock found, reading afresh whatever another builder may have
+	// changed in between (the lock's last holder may have just made the
+	// build), and says what work is due now.
+	Recheck(ctx context.Context) (Work, error)
+	// Make makes the work's files into w, under the image's build lock:
+	// each file where w says, verified, and handed to w. The core commits
+	// the build when it returns nil and aborts it otherwise. An error
+	// wrapped by Unrecorded says the build's record could not be written:
+	// the core leaves it to recovery.
+	Make(ctx context.Context, w *store.BuildWriter) error
+	// Cursor is the poll cursor that lands in the write recording the
+	// build's outcome (err nil: ready); nil when none does.
+	Cursor(b store.Build, err error) *store.Cursor
+	// Done is told how the work ended once that is recorded, or once it is
+	// known that it cannot be: for the source's housekeeping (build logs,
+	// requests, partial files, metrics). Its error is reported with the
+	// build's and undoes nothing.
+	Done(ctx context.Context, end End) error
 }
 
 // Look is what Due is asked.
@@ -54,17 +70,11 @@ type Look struct {
 	// so that the same request made again finds it.
 	Asked   bool
 	Request string
-	// Seen is, under the image's build lock, the work the look before the
-	// lock found; nil before the lock.
-	Seen *Work
 }
 
-// Locked tells whether the look is made under the image's build lock.
-func (l Look) Locked() bool { return l.Seen != nil }
-
-// Work is what Due found: nothing due (Skip), a build that answers an
+// Work is what a look found: nothing due (Skip), a build that answers an
 // operator's request as it is (Have), or a build to make: a new one (New) or
-// files to add to one that is there (Into).
+// files to add to one that is there (Into), by Job.
 type Work struct {
 	// Skip says why nothing is due.
 	Skip string
@@ -82,22 +92,12 @@ type Work struct {
 	// Slot: the work takes one of the build slots (builder.build-workers)
 	// while it runs, as a local build does.
 	Slot bool
-	// Commit returns the changes that land in the write that makes the build
-	// ready (a poll cursor); Abort, those that land with a failure (a
-	// refusal's cursor). Either may be nil.
-	Commit func(b store.Build) []store.Change
-	Abort  func(b store.Build, err error) []store.Change
-	// Done is told how the work ended once that is recorded, or once it is
-	// known that it cannot be: for the source's housekeeping (build logs,
-	// requests, partial files, metrics). Its error is reported with the
-	// build's and undoes nothing.
-	Done func(ctx context.Context, end End) error
-	// Data is the source's own: what Due found, for Make and Done.
-	Data any
+	// Job makes the work.
+	Job Job
 }
 
 // due tells whether the work is to be made.
-func (w Work) due() bool { return w.Skip == "" && w.Have == nil }
+func (w Work) due() bool { return w.Skip == "" && w.Have == nil && w.Job != nil }
 
 // NotDue is the work of an image that needs none, and why.
 func NotDue(why string) Work { return Work{Skip: why} }

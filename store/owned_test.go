@@ -23,7 +23,7 @@ func begin(t *testing.T, s *Store, image string) Build {
 	if err := w.Add(ctx, File{Format: "raw", SHA256: "s", MD5: "m", Size: 4}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := w.Commit(ctx)
+	b, err := w.Commit(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestOwnedBuilds(t *testing.T) {
 	if !s.Owns("failed", w.Build().ID) {
 		t.Error("a build begun is not marked")
 	}
-	if _, err := w.Abort(ctx, "elements failed"); err != nil {
+	if _, err := w.Abort(ctx, "elements failed", nil); err != nil {
 		t.Fatal(err)
 	}
 

@@ -98,9 +98,9 @@ func (w *BuildWriter) Update(ctx context.Context, change func(*Build)) error {
 	return nil
 }
 
-// Commit writes the build ready, and changes that must land with it (a poll
-// cursor) in the same write. A file the record names must be present.
-func (w *BuildWriter) Commit(ctx context.Context, changes ...Change) (Build, error) {
+// Commit writes the build ready, and the poll cursor that moves with it, when
+// not nil, in the same write. A file the record names must be present.
+func (w *BuildWriter) Commit(ctx context.Context, cur *Cursor) (Build, error) {
 	for _, f := range w.build.Files {
 		if !f.Present {
 			continue
@@ -116,22 +116,23 @@ func (w *BuildWriter) Commit(ctx context.Context, changes ...Change) (Build, err
 	next := w.build
 	next.SetState(Ready, w.s.now())
 	next.Reason = ""
-	if err := w.s.backend.Write(ctx, append([]Change{PutBuild(&next)}, changes...)...); err != nil {
+	if err := w.s.backend.Write(ctx, withCursor(PutBuild(&next), cur)...); err != nil {
 		return w.build, fmt.Errorf("set build %s %s: %w", w.build.Name(), Ready, err)
 	}
 	w.build = next
 	return next, nil
 }
 
-// Abort writes the build failed with reason, and changes that must land with
-// it in the same write, then removes its files. The write is made even when
-// ctx is done: an aborted build is settled at once, not left to recovery.
-func (w *BuildWriter) Abort(ctx context.Context, reason string, changes ...Change) (Build, error) {
+// Abort writes the build failed with reason, and the poll cursor that records
+// the failure, when not nil, in the same write, then removes its files. The
+// write is made even when ctx is done: an aborted build is settled at once,
+// not left to recovery.
+func (w *BuildWriter) Abort(ctx context.Context, reason string, cur *Cursor) (Build, error) {
 	ctx = context.WithoutCancel(ctx)
 	next := w.build
 	next.SetState(Failed, w.s.now())
 	next.Reason = reason
-	if err := w.s.backend.Write(ctx, append([]Change{PutBuild(&next)}, changes...)...); err != nil {
+	if err := w.s.backend.Write(ctx, withCursor(PutBuild(&next), cur)...); err != nil {
 		return w.build, fmt.Errorf("set build %s %s: %w", w.build.Name(), Failed, err)
 	}
 	w.build = next
@@ -139,6 +140,15 @@ func (w *BuildWriter) Abort(ctx context.Context, reason string, changes ...Chang
 		return next, err
 	}
 	return next, w.s.unmarkOwned(next.Image, next.ID)
+}
+
+// withCursor is the write of a build's change and, when cur is not nil, of the
+// cursor that lands with it.
+func withCursor(build Change, cur *Cursor) []Change {
+	if cur == nil {
+		return []Change{build}
+	}
+	return []Change{build, PutCursor(*cur)}
 }
 
 // own is b with Files and Refused of its own: a change of it that is not

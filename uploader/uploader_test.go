@@ -274,7 +274,7 @@ func (f *fixture) makeBuild(image, format string) store.Build {
 	if err := w.Add(ctx, store.File{Format: format, MD5: hex.EncodeToString(sum[:]), SHA256: "s", Size: int64(len(data))}); err != nil {
 		f.t.Fatal(err)
 	}
-	b, err := w.Commit(ctx)
+	b, err := w.Commit(ctx, nil)
 	if err != nil {
 		f.t.Fatal(err)
 	}

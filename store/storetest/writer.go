@@ -81,16 +81,15 @@ func testBuildWriterCommit(t *testing.T, open Opener) {
 		t.Fatalf("after add: %+v; want a present qcow2 file of %d bytes, still building", b, f.Size)
 	}
 
-	// Ready and the cursor in one write: a commit whose other change cannot
-	// be written writes neither.
-	stale := build(t, s, "other", store.Ready)
-	moved := stale
-	if err := s.raw.SetBuildState(ctx, &moved, store.Deleting, ""); err != nil {
+	// Ready and the cursor in one write: a commit whose build change cannot
+	// be written moves no cursor.
+	touched := w.Build()
+	if err := s.raw.SetBuildState(ctx, &touched, store.Building, "touched"); err != nil {
 		t.Fatal(err)
 	}
 	cur := store.Cursor{Image: "debian", ZuulID: 4, ZuulUUID: "z1", Outcome: "ready", Time: s.Now(), Build: w.Build().ID}
-	if _, err := w.Commit(ctx, store.PutCursor(cur), store.PutBuild(&stale)); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("commit with a stale change: %v, want ErrConflict", err)
+	if _, err := w.Commit(ctx, &cur); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("commit of a changed record: %v, want ErrConflict", err)
 	}
 	if b, _ := s.Build(ctx, w.Build().ID); b.State != store.Building {
 		t.Fatalf("a commit that failed left the build %s", b.State)
@@ -98,7 +97,8 @@ func testBuildWriterCommit(t *testing.T, open Opener) {
 	if c, _ := s.Cursor(ctx, "debian"); c.ZuulID != 0 {
 		t.Fatalf("a commit that failed moved the cursor: %+v", c)
 	}
-	ready, err := w.Commit(ctx, store.PutCursor(cur))
+	w = s.WriterOf(touched)
+	ready, err := w.Commit(ctx, &cur)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func testBuildWriterCommit(t *testing.T, open Opener) {
 	if err := os.Remove(pathOf(t, w2, "raw")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w2.Commit(ctx); err == nil {
+	if _, err := w2.Commit(ctx, nil); err == nil {
 		t.Fatal("a build whose file went was committed")
 	}
 
@@ -158,7 +158,7 @@ func testBuildWriterAbort(t *testing.T, open Opener) {
 	if err := s.raw.SetBuildState(ctx, &other, store.Building, "touched"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Abort(ctx, "why"); !errors.Is(err, store.ErrConflict) {
+	if _, err := w.Abort(ctx, "why", nil); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("abort of a changed record: %v, want ErrConflict", err)
 	}
 	if files := filesOf(t, s, other); len(files) != 4 {
@@ -169,7 +169,7 @@ func testBuildWriterAbort(t *testing.T, open Opener) {
 	cur := store.Cursor{Image: "debian", ZuulID: 5, ZuulUUID: "z2", Outcome: "failed", Reason: "why", Time: s.Now()}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel() // an abort is written even when the work was cancelled
-	failed, err := w.Abort(cctx, "why", store.PutCursor(cur))
+	failed, err := w.Abort(cctx, "why", &cur)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,453 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/redact"
+	"github.com/nodepool-builder/nodepool-builder/metrics"
+	"github.com/nodepool-builder/nodepool-builder/source"
+	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/zuulapi"
+)
+
+// fetch is the poller's job: a Zuul build to fetch, as a poll found it.
+type fetch struct {
+	p      *Poller
+	zi     *config.ZuulImage
+	zb     zuulapi.Build
+	needed []string // the formats to fetch
+	asked  bool     // an operator asked for a build
+	// Found under the image's build lock: the cursor as read, and whether
+	// the formats go into the ready build of zb rather than a new build.
+	cur  store.Cursor
+	into bool
+}
+
+// Due polls one zuul-image: when Zuul has a successful build newer than the
+// last one settled, its needed formats are to be fetched into a new build, and
+// the poll cursor moves when it is ready. When the newest build is the one
+// already ingested but lacks a format that is now needed (a provider was
+// added), that format is to be fetched into it. Zuul is asked before the
+// image's lock; under it (Recheck), the state is read again and Zuul's answer
+// kept.
+//
+// An operator's request (a gearman job) is answered with the build of Zuul's
+// newest successful build: fetched now (the request is recorded on it), or the
+// one fetched before; an error says why there is none.
+func (p *Poller) Due(ctx context.Context, image string, look source.Look) (source.Work, error) {
+	f, why, err := p.poll(ctx, image, look.Asked)
+	switch {
+	case err != nil:
+		return source.Work{}, err
+	case f != nil:
+		return p.due(ctx, f, false)
+	case look.Asked:
+		return source.Work{}, fmt.Errorf("fetch %s: %s", image, why)
+	}
+	return source.NotDue(why), nil
+}
+
+// Recheck is Due under the image's build lock, for the Zuul build the look
+// before the lock found.
+func (f *fetch) Recheck(ctx context.Context) (source.Work, error) { return f.p.due(ctx, f, true) }
+
+// poll asks Zuul for the image's newest successful build it may fetch: a
+// fetch of it, or why there is none.
+func (p *Poller) poll(ctx context.Context, image string, asked bool) (*fetch, string, error) {
+	zi := p.opts.Config.ZuulImage(image)
+	if zi == nil {
+		return nil, "", fmt.Errorf("poll %s: not a zuul-image", image)
+	}
+	needed := p.opts.Config.NeededFormats(image)
+	if len(needed) == 0 {
+		return nil, "no provider lists it and it has no formats", nil
+	}
+	client, ok := p.opts.Clients[image]
+	if !ok {
+		return nil, "", fmt.Errorf("poll %s: no Zuul client", image)
+	}
+	project, err := p.projectName(ctx, zi, client)
+	if err != nil {
+		p.opts.Metrics.Failed(metrics.StepPoll, err)
+		return nil, "", err
+	}
+	q := zuulapi.Successful(project, zi.Branch, zi.Job, zi.Pipelines)
+	q.Limit = 1
+	if !zi.AllowUnmergedChanges {
+		// Builds of changes are passed over: look a little further back for the
+		// newest build of merged code.
+		q.Limit = mergedWindow
+	}
+	zbs, err := client.Builds(ctx, q)
+	if err != nil {
+		p.opts.Metrics.Failed(metrics.StepPoll, err)
+		return nil, "", fmt.Errorf("poll %s: ask Zuul for builds of %s: %w", image, zi.Job, err)
+	}
+	p.opts.Metrics.Polled(image)
+	zbs = p.answers(image, q, zbs)
+	if len(zbs) == 0 {
+		return nil, "Zuul has no successful build of job " + zi.Job, nil
+	}
+	zb, ok := p.newestAllowed(zi, zbs)
+	if !ok {
+		return nil, fmt.Sprintf("Zuul's newest %d successful builds of job %s are all of unmerged changes; "+
+			"set pipelines to those that run on merged code (periodic, post), or allow-unmerged-changes", len(zbs), zi.Job), nil
+	}
+	return &fetch{p: p, zi: zi, zb: zb, needed: needed, asked: asked}, "", nil
+}
+
+// due judges Zuul's newest build f.zb against the image's cursor and builds.
+// Before the image's build lock (locked false) it only tells whether there
+// may be work: one builder fetches a Zuul build, under the lock, and the
+// others find it settled when they get the lock. Under the lock it reads
+// afresh what the cache may not show yet, records on the cursor what it
+// finds (Zuul behind it, a build waiting for a host), and says the work.
+func (p *Poller) due(ctx context.Context, f *fetch, locked bool) (source.Work, error) {
+	image, zb := f.zi.Name, f.zb
+	cur, err := p.opts.Store.Cursor(ctx, image)
+	if err != nil {
+		return source.Work{}, err
+	}
+	v := judge(cur, zb)
+	if v == newer {
+		return p.newBuild(ctx, f, cur, v, locked)
+	}
+	ready, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: image, State: store.Ready})
+	if err != nil {
+		return source.Work{}, err
+	}
+	again := fetchAgain(cur, zb, ready, f.asked)
+	if again && locked {
+		if again, err = p.gone(ctx, cur); err != nil {
+			return source.Work{}, err
+		}
+	}
+	if again {
+		return p.newBuild(ctx, f, cur, v, locked)
+	}
+	missing := p.missing(ready, zb, f.needed)
+	if !locked {
+		if marks(cur, zb) || missing != nil {
+			return source.Work{Reason: "Zuul build " + zb.UUID, Job: f}, nil
+		}
+		return p.notDue(f, cur, ready)
+	}
+	if marks(cur, zb) {
+		if err := p.markBehind(ctx, cur, zb); err != nil {
+			return source.Work{}, err
+		}
+	}
+	if missing == nil {
+		return p.notDue(f, cur, ready)
+	}
+	if _, err := p.waitForHosts(ctx, cur, f.zi, zb, missing); err != nil {
+		return source.Work{}, err
+	}
+	// Formats newly needed, fetched into the build that is there.
+	b := ready[0]
+	p.log.Info("fetching formats newly needed", "image", image, "build", b.ID, "formats", missing)
+	return source.Work{Reason: "formats newly needed: " + strings.Join(missing, ", "), Into: &b,
+		Job: &fetch{p: p, zi: f.zi, zb: zb, needed: missing, cur: cur, into: true}}, nil
+}
+
+// newBuild is the work of fetching Zuul build f.zb into a new build; v is
+// what judge made of it against the cursor cur. Under the image's lock, the
+// hosts of its artifacts are checked first.
+func (p *Poller) newBuild(ctx context.Context, f *fetch, cur store.Cursor, v verdict, locked bool) (source.Work, error) {
+	image, zb := f.zi.Name, f.zb
+	if !locked {
+		return source.Work{Reason: "Zuul build " + zb.UUID, Job: f}, nil
+	}
+	switch {
+	case v != newer:
+		p.log.Info("the zuul-image has no ready build: fetching Zuul's newest build again", "image", image,
+			"zuul_build", zb.UUID, "zuul_id", zb.ID)
+	case zb.ID < cur.ZuulID:
+		// Once: the cursor moves to this build.
+		p.log.Warn("Zuul's ids went back: its newest build's id is below the poll cursor's, but it ended later, so it is "+
+			"fetched; Zuul's database was rebuilt, or the cursor came from a hostile answer", "image", image,
+			"zuul_build", zb.UUID, "zuul_id", zb.ID, "cursor_build", cur.ZuulUUID, "cursor_id", cur.ZuulID)
+	}
+	cur, err := p.waitForHosts(ctx, cur, f.zi, zb, f.needed)
+	if err != nil {
+		return source.Work{}, err
+	}
+	job := *f
+	job.cur = cur
+	zi := f.zi
+	return source.Work{
+		Reason: "new Zuul build " + zb.UUID,
+		// The connection settings of the image's declaration in nodepool.yaml:
+		// the upload records carry them to nodepool-launcher.
+		New: store.Build{
+			Image:    image,
+			Source:   store.SourceZuul,
+			Zuul:     store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: redact.URL(zb.LogURL)},
+			Username: zi.Username, PythonPath: zi.PythonPath, ShellType: zi.ShellType,
+		},
+		Job: &job,
+	}, nil
+}
+
+// notDue says why nothing is fetched for Zuul's newest build f.zb, which the
+// cursor cur has settled. An operator's request is answered with the ready
+// build of that Zuul build, or an error saying why there is none.
+func (p *Poller) notDue(f *fetch, cur store.Cursor, ready []store.Build) (source.Work, error) {
+	if !f.asked {
+		return source.NotDue(p.whyNotDue(f, cur, ready)), nil
+	}
+	image := f.zi.Name
+	if cur.Outcome != string(store.Ready) {
+		return source.Work{}, fmt.Errorf("fetch %s: Zuul's newest build %s was refused: %s", image, cur.ZuulUUID, cur.Reason)
+	}
+	for _, b := range ready {
+		if b.Zuul.UUID == cur.ZuulUUID {
+			return source.Work{Have: &b}, nil
+		}
+	}
+	return source.Work{}, fmt.Errorf("fetch %s: Zuul's newest build %s was fetched, but its build is no longer ready", image, cur.ZuulUUID)
+}
+
+// Cursor is the cursor that lands with the outcome of a new build: on Zuul
+// build f.zb when the build is ready (a crash leaves either a build to settle
+// and fetch again, or both done); on it, failed, when the build was refused
+// for good, so that the next poll waits for a newer Zuul build; saying what
+// the build waits for when a redirect or an address a host resolved to is
+// not allowed, as the check before the fetch does.
+func (f *fetch) Cursor(b store.Build, err error) *store.Cursor {
+	image, now := f.zi.Name, f.p.opts.Store.Now()
+	var wait *WaitingForHost
+	switch {
+	case err == nil:
+		cur := cursorAt(image, f.zb, store.Ready, "", now)
+		cur.Build = b.ID
+		return &cur
+	case errors.As(err, &wait) && wait.Reason != f.cur.Waiting:
+		next := f.cur
+		next.Image, next.Waiting = image, wait.Reason
+		return &next
+	case errors.Is(err, ErrRefused):
+		cur := cursorAt(image, f.zb, store.Failed, err.Error(), now)
+		return &cur
+	}
+	return nil
+}
+
+// Done drops the image's partial downloads once its cursor has moved.
+func (f *fetch) Done(_ context.Context, end source.End) error {
+	if !f.into && end.Recorded && (end.Build.State == store.Ready || errors.Is(end.Err, ErrRefused)) {
+		f.p.prunePartials(f.zi.Name)
+	}
+	return nil
+}
+
+// waitForHosts checks, under the image's lock, that the artifacts of Zuul
+// build zb that make the needed formats are on hosts the zuul-image allows.
+// When one is not, the build waits: the poll cursor says why (it stays where
+// it is otherwise) and the error is a *WaitingForHost. A cursor that said so
+// of a wait that is over says so no more. It returns the cursor as it now is.
+func (p *Poller) waitForHosts(ctx context.Context, cur store.Cursor, zi *config.ZuulImage, zb zuulapi.Build, needed []string) (store.Cursor, error) {
+	wait := ""
+	if d, err := planDownloads(zi, zb, needed); err == nil {
+		// A build that cannot be planned is refused by its fetch, as ever.
+		if wait, err = checkHosts(zi, zb, d); err != nil {
+			return cur, err
+		}
+	}
+	if wait != cur.Waiting {
+		cur.Image = zi.Name
+		if err := p.opts.Store.SetCursorWaiting(ctx, cur, wait); err != nil {
+			return cur, fmt.Errorf("poll %s: Zuul build %s: %w", zi.Name, zb.UUID, err)
+		}
+		cur.Waiting = wait
+	}
+	if wait != "" {
+		return cur, &WaitingForHost{Image: zi.Name, Reason: wait}
+	}
+	return cur, nil
+}
+
+// verdict is what a poll makes of Zuul's newest build against the cursor.
+type verdict int
+
+const (
+	// settled: the cursor's build, or one that is not newer than it.
+	settled verdict = iota
+	// newer: a build to fetch.
+	newer
+	// behind: not newer, and its id not above the cursor's either, though it
+	// is another build: Zuul's ids restarted (its database was rebuilt or
+	// restored) or the cursor came from a hostile answer.
+	behind
+)
+
+// judge tells whether zb, Zuul's newest build, is new to the cursor. It is
+// when there is no cursor, when its id is above the cursor's, or when it is
+// another build than the cursor's that ended later: Zuul's ids alone are not
+// trusted, as a database rebuilt starts them again and one hostile answer may
+// push the cursor to any id. A cursor recorded without an end time is
+// compared by when it was recorded.
+func judge(cur store.Cursor, zb zuulapi.Build) verdict {
+	switch {
+	case cur.ZuulID == 0 && cur.ZuulUUID == "":
+		return newer
+	case zb.UUID == cur.ZuulUUID:
+		return settled
+	case zb.ID > cur.ZuulID:
+		return newer
+	}
+	since := cur.ZuulEndTime
+	if since.IsZero() {
+		since = cur.Time
+	}
+	if !zb.EndTime.IsZero() && zb.EndTime.After(since) {
+		return newer
+	}
+	return behind
+}
+
+// fetchAgain tells whether Zuul's newest build zb is to be fetched again though the
+// cursor has settled it: the zuul-image has no ready build left (all were
+// deleted), as a diskimage with none is built. A build refused for good is not
+// fetched again; nor is one whose build another program deleted, unless an
+// operator asks: fetched again, it would be deleted again.
+func fetchAgain(cur store.Cursor, zb zuulapi.Build, ready []store.Build, asked bool) bool {
+	if len(ready) > 0 {
+		return false
+	}
+	if cur.ZuulUUID == zb.UUID {
+		switch cur.Outcome {
+		case string(store.Failed):
+			return false
+		case store.OutcomeLost:
+			return asked
+		}
+	}
+	return true
+}
+
+// gone tells, reading the state itself, whether the build the cursor's Zuul
+// build became is gone, released by a builder of ours. The ready builds come from a cache, which in ZooKeeper
+// may not have seen yet a build another builder made a moment ago, before it
+// let go of the image's lock: the cursor, read afresh, names that build. A
+// cursor that names none (a refusal, or recorded before builds were named) is
+// taken at its word.
+func (p *Poller) gone(ctx context.Context, cur store.Cursor) (bool, error) {
+	if cur.Build == "" {
+		return true, nil
+	}
+	b, err := p.opts.Store.Build(ctx, cur.Build)
+	switch {
+	case errors.Is(err, store.ErrNotFound) && p.opts.Store.Owns(cur.Image, cur.Build):
+		// Its record went though no builder of ours released it: another
+		// program deleted it, which the tidy-up settles on the cursor.
+		return false, nil
+	case errors.Is(err, store.ErrNotFound):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	if b.State == store.Deleting && !b.Released() && p.opts.Store.Owns(b.Image, b.ID) {
+		return false, nil // another program marked it deleting: as above, once it is gone
+	}
+	return b.State != store.Ready, nil
+}
+
+// marks tells whether the cursor's mark of Zuul being behind it is not what
+// Zuul's newest build zb says: it is to be set, moved or cleared.
+func marks(cur store.Cursor, zb zuulapi.Build) bool {
+	if judge(cur, zb) == behind {
+		return cur.BehindID != zb.ID
+	}
+	return cur.BehindID != 0
+}
+
+// markBehind records on the cursor, under the image's build lock, whether
+// Zuul's newest build zb is behind it, and logs the change once.
+func (p *Poller) markBehind(ctx context.Context, cur store.Cursor, zb zuulapi.Build) error {
+	var behindID int64
+	if judge(cur, zb) == behind {
+		behindID = zb.ID
+		p.log.Warn("Zuul's newest build is behind the poll cursor: its id is below the cursor's and it ended no later, "+
+			"so it is not fetched; builds that end later are. If Zuul's database was rebuilt or restored, or the cursor "+
+			"is wrong, run zuul-cursor-reset for the image", "image", cur.Image, "zuul_build", zb.UUID, "zuul_id", zb.ID,
+			"cursor_build", cur.ZuulUUID, "cursor_id", cur.ZuulID)
+	} else {
+		p.log.Info("Zuul's newest build is no longer behind the poll cursor", "image", cur.Image, "zuul_build", zb.UUID, "zuul_id", zb.ID)
+	}
+	if err := p.opts.Store.MarkZuulBehind(ctx, cur, behindID); err != nil {
+		return fmt.Errorf("poll %s: %w", cur.Image, err)
+	}
+	return nil
+}
+
+// cursorAt is the cursor that settles zb, at now: its end time no later than
+// now, so that a hostile answer's end time far ahead does not hide the builds
+// that follow it.
+func cursorAt(image string, zb zuulapi.Build, outcome store.State, reason string, now time.Time) store.Cursor {
+	end := zb.EndTime
+	if end.After(now) {
+		end = now
+	}
+	return store.Cursor{Image: image, ZuulID: zb.ID, ZuulUUID: zb.UUID, ZuulEndTime: end, Outcome: string(outcome),
+		Reason: reason, Time: now}
+}
+
+// prunePartials drops the image's partial downloads once its cursor has moved:
+// the Zuul builds they belong to will not be fetched again.
+func (p *Poller) prunePartials(image string) {
+	if err := p.opts.Store.RemovePartials(image, ""); err != nil {
+		p.log.Warn("could not remove stale partial downloads", "image", image, "error", err)
+	}
+}
+
+// whyNotDue says why nothing is fetched for Zuul's newest build zb, which the
+// cursor has settled, and the image's builds lack nothing they can have.
+func (p *Poller) whyNotDue(f *fetch, cur store.Cursor, ready []store.Build) string {
+	why := noNewBuild
+	if len(ready) > 0 && ready[0].Zuul.UUID == f.zb.UUID && ready[0].BuilderID == p.opts.Store.BuilderID() {
+		var refused []string
+		for _, format := range f.needed {
+			if reason, ok := ready[0].Refused[format]; ok {
+				refused = append(refused, format+" ("+reason+")")
+			}
+		}
+		if len(refused) > 0 {
+			why += "; refused in the newest: " + strings.Join(refused, "; ")
+		}
+	}
+	if why == noNewBuild && cur.ZuulUUID == f.zb.UUID && cur.Outcome == store.OutcomeLost && len(ready) == 0 {
+		why = fmt.Sprintf("%s: the build Zuul's newest build %s became was deleted by another program (%s); it is "+
+			"fetched again when Zuul has a newer build, or now with image-build", noNewBuild, f.zb.UUID, cur.Reason)
+	}
+	if why == noNewBuild && judge(cur, f.zb) == behind {
+		why = fmt.Sprintf("%s: Zuul's newest build %s (id %d) is behind the poll cursor (id %d); see zuul-cursor-reset",
+			noNewBuild, f.zb.UUID, f.zb.ID, cur.ZuulID)
+	}
+	return why
+}
+
+// missing is the needed formats that this builder's build of the newest Zuul
+// build, among the image's ready builds, lacks and has not refused: they are
+// fetched into it. nil when it lacks none, or the newest build is another
+// builder's, whose files are on its host.
+func (p *Poller) missing(ready []store.Build, zb zuulapi.Build, needed []string) []string {
+	if len(ready) == 0 || ready[0].Zuul.UUID != zb.UUID || ready[0].BuilderID != p.opts.Store.BuilderID() {
+		return nil
+	}
+	var missing []string
+	for _, f := range needed {
+		if _, refused := ready[0].Refused[f]; refused {
+			continue
+		}
+		if file, ok := ready[0].File(f); !ok || !file.Present {
+			missing = append(missing, f)
+		}
+	}
+	return missing
+}
