@@ -24,8 +24,9 @@ func adminCommands() []*cli.Command {
 	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print JSON instead of text", DisableDefaultText: true}
 	return []*cli.Command{
 		{
-			Name:   "image-status",
-			Usage:  "show each image's pause, pending build request and newest ready build",
+			Name: "image-status",
+			Usage: "show each image's pauses, pending build request, newest ready build, last Zuul build and last failed build; " +
+				"and what the daemon runs now: downloads, uploads, builds, gearman jobs, its listener to Zuul's MQTT reports",
 			Flags:  []cli.Flag{jsonFlag},
 			Action: imageStatus,
 		},

@@ -180,7 +180,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			},
 			{
 				Name: "take-over-images-dir",
-				Usage: "make an images-dir that another builder used (a Python nodepool-builder's) this builder's: it " +
+				Usage: "make an images-dir that another builder used (a Python nodepool-builder's, or this builder's with its state lost) this builder's: it " +
 					"becomes that builder, and leaves the files it has no record of as they are; run it once, with both builders stopped",
 				Action: takeOverImagesDir,
 			},
