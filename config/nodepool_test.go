@@ -14,18 +14,18 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
 
-// readmeExample returns the YAML block that follows README's marker
-// "<!-- example: name -->".
-func readmeExample(t *testing.T, name string) string {
+// docsExample returns the YAML block that follows the marker
+// "<!-- example: name -->" in docs/beside-nodepool.md.
+func docsExample(t *testing.T, name string) string {
 	t.Helper()
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "beside-nodepool.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	re := regexp.MustCompile("(?s)<!-- example: " + regexp.QuoteMeta(name) + " -->\n```yaml\n(.*?)```")
-	m := re.FindSubmatch(readme)
+	m := re.FindSubmatch(doc)
 	if m == nil {
-		t.Fatalf("README has no example %s", name)
+		t.Fatalf("docs/beside-nodepool.md has no example %s", name)
 	}
 	return string(m[1])
 }
@@ -36,15 +36,15 @@ type configPair struct {
 }
 
 // ourPairs are the configs the project shows or tests with: the examples,
-// README's, the test data's.
+// the docs', the test data's.
 func ourPairs(t *testing.T) []configPair {
 	dir := t.TempDir()
-	readme := configPair{"README", filepath.Join(dir, "nodepool.yaml"), filepath.Join(dir, BuilderFileName)}
-	writeConfigFile(t, readme.nodepool, readmeExample(t, "nodepool.yaml"))
-	writeConfigFile(t, readme.own, readmeExample(t, "nodepool-builder.yaml"))
+	docs := configPair{"docs", filepath.Join(dir, "nodepool.yaml"), filepath.Join(dir, BuilderFileName)}
+	writeConfigFile(t, docs.nodepool, docsExample(t, "nodepool.yaml"))
+	writeConfigFile(t, docs.own, docsExample(t, "nodepool-builder.yaml"))
 	return []configPair{
 		{"examples", filepath.Join("..", "examples", "nodepool.yaml"), filepath.Join("..", "examples", BuilderFileName)},
-		readme,
+		docs,
 		{"testdata", filepath.Join("testdata", "zuul-images", "nodepool.yaml"), filepath.Join("testdata", "zuul-images", BuilderFileName)},
 	}
 }
