@@ -1,0 +1,76 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestDocsNameEveryKey keeps docs/configuration.md from drifting away from the
+// keys the parser knows: each key list the parser checks mappings against is
+// named, key by key, under the heading of its section.
+func TestDocsNameEveryKey(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "configuration.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	sections := []struct {
+		heading string
+		keys    []string
+	}{
+		{"## `nodepool.yaml` top level", slices.Concat(topKeys, topNodepoolKeys)},
+		{"### `webapp`", webappKeys},
+		{"## `diskimages`", diskImageKeys},
+		{"### Declaring a zuul-image", declarationKeys},
+		{"## `providers`", slices.Concat(providerKeys, providerNodepoolKeys)},
+		{"### A provider's `diskimages`", slices.Concat(providerImageKeys, providerImageNodepoolKeys)},
+		{"### `zookeeper-servers`", zkServerKeys},
+		{"### `zookeeper-tls`", zkTLSKeys},
+		{"## `zuul-images`", zuulImageKeys},
+		{"### `artifacts`", artifactKeys},
+		{"## `builder`", builderKeys},
+		{"### `builder.gearman-servers`", gearmanKeys},
+		{"### `builder.webapp`", builderWebappKeys},
+		{"### `builder.zuul-mqtt`", zuulMQTTKeys},
+	}
+	for _, s := range sections {
+		sec, ok := section(doc, s.heading)
+		if !ok {
+			t.Errorf("docs/configuration.md has no heading %q", s.heading)
+			continue
+		}
+		for _, key := range s.keys {
+			if !strings.Contains(sec, "`"+key+"`") {
+				t.Errorf("docs/configuration.md, %s: key %s is not named (write it as `%s`)", s.heading, key, key)
+			}
+		}
+	}
+	// The top-level keys of the builder's own file are sections of their own.
+	for _, key := range ownKeys {
+		if !strings.Contains(doc, "\n## `"+key+"`\n") {
+			t.Errorf("docs/configuration.md has no section ## `%s`", key)
+		}
+	}
+}
+
+// section returns the text under the heading line heading, up to the next
+// heading of the same or a higher level.
+func section(doc, heading string) (string, bool) {
+	level := strings.IndexFunc(heading, func(r rune) bool { return r != '#' })
+	lines := strings.Split(doc, "\n")
+	for i, l := range lines {
+		if l != heading {
+			continue
+		}
+		for j := i + 1; j < len(lines); j++ {
+			if n := len(lines[j]) - len(strings.TrimLeft(lines[j], "#")); n > 0 && n <= level && strings.HasPrefix(lines[j][n:], " ") {
+				return strings.Join(lines[i+1:j], "\n"), true
+			}
+		}
+		return strings.Join(lines[i+1:], "\n"), true
+	}
+	return "", false
+}
