@@ -25,7 +25,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/zuulmqtt"
 )
 
-// The gearman functions a builder serves (README's Gearman section), each
+// The gearman functions a builder serves (docs/operation.md, Gearman jobs), each
 // followed by its argument: an image name or a build id.
 const (
 	FnBuild  = config.GearmanBuild + ":"
@@ -714,8 +714,8 @@ func (f *flights) do(key string, fn func() (string, error)) (string, error) {
 // the builder poll Zuul once per job. The jobs of an image that come before
 // its poll starts share that poll's answer; the polls they start are spaced
 // by a limiter, as hints are. A job whose poll the limiter holds waits for it
-// (at most one interval, or until its context ends), so that, as README's
-// Gearman section has it, its answer is a build of Zuul's newest build as a
+// (at most one interval, or until its context ends), so that, as
+// docs/operation.md's Gearman jobs has it, its answer is a build of Zuul's newest build as a
 // poll made after the job came sees it, never an older answer.
 type zuulPolls struct {
 	log *slog.Logger

@@ -12,7 +12,7 @@
 // nothing for a failed upload), from STATSD_HOST and STATSD_PORT (default
 // 8125). nodepool has no name for fetching a Zuul-built image, and neither do
 // we. STATSD_PREFIX, which nodepool does not set, prefixes every name with a
-// dot. README's Metrics section lists every name.
+// dot. docs/monitoring.md lists every name.
 package metrics
 
 import (
