@@ -11,10 +11,10 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
-// settled passes on the error of a step's compare-and-set change. A record that
+// skipChanged passes on the error of a step's compare-and-set change. A record that
 // changed meanwhile is left to the next pass, which reads it afresh: that is no
 // failure.
-func (u *Uploader) settled(err error) error {
+func (u *Uploader) skipChanged(err error) error {
 	if errors.Is(err, store.ErrConflict) {
 		u.log.Info("record changed meanwhile; the next pass looks again", "detail", err)
 		return nil
@@ -214,7 +214,7 @@ func (u *Uploader) deleteUpload(ctx context.Context, up store.Upload) error {
 			u.log.Info("deleted cloud image", "upload", up.String(), "external_id", up.ExternalID)
 		}
 	}
-	return u.settled(u.opts.Store.RemoveUpload(ctx, up))
+	return u.skipChanged(u.opts.Store.RemoveUpload(ctx, up))
 }
 
 // errNotOurs: a cloud image an upload record names is not that upload's.
@@ -290,14 +290,14 @@ func (u *Uploader) deleteBuild(ctx context.Context, b store.Build, resp responsi
 				pending = true
 				continue
 			}
-			if err := u.settled(st.RemoveUpload(ctx, up)); err != nil {
+			if err := u.skipChanged(st.RemoveUpload(ctx, up)); err != nil {
 				errs = append(errs, err)
 			}
 			continue
 		case store.Ready:
 			// Finished after its build was released (an upload already under
 			// way then), or its build was released alone: it goes with its build.
-			if err := u.settled(st.MarkUploadDeleting(ctx, &up)); err != nil {
+			if err := u.skipChanged(st.MarkUploadDeleting(ctx, &up)); err != nil {
 				errs = append(errs, err)
 			} else {
 				took = true

@@ -103,7 +103,7 @@ func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
 		if i == 0 && img.Status == "active" {
 			err := u.adopt(ctx, up, img)
 			if err == nil {
-				if err := u.settled(u.opts.Store.MarkUploadReady(ctx, &up, img.ID, img.Name)); err != nil {
+				if err := u.skipChanged(u.opts.Store.MarkUploadReady(ctx, &up, img.ID, img.Name)); err != nil {
 					return err
 				}
 				log.Info("interrupted upload had finished; it is ready", "external_id", img.ID)
@@ -119,7 +119,7 @@ func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
 	}
 	log.Warn("upload was interrupted; it will be retried", "reason", reason)
 	up.ExternalID, up.ExternalName = "", ""
-	return u.settled(u.opts.Store.MarkUploadFailed(ctx, &up, reason, u.opts.Now()))
+	return u.skipChanged(u.opts.Store.MarkUploadFailed(ctx, &up, reason, u.opts.Now()))
 }
 
 // adopt runs the checks an upload passes before it is ready on the image an

@@ -199,7 +199,7 @@ func (u *Uploader) writeRetention(ctx context.Context, plan retention, uploads [
 	for _, r := range plan.uploads {
 		up := r.upload
 		u.log.Info("releasing upload", "upload", up.String(), "external_id", up.ExternalID, "reason", r.why)
-		if err := u.settled(u.opts.Store.MarkUploadDeleting(ctx, &up)); err != nil {
+		if err := u.skipChanged(u.opts.Store.MarkUploadDeleting(ctx, &up)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -207,7 +207,7 @@ func (u *Uploader) writeRetention(ctx context.Context, plan retention, uploads [
 		tally.released(r.upload, r.why)
 	}
 	for _, up := range plan.forget {
-		if err := u.settled(u.opts.Store.RemoveUpload(ctx, up)); err != nil {
+		if err := u.skipChanged(u.opts.Store.RemoveUpload(ctx, up)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -223,7 +223,7 @@ func (u *Uploader) writeRetention(ctx context.Context, plan retention, uploads [
 		}
 		if _, err := u.opts.Store.ReleaseBuildWith(ctx, r.build, taken, r.why); err != nil {
 			// Nothing of it was written: its uploads are not counted released.
-			if err = u.settled(err); err != nil {
+			if err = u.skipChanged(err); err != nil {
 				errs = append(errs, err)
 			}
 			continue
