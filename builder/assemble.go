@@ -20,7 +20,7 @@ import (
 // new parts; work already running keeps the parts it started with.
 type parts struct {
 	cfg      *config.Config
-	sources  map[store.Source]source.Source
+	sources  map[store.SourceName]source.Source
 	uploader *uploader.Uploader
 	// mqtt is the listener of builder.zuul-mqtt, not started; nil without it.
 	// The daemon runs it, or keeps the one it runs when the settings are the same.
@@ -54,7 +54,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 	return &parts{
 		cfg:  cfg,
 		mqtt: listener,
-		sources: map[store.Source]source.Source{
+		sources: map[store.SourceName]source.Source{
 			store.SourceZuul: poller.New(poller.Options{
 				Store:    b.store,
 				Config:   cfg,

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -32,8 +31,8 @@ import (
 // build it left is abandoned) and nothing else; everything else a build needs
 // must come from the core, whatever the source.
 
-// sourceDir is the store.Source of the directory source's builds.
-const sourceDir store.Source = "dir"
+// sourceDir is the store.SourceName of the directory source's builds.
+const sourceDir store.SourceName = "dir"
 
 // dirSource makes images from a directory: <dir>/<image>.raw is an image as it
 // is now. A build is due when no ready build has that file, by checksum, as
@@ -192,65 +191,15 @@ providers:
     diskimages: [{name: dir-a}]
 `
 
-// admitSource lets the rig's SQLite state record builds of a source other
-// than dib and zuul. Its schema names the sources a build may come from (a
-// CHECK on builds.source), so a new source needs a migration that widens it;
-// this makes that change the way SQLite documents for a change that leaves
-// the table's content as it is: the table's SQL is edited in place and the
-// schema's version bumped, so that the store's connections read it again.
-func admitSource(t *testing.T, st *store.Store, src store.Source) {
-	t.Helper()
-	ctx := context.Background()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(st.Dir(), "builder.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	const known = "CHECK (source IN ('dib', 'zuul'))"
-	widened := fmt.Sprintf("CHECK (source IN ('dib', 'zuul', '%s'))", src)
-	exec := func(q string, args ...any) sql.Result {
-		t.Helper()
-		res, err := conn.ExecContext(ctx, q, args...)
-		if err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-		return res
-	}
-	exec("BEGIN IMMEDIATE")
-	var version int
-	if err := conn.QueryRowContext(ctx, "PRAGMA schema_version").Scan(&version); err != nil {
-		t.Fatal(err)
-	}
-	exec("PRAGMA writable_schema = ON")
-	res := exec("UPDATE sqlite_schema SET sql = replace(sql, ?, ?) WHERE type = 'table' AND name = 'builds' AND instr(sql, ?) > 0",
-		known, widened, known)
-	if n, _ := res.RowsAffected(); n != 1 {
-		t.Fatalf("the builds table does not say %s: the schema changed, and this test's stand-in for a migration with it", known)
-	}
-	exec(fmt.Sprintf("PRAGMA schema_version = %d", version+1))
-	exec("PRAGMA writable_schema = OFF")
-	exec("COMMIT")
-	var check string
-	if err := conn.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&check); err != nil || check != "ok" {
-		t.Fatalf("integrity_check after widening builds.source: %q, %v", check, err)
-	}
-}
-
 // newDirRig makes a rig of a config whose only source is a directory source
 // making dir-a, looked at every interval. The rig does not reload its config:
 // a reload would assemble the config's own sources again.
 func newDirRig(t *testing.T, text string, interval time.Duration) (*rig, *dirSource) {
 	t.Helper()
 	r := newRig(t, text, func(o *Options) { o.Read = nil })
-	admitSource(t, r.st, sourceDir)
 	ds := &dirSource{dir: t.TempDir(), st: r.st, images: map[string]time.Duration{"dir-a": interval}}
 	p := *r.b.cur.Load()
-	p.sources = map[store.Source]source.Source{sourceDir: ds}
+	p.sources = map[store.SourceName]source.Source{sourceDir: ds}
 	r.b.cur.Store(&p)
 	return r, ds
 }

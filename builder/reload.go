@@ -36,7 +36,7 @@ type supervisor struct {
 }
 
 type loopKey struct {
-	source store.Source
+	source store.SourceName
 	image  string
 }
 

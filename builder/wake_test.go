@@ -52,7 +52,7 @@ func newGatedRig(t *testing.T) (r *rig, g *gatedSource, k loopKey) {
 	r = newRig(t, twoImages, func(o *Options) { o.Read = nil })
 	g = &gatedSource{images: map[string]time.Duration{"gate-a": time.Hour}, gate: make(chan struct{})}
 	p := *r.b.cur.Load()
-	p.sources = map[store.Source]source.Source{sourceDir: g}
+	p.sources = map[store.SourceName]source.Source{sourceDir: g}
 	r.b.cur.Store(&p)
 	return r, g, loopKey{sourceDir, "gate-a"}
 }

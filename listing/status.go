@@ -22,7 +22,7 @@ const CursorRefused = "refused"
 
 type Image struct {
 	Name     string
-	Source   store.Source
+	Source   store.SourceName
 	PausedBy []string   // store.PausedByConfig, store.PausedByCommand
 	Request  *time.Time // when a build was requested, if one is pending
 	// Building says the request is being honoured: a build of the image started

@@ -71,7 +71,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 	type buildKey struct {
 		image  string
-		source store.Source
+		source store.SourceName
 	}
 	nb := map[buildKey]map[store.State]int{}
 	for _, b := range builds {

@@ -13,7 +13,7 @@ import (
 // left running), then it is recorded failed, InterruptedReason, and its files
 // are removed. sources are the sources of the config in force, by name; a
 // build of a source no longer there is settled all the same.
-func (r *Runner) Recover(ctx context.Context, sources map[store.Source]Source) error {
+func (r *Runner) Recover(ctx context.Context, sources map[store.SourceName]Source) error {
 	st := r.opts.Store
 	builds, err := st.Builds(ctx, store.BuildFilter{State: store.Building})
 	if err != nil {

@@ -29,13 +29,14 @@ var (
 	ErrHeld = errors.New("lock held by another")
 )
 
-// Source says where a build came from.
-type Source string
+// SourceName names the source a build came from, as its record keeps it: a
+// source is one package (a source.Source), and the store lists none of them.
+type SourceName string
 
 // Build sources.
 const (
-	SourceDIB  Source = "dib"
-	SourceZuul Source = "zuul"
+	SourceDIB  SourceName = "dib"
+	SourceZuul SourceName = "zuul"
 )
 
 // State is the state of a build or an upload.
@@ -54,7 +55,7 @@ const (
 type Build struct {
 	ID        string
 	Image     string
-	Source    Source
+	Source    SourceName
 	State     State
 	StateTime time.Time
 	Created   time.Time
@@ -248,7 +249,7 @@ type Cursor struct {
 type BuildFilter struct {
 	Image  string
 	State  State
-	Source Source
+	Source SourceName
 }
 
 // UploadFilter selects uploads; zero fields match everything.

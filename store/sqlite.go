@@ -111,9 +111,21 @@ func (s *SQLite) TryLock(ctx context.Context, key LockKey) (Held, error) {
 	return s.locks.try(key)
 }
 
-var migrations = []string{
+// A migration moves the schema one version on, in the transaction of the
+// migrations that run together.
+type migration func(ctx context.Context, tx *sql.Tx) error
+
+// statements is a migration made of SQL statements alone.
+func statements(q string) migration {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, q)
+		return err
+	}
+}
+
+var migrations = []migration{
 	// 1: the first schema.
-	`
+	statements(`
 CREATE TABLE builds (
 	id            TEXT PRIMARY KEY,
 	image         TEXT NOT NULL,
@@ -168,9 +180,9 @@ CREATE TABLE leak_marks (
 	first_seen  INTEGER NOT NULL,
 	PRIMARY KEY (provider, external_id)
 );
-`,
+`),
 	// 2: admin requests: manual builds and paused images.
-	`
+	statements(`
 CREATE TABLE build_requests (
 	image     TEXT PRIMARY KEY,
 	requested INTEGER NOT NULL
@@ -179,10 +191,10 @@ CREATE TABLE paused_images (
 	image  TEXT PRIMARY KEY,
 	paused INTEGER NOT NULL
 );
-`,
+`),
 	// 3: record versions, for compare-and-set writes; upload ids that are never
 	// used twice for a build and provider, as ZooKeeper's sequence nodes.
-	`
+	statements(`
 ALTER TABLE builds ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE uploads ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
 CREATE TABLE upload_sequences (
@@ -193,9 +205,9 @@ CREATE TABLE upload_sequences (
 );
 INSERT INTO upload_sequences (build_id, provider, last)
 	SELECT build_id, provider, MAX(CAST(id AS INTEGER)) FROM uploads GROUP BY build_id, provider;
-`,
+`),
 	// 4: formats refused for good, per build; the builder id the state belongs to.
-	`
+	statements(`
 CREATE TABLE build_refusals (
 	build_id TEXT NOT NULL REFERENCES builds (id) ON DELETE CASCADE,
 	format   TEXT NOT NULL,
@@ -206,9 +218,9 @@ CREATE TABLE meta (
 	key   TEXT PRIMARY KEY,
 	value TEXT NOT NULL
 );
-`,
+`),
 	// 5: what nodepool records of a build and its uploads for the launcher.
-	`
+	statements(`
 ALTER TABLE builds ADD COLUMN hostname TEXT NOT NULL DEFAULT '';
 ALTER TABLE builds ADD COLUMN username TEXT NOT NULL DEFAULT '';
 ALTER TABLE builds ADD COLUMN python_path TEXT NOT NULL DEFAULT '';
@@ -216,22 +228,56 @@ ALTER TABLE builds ADD COLUMN shell_type TEXT NOT NULL DEFAULT '';
 ALTER TABLE uploads ADD COLUMN username TEXT NOT NULL DEFAULT '';
 ALTER TABLE uploads ADD COLUMN python_path TEXT NOT NULL DEFAULT '';
 ALTER TABLE uploads ADD COLUMN shell_type TEXT NOT NULL DEFAULT '';
-`,
+`),
 	// 6: the request that asked for a build (a gearman job).
-	`
+	statements(`
 ALTER TABLE builds ADD COLUMN request TEXT NOT NULL DEFAULT '';
-`,
+`),
 	// 7: a poll cursor's end time of its Zuul build, Zuul's newest id when it
 	// is behind the cursor, and the build a ready outcome became.
-	`
+	statements(`
 ALTER TABLE poll_cursors ADD COLUMN zuul_end_time INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE poll_cursors ADD COLUMN behind_id INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE poll_cursors ADD COLUMN build_id TEXT NOT NULL DEFAULT '';
-`,
+`),
 	// 8: why a poll cursor's Zuul build waits for the operator.
-	`
+	statements(`
 ALTER TABLE poll_cursors ADD COLUMN waiting TEXT NOT NULL DEFAULT '';
-`,
+`),
+	// 9: any source's name: a source is one package, which the schema does
+	// not list.
+	dropSourceCheck,
+}
+
+// sourceCheck is the constraint the first schema put on builds.source.
+const sourceCheck = " CHECK (source IN ('dib', 'zuul'))"
+
+// dropSourceCheck removes sourceCheck from the builds table as SQLite
+// documents for removing a CHECK constraint: the table's SQL is edited in
+// place, which leaves its rows and the foreign keys that name it as they
+// are, and the schema's version is bumped so that every connection reads the
+// schema again.
+func dropSourceCheck(ctx context.Context, tx *sql.Tx) error {
+	var version int
+	if err := tx.QueryRowContext(ctx, "PRAGMA schema_version").Scan(&version); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "PRAGMA writable_schema = ON"); err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, "UPDATE sqlite_schema SET sql = replace(sql, ?, '') WHERE type = 'table' AND name = 'builds'",
+		sourceCheck)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("the builds table was not found to edit (%d rows, %v)", n, err)
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA schema_version = %d", version+1)); err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, "PRAGMA writable_schema = OFF")
+	return err
 }
 
 func (s *SQLite) migrate(ctx context.Context) error {
@@ -252,7 +298,7 @@ func (s *SQLite) migrate(ctx context.Context) error {
 			return fmt.Errorf("schema version %d is newer than this program knows (%d); use a newer nodepool-builder", v, len(migrations))
 		}
 		for i := v; i < len(migrations); i++ {
-			if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			if err := migrations[i](ctx, tx); err != nil {
 				return fmt.Errorf("migration %d: %w", i+1, err)
 			}
 		}
@@ -565,7 +611,7 @@ func (s *SQLite) queryBuilds(ctx context.Context, q string, args ...any) ([]Buil
 			rows.Close()
 			return nil, fmt.Errorf("list builds: %w", err)
 		}
-		b.Source, b.State = Source(src), State(st)
+		b.Source, b.State = SourceName(src), State(st)
 		b.StateTime, b.Created, b.Zuul.EndTime = fromUnixNano(stateTime), fromUnixNano(created), fromUnixNano(zuulEnd)
 		index[b.ID] = len(out)
 		out = append(out, b)

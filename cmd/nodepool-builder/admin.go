@@ -134,7 +134,7 @@ func oneArg(c *cli.Context, what string) (string, error) {
 }
 
 // knownImage checks that name is an image of the config and says where it comes from.
-func (a *adminSession) knownImage(cmd, name string) (store.Source, error) {
+func (a *adminSession) knownImage(cmd, name string) (store.SourceName, error) {
 	switch {
 	case a.cfg.DiskImage(name) != nil:
 		return store.SourceDIB, nil

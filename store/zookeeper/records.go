@@ -214,7 +214,7 @@ func decodeBuild(image, id string, data []byte, stat *zk.Stat, extra []byte) (st
 		if err := json.Unmarshal(extra, &x); err != nil {
 			return store.Build{}, fmt.Errorf("build %s-%s: our record: %w", image, id, err)
 		}
-		b.Source, b.PID, b.Reason, b.Refused, b.Request = store.Source(x.Source), x.PID, x.Reason, x.Refused, x.Request
+		b.Source, b.PID, b.Reason, b.Refused, b.Request = store.SourceName(x.Source), x.PID, x.Reason, x.Refused, x.Request
 		if x.Created != 0 {
 			b.Created = fromSeconds(x.Created)
 		}
