@@ -133,6 +133,26 @@ func oneArg(c *cli.Context, what string) (string, error) {
 	}
 }
 
+// openImage is openAdmin for a command on one image of the config, named by
+// its single argument (what says what it is): the session, the image and
+// where it comes from.
+func openImage(c *cli.Context, what string) (*adminSession, string, store.SourceName, error) {
+	name, err := oneArg(c, what)
+	if err != nil {
+		return nil, "", "", err
+	}
+	a, err := openAdmin(c, store.Existing)
+	if err != nil {
+		return nil, "", "", err
+	}
+	src, err := a.knownImage(c.Command.Name, name)
+	if err != nil {
+		a.close()
+		return nil, "", "", err
+	}
+	return a, name, src, nil
+}
+
 // knownImage checks that name is an image of the config and says where it comes from.
 func (a *adminSession) knownImage(cmd, name string) (store.SourceName, error) {
 	switch {
@@ -152,19 +172,11 @@ func (a *adminSession) knownImage(cmd, name string) (store.SourceName, error) {
 // imageBuild records a manual build request for a diskimage, as nodepool's
 // image-build does; it refuses images that a build would not be started for.
 func imageBuild(c *cli.Context) error {
-	name, err := oneArg(c, "the name of a diskimage")
-	if err != nil {
-		return err
-	}
-	a, err := openAdmin(c, store.Existing)
+	a, name, src, err := openImage(c, "the name of a diskimage")
 	if err != nil {
 		return err
 	}
 	defer a.close()
-	src, err := a.knownImage("image-build", name)
-	if err != nil {
-		return err
-	}
 	if src == store.SourceZuul {
 		zi := a.cfg.ZuulImage(name)
 		return withCode(exitFailed, fmt.Errorf("image-build: %s is a zuul-image: Zuul job %s in %s builds it, and the builder "+
@@ -201,19 +213,11 @@ func imageBuild(c *cli.Context) error {
 // imagePause pauses or unpauses an image at run time; the config's pause is
 // separate and only the config can lift it.
 func imagePause(c *cli.Context, pause bool) error {
-	name, err := oneArg(c, "the name of an image")
-	if err != nil {
-		return err
-	}
-	a, err := openAdmin(c, store.Existing)
+	a, name, src, err := openImage(c, "the name of an image")
 	if err != nil {
 		return err
 	}
 	defer a.close()
-	src, err := a.knownImage(c.Command.Name, name)
-	if err != nil {
-		return err
-	}
 	if err := a.st.SetPaused(c.Context, name, pause); err != nil {
 		return withCode(exitFailed, err)
 	}
@@ -439,19 +443,11 @@ func alienImageList(c *cli.Context) error {
 // lock, the lock a poll takes to fetch: the next poll takes Zuul's newest
 // successful build as new.
 func zuulCursorReset(c *cli.Context) error {
-	name, err := oneArg(c, "the name of a zuul-image")
-	if err != nil {
-		return err
-	}
-	a, err := openAdmin(c, store.Existing)
+	a, name, src, err := openImage(c, "the name of a zuul-image")
 	if err != nil {
 		return err
 	}
 	defer a.close()
-	src, err := a.knownImage("zuul-cursor-reset", name)
-	if err != nil {
-		return err
-	}
 	zi := a.cfg.ZuulImage(name)
 	if src != store.SourceZuul || zi == nil {
 		return withCode(exitUsage, fmt.Errorf("zuul-cursor-reset: %s is a diskimage, not a zuul-image: it has no poll cursor", name))

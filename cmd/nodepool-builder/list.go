@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -8,31 +9,22 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodepool-builder/nodepool-builder/listing"
+	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
 func imageList(c *cli.Context) error {
-	if err := noArgs(c); err != nil {
-		return err
-	}
-	a, err := openListing(c)
-	if err != nil {
-		return err
-	}
-	defer a.close()
-	rows, err := listing.Uploads(c.Context, a.st)
-	if err != nil {
-		return withCode(exitFailed, err)
-	}
-	if c.Bool("json") {
-		return writeJSON(c.App.Writer, rows)
-	}
-	listing.WriteUploads(c.App.Writer, rows)
-	return nil
+	return list(c, listing.Uploads, listing.WriteUploads)
 }
 
 // dibImageList lists every build. Like nodepool's, it takes no image to list
 // the builds of: an argument is refused rather than ignored.
 func dibImageList(c *cli.Context) error {
+	return list(c, listing.Builds, listing.WriteBuilds)
+}
+
+// list prints the rows a listing reads from the state: as a table, or with
+// --json as JSON.
+func list[R any](c *cli.Context, read func(context.Context, *store.Store) ([]R, error), write func(io.Writer, []R)) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
@@ -41,14 +33,14 @@ func dibImageList(c *cli.Context) error {
 		return err
 	}
 	defer a.close()
-	rows, err := listing.Builds(c.Context, a.st)
+	rows, err := read(c.Context, a.st)
 	if err != nil {
 		return withCode(exitFailed, err)
 	}
 	if c.Bool("json") {
 		return writeJSON(c.App.Writer, rows)
 	}
-	listing.WriteBuilds(c.App.Writer, rows)
+	write(c.App.Writer, rows)
 	return nil
 }
 

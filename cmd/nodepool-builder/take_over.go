@@ -20,8 +20,8 @@ import (
 // under its builder id become this builder's, and the files no build of it
 // records stay as they are.
 func takeOverImagesDir(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return withCode(exitUsage, fmt.Errorf("take-over-images-dir takes no arguments, not %q", c.Args().First()))
+	if err := noArgs(c); err != nil {
+		return err
 	}
 	log, err := newLogger(c)
 	if err != nil {

@@ -16,8 +16,8 @@ import (
 // zookeeperImport copies the images-dir's SQLite state into the config's
 // ZooKeeper, under the images-dir lock, and prints what it did.
 func zookeeperImport(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return withCode(exitUsage, fmt.Errorf("zookeeper-import takes no arguments, not %q", c.Args().First()))
+	if err := noArgs(c); err != nil {
+		return err
 	}
 	log, err := newLogger(c)
 	if err != nil {
