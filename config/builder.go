@@ -224,13 +224,8 @@ func (p *parser) gearmanServers(m *mapping) []GearmanServer {
 		if !ok {
 			continue
 		}
-		g := GearmanServer{Port: DefaultGearmanPort}
-		if gm.require("host", "name the gearman server's host, e.g. host: gearman.example.com") {
-			g.Host, _ = gm.str("host")
-		}
-		if v, ok := gm.integer("port", 1, 65535, "a TCP port number from 1 to 65535"); ok {
-			g.Port = v
-		}
+		var g GearmanServer
+		g.Host, g.Port = gm.hostPort(DefaultGearmanPort, "name the gearman server's host, e.g. host: gearman.example.com")
 		if g.Host != "" {
 			out = append(out, g)
 		}

@@ -53,13 +53,8 @@ func (p *parser) zookeeper(m *mapping) *ZooKeeper {
 		if !ok {
 			continue
 		}
-		s := ZooKeeperServer{Port: DefaultZooKeeperPort}
-		if sm.require("host", "name the ZooKeeper server, e.g. host: zk.example.com") {
-			s.Host, _ = sm.str("host")
-		}
-		if v, ok := sm.integer("port", 1, 65535, "a TCP port number from 1 to 65535"); ok {
-			s.Port = v
-		}
+		var s ZooKeeperServer
+		s.Host, s.Port = sm.hostPort(DefaultZooKeeperPort, "name the ZooKeeper server, e.g. host: zk.example.com")
 		if c, ok := sm.str("chroot"); ok {
 			n, _ := sm.get("chroot")
 			switch {
