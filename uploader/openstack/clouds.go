@@ -111,22 +111,12 @@ func CloudsFile() (string, error) {
 // An explicit file is the only candidate; otherwise $OS_CLIENT_CONFIG_FILE comes first,
 // then clouds.yaml in each search directory.
 func findCloudsFile(explicit string) (string, []string, error) {
-	var candidates []string
-	if explicit != "" {
-		candidates = []string{explicit}
-	} else {
-		if env := os.Getenv("OS_CLIENT_CONFIG_FILE"); env != "" {
-			candidates = append(candidates, env)
-		}
-		for _, dir := range searchDirs() {
-			candidates = append(candidates, filepath.Join(dir, "clouds.yaml"))
-		}
-		candidates = unique(candidates)
+	candidates := []string{explicit}
+	if explicit == "" {
+		candidates = searched("OS_CLIENT_CONFIG_FILE", "clouds.yaml")
 	}
-	for _, path := range candidates {
-		if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
-			return path, candidates, nil
-		}
+	if path := firstFile(candidates); path != "" {
+		return path, candidates, nil
 	}
 	return "", candidates, fmt.Errorf("no clouds.yaml found (searched %s): create one, or set OS_CLIENT_CONFIG_FILE to its path",
 		strings.Join(candidates, ", "))
@@ -136,19 +126,28 @@ func findCloudsFile(explicit string) (string, []string, error) {
 // there is none. openstacksdk looks for it independently of clouds.yaml; an explicitly
 // named clouds.yaml only pairs with a secure.yaml beside it.
 func findSecureFile(cloudsFile string, explicit bool) string {
-	var candidates []string
 	if explicit {
-		candidates = []string{filepath.Join(filepath.Dir(cloudsFile), "secure.yaml")}
-	} else {
-		if env := os.Getenv("OS_CLIENT_SECURE_FILE"); env != "" {
-			candidates = append(candidates, env)
-		}
-		for _, dir := range searchDirs() {
-			candidates = append(candidates, filepath.Join(dir, "secure.yaml"))
-		}
-		candidates = unique(candidates)
+		return firstFile([]string{filepath.Join(filepath.Dir(cloudsFile), "secure.yaml")})
 	}
-	for _, path := range candidates {
+	return firstFile(searched("OS_CLIENT_SECURE_FILE", "secure.yaml"))
+}
+
+// searched is where openstacksdk looks for a file by name: the path the
+// environment variable env names, then name in each search directory.
+func searched(env, name string) []string {
+	var candidates []string
+	if path := os.Getenv(env); path != "" {
+		candidates = append(candidates, path)
+	}
+	for _, dir := range searchDirs() {
+		candidates = append(candidates, filepath.Join(dir, name))
+	}
+	return unique(candidates)
+}
+
+// firstFile is the first of paths that is a file; "" when none is.
+func firstFile(paths []string) string {
+	for _, path := range paths {
 		if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
 			return path
 		}
