@@ -234,3 +234,48 @@ func anchors(text string) []string {
 	}
 	return out
 }
+
+// TestDocsNamePackages keeps the package table of docs/architecture.md true to
+// the tree: every directory with Go code of the product or its tests is a row,
+// and every row is such a directory.
+func TestDocsNamePackages(t *testing.T) {
+	table, ok := docSection(readDoc(t, "docs/architecture.md"), "## Packages")
+	if !ok {
+		t.Fatal(`docs/architecture.md has no "## Packages" section`)
+	}
+	rowRE := regexp.MustCompile("(?m)^\\| `([^`]+)` \\|")
+	var named []string
+	for _, m := range rowRE.FindAllStringSubmatch(table, -1) {
+		named = append(named, m[1])
+	}
+	var tree []string
+	err := filepath.WalkDir(docsRoot, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(docsRoot, path)
+		if d.IsDir() && rel != "." && (strings.HasPrefix(d.Name(), ".") || rel == "third_party" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		if dir := filepath.ToSlash(filepath.Dir(rel)); !slices.Contains(tree, dir) {
+			tree = append(tree, dir)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range tree {
+		if !slices.Contains(named, p) {
+			t.Errorf("package %s is not in the table of docs/architecture.md", p)
+		}
+	}
+	for _, p := range named {
+		if !slices.Contains(tree, p) {
+			t.Errorf("docs/architecture.md names package %s, which is not in the tree", p)
+		}
+	}
+}
