@@ -1,19 +1,37 @@
 GO ?= go
 BIN := bin/nodepool-builder
 
-# What --version prints: the tag-relative version and the commit of the
-# checkout (git describe marks one with changes -dirty). Outside a git checkout
-# both are empty, and the binary says what Go recorded instead.
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+# What --version prints, and what the package and the image are named with:
+# git describe as a Debian version (scripts/version.sh says how), and the
+# commit of the checkout. Outside a git checkout both are empty, and the
+# binary says what Go recorded instead.
+VERSION ?= $(shell sh scripts/version.sh)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.buildVersion=$(VERSION) -X main.buildCommit=$(COMMIT)
 
-.PHONY: all build deps deps-test test vet race stress bench demo clean
+# The binary the package and the image ship: without cgo, so that it needs no
+# C library (its SQLite driver is Go); position-independent, as Debian builds
+# its programs (it needs the dynamic loader alone, which every Debian has);
+# stripped, and without the build's paths.
+STATIC := bin/static/nodepool-builder
+DEB_ARCH ?= $(shell dpkg --print-architecture 2>/dev/null || $(GO) env GOARCH)
+DEB := dist/nodepool-builder_$(VERSION)_$(DEB_ARCH).deb
+
+.PHONY: all build static deb deps deps-test test vet race stress bench demo clean
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/nodepool-builder
+
+static:
+	CGO_ENABLED=0 $(GO) build -trimpath -buildmode=pie -ldflags "-s -w $(LDFLAGS)" -o $(STATIC) ./cmd/nodepool-builder
+
+# deb builds dist/nodepool-builder_<version>_<arch>.deb with dpkg-deb
+# (scripts/deb.sh, packaging/debian).
+deb: static
+	rm -f dist/nodepool-builder_*.deb
+	sh scripts/deb.sh "$(VERSION)" "$(DEB_ARCH)" $(STATIC) dist
 
 # deps installs the real parts the demo runs (Glance, qemu-img, zstd) when they
 # are missing; deps-test adds diskimage-builder for the real DIB build test,
@@ -83,4 +101,4 @@ demo: deps build
 	$(GO) run ./examples/demo -builder $(BIN)
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

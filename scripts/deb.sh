@@ -1,0 +1,61 @@
+#!/bin/sh
+# Builds the Debian package from a built binary with dpkg-deb: a control tree
+# of packaging/debian, the example unit with the installed paths, the example
+# configs and the docs. Prints the package's path.
+#   usage: deb.sh VERSION ARCH BINARY OUTDIR
+set -eu
+[ $# -eq 4 ] || { echo "usage: deb.sh VERSION ARCH BINARY OUTDIR" >&2; exit 2; }
+version=$1 arch=$2 binary=$3 out=$4
+[ -n "$version" ] || { echo "deb.sh: no version: build from a git checkout, or set VERSION" >&2; exit 2; }
+src=packaging/debian
+doc=usr/share/doc/nodepool-builder
+
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+chmod 0755 "$root"
+# Files are root's and world-readable whatever the umask and the checkout's modes.
+umask 022
+
+install -D -m 0755 "$binary" "$root/usr/bin/nodepool-builder"
+
+# The example unit, running the installed binary, writing under /var/lib/nodepool
+# (images-dir, build-log-dir, state-db belong there, or in a drop-in's
+# ReadWritePaths) and /var/log/nodepool, both made by the package.
+install -d "$root/lib/systemd/system"
+sed -e 's|/usr/local/bin/nodepool-builder|/usr/bin/nodepool-builder|' \
+	-e 's|^ReadWritePaths=.*|ReadWritePaths=/var/lib/nodepool /var/log/nodepool|' \
+	-e '/^# Install: cp /d' \
+	examples/nodepool-builder.service >"$root/lib/systemd/system/nodepool-builder.service"
+chmod 0644 "$root/lib/systemd/system/nodepool-builder.service"
+
+install -d -m 0755 "$root/etc/nodepool" "$root/etc/sudoers.d"
+install -m 0440 "$src/sudoers" "$root/etc/sudoers.d/nodepool-builder"
+install -d -m 0755 "$root/var/lib/nodepool" "$root/var/log/nodepool"
+
+install -d "$root/$doc/examples/cron.d"
+install -m 0644 examples/nodepool.yaml examples/nodepool-builder.yaml examples/nodepool-builder.service "$root/$doc/examples/"
+sed 's|/usr/local/bin/nodepool-builder|/usr/bin/nodepool-builder|' examples/cron.d/nodepool-builder >"$root/$doc/examples/cron.d/nodepool-builder"
+chmod 0644 "$root/$doc/examples/cron.d/nodepool-builder"
+install -m 0644 "$src/copyright" "$root/$doc/copyright"
+gzip -9n <README.md >"$root/$doc/README.md.gz"
+# A native package's changelog: this version, dated as its commit.
+{
+	echo "nodepool-builder ($version) unstable; urgency=medium"
+	echo
+	echo "  * Built from commit $(git rev-parse HEAD 2>/dev/null || echo unknown)."
+	echo
+	echo " -- $(sed -n 's/^Maintainer: //p' "$src/control")  $(git log -1 --format=%aD HEAD 2>/dev/null || date -R)"
+} | gzip -9n >"$root/$doc/changelog.gz"
+chmod 0644 "$root/$doc/README.md.gz" "$root/$doc/changelog.gz"
+
+install -d "$root/DEBIAN"
+size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
+sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@SIZE@/$size/" "$src/control" >"$root/DEBIAN/control"
+echo /etc/sudoers.d/nodepool-builder >"$root/DEBIAN/conffiles"
+install -m 0755 "$src/postinst" "$src/prerm" "$src/postrm" "$root/DEBIAN/"
+chmod 0644 "$root/DEBIAN/control" "$root/DEBIAN/conffiles"
+
+mkdir -p "$out"
+deb="$out/nodepool-builder_${version}_$arch.deb"
+dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+echo "$deb"
