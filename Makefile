@@ -17,7 +17,7 @@ STATIC := bin/static/nodepool-builder
 DEB_ARCH ?= $(shell dpkg --print-architecture 2>/dev/null || $(GO) env GOARCH)
 DEB := dist/nodepool-builder_$(VERSION)_$(DEB_ARCH).deb
 
-.PHONY: all build static deb deps deps-test test vet race stress bench demo clean
+.PHONY: all build static deb package-test deps deps-test test vet race stress bench demo clean
 
 all: build
 
@@ -53,6 +53,15 @@ vet:
 # their own beside the rest, since they mostly wait on the parts they start.
 test: deps-test vet
 	GO=$(GO) sh scripts/test.sh -race -count=1 -timeout 40m
+	$(MAKE) package-test
+
+# package-test builds the package and tests it as an operator uses it
+# (packaging/, under the packaging build tag): lintian checks it; as root, it
+# is installed on this machine, run --once as the nodepool user against a
+# stand-in Zuul and a Glance, upgraded, removed and purged, and the machine is
+# put back as it was.
+package-test: deps-test deb
+	PACKAGE_DEB=$(CURDIR)/$(DEB) $(GO) test -tags packaging -count=1 -timeout 20m ./packaging/
 
 # race is a quick run of the packages with concurrent code under the race
 # detector; -short and -skip leave out their slow integration tests (the real

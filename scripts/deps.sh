@@ -12,7 +12,8 @@
 # systemd-analyze, which checks the example systemd unit, Keystone with the
 # uwsgi that serves it (the tests run their own on a loopback port, not the service),
 # and the mosquitto MQTT broker with mosquitto_pub (the tests run their own broker,
-# not the service, and publish with the command as an independent client).
+# not the service, and publish with the command as an independent client),
+# and lintian, which checks the Debian package.
 # Does nothing when they are present. Of the services Debian starts when it
 # installs them, it stops and disables only those it installed itself.
 #   usage: deps.sh [demo|test]
@@ -63,6 +64,9 @@ if [ "${1:-demo}" = test ]; then
 	need mosquitto_pub mosquitto-clients
 	# A real browser renders the status page once (fonts so that it shows text).
 	need chromium chromium
+	# make package-test: the package's checker (dpkg-deb builds it; sudo's
+	# visudo checks its sudoers drop-in).
+	need lintian lintian
 	[ -d /usr/share/fonts/truetype/dejavu ] || missing="$missing fonts-dejavu-core"
 fi
 

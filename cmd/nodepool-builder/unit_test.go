@@ -2,13 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
@@ -41,51 +38,7 @@ func unitUnderTest(t *testing.T) string {
 	return path
 }
 
-// systemdAnalyze runs systemd-analyze and returns its exit code and output.
-func systemdAnalyze(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, testenv.RequireBinary(t, "systemd-analyze"), args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), out.String()
-	}
-	if err != nil {
-		t.Fatalf("systemd-analyze %s: %v", strings.Join(args, " "), err)
-	}
-	return 0, out.String()
-}
-
-// verifyUnit runs systemd-analyze verify on unit and returns its exit code and
-// what it says about the unit: the lines that name the unit (its file and its
-// drop-ins' paths name it too). verify also loads the units the unit refers to,
-// and through them the host's (with Debian's glance-api enabled, a keystone.service
-// that orders itself after itself): what it says about those is the host's to
-// answer for, and only logged.
-func verifyUnit(t *testing.T, unit string) (int, string) {
-	t.Helper()
-	code, out := systemdAnalyze(t, "verify", unit)
-	name := filepath.Base(unit)
-	var about, others []string
-	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
-		switch {
-		case strings.TrimSpace(line) == "":
-		case strings.Contains(line, name):
-			about = append(about, line)
-		default:
-			others = append(others, line)
-		}
-	}
-	if len(others) > 0 {
-		t.Logf("systemd-analyze verify on other units than %s:\n%s", name, strings.Join(others, "\n"))
-	}
-	return code, strings.Join(about, "\n")
-}
-
-// TestVerifyUnitJudgesTheUnit: verifyUnit passes over a defect of a unit the
+// TestVerifyUnitJudgesTheUnit: testenv.VerifyUnit passes over a defect of a unit the
 // host adds beside the unit under test, and still reports the unit's own, in
 // its file and in a drop-in of it.
 func TestVerifyUnitJudgesTheUnit(t *testing.T) {
@@ -106,10 +59,10 @@ func TestVerifyUnitJudgesTheUnit(t *testing.T) {
 	t.Setenv("SYSTEMD_UNIT_PATH", units+":")
 
 	unit := unitUnderTest(t)
-	if _, out := systemdAnalyze(t, "verify", unit); !strings.Contains(out, "NoSuchKey") {
+	if _, out := testenv.SystemdAnalyze(t, "verify", unit); !strings.Contains(out, "NoSuchKey") {
 		t.Fatalf("systemd-analyze verify of the example unit did not reach the defective neighbour:\n%s", out)
 	}
-	if code, about := verifyUnit(t, unit); code != 0 || about != "" {
+	if code, about := testenv.VerifyUnit(t, unit); code != 0 || about != "" {
 		t.Errorf("verify of the example unit beside a defective one = %d, %q; want 0 and nothing about the unit", code, about)
 	}
 	data, err := os.ReadFile(unit)
@@ -126,7 +79,7 @@ func TestVerifyUnitJudgesTheUnit(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(unit+".d", "own.conf"), []byte("[Service]\nDropInOwnKey=1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, about := verifyUnit(t, unit)
+	_, about := testenv.VerifyUnit(t, unit)
 	for _, want := range []string{"UnitOwnKey", "DropInOwnKey"} {
 		if !strings.Contains(about, want) {
 			t.Errorf("verify of a unit with an unknown key %s says nothing of it about the unit: %q", want, about)
@@ -144,10 +97,10 @@ func TestVerifyUnitJudgesTheUnit(t *testing.T) {
 func TestExampleUnitIsSandboxed(t *testing.T) {
 	unit := unitUnderTest(t)
 	// verify exits 0 for unknown keys too: any word from it about the unit is a defect.
-	if code, about := verifyUnit(t, unit); code != 0 || about != "" {
+	if code, about := testenv.VerifyUnit(t, unit); code != 0 || about != "" {
 		t.Errorf("systemd-analyze verify exited %d saying about the unit:\n%s", code, about)
 	}
-	if code, out := systemdAnalyze(t, "security", "--offline=yes", "--threshold=20", unit); code != 0 {
+	if code, out := testenv.SystemdAnalyze(t, "security", "--offline=yes", "--threshold=20", unit); code != 0 {
 		t.Errorf("systemd-analyze security exited %d: the unit is exposed above 2.0:\n%s", code, out)
 	}
 	data, err := os.ReadFile(unit)
@@ -186,7 +139,7 @@ func TestExampleUnitIsSandboxed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "dib.conf"), []byte(strings.Join(dropIn, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, about := verifyUnit(t, unit); code != 0 || about != "" {
+	if code, about := testenv.VerifyUnit(t, unit); code != 0 || about != "" {
 		t.Errorf("systemd-analyze verify with the DIB drop-in exited %d saying about the unit:\n%s\ndrop-in:\n%s", code, about, strings.Join(dropIn, "\n"))
 	}
 }

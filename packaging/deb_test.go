@@ -1,0 +1,291 @@
+//go:build packaging
+
+package packaging
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+)
+
+// Where the package puts things, and where the operator's config goes.
+const (
+	installedBinary = "/usr/bin/nodepool-builder"
+	installedUnit   = "/lib/systemd/system/nodepool-builder.service"
+	sudoersDropIn   = "/etc/sudoers.d/nodepool-builder"
+	stateDir        = "/var/lib/nodepool"
+	logDir          = "/var/log/nodepool"
+	configDir       = "/etc/nodepool"
+	examplesDir     = "/usr/share/doc/nodepool-builder/examples"
+)
+
+// TestDeb installs the package on this machine as an operator does, checks
+// what it installed, runs the builder --once as its user against a stand-in
+// Zuul and a real Glance, upgrades it, removes it and purges it; then puts
+// the machine back as it was.
+func TestDeb(t *testing.T) {
+	deb := required(t, "PACKAGE_DEB")
+	if os.Getuid() != 0 {
+		testenv.Unavailable(t, "installing a package needs root")
+	}
+	dpkg := testenv.RequireBinary(t, "dpkg")
+	if status(t) != "not-installed" {
+		t.Fatalf("nodepool-builder is already installed here (%s); the test installs its own: dpkg -P nodepool-builder first", status(t))
+	}
+	for _, name := range []string{"nodepool.yaml", "nodepool-builder.yaml", "clouds.yaml"} {
+		if _, err := os.Stat(filepath.Join(configDir, name)); err == nil {
+			t.Fatalf("%s/%s exists: the test would write over it", configDir, name)
+		}
+	}
+	restoreMachine(t)
+	st := newStage(t)
+
+	run(t, dpkg, "-i", deb)
+	if got := status(t); got != "installed" {
+		t.Fatalf("after dpkg -i the package is %q", got)
+	}
+	checkInstalled(t, deb)
+	nodepool := lookupUser(t)
+	st.writeConfig(t, configDir, filepath.Join(stateDir, "images"), nodepool.gid)
+	out, err := asNodepool(t, nodepool, "-c", filepath.Join(configDir, "nodepool.yaml"), "--once").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nodepool-builder --once as the nodepool user: %v\n%s", err, out)
+	}
+	t.Logf("nodepool-builder --once:\n%s", out)
+	st.activeImage(t)
+
+	// The operator's edit of the package's conffile and their config
+	// survive an upgrade, a remove, and (the config) a purge.
+	edited := append(readFile(t, sudoersDropIn), "# the operator's\n"...)
+	if err := os.WriteFile(sudoersDropIn, edited, 0o440); err != nil {
+		t.Fatal(err)
+	}
+	upgrade(t, deb, nodepool)
+	if got := readFile(t, sudoersDropIn); string(got) != string(edited) {
+		t.Errorf("the upgrade replaced the operator's %s:\n%s", sudoersDropIn, got)
+	}
+
+	run(t, dpkg, "-r", "nodepool-builder")
+	if got := status(t); got != "config-files" {
+		t.Errorf("after dpkg -r the package is %q, want config-files", got)
+	}
+	mustNotExist(t, installedBinary, installedUnit)
+	mustExist(t, sudoersDropIn, filepath.Join(configDir, "nodepool.yaml"), filepath.Join(stateDir, "images"))
+
+	run(t, dpkg, "-P", "nodepool-builder")
+	if got := status(t); got != "not-installed" {
+		t.Errorf("after dpkg -P the package is %q, want not-installed", got)
+	}
+	mustNotExist(t, sudoersDropIn)
+	// What the package did not put there is not the package's to remove: the
+	// operator's config, the images and state (which name cloud images), the user.
+	mustExist(t, filepath.Join(configDir, "nodepool.yaml"), filepath.Join(stateDir, "images"))
+	if _, err := user.Lookup("nodepool"); err != nil {
+		t.Errorf("the purge removed the nodepool user: %v", err)
+	}
+}
+
+// TestLintian: Debian's package checker finds no error in the package.
+func TestLintian(t *testing.T) {
+	deb := required(t, "PACKAGE_DEB")
+	out, err := command(t, testenv.RequireBinary(t, "lintian"), "--fail-on", "error", deb).CombinedOutput()
+	t.Logf("lintian:\n%s", out)
+	if err != nil {
+		t.Errorf("lintian %s: %v", deb, err)
+	}
+}
+
+// checkInstalled checks the files, modes, user and unit the package installed.
+func checkInstalled(t *testing.T, deb string) {
+	t.Helper()
+	version := strings.TrimSpace(run(t, "dpkg-deb", "-f", deb, "Version"))
+	if got := run(t, installedBinary, "--version"); !strings.HasPrefix(got, "nodepool-builder version "+version+" ") {
+		t.Errorf("--version prints %q; the package's version is %s", got, version)
+	}
+	u := lookupUser(t)
+	if u.uid >= 1000 || u.home != stateDir {
+		t.Errorf("nodepool user: uid %d, home %s; want a system user (uid below 1000) at home in %s", u.uid, u.home, stateDir)
+	}
+	for _, f := range []struct {
+		path  string
+		mode  fs.FileMode
+		owner int
+	}{
+		{installedBinary, 0o755, 0},
+		{installedUnit, 0o644, 0},
+		{sudoersDropIn, 0o440, 0},
+		{stateDir, fs.ModeDir | 0o750, u.uid},
+		{logDir, fs.ModeDir | 0o750, u.uid},
+		{configDir, fs.ModeDir | 0o755, 0},
+		{filepath.Join(examplesDir, "nodepool.yaml"), 0o644, 0},
+		{filepath.Join(examplesDir, "nodepool-builder.yaml"), 0o644, 0},
+		{"/usr/share/doc/nodepool-builder/copyright", 0o644, 0},
+	} {
+		fi, err := os.Stat(f.path)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if fi.Mode() != f.mode || int(fi.Sys().(*syscall.Stat_t).Uid) != f.owner {
+			t.Errorf("%s: mode %v, owner %d; want %v, %d", f.path, fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid, f.mode, f.owner)
+		}
+	}
+	if conffiles := run(t, "dpkg-query", "--control-show", "nodepool-builder", "conffiles"); strings.TrimSpace(conffiles) != sudoersDropIn {
+		t.Errorf("conffiles: %q; want %s alone", conffiles, sudoersDropIn)
+	}
+	run(t, testenv.RequireBinary(t, "visudo"), "-c", "-f", sudoersDropIn)
+
+	unit := string(readFile(t, installedUnit))
+	for _, want := range []string{"\nUser=nodepool\n", "\nExecStart=/usr/bin/nodepool-builder ", "\nReadWritePaths=/var/lib/nodepool /var/log/nodepool\n"} {
+		if !strings.Contains(unit, want) {
+			t.Errorf("the installed unit lacks %q", strings.TrimSpace(want))
+		}
+	}
+	if code, about := testenv.VerifyUnit(t, installedUnit); code != 0 || about != "" {
+		t.Errorf("systemd-analyze verify of the installed unit exited %d saying:\n%s", code, about)
+	}
+	if code, out := testenv.SystemdAnalyze(t, "security", "--offline=yes", "--threshold=20", installedUnit); code != 0 {
+		t.Errorf("the installed unit is exposed above 2.0:\n%s", out)
+	}
+}
+
+// upgrade installs the same package under a later version, as an operator
+// upgrades: the user, its files and the images stay.
+func upgrade(t *testing.T, deb string, before account) {
+	t.Helper()
+	tree := t.TempDir()
+	run(t, "dpkg-deb", "-R", deb, tree)
+	control := filepath.Join(tree, "DEBIAN", "control")
+	version := strings.TrimSpace(run(t, "dpkg-deb", "-f", deb, "Version"))
+	later := strings.Replace(string(readFile(t, control)), "\nVersion: "+version+"\n", "\nVersion: "+version+"+later\n", 1)
+	if err := os.WriteFile(control, []byte(later), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	next := filepath.Join(t.TempDir(), "next.deb")
+	run(t, "dpkg-deb", "--root-owner-group", "-b", tree, next)
+	run(t, "dpkg", "-i", next)
+	if got := strings.TrimSpace(run(t, "dpkg-query", "-W", "-f", "${Version}", "nodepool-builder")); got != version+"+later" {
+		t.Errorf("after the upgrade the installed version is %s", got)
+	}
+	if after := lookupUser(t); after != before {
+		t.Errorf("the upgrade changed the nodepool user from %+v to %+v", before, after)
+	}
+	mustExist(t, filepath.Join(stateDir, "images"))
+	if fi, err := os.Stat(stateDir); err != nil || int(fi.Sys().(*syscall.Stat_t).Uid) != before.uid {
+		t.Errorf("after the upgrade %s is not the nodepool user's: %v", stateDir, err)
+	}
+}
+
+// account is the nodepool user as the test needs it.
+type account struct {
+	uid, gid int
+	home     string
+}
+
+func lookupUser(t *testing.T) account {
+	t.Helper()
+	u, err := user.Lookup("nodepool")
+	if err != nil {
+		t.Fatalf("the package made no nodepool user: %v", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if g, err := user.LookupGroup("nodepool"); err != nil || g.Gid != u.Gid {
+		t.Errorf("the nodepool user's group is not nodepool: %v", err)
+	}
+	return account{uid, gid, u.HomeDir}
+}
+
+// asNodepool is the installed builder run as the nodepool user, with the
+// environment the unit gives it.
+func asNodepool(t *testing.T, u account, args ...string) *exec.Cmd {
+	cmd := command(t, installedBinary, args...)
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + u.home,
+		"OS_CLIENT_CONFIG_FILE=" + filepath.Join(configDir, "clouds.yaml")}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: []uint32{}}}
+	return cmd
+}
+
+// status is the package's state in dpkg's database: installed,
+// config-files, not-installed...
+func status(t *testing.T) string {
+	t.Helper()
+	out, err := command(t, "dpkg-query", "-W", "-f", "${db:Status-Status}", "nodepool-builder").Output()
+	if err != nil || len(out) == 0 {
+		return "not-installed" // dpkg-query knows no package of that name
+	}
+	return string(out)
+}
+
+// restoreMachine purges the package when the test ends, and removes what
+// purging leaves by design (the user, the state and the operator's config)
+// when the test made it.
+func restoreMachine(t *testing.T) {
+	t.Helper()
+	_, userErr := user.Lookup("nodepool")
+	existed := map[string]bool{}
+	for _, dir := range []string{stateDir, logDir, configDir} {
+		_, err := os.Stat(dir)
+		existed[dir] = err == nil
+	}
+	t.Cleanup(func() {
+		if status(t) != "not-installed" {
+			if out, err := command(t, "dpkg", "-P", "nodepool-builder").CombinedOutput(); err != nil {
+				t.Errorf("dpkg -P nodepool-builder: %v\n%s", err, out)
+			}
+		}
+		for _, name := range []string{"nodepool.yaml", "nodepool-builder.yaml", "clouds.yaml"} {
+			os.Remove(filepath.Join(configDir, name))
+		}
+		for dir, had := range existed {
+			if !had {
+				os.RemoveAll(dir)
+			}
+		}
+		if userErr != nil {
+			if out, err := command(t, "deluser", "--quiet", "--system", "nodepool").CombinedOutput(); err != nil {
+				t.Errorf("deluser nodepool: %v\n%s", err, out)
+			}
+			if _, err := user.LookupGroup("nodepool"); err == nil {
+				command(t, "delgroup", "--quiet", "--system", "nodepool").Run()
+			}
+		}
+	})
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func mustExist(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s is gone: %v", p, err)
+		}
+	}
+}
+
+func mustNotExist(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s is still there (%v)", p, err)
+		}
+	}
+}
