@@ -16,8 +16,10 @@ LDFLAGS := -X main.buildVersion=$(VERSION) -X main.buildCommit=$(COMMIT)
 STATIC := bin/static/nodepool-builder
 DEB_ARCH ?= $(shell dpkg --print-architecture 2>/dev/null || $(GO) env GOARCH)
 DEB := dist/nodepool-builder_$(VERSION)_$(DEB_ARCH).deb
+# An image tag takes neither ~ nor +: 0.0.0~git... is tagged 0.0.0-git...
+IMAGE := nodepool-builder:$(subst +,-,$(subst ~,-,$(VERSION)))
 
-.PHONY: all build static deb package-test deps deps-test test vet race stress bench demo clean
+.PHONY: all build static deb image package-test deps deps-test test vet race stress bench demo clean
 
 all: build
 
@@ -32,6 +34,12 @@ static:
 deb: static
 	rm -f dist/nodepool-builder_*.deb
 	sh scripts/deb.sh "$(VERSION)" "$(DEB_ARCH)" $(STATIC) dist
+
+# image builds the OCI image nodepool-builder:<version> (and :latest) with
+# podman from the Containerfile; without a registry, its Debian base is made
+# with mmdebstrap (scripts/image.sh).
+image: static
+	sh scripts/image.sh "$(VERSION)" "$(IMAGE)"
 
 # deps installs the real parts the demo runs (Glance, qemu-img, zstd) when they
 # are missing; deps-test adds diskimage-builder for the real DIB build test,

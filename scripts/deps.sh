@@ -13,7 +13,10 @@
 # uwsgi that serves it (the tests run their own on a loopback port, not the service),
 # and the mosquitto MQTT broker with mosquitto_pub (the tests run their own broker,
 # not the service, and publish with the command as an independent client),
-# and lintian, which checks the Debian package.
+# lintian, which checks the Debian package, and podman with runc and
+# mmdebstrap, which build and run the image (mmdebstrap makes its Debian base
+# where no registry is reachable); podman's containers.conf gets the setting it
+# needs to run containers here (see the end).
 # Does nothing when they are present. Of the services Debian starts when it
 # installs them, it stops and disables only those it installed itself.
 #   usage: deps.sh [demo|test]
@@ -67,10 +70,42 @@ if [ "${1:-demo}" = test ]; then
 	# make package-test: the package's checker (dpkg-deb builds it; sudo's
 	# visudo checks its sudoers drop-in).
 	need lintian lintian
+	# make package-test: the image. Debian's podman 4.3 runs containers here
+	# only with runc (crun: "cgroups in hybrid mode not supported").
+	need podman podman
+	need runc runc
+	need mmdebstrap mmdebstrap
 	[ -d /usr/share/fonts/truetype/dejavu ] || missing="$missing fonts-dejavu-core"
 fi
 
-[ -z "$missing" ] && exit 0
+# podman_ulimits makes podman start containers here: with Debian's default
+# ulimits (nofile 1048576) setrlimit is refused. It adds default_ulimits = []
+# to the [containers] table of /etc/containers/containers.conf, creating the
+# file or the table when missing, and leaves the file as it is when it sets
+# default_ulimits already.
+podman_ulimits() {
+	conf=/etc/containers/containers.conf
+	if [ -f "$conf" ] && awk '/^[ \t]*\[/ { t = $0 } t ~ /^[ \t]*\[containers\]/ && /^[ \t]*default_ulimits[ \t]*=/ { f = 1 } END { exit !f }' "$conf"; then
+		return 0
+	fi
+	if [ "$(id -u)" != 0 ]; then
+		echo "podman needs default_ulimits = [] under [containers] in $conf: run as root" >&2
+		return 1
+	fi
+	echo "adding default_ulimits = [] under [containers] in $conf"
+	if [ -f "$conf" ] && grep -q '^[[:space:]]*\[containers\][[:space:]]*$' "$conf"; then
+		new=$(awk '{ print } !d && /^[ \t]*\[containers\][ \t]*$/ { print "default_ulimits = []"; d = 1 }' "$conf")
+		printf '%s\n' "$new" >"$conf"
+	else
+		mkdir -p /etc/containers
+		printf '[containers]\ndefault_ulimits = []\n' >>"$conf"
+	fi
+}
+
+if [ -z "$missing" ]; then
+	[ "${1:-demo}" = test ] && podman_ulimits
+	exit 0
+fi
 pkgs=$(echo $missing | tr ' ' '\n' | sort -u | tr '\n' ' ')
 if [ "$(id -u)" != 0 ]; then
 	echo "missing packages:$missing" >&2
@@ -111,3 +146,5 @@ for s in $services; do
 		update-rc.d "$svc" disable >/dev/null 2>&1 || true
 	fi
 done
+[ "${1:-demo}" = test ] && podman_ulimits
+exit 0
