@@ -63,13 +63,15 @@ test: deps-test vet
 	GO=$(GO) sh scripts/test.sh -race -count=1 -timeout 40m
 	$(MAKE) package-test
 
-# package-test builds the package and tests it as an operator uses it
-# (packaging/, under the packaging build tag): lintian checks it; as root, it
-# is installed on this machine, run --once as the nodepool user against a
-# stand-in Zuul and a Glance, upgraded, removed and purged, and the machine is
-# put back as it was.
-package-test: deps-test deb
-	PACKAGE_DEB=$(CURDIR)/$(DEB) $(GO) test -tags packaging -count=1 -timeout 20m ./packaging/
+# package-test builds the package and the image and tests them as an operator
+# uses them (packaging/, under the packaging build tag): lintian checks the
+# package; as root, it is installed on this machine, run --once as the
+# nodepool user against a stand-in Zuul and a Glance, upgraded, removed and
+# purged, and the machine is put back as it was; the image is run --once with
+# podman against the same. The first run here builds the image's base
+# (a minute or two); podman keeps it.
+package-test: deps-test deb image
+	PACKAGE_DEB=$(CURDIR)/$(DEB) PACKAGE_IMAGE=$(IMAGE) $(GO) test -tags packaging -count=1 -timeout 20m ./packaging/
 
 # race is a quick run of the packages with concurrent code under the race
 # detector; -short and -skip leave out their slow integration tests (the real

@@ -3,6 +3,7 @@
 package packaging
 
 import (
+	"debug/buildinfo"
 	"errors"
 	"io/fs"
 	"os"
@@ -111,6 +112,7 @@ func checkInstalled(t *testing.T, deb string) {
 	if got := run(t, installedBinary, "--version"); !strings.HasPrefix(got, "nodepool-builder version "+version+" ") {
 		t.Errorf("--version prints %q; the package's version is %s", got, version)
 	}
+	checkNoCgo(t, installedBinary)
 	u := lookupUser(t)
 	if u.uid >= 1000 || u.home != stateDir {
 		t.Errorf("nodepool user: uid %d, home %s; want a system user (uid below 1000) at home in %s", u.uid, u.home, stateDir)
@@ -155,6 +157,30 @@ func checkInstalled(t *testing.T, deb string) {
 	}
 	if code, out := testenv.SystemdAnalyze(t, "security", "--offline=yes", "--threshold=20", installedUnit); code != 0 {
 		t.Errorf("the installed unit is exposed above 2.0:\n%s", out)
+	}
+}
+
+// checkNoCgo checks that the binary was built without cgo, and so with a
+// SQLite driver in Go: it needs no C library.
+func checkNoCgo(t *testing.T, binary string) {
+	t.Helper()
+	info, err := buildinfo.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgo := ""
+	for _, s := range info.Settings {
+		if s.Key == "CGO_ENABLED" {
+			cgo = s.Value
+		}
+	}
+	if cgo != "0" {
+		t.Errorf("%s was built with CGO_ENABLED=%q, want 0", binary, cgo)
+	}
+	for _, d := range info.Deps {
+		if d.Path == "github.com/mattn/go-sqlite3" {
+			t.Errorf("%s links %s, a SQLite driver in C", binary, d.Path)
+		}
 	}
 }
 

@@ -1,0 +1,89 @@
+//go:build packaging
+
+package packaging
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+)
+
+// imageUID is the nodepool user's uid and gid in the image, which the
+// operator gives the mounted directories to.
+const imageUID = 10001
+
+// TestImage runs the image with podman as the README says to run it for
+// zuul-images (no privileges, the host's network, the config and the state
+// mounted) against a stand-in Zuul and a real Glance.
+func TestImage(t *testing.T) {
+	image := required(t, "PACKAGE_IMAGE")
+	if os.Getuid() != 0 {
+		testenv.Unavailable(t, "podman runs the image here as root")
+	}
+	podman := testenv.RequireBinary(t, "podman")
+	podmanRun := func(args ...string) string {
+		t.Helper()
+		return run(t, podman, append([]string{"--runtime", "runc", "run", "--rm", "--network=host",
+			"--security-opt", "no-new-privileges", "--cap-drop", "all"}, args...)...)
+	}
+	checkImageConfig(t, podman, image)
+	version := strings.TrimSpace(run(t, podman, "image", "inspect", "--format", `{{index .Labels "org.opencontainers.image.version"}}`, image))
+	if got := podmanRun(image, "--version"); !strings.HasPrefix(got, "nodepool-builder version "+version+" ") {
+		t.Errorf("--version in the image prints %q; its label says %s", got, version)
+	}
+
+	st := newStage(t)
+	config, state := t.TempDir(), t.TempDir()
+	st.writeConfig(t, config, "/var/lib/nodepool/images", imageUID)
+	for dir, mode := range map[string]os.FileMode{config: 0o750, state: 0o750} {
+		if err := os.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(config, 0, imageUID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(state, imageUID, imageUID); err != nil {
+		t.Fatal(err)
+	}
+	out := podmanRun("-v", config+":/etc/nodepool:ro", "-v", state+":/var/lib/nodepool", image, "--once")
+	t.Logf("nodepool-builder --once in the image:\n%s", out)
+	st.activeImage(t)
+	images, err := filepath.Glob(filepath.Join(state, "images", "debian-*.qcow2"))
+	if err != nil || len(images) != 1 {
+		t.Errorf("the images-dir holds %v (%v); want the build's qcow2", images, err)
+	}
+	// The state is SQLite's, written by the binary built without cgo.
+	mustExist(t, filepath.Join(state, "images", "builder.db"))
+}
+
+// checkImageConfig checks how the image runs: as the nodepool user, the
+// binary as the entrypoint on the config in /etc/nodepool, the state a volume.
+func checkImageConfig(t *testing.T, podman, image string) {
+	t.Helper()
+	var inspected []struct {
+		Config struct {
+			User       string
+			Entrypoint []string
+			Cmd        []string
+			Volumes    map[string]struct{}
+		}
+	}
+	if err := json.Unmarshal([]byte(run(t, podman, "image", "inspect", image)), &inspected); err != nil || len(inspected) != 1 {
+		t.Fatalf("podman image inspect %s: %v", image, err)
+	}
+	c := inspected[0].Config
+	if c.User != "nodepool" {
+		t.Errorf("the image runs as %q, want nodepool", c.User)
+	}
+	if strings.Join(c.Entrypoint, " ") != "/usr/bin/nodepool-builder" || strings.Join(c.Cmd, " ") != "-c /etc/nodepool/nodepool.yaml" {
+		t.Errorf("the image runs %q %q", c.Entrypoint, c.Cmd)
+	}
+	if _, ok := c.Volumes["/var/lib/nodepool"]; !ok {
+		t.Errorf("the image's volumes are %v, want /var/lib/nodepool", c.Volumes)
+	}
+}
