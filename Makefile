@@ -37,9 +37,10 @@ deb: static
 
 # image builds the OCI image nodepool-builder:<version> (and :latest) with
 # podman from the Containerfile; without a registry, its Debian base is made
-# with mmdebstrap (scripts/image.sh).
+# with mmdebstrap (scripts/image.sh). podman keeps the layers, Debian's
+# packages included: make image IMAGE_BUILD_FLAGS=--no-cache takes their updates.
 image: static
-	sh scripts/image.sh "$(VERSION)" "$(IMAGE)"
+	sh scripts/image.sh "$(VERSION)" "$(IMAGE)" $(IMAGE_BUILD_FLAGS)
 
 # deps installs the real parts the demo runs (Glance, qemu-img, zstd) when they
 # are missing; deps-test adds diskimage-builder for the real DIB build test,

@@ -5,11 +5,14 @@
 # Debian's packages with mmdebstrap and imported under the same name, so that
 # the same Containerfile builds offline. podman keeps the base and the
 # Containerfile's layers, so only the first build takes minutes.
-#   usage: image.sh VERSION NAME   (e.g. 1.2.3+git4.gabcdef1 nodepool-builder:1.2.3-git4.gabcdef1)
+#   usage: image.sh VERSION NAME [PODMAN-BUILD-FLAGS...]
+#   e.g.   image.sh 1.2.3+git4.gabcdef1 nodepool-builder:1.2.3-git4.gabcdef1 --no-cache
+# (--no-cache takes Debian's updates, which the kept layers would not).
 # PODMAN_RUNTIME (default runc) is the OCI runtime podman runs the build with.
 set -eu
-[ $# -eq 2 ] && [ -n "$1" ] || { echo "usage: image.sh VERSION NAME (build from a git checkout, or set VERSION)" >&2; exit 2; }
+[ $# -ge 2 ] && [ -n "$1" ] || { echo "usage: image.sh VERSION NAME [PODMAN-BUILD-FLAGS...] (build from a git checkout, or set VERSION)" >&2; exit 2; }
 version=$1 name=$2
+shift 2
 base=docker.io/library/debian:bookworm
 suite=bookworm
 podman() { command podman --runtime "${PODMAN_RUNTIME:-runc}" "$@"; }
@@ -27,4 +30,4 @@ fi
 
 # --network=host: apt reaches the mirror the host reaches, without a bridge.
 podman build --network=host --build-arg "BASE=$base" --build-arg "VERSION=$version" \
-	-t "$name" -t nodepool-builder:latest -f Containerfile .
+	-t "$name" -t nodepool-builder:latest "$@" -f Containerfile .
