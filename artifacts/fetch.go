@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
-	"github.com/nodepool-builder/nodepool-builder/internal/fsync"
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 	"github.com/nodepool-builder/nodepool-builder/internal/partial"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
@@ -69,11 +68,8 @@ type finalError struct{ err error }
 func (e *finalError) Error() string { return e.err.Error() }
 func (e *finalError) Unwrap() error { return e.err }
 
-// Fetcher downloads image artifacts into place. The zero value with PartialDir set works.
+// Fetcher downloads image artifacts. The zero value works.
 type Fetcher struct {
-	// PartialDir holds downloads in progress. It must be on the same filesystem as every
-	// Request.Dest so that finished files can be renamed into place.
-	PartialDir string
 	// HTTPClient makes the requests; nil means a plain http.Client. A client Timeout would
 	// cut long downloads short; StallTimeout is the guard against hung transfers. Fetch
 	// uses a copy that follows redirects only on http and https, never from https to http,
@@ -122,19 +118,20 @@ type Request struct {
 	// URL is the http or https address of the artifact, compressed when it ends in .zst
 	// or .gz.
 	URL string
-	// Dest is the final path of the uncompressed file.
-	Dest string
-	// Key is a stable file name for the download's partial files, e.g.
-	// "<image>-<build_id>.<format>", so that a later Fetch can resume it.
-	Key string
+	// Files name where the uncompressed file goes once verified, and the files the
+	// download keeps beside it while it runs, all in one directory, which must exist:
+	// the same names given to a later Fetch resume the download. The store names
+	// them (BuildWriter.Download).
+	Files partial.Files
 	// SHA256 and MD5 are the expected lower-case hex digests of the uncompressed file;
 	// either may be empty.
 	SHA256, MD5 string
 	// Size is the length of the uncompressed file as the artifact declares it, or 0 when
 	// unknown. When set, the image must be exactly this long.
 	Size int64
-	// Label names the download in progress reports, e.g. "<image>-<build_id>.<format>";
-	// empty means Key. Never the URL: it may carry a token or a signature.
+	// Label names the download in progress reports and messages, e.g.
+	// "<image>-<build_id>.<format>"; empty means the name of Files.Dest. Never the URL:
+	// it may carry a token or a signature.
 	Label string
 	// Hosts is what the download may reach: URL and every redirect must match it, and
 	// only hosts it names may be on internal addresses (see the rule in hosts.go). nil
@@ -153,10 +150,10 @@ type Result struct {
 	Downloaded int64
 }
 
-// Fetch downloads req.URL, decompresses it when needed, verifies it and renames it to
-// req.Dest. Hashes and decompression happen while the data streams in, and the
+// Fetch downloads req.URL, decompresses it when needed, verifies it and leaves it at
+// req.Files.Dest, for the caller to make durable and move into place. Hashes and decompression happen while the data streams in, and the
 // decompressed file is written sparse. An interrupted download is resumed with HTTP
-// Range, also by a later Fetch with the same Key. A large file from a server that answers
+// Range, also by a later Fetch with the same Files. A large file from a server that answers
 // Range requests is fetched over several connections at once (see Connections), each
 // range resumed on its own, while its in-order front streams through the same pipeline.
 // A failed or cancelled Fetch keeps the partial download for that, except after a
@@ -185,8 +182,9 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		hosts = &Hosts{}
 		hosts.Name(hostpattern.Exact(u))
 	}
+	name := cmp.Or(req.Label, filepath.Base(req.Files.Dest))
 	if err := hosts.check(u, "URL"); err != nil {
-		return Result{}, fmt.Errorf("download %s: %w", req.Key, err)
+		return Result{}, fmt.Errorf("download %s: %w", name, err)
 	}
 	// The job's userinfo is no credential of ours: never sent as Basic auth.
 	u.User = nil
@@ -195,19 +193,13 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		return Result{}, fmt.Errorf("download %s: %w", safeURL, err)
 	}
 	defer client.CloseIdleConnections()
-	if f.PartialDir == "" {
-		return Result{}, fmt.Errorf("download %s: no partial directory configured", safeURL)
-	}
 	maxSize := f.MaxSize
 	if maxSize <= 0 {
 		maxSize = untrusted.DefaultMaxSize
 	}
 	if req.Size > maxSize {
 		return Result{}, fmt.Errorf("download %s from %s: %w: declared size %d bytes is above the maximum of %d",
-			req.Key, safeURL, untrusted.ErrTooLarge, req.Size, maxSize)
-	}
-	if err := os.MkdirAll(f.PartialDir, perm.Dir); err != nil {
-		return Result{}, fmt.Errorf("download %s: create partial directory: %w", safeURL, err)
+			name, safeURL, untrusted.ErrTooLarge, req.Size, maxSize)
 	}
 	logger := f.Logger
 	if logger == nil {
@@ -216,14 +208,15 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	d := &download{
 		f:       f,
 		req:     req,
+		name:    name,
 		url:     safeURL,
 		target:  u.String(),
 		client:  client,
-		log:     logger.With("key", req.Key),
-		dlPath:  filepath.Join(f.PartialDir, req.Key+partial.Download),
-		stPath:  filepath.Join(f.PartialDir, req.Key+partial.Ranges),
-		stTemp:  filepath.Join(f.PartialDir, req.Key+partial.RangesTemp),
-		outPath: filepath.Join(f.PartialDir, req.Key),
+		log:     logger.With("download", name),
+		dlPath:  req.Files.Download,
+		stPath:  req.Files.Ranges,
+		stTemp:  req.Files.RangesTemp,
+		outPath: req.Files.Dest,
 		comp:    Compression(req.URL),
 		limit:   maxSize,
 		bound:   fmt.Sprintf("the maximum of %d bytes", maxSize),
@@ -231,7 +224,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	if req.Size > 0 {
 		d.limit, d.bound = req.Size, fmt.Sprintf("the declared size of %d bytes", req.Size)
 	}
-	d.task = f.Progress.Start(progress.Download, cmp.Or(req.Label, req.Key), 0)
+	d.task = f.Progress.Start(progress.Download, name, 0)
 	defer d.task.End()
 	return d.run(ctx)
 }
@@ -321,14 +314,12 @@ func checkRequest(req Request) (*url.URL, error) {
 	if err != nil {
 		return nil, err
 	}
-	if req.Dest == "" {
-		return nil, errors.New("no destination path")
+	fs := req.Files
+	if fs.Dest == "" || fs.Download == "" || fs.Ranges == "" || fs.RangesTemp == "" {
+		return nil, errors.New("no destination path, or not all the files of the download named")
 	}
 	if req.Size < 0 {
 		return nil, fmt.Errorf("negative declared size %d", req.Size)
-	}
-	if req.Key == "" || req.Key == "." || req.Key == ".." || filepath.Base(req.Key) != req.Key {
-		return nil, fmt.Errorf("key %q is not a plain file name", req.Key)
 	}
 	return u, nil
 }
@@ -337,6 +328,7 @@ func checkRequest(req Request) (*url.URL, error) {
 type download struct {
 	f       *Fetcher
 	req     Request
+	name    string // the download's, for messages
 	url     string // req.URL redacted, for messages
 	target  string // req.URL without userinfo, to request
 	client  *http.Client
@@ -344,7 +336,7 @@ type download struct {
 	dlPath  string // the bytes as served, possibly compressed; resumed across attempts
 	stPath  string // the state of the ranges of dlPath, when it is fetched in ranges
 	stTemp  string // stPath while it is written
-	outPath string // the decompressed data, rebuilt on every attempt
+	outPath string // the decompressed data, rebuilt on every attempt: req.Files.Dest
 	comp    string
 	limit   int64  // the most bytes the uncompressed image may have
 	bound   string // what limit is, for messages
@@ -381,10 +373,10 @@ func (d *download) run(ctx context.Context) (Result, error) {
 		}
 		d.removeOutput()
 		if ctx.Err() != nil {
-			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.req.Key, d.url, ctx.Err())
+			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.name, d.url, ctx.Err())
 		}
 		if errors.Is(err, syscall.ENOSPC) && !errors.Is(err, diskspace.ErrNoSpace) {
-			err = fmt.Errorf("%w in %s: %w", diskspace.ErrNoSpace, d.f.PartialDir, err)
+			err = fmt.Errorf("%w in %s: %w", diskspace.ErrNoSpace, filepath.Dir(d.dlPath), err)
 		}
 		if errors.Is(err, errRangeIgnored) {
 			d.single = true
@@ -414,14 +406,14 @@ func (d *download) run(ctx context.Context) (Result, error) {
 			if errors.As(err, new(*decodeError)) || errors.Is(err, untrusted.ErrTooLarge) || errors.Is(err, untrusted.ErrUnsafe) {
 				d.removePartial() // corrupt, too large or unsafe as served: nothing worth resuming
 			}
-			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.req.Key, d.url, err)
+			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.name, d.url, err)
 		}
 		if act != retry {
 			d.removePartial()
 		}
 		if attempt >= attempts {
 			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: gave up after %d attempts: %w",
-				d.req.Key, d.url, attempts, err)
+				d.name, d.url, attempts, err)
 		}
 		wait := d.backoff(attempt)
 		d.log.Warn("download attempt failed; retrying", "url", d.url, "attempt", attempt,
@@ -430,7 +422,7 @@ func (d *download) run(ctx context.Context) (Result, error) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.req.Key, d.url, ctx.Err())
+			return Result{Downloaded: downloaded}, fmt.Errorf("download %s from %s: %w", d.name, d.url, ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -531,7 +523,7 @@ func (d *download) finish(s sums) (Result, error) {
 		d.removePartial()
 		d.removeOutput()
 		return res, fmt.Errorf("download %s from %s: %w: size expected %d, got %d",
-			d.req.Key, d.url, ErrChecksum, d.req.Size, s.size)
+			d.name, d.url, ErrChecksum, d.req.Size, s.size)
 	}
 	for _, c := range []struct{ name, want, got string }{
 		{"sha256", d.req.SHA256, s.sha256},
@@ -541,30 +533,20 @@ func (d *download) finish(s sums) (Result, error) {
 			d.removePartial()
 			d.removeOutput()
 			return res, fmt.Errorf("download %s from %s: %w: %s expected %s, got %s",
-				d.req.Key, d.url, ErrChecksum, c.name, want, c.got)
+				d.name, d.url, ErrChecksum, c.name, want, c.got)
 		}
 	}
-	data := d.outPath
+	// Compressed data was decompressed into Dest; uncompressed data is the download
+	// itself, which the pipeline only hashed. The caller makes Dest durable.
 	if d.comp == "" {
-		// Uncompressed data is the download itself; the pipeline only hashed it.
-		data = d.dlPath
-		if err := fsync.File(data); err != nil {
-			return res, fmt.Errorf("download %s: %w", d.req.Key, err)
+		if err := os.Rename(d.dlPath, d.outPath); err != nil {
+			return res, fmt.Errorf("download %s: %w", d.name, err)
 		}
+	} else if err := os.Remove(d.dlPath); err != nil {
+		// The image is there; a stray partial only costs space until the next sweep.
+		d.log.Warn("remove compressed download", "path", d.dlPath, "error", err)
 	}
-	if err := os.Rename(data, d.req.Dest); err != nil {
-		return res, fmt.Errorf("download %s: move into place: %w", d.req.Key, err)
-	}
-	if err := fsync.Dir(filepath.Dir(d.req.Dest)); err != nil {
-		return res, fmt.Errorf("download %s: %w", d.req.Key, err)
-	}
-	if d.comp != "" {
-		if err := os.Remove(d.dlPath); err != nil {
-			// The image is in place; a stray partial only costs space until the next sweep.
-			d.log.Warn("remove compressed download", "path", d.dlPath, "error", err)
-		}
-	}
-	d.log.Info("download complete", "dest", d.req.Dest, "bytes", s.size, "sha256", s.sha256)
+	d.log.Info("download complete", "dest", d.outPath, "bytes", s.size, "sha256", s.sha256)
 	return res, nil
 }
 

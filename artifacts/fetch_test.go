@@ -27,6 +27,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
+	"github.com/nodepool-builder/nodepool-builder/internal/partial"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 	"github.com/nodepool-builder/nodepool-builder/progress"
@@ -219,13 +220,40 @@ func (c *cutWriter) count(n int) {
 	c.fs.mu.Unlock()
 }
 
+// testFetcher returns a Fetcher whose test downloads keep their files in a
+// directory of its own (partialDir), as the store's partial directory holds
+// them in the builder.
 func testFetcher(t testing.TB) *Fetcher {
-	return &Fetcher{
-		PartialDir:   filepath.Join(t.TempDir(), ".partial"),
+	f := &Fetcher{
 		Logger:       slog.New(slog.DiscardHandler),
 		Backoff:      time.Millisecond,
 		StallTimeout: 5 * time.Second,
 	}
+	dir := filepath.Join(t.TempDir(), ".partial")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	partialDirs.Store(f, dir)
+	t.Cleanup(func() { partialDirs.Delete(f) })
+	return f
+}
+
+// partialDirs is the directory of each test Fetcher's downloads.
+var partialDirs sync.Map
+
+// partialDir is the directory in which f's test downloads keep their files.
+func partialDir(f *Fetcher) string {
+	dir, _ := partialDirs.Load(f)
+	return dir.(string)
+}
+
+// files names the files of a download under key in f's partial directory that
+// ends at dest, as the store names them: <key>.download and so on beside the
+// verified file, here kept apart from them at dest.
+func files(f *Fetcher, key, dest string) partial.Files {
+	fs := partial.Of(filepath.Join(partialDir(f), key))
+	fs.Dest = dest
+	return fs
 }
 
 // checkFetched asserts that dest holds want, that the result describes it and that no
@@ -248,7 +276,7 @@ func checkFetched(t *testing.T, f *Fetcher, res Result, dest string, want []byte
 
 func checkNoPartials(t *testing.T, f *Fetcher) {
 	t.Helper()
-	entries, err := os.ReadDir(f.PartialDir)
+	entries, err := os.ReadDir(partialDir(f))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
@@ -284,7 +312,7 @@ func TestFetch(t *testing.T) {
 			f := testFetcher(t)
 			dest := filepath.Join(t.TempDir(), "debian-0001.raw")
 			res, err := f.Fetch(context.Background(), Request{
-				URL: srv.URL + path, Dest: dest, Key: "debian-0001.raw", SHA256: tt.sha, MD5: tt.md5,
+				URL: srv.URL + path, Files: files(f, "debian-0001.raw", dest), SHA256: tt.sha, MD5: tt.md5,
 			})
 			if err != nil {
 				t.Fatalf("Fetch: %v", err)
@@ -315,7 +343,7 @@ func TestFetchChecksumMismatch(t *testing.T) {
 			f := testFetcher(t)
 			dest := filepath.Join(t.TempDir(), "img.raw")
 			_, err := f.Fetch(context.Background(), Request{
-				URL: srv.URL + "/img.raw" + suffix(tt.comp), Dest: dest, Key: "img.raw", SHA256: tt.sha, MD5: tt.md5,
+				URL: srv.URL + "/img.raw" + suffix(tt.comp), Files: files(f, "img.raw", dest), SHA256: tt.sha, MD5: tt.md5,
 			})
 			if !errors.Is(err, ErrChecksum) {
 				t.Fatalf("Fetch error = %v, want ErrChecksum", err)
@@ -346,7 +374,7 @@ func TestFetchResumesAfterDrop(t *testing.T) {
 			dest := filepath.Join(t.TempDir(), "img.raw")
 			sha, _ := digests(image)
 			res, err := f.Fetch(context.Background(), Request{
-				URL: srv.URL + "/img.raw" + suffix(comp), Dest: dest, Key: "img.raw", SHA256: sha,
+				URL: srv.URL + "/img.raw" + suffix(comp), Files: files(f, "img.raw", dest), SHA256: sha,
 			})
 			if err != nil {
 				t.Fatalf("Fetch: %v", err)
@@ -377,7 +405,7 @@ func TestFetchResumesAfterRestart(t *testing.T) {
 			srv := newFileServer(t, fs)
 			f := testFetcher(t)
 			dest := filepath.Join(t.TempDir(), "img.raw")
-			req := Request{URL: srv.URL + "/img.raw" + suffix(comp), Dest: dest, Key: "img.raw"}
+			req := Request{URL: srv.URL + "/img.raw" + suffix(comp), Files: files(f, "img.raw", dest)}
 
 			ctx, cancel := context.WithCancel(context.Background())
 			errc := make(chan error, 1)
@@ -392,7 +420,7 @@ func TestFetchResumesAfterRestart(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the download never reached the hanging point")
 			}
-			partial := filepath.Join(f.PartialDir, "img.raw.download")
+			partial := filepath.Join(partialDir(f), "img.raw.download")
 			waitForSize(t, partial, hang)
 			cancel()
 			if err := <-errc; !errors.Is(err, context.Canceled) {
@@ -407,7 +435,7 @@ func TestFetchResumesAfterRestart(t *testing.T) {
 
 			// A new process: a fresh Fetcher over the same directory.
 			f2 := testFetcher(t)
-			f2.PartialDir = f.PartialDir
+			partialDirs.Store(f2, partialDir(f))
 			res, err := f2.Fetch(context.Background(), req)
 			if err != nil {
 				t.Fatalf("resumed Fetch: %v", err)
@@ -458,7 +486,7 @@ func TestFetchServerIgnoresRange(t *testing.T) {
 			f := testFetcher(t)
 			dest := filepath.Join(t.TempDir(), "img.raw")
 			res, err := f.Fetch(context.Background(), Request{
-				URL: srv.URL + "/img.raw" + suffix(tt.comp), Dest: dest, Key: "img.raw",
+				URL: srv.URL + "/img.raw" + suffix(tt.comp), Files: files(f, "img.raw", dest),
 			})
 			if err != nil {
 				t.Fatalf("Fetch: %v", err)
@@ -481,12 +509,12 @@ func TestFetchRejectsBadRequests(t *testing.T) {
 		req  Request
 		want string
 	}{
-		{"ftp", Request{URL: "ftp://example.com/img.raw", Dest: "d", Key: "k"}, `unsupported URL scheme "ftp"`},
-		{"file", Request{URL: "file:///etc/passwd", Dest: "d", Key: "k"}, `unsupported URL scheme "file"`},
-		{"no scheme", Request{URL: "/srv/img.raw", Dest: "d", Key: "k"}, `unsupported URL scheme ""`},
-		{"no host", Request{URL: "http:///img.raw", Dest: "d", Key: "k"}, "no host"},
-		{"key with slash", Request{URL: "http://h/img", Dest: "d", Key: "../k"}, "not a plain file name"},
-		{"no dest", Request{URL: "http://h/img", Key: "k"}, "no destination"},
+		{"ftp", Request{URL: "ftp://example.com/img.raw", Files: partial.Of("d")}, `unsupported URL scheme "ftp"`},
+		{"file", Request{URL: "file:///etc/passwd", Files: partial.Of("d")}, `unsupported URL scheme "file"`},
+		{"no scheme", Request{URL: "/srv/img.raw", Files: partial.Of("d")}, `unsupported URL scheme ""`},
+		{"no host", Request{URL: "http:///img.raw", Files: partial.Of("d")}, "no host"},
+		{"partial files not named", Request{URL: "http://h/img", Files: partial.Files{Dest: "d"}}, "not all the files of the download"},
+		{"no dest", Request{URL: "http://h/img"}, "no destination"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -495,9 +523,7 @@ func TestFetchRejectsBadRequests(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Fetch error = %v, want one saying %q", err, tt.want)
 			}
-			if _, err := os.Stat(f.PartialDir); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("rejected request touched the partial directory (stat: %v)", err)
-			}
+			checkNoPartials(t, f)
 		})
 	}
 }
@@ -523,7 +549,7 @@ func TestFetchStatusRetries(t *testing.T) {
 			f := testFetcher(t)
 			f.Attempts = tt.attempts
 			dest := filepath.Join(t.TempDir(), "img.raw")
-			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Dest: dest, Key: "img.raw"})
+			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Files: files(f, "img.raw", dest)})
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("Fetch: %v", err)
@@ -547,7 +573,7 @@ func TestFetchStallAbortsAttempt(t *testing.T) {
 	f.StallTimeout = 200 * time.Millisecond
 	dest := filepath.Join(t.TempDir(), "img.raw")
 	start := time.Now()
-	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Dest: dest, Key: "img.raw"})
+	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Files: files(f, "img.raw", dest)})
 	if err != nil {
 		t.Fatalf("Fetch: %v", err)
 	}
@@ -572,11 +598,11 @@ func TestFetchNoSpace(t *testing.T) {
 	}))
 	defer srv.Close()
 	f := testFetcher(t)
-	_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/huge.raw.zst", Dest: filepath.Join(t.TempDir(), "x"), Key: "huge"})
+	_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/huge.raw.zst", Files: files(f, "huge", filepath.Join(t.TempDir(), "x"))})
 	if !errors.Is(err, diskspace.ErrNoSpace) {
 		t.Fatalf("Fetch error = %v, want diskspace.ErrNoSpace", err)
 	}
-	if !strings.Contains(err.Error(), f.PartialDir) || !strings.Contains(err.Error(), fmt.Sprint(int64(2<<60))) {
+	if !strings.Contains(err.Error(), partialDir(f)) || !strings.Contains(err.Error(), fmt.Sprint(int64(2<<60))) {
 		t.Errorf("error %q does not name the directory and the bytes needed", err)
 	}
 	if gets != 1 {
@@ -604,14 +630,14 @@ func TestFetchExistingPartial(t *testing.T) {
 			fs := &fileServer{content: image}
 			srv := newFileServer(t, fs)
 			f := testFetcher(t)
-			if err := os.MkdirAll(f.PartialDir, 0o755); err != nil {
+			if err := os.MkdirAll(partialDir(f), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(filepath.Join(f.PartialDir, "img.raw.download"), tt.partial, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(partialDir(f), "img.raw.download"), tt.partial, 0o644); err != nil {
 				t.Fatal(err)
 			}
 			dest := filepath.Join(t.TempDir(), "img.raw")
-			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Dest: dest, Key: "img.raw", SHA256: sha})
+			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Files: files(f, "img.raw", dest), SHA256: sha})
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("Fetch error = %v, want %v", err, tt.wantErr)
@@ -637,7 +663,7 @@ func TestFetchCorruptStream(t *testing.T) {
 			srv := newFileServer(t, fs)
 			f := testFetcher(t)
 			dest := filepath.Join(t.TempDir(), "img.raw")
-			_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw." + comp, Dest: dest, Key: "img.raw"})
+			_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw." + comp, Files: files(f, "img.raw", dest)})
 			var de *decodeError
 			if !errors.As(err, &de) {
 				t.Fatalf("Fetch error = %v, want a decompression error", err)
@@ -678,8 +704,7 @@ func TestFetchTracksProgress(t *testing.T) {
 	f.Connections = 1
 	errc := make(chan error, 1)
 	go func() {
-		_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw?token=secret", Dest: filepath.Join(t.TempDir(), "img"),
-			Key: "img-0001.raw.part", Label: "img-0001.raw"})
+		_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw?token=secret", Files: files(f, "img-0001.raw.part", filepath.Join(t.TempDir(), "img")), Label: "img-0001.raw"})
 		errc <- err
 	}()
 	for i := range chunks {
@@ -786,7 +811,7 @@ func fetchWatchingHeap(t *testing.T, f *Fetcher, url string, size int64) Result 
 			}
 		}
 	})
-	res, err := f.Fetch(context.Background(), Request{URL: url, Dest: dest, Key: "big.raw"})
+	res, err := f.Fetch(context.Background(), Request{URL: url, Files: files(f, "big.raw", dest)})
 	close(stop)
 	wg.Wait()
 	if err != nil {
@@ -812,7 +837,7 @@ func BenchmarkFetch(b *testing.B) {
 	b.SetBytes(size)
 	b.ReportAllocs()
 	for b.Loop() {
-		res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/bench.raw", Dest: dest, Key: "bench.raw"})
+		res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/bench.raw", Files: files(f, "bench.raw", dest)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -887,7 +912,7 @@ func TestFetchRedirects(t *testing.T) {
 			// Both servers are the operator's: the redirects between them are allowed.
 			hosts := &Hosts{}
 			hosts.Name(mustPattern(t, "127.0.0.1"))
-			res, err := f.Fetch(context.Background(), Request{URL: tt.url, Dest: dest, Key: "img.raw", Hosts: hosts})
+			res, err := f.Fetch(context.Background(), Request{URL: tt.url, Files: files(f, "img.raw", dest), Hosts: hosts})
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("Fetch: %v", err)
@@ -993,7 +1018,7 @@ func TestFetchSizeBound(t *testing.T) {
 			f := testFetcher(t)
 			f.MaxSize = tt.maxSize
 			dest := filepath.Join(t.TempDir(), "img.raw")
-			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + tt.path, Dest: dest, Key: "img.raw", Size: tt.size})
+			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + tt.path, Files: files(f, "img.raw", dest), Size: tt.size})
 			if tt.wantErr == nil {
 				if err != nil {
 					t.Fatalf("Fetch: %v", err)
@@ -1027,13 +1052,13 @@ func TestFetchWritesSparse(t *testing.T) {
 			fs := &fileServer{content: zstdFrames(t, image, announce)}
 			srv := newFileServer(t, fs)
 			f := testFetcher(t)
-			dest := filepath.Join(filepath.Dir(f.PartialDir), "img.raw")
-			if err := os.MkdirAll(f.PartialDir, 0o755); err != nil {
+			dest := filepath.Join(filepath.Dir(partialDir(f)), "img.raw")
+			if err := os.MkdirAll(partialDir(f), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			requireHoles(t, f.PartialDir)
+			requireHoles(t, partialDir(f))
 			sha, _ := digests(image)
-			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw.zst", Dest: dest, Key: "img.raw", SHA256: sha, Size: size})
+			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw.zst", Files: files(f, "img.raw", dest), SHA256: sha, Size: size})
 			if err != nil {
 				t.Fatalf("Fetch: %v", err)
 			}
@@ -1104,11 +1129,11 @@ func TestFetchFreeSpace(t *testing.T) {
 			disk := &fullDisk{free: tt.free}
 			f.freeSpace = disk.freeSpace
 			dest := filepath.Join(t.TempDir(), "img.raw")
-			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + tt.path, Dest: dest, Key: "img.raw", Size: tt.size})
+			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + tt.path, Files: files(f, "img.raw", dest), Size: tt.size})
 			if !errors.Is(err, diskspace.ErrNoSpace) || !strings.Contains(err.Error(), tt.wantText) {
 				t.Fatalf("Fetch error = %v, want diskspace.ErrNoSpace saying %q", err, tt.wantText)
 			}
-			if !strings.Contains(err.Error(), f.PartialDir) {
+			if !strings.Contains(err.Error(), partialDir(f)) {
 				t.Errorf("error %q does not name the directory", err)
 			}
 			if tt.maxSent > 0 && res.Downloaded > tt.maxSent {
@@ -1136,13 +1161,13 @@ func TestFetchDiskFull(t *testing.T) {
 			fs := &fileServer{content: compress(t, comp, image)}
 			srv := newFileServer(t, fs)
 			f := testFetcher(t)
-			if err := os.MkdirAll(f.PartialDir, 0o755); err != nil {
+			if err := os.MkdirAll(partialDir(f), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Symlink("/dev/full", filepath.Join(f.PartialDir, "img.raw.download")); err != nil {
+			if err := os.Symlink("/dev/full", filepath.Join(partialDir(f), "img.raw.download")); err != nil {
 				t.Fatal(err)
 			}
-			_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw" + suffix(comp), Dest: filepath.Join(t.TempDir(), "img.raw"), Key: "img.raw"})
+			_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw" + suffix(comp), Files: files(f, "img.raw", filepath.Join(t.TempDir(), "img.raw"))})
 			if !errors.Is(err, diskspace.ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
 				t.Fatalf("Fetch error = %v, want diskspace.ErrNoSpace wrapping ENOSPC", err)
 			}
@@ -1200,7 +1225,7 @@ func TestFetchRedactsSecrets(t *testing.T) {
 				f := testFetcher(t)
 				f.Attempts = 2
 				f.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-				_, err := f.Fetch(context.Background(), Request{URL: u, Dest: filepath.Join(t.TempDir(), "img.raw"), Key: "img.raw", SHA256: tt.sha})
+				_, err := f.Fetch(context.Background(), Request{URL: u, Files: files(f, "img.raw", filepath.Join(t.TempDir(), "img.raw")), SHA256: tt.sha})
 				if (err != nil) != tt.wantErr {
 					t.Fatalf("Fetch error = %v, want an error: %v", err, tt.wantErr)
 				}
@@ -1240,7 +1265,7 @@ func TestFetchZstdWindowBounded(t *testing.T) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	before := ms.TotalAlloc
-	_, err = f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw.zst", Dest: filepath.Join(t.TempDir(), "img.raw"), Key: "img.raw"})
+	_, err = f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw.zst", Files: files(f, "img.raw", filepath.Join(t.TempDir(), "img.raw"))})
 	runtime.ReadMemStats(&ms)
 	if !errors.As(err, new(*decodeError)) {
 		t.Fatalf("Fetch error = %v, want a decompression error", err)

@@ -240,7 +240,7 @@ func TestFetchRefusesHosts(t *testing.T) {
 			before := len(secret.seen())
 			f := testFetcher(t)
 			dest := filepath.Join(t.TempDir(), "img.raw")
-			_, err := f.Fetch(context.Background(), Request{URL: tt.url, Dest: dest, Key: "img.raw", Hosts: hosts})
+			_, err := f.Fetch(context.Background(), Request{URL: tt.url, Files: files(f, "img.raw", dest), Hosts: hosts})
 			if !errors.Is(err, untrusted.ErrUnsafe) || errors.Is(err, ErrInternalAddress) != tt.internal {
 				t.Fatalf("Fetch error = %v, want untrusted.ErrUnsafe (internal address: %v)", err, tt.internal)
 			}
@@ -263,7 +263,7 @@ func TestFetchRefusesHosts(t *testing.T) {
 	for _, u := range []string{zuulURL + "/to-secret", zuulURL + "/to-localhost"} {
 		f := testFetcher(t)
 		dest := filepath.Join(t.TempDir(), "img.raw")
-		res, err := f.Fetch(context.Background(), Request{URL: u, Dest: dest, Key: "img.raw", Hosts: named})
+		res, err := f.Fetch(context.Background(), Request{URL: u, Files: files(f, "img.raw", dest), Hosts: named})
 		if err != nil {
 			t.Fatalf("Fetch %s with the hosts named: %v", u, err)
 		}
@@ -291,7 +291,7 @@ func TestFetchSendsNoCredentialsOrReferer(t *testing.T) {
 	} {
 		f := testFetcher(t)
 		dest := filepath.Join(t.TempDir(), "img.raw")
-		res, err := f.Fetch(context.Background(), Request{URL: u, Dest: dest, Key: "img.raw", Hosts: hosts})
+		res, err := f.Fetch(context.Background(), Request{URL: u, Files: files(f, "img.raw", dest), Hosts: hosts})
 		if err != nil {
 			t.Fatalf("Fetch: %v", err)
 		}
@@ -332,12 +332,12 @@ func TestFetchThroughProxy(t *testing.T) {
 	hosts.Allow(mustPattern(t, "logs.example.com"))
 
 	dest := filepath.Join(t.TempDir(), "img.raw")
-	res, err := f.Fetch(context.Background(), Request{URL: "http://logs.example.com/img.raw", Dest: dest, Key: "img.raw", Hosts: hosts})
+	res, err := f.Fetch(context.Background(), Request{URL: "http://logs.example.com/img.raw", Files: files(f, "img.raw", dest), Hosts: hosts})
 	if err != nil {
 		t.Fatalf("Fetch through the proxy: %v", err)
 	}
 	checkFetched(t, f, res, dest, image)
-	_, err = f.Fetch(context.Background(), Request{URL: "http://files.example.com/img.raw", Dest: dest, Key: "img.raw", Hosts: hosts})
+	_, err = f.Fetch(context.Background(), Request{URL: "http://files.example.com/img.raw", Files: files(f, "img.raw", dest), Hosts: hosts})
 	if !errors.Is(err, untrusted.ErrUnsafe) {
 		t.Fatalf("Fetch of a host not allowed through the proxy: %v, want untrusted.ErrUnsafe", err)
 	}
@@ -363,12 +363,12 @@ func TestFetchWithoutHosts(t *testing.T) {
 	})
 	f := testFetcher(t)
 	dest := filepath.Join(t.TempDir(), "img.raw")
-	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Dest: dest, Key: "img.raw"})
+	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Files: files(f, "img.raw", dest)})
 	if err != nil {
 		t.Fatalf("Fetch: %v", err)
 	}
 	checkFetched(t, f, res, dest, image)
-	_, err = f.Fetch(context.Background(), Request{URL: srv.URL + "/away", Dest: dest, Key: "img2.raw"})
+	_, err = f.Fetch(context.Background(), Request{URL: srv.URL + "/away", Files: files(f, "img2.raw", dest)})
 	if !errors.Is(err, untrusted.ErrUnsafe) || len(other.seen()) != 0 {
 		t.Fatalf("redirect to another port: %v, %d requests there; want untrusted.ErrUnsafe and none", err, len(other.seen()))
 	}
@@ -388,7 +388,7 @@ func TestFetchRefusesEmbeddedInternal(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
 			f := testFetcher(t)
-			_, err := f.Fetch(ctx, Request{URL: u, Dest: filepath.Join(t.TempDir(), "img.raw"), Key: "img.raw", Hosts: hosts})
+			_, err := f.Fetch(ctx, Request{URL: u, Files: files(f, "img.raw", filepath.Join(t.TempDir(), "img.raw")), Hosts: hosts})
 			if !errors.Is(err, ErrInternalAddress) || !errors.Is(err, untrusted.ErrUnsafe) {
 				t.Fatalf("Fetch %s = %v, want ErrInternalAddress", u, err)
 			}
@@ -422,12 +422,12 @@ func TestFetchProxyExemptsOnlyItsPort(t *testing.T) {
 	hosts.Allow(mustPattern(t, "127.0.0.1"))
 
 	dest := filepath.Join(t.TempDir(), "img.raw")
-	res, err := f.Fetch(context.Background(), Request{URL: "http://logs.example.com/img.raw", Dest: dest, Key: "img.raw", Hosts: hosts})
+	res, err := f.Fetch(context.Background(), Request{URL: "http://logs.example.com/img.raw", Files: files(f, "img.raw", dest), Hosts: hosts})
 	if err != nil {
 		t.Fatalf("Fetch through the proxy: %v", err)
 	}
 	checkFetched(t, f, res, dest, image)
-	_, err = f.Fetch(context.Background(), Request{URL: "http://logs.example.com/to-secret", Dest: dest, Key: "img2.raw", Hosts: hosts})
+	_, err = f.Fetch(context.Background(), Request{URL: "http://logs.example.com/to-secret", Files: files(f, "img2.raw", dest), Hosts: hosts})
 	if !errors.Is(err, ErrInternalAddress) {
 		t.Fatalf("Fetch redirected past the proxy to another port of its host = %v, want ErrInternalAddress", err)
 	}

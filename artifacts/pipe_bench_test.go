@@ -48,7 +48,7 @@ func BenchmarkFetchZst(b *testing.B) {
 	defer srv.Close()
 	f := testFetcher(b)
 	dest := filepath.Join(dir, "fetched.raw")
-	req := Request{URL: srv.URL + "/img.raw.zst", Dest: dest, Key: "img.raw", Size: size}
+	req := Request{URL: srv.URL + "/img.raw.zst", Files: files(f, "img.raw", dest), Size: size}
 
 	b.SetBytes(size)
 	times := benchkit.SideBySide{Anchor: "md5sum"}

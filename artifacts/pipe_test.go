@@ -117,13 +117,13 @@ func TestSparseWriter(t *testing.T) {
 func pipeDownload(t *testing.T, comp string, served []byte) (*download, *room) {
 	t.Helper()
 	f := testFetcher(t)
-	if err := os.MkdirAll(f.PartialDir, 0o755); err != nil {
+	if err := os.MkdirAll(partialDir(f), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	d := &download{
 		f:       f,
-		dlPath:  filepath.Join(f.PartialDir, "img.raw.download"),
-		outPath: filepath.Join(f.PartialDir, "img.raw"),
+		dlPath:  filepath.Join(partialDir(f), "img.raw.download"),
+		outPath: filepath.Join(partialDir(f), "img.raw"),
 		comp:    comp,
 		limit:   untrusted.DefaultMaxSize,
 		bound:   "the maximum",

@@ -145,7 +145,7 @@ func fetchOnce(b *testing.B, srv *httptest.Server, conns int, size int64) time.D
 	f.Connections = conns
 	dest := filepath.Join(b.TempDir(), "bench.raw")
 	start := time.Now()
-	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/bench.raw", Dest: dest, Key: "bench.raw"})
+	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/bench.raw", Files: files(f, "bench.raw", dest)})
 	took := time.Since(start)
 	if err != nil {
 		b.Fatal(err)

@@ -219,7 +219,7 @@ func TestFetchRanges(t *testing.T) {
 				f.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 				dest := filepath.Join(t.TempDir(), "img.raw")
 				res, err := f.Fetch(context.Background(), Request{
-					URL: srv.URL + "/img.raw" + suffix(comp), Dest: dest, Key: "img.raw", SHA256: wantSHA, MD5: wantMD5,
+					URL: srv.URL + "/img.raw" + suffix(comp), Files: files(f, "img.raw", dest), SHA256: wantSHA, MD5: wantMD5,
 				})
 				if err != nil {
 					t.Fatalf("Fetch: %v", err)
@@ -266,7 +266,7 @@ func TestFetchRangeRetriedAlone(t *testing.T) {
 	var logs testenv.Buffer
 	f.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	dest := filepath.Join(t.TempDir(), "img.raw")
-	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Dest: dest, Key: "img.raw"})
+	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Files: files(f, "img.raw", dest)})
 	if err != nil {
 		t.Fatalf("Fetch: %v", err)
 	}
@@ -325,7 +325,7 @@ func TestFetchRangesResumeAfterKill(t *testing.T) {
 			// the stall timeout to get there, and a stall retry would fetch more of each
 			// range, and the next ones, before the kill.
 			f.StallTimeout = time.Hour
-			req := Request{URL: srv.URL + "/img.raw" + suffix(comp), Dest: filepath.Join(t.TempDir(), "img.raw"), Key: "img.raw"}
+			req := Request{URL: srv.URL + "/img.raw" + suffix(comp), Files: files(f, "img.raw", filepath.Join(t.TempDir(), "img.raw"))}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel() // on a failure before the kill, lets the hung requests and the server end
 			errc := make(chan error, 1)
@@ -342,7 +342,7 @@ func TestFetchRangesResumeAfterKill(t *testing.T) {
 			}
 			// Wait for a saved state that has every hung range's bytes, then take a copy
 			// of the partial directory as it stands: state first, then data.
-			stPath := filepath.Join(f.PartialDir, "img.raw.ranges")
+			stPath := filepath.Join(partialDir(f), "img.raw.ranges")
 			var st rangeState
 			deadline := time.Now().Add(10 * time.Second)
 			for {
@@ -368,7 +368,7 @@ func TestFetchRangesResumeAfterKill(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, name := range []string{"img.raw.ranges", "img.raw.download"} {
-				b, err := os.ReadFile(filepath.Join(f.PartialDir, name))
+				b, err := os.ReadFile(filepath.Join(partialDir(f), name))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -386,12 +386,13 @@ func TestFetchRangesResumeAfterKill(t *testing.T) {
 			rs.mu.Unlock()
 
 			f2 := rangedFetcher(t)
-			f2.PartialDir = killed
+			partialDirs.Store(f2, killed)
+			req.Files = files(f2, "img.raw", req.Files.Dest)
 			res, err := f2.Fetch(context.Background(), req)
 			if err != nil {
 				t.Fatalf("resumed Fetch: %v", err)
 			}
-			checkFetched(t, f2, res, req.Dest, image)
+			checkFetched(t, f2, res, req.Files.Dest, image)
 			if before != conns*hangAfter {
 				t.Errorf("server sent %d bytes before the kill, want %d", before, conns*hangAfter)
 			}
@@ -446,7 +447,7 @@ func TestFetchRangesServerQuirks(t *testing.T) {
 			f := rangedFetcher(t)
 			dest := filepath.Join(t.TempDir(), "img.raw")
 			sha, _ := digests(tt.want)
-			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Dest: dest, Key: "img.raw", SHA256: sha})
+			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Files: files(f, "img.raw", dest), SHA256: sha})
 			if err != nil {
 				t.Fatalf("Fetch: %v", err)
 			}
@@ -506,7 +507,7 @@ func TestFetchResumeHeadRefused(t *testing.T) {
 	t.Cleanup(headRefused.Close)
 	f := testFetcher(t)
 	dest := filepath.Join(t.TempDir(), "img.raw")
-	res, err := f.Fetch(context.Background(), Request{URL: headRefused.URL + "/img.raw", Dest: dest, Key: "img.raw"})
+	res, err := f.Fetch(context.Background(), Request{URL: headRefused.URL + "/img.raw", Files: files(f, "img.raw", dest)})
 	if err != nil {
 		t.Fatalf("Fetch: %v", err)
 	}
@@ -529,12 +530,12 @@ func TestFetchRangesSparse(t *testing.T) {
 	srv := newRangeServer(t, rs)
 	f := rangedFetcher(t)
 	f.pieceSize = 0 // ranges of the size a real download would use
-	dest := filepath.Join(filepath.Dir(f.PartialDir), "img.raw")
-	if err := os.MkdirAll(f.PartialDir, 0o755); err != nil {
+	dest := filepath.Join(filepath.Dir(partialDir(f)), "img.raw")
+	if err := os.MkdirAll(partialDir(f), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	requireHoles(t, f.PartialDir)
-	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Dest: dest, Key: "img.raw"})
+	requireHoles(t, partialDir(f))
+	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Files: files(f, "img.raw", dest)})
 	if err != nil {
 		t.Fatalf("Fetch: %v", err)
 	}
@@ -618,12 +619,12 @@ func TestFetchFastStreamStaysOne(t *testing.T) {
 	srv := newRangeServer(t, rs)
 	f := testFetcher(t)
 	f.fastStream = 1 // any stream is fast enough
-	dest := filepath.Join(filepath.Dir(f.PartialDir), "img.raw")
-	if err := os.MkdirAll(f.PartialDir, 0o755); err != nil {
+	dest := filepath.Join(filepath.Dir(partialDir(f)), "img.raw")
+	if err := os.MkdirAll(partialDir(f), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	requireHoles(t, f.PartialDir)
-	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Dest: dest, Key: "img.raw"})
+	requireHoles(t, partialDir(f))
+	res, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/img.raw", Files: files(f, "img.raw", dest)})
 	if err != nil {
 		t.Fatalf("Fetch: %v", err)
 	}
@@ -640,8 +641,8 @@ func TestFetchFastStreamStaysOne(t *testing.T) {
 	srv2 := newRangeServer(t, rs2)
 	f2 := testFetcher(t)
 	f2.fastStream = 1 << 50
-	dest2 := filepath.Join(filepath.Dir(f2.PartialDir), "img.raw")
-	res, err = f2.Fetch(context.Background(), Request{URL: srv2.URL + "/img.raw", Dest: dest2, Key: "img.raw"})
+	dest2 := filepath.Join(filepath.Dir(partialDir(f2)), "img.raw")
+	res, err = f2.Fetch(context.Background(), Request{URL: srv2.URL + "/img.raw", Files: files(f, "img.raw", dest2)})
 	if err != nil {
 		t.Fatalf("Fetch: %v", err)
 	}

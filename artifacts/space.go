@@ -1,6 +1,10 @@
 package artifacts
 
-import "github.com/nodepool-builder/nodepool-builder/internal/diskspace"
+import (
+	"path/filepath"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
+)
 
 const (
 	// spaceCheckEvery is how many bytes a download writes between two checks of the
@@ -32,7 +36,7 @@ type room struct {
 // contentLength more bytes (-1 when unknown).
 func (d *download) room(offset, contentLength int64) *room {
 	r := &room{
-		dir:        d.f.PartialDir,
+		dir:        filepath.Dir(d.dlPath),
 		free:       d.f.freeSpace,
 		compressed: d.comp != "",
 		prefix:     offset,

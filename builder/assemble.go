@@ -117,7 +117,7 @@ func (b *Builder) zuulClients(cfg *config.Config) (map[string]poller.Builds, map
 			}
 			shared[zi.CACert] = hc
 		}
-		fetchers[zi.Name] = &artifacts.Fetcher{PartialDir: b.store.PartialDir(), HTTPClient: hc, Logger: b.log,
+		fetchers[zi.Name] = &artifacts.Fetcher{HTTPClient: hc, Logger: b.log,
 			MaxSize: cfg.Builder.MaxImageSize, Connections: cfg.Builder.DownloadConnections, Progress: b.opts.Progress}
 		client, err := zuulapi.New(zuulapi.Options{
 			APIURL:     zi.APIURL,

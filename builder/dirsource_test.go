@@ -128,7 +128,11 @@ func (j *dirJob) Make(ctx context.Context, w *store.BuildWriter) error {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(mustPath(w.Path("raw")), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	tmp, err := w.Temp("raw")
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
@@ -139,14 +143,14 @@ func (j *dirJob) Make(ctx context.Context, w *store.BuildWriter) error {
 	if err := out.Close(); err != nil {
 		return err
 	}
-	sha, md, size, err := store.HashFile(ctx, mustPath(w.Path("raw")))
+	sha, md, size, err := store.HashFile(ctx, tmp)
 	if err != nil {
 		return err
 	}
 	if want := j.sha256; sha != want {
 		return fmt.Errorf("%s changed while it was copied: sha256 %s, want %s", d.file(rec.Image), sha, want)
 	}
-	return w.Add(ctx, store.File{Format: "raw", SHA256: sha, MD5: md, Size: size})
+	return w.Add(store.File{Format: "raw", SHA256: sha, MD5: md, Size: size})
 }
 
 func (d *dirSource) Abandon(_ context.Context, b store.Build) error {

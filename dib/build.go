@@ -167,8 +167,8 @@ func (b *Source) run(ctx context.Context, img *config.DiskImage, w *store.BuildW
 	return res
 }
 
-// finish records the files DIB made. An error wrapped by source.Unrecorded
-// says that whether the record was written is unknown.
+// finish adds the files DIB made to the build; the runner's commit records
+// them.
 func (b *Source) finish(ctx context.Context, w *store.BuildWriter, formats []string, logFile string) error {
 	wctx := context.WithoutCancel(ctx)
 	var files []store.File
@@ -179,77 +179,29 @@ func (b *Source) finish(ctx context.Context, w *store.BuildWriter, formats []str
 		}
 		files = append(files, f)
 	}
-	if store.LockLost(ctx) {
-		return store.ErrLockLost
-	}
-	err := w.Add(wctx, files...)
-	if err != nil && !errors.Is(err, store.ErrConflict) {
-		// Not written, for sure, only when someone else changed the record.
-		return source.Unrecorded(err)
-	}
-	return err
+	return w.Add(files...)
 }
 
-// collect finds the file DIB wrote for one format, moves it to the store's name
-// for it when DIB names it differently, and reads its size and checksums: from
-// the sidecars DIB wrote beside it (--checksum), else computed. The build
-// writer writes the store's sidecars.
+// collect checks the file DIB wrote for one format and reads its size and
+// checksums: from the sidecars DIB wrote beside it (--checksum), else
+// computed.
 func (b *Source) collect(ctx context.Context, w *store.BuildWriter, format string) (store.File, error) {
-	path, err := w.Path(format)
+	out, err := w.Output(format, fileSuffix(format))
 	if err != nil {
-		return store.File{}, err
-	}
-	base, err := w.Base()
-	if err != nil {
-		return store.File{}, err
-	}
-	out := path // where DIB wrote it
-	if suffix := fileSuffix(format); suffix != format {
-		out = base + "." + suffix
-	}
-	sha, err := store.ReadSidecar(out + ".sha256")
-	if err != nil {
-		return store.File{}, err
-	}
-	md, err := store.ReadSidecar(out + ".md5")
-	if err != nil {
-		return store.File{}, err
-	}
-	if out != path {
-		if err := os.Rename(out, path); err != nil {
-			return store.File{}, fmt.Errorf("DIB exited 0 but left no %s file: %w", format, err)
-		}
-		// DIB's sidecars name the file it wrote, which is gone.
-		for _, ext := range []string{".sha256", ".md5"} {
-			if err := os.Remove(out + ext); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return store.File{}, fmt.Errorf("remove %s: %w", out+ext, err)
-			}
-		}
-	}
-	info, err := os.Stat(path)
-	if err != nil {
-		return store.File{}, fmt.Errorf("DIB exited 0 but left no %s file: %w", format, err)
-	}
-	if !info.Mode().IsRegular() {
-		return store.File{}, fmt.Errorf("DIB exited 0 but %s is not a regular file", path)
-	}
-	// DIB writes its files as its umask says: readable by everyone, most often.
-	for _, p := range []string{path, path + ".sha256", path + ".md5", base + ".d"} {
-		if err := perm.TightenTree(p); err != nil {
-			return store.File{}, fmt.Errorf("DIB's %s output: %w", format, err)
-		}
+		return store.File{}, fmt.Errorf("DIB exited 0 but %w", err)
 	}
 	// As for a fetched image: the format claimed, and no file outside it referenced.
-	if _, err := qemuimg.Inspect(ctx, b.opts.QemuImg, path, format); err != nil {
+	if _, err := qemuimg.Inspect(ctx, b.opts.QemuImg, out.Path, format); err != nil {
 		return store.File{}, fmt.Errorf("DIB's %s output: %w", format, err)
 	}
+	sha, md := out.SHA256, out.MD5
 	if sha == "" || md == "" {
-		b.log.Warn("DIB wrote no checksum files; computing them", "file", path)
-		if sha, md, _, err = store.HashFile(ctx, path); err != nil {
+		b.log.Warn("DIB wrote no checksum files; computing them", "file", out.Path)
+		if sha, md, _, err = store.HashFile(ctx, out.Path); err != nil {
 			return store.File{}, err
 		}
 	}
-	return store.File{Format: format, SHA256: sha, MD5: md, Size: info.Size(), Present: true}, nil
+	return store.File{Format: format, SHA256: sha, MD5: md, Size: out.Size}, nil
 }
 
 // filePaths are, by format, the paths of a ready build's files; nil for

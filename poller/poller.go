@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -369,15 +368,14 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		if sha == "" && zi.RequireChecksum {
 			return refuse(format, fmt.Errorf("artifact %q (%s) has no sha256 in its metadata and require-checksum is set", c.Name, format))
 		}
-		dest, err := w.Path(format)
+		files, err := w.Download(format)
 		if err != nil {
 			return err
 		}
 		began := time.Now()
 		res, err := fetcher.Fetch(ctx, artifacts.Request{
 			URL:    c.URL,
-			Dest:   dest,
-			Key:    store.PartialKey(b.Image, zb.UUID, format),
+			Files:  files,
 			SHA256: sha,
 			MD5:    md5,
 			Size:   declaredSize(c),
@@ -399,15 +397,19 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		// The bytes are the job's, not ours: before anything converts or
 		// uploads them, they must be the format they claim, whole, and hold
 		// a disk no larger than the limit.
-		img, err := p.inspect(ctx, dest, format, limit)
+		img, err := p.inspect(ctx, w, files.Dest, format, limit)
 		if err != nil {
 			return fmt.Errorf("artifact %q (%s): %w", c.Name, format, err)
 		}
-		inspected[format] = img
 		f := store.File{Format: format, SHA256: res.SHA256, MD5: res.MD5, Size: res.Size, URL: redact.URL(c.URL)}
-		if err := w.Add(ctx, f); err != nil {
+		if err := w.Add(f); err != nil {
 			return err
 		}
+		// Converted from where Add put it.
+		if img.Path, err = w.Path(format); err != nil {
+			return err
+		}
+		inspected[format] = img
 	}
 	for dst, src := range convert {
 		img, ok := inspected[src]
@@ -477,28 +479,28 @@ func (p *Poller) convertFormat(ctx context.Context, w *store.BuildWriter, src qe
 	if err := qemuimg.Installed(p.opts.QemuImg); err != nil {
 		return fmt.Errorf("convert %s to %s: %w", src.Format, dst, err)
 	}
-	out, err := w.Path(dst)
+	out, err := w.Temp(dst)
 	if err != nil {
 		return err
 	}
 	p.log.Info("converting", "image", b.Image, "build", b.ID, "from", src.Format, "to", dst, "virtual_size", src.VirtualSize)
-	if err := qemuimg.Convert(ctx, p.opts.QemuImg, src, out, dst, store.CreateConversionTemp); err != nil {
+	if err := qemuimg.Convert(ctx, p.opts.QemuImg, src, out, dst); err != nil {
 		return err
 	}
-	if _, err := p.inspect(ctx, out, dst, limit); err != nil {
+	if _, err := p.inspect(ctx, w, out, dst, limit); err != nil {
 		return err
 	}
 	sha, md, size, err := store.HashFile(ctx, out)
 	if err != nil {
-		return err
+		return errors.Join(err, w.Discard(dst))
 	}
-	return w.Add(ctx, store.File{Format: dst, SHA256: sha, MD5: md, Size: size})
+	return w.Add(store.File{Format: dst, SHA256: sha, MD5: md, Size: size})
 }
 
-// inspect checks a fetched or converted file with qemu-img, and the size of the
-// disk it holds against limit (builder.max-image-size); an unsafe or too large
-// one is removed and its format refused for good.
-func (p *Poller) inspect(ctx context.Context, path, format string, limit int64) (qemuimg.Image, error) {
+// inspect checks a fetched or converted file of w with qemu-img, and the size
+// of the disk it holds against limit (builder.max-image-size); an unsafe or too
+// large one is discarded and its format refused for good.
+func (p *Poller) inspect(ctx context.Context, w *store.BuildWriter, path, format string, limit int64) (qemuimg.Image, error) {
 	img, err := qemuimg.Inspect(ctx, p.opts.QemuImg, path, format)
 	if err == nil {
 		if err = img.CheckSize(limit); err == nil {
@@ -506,8 +508,8 @@ func (p *Poller) inspect(ctx context.Context, path, format string, limit int64) 
 		}
 		err = fmt.Errorf("%w (%s)", err, maxImageSize(limit))
 	}
-	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-		err = errors.Join(err, rerr)
+	if derr := w.Discard(format); derr != nil {
+		err = errors.Join(err, derr)
 	}
 	if errors.Is(err, untrusted.ErrUnsafe) || errors.Is(err, untrusted.ErrTooLarge) {
 		return qemuimg.Image{}, refuse(format, err)

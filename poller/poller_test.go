@@ -66,7 +66,7 @@ func (f *fixture) newPoller() {
 		Store:  f.st,
 		Config: f.cfg,
 		Fetchers: map[string]*artifacts.Fetcher{
-			"debian": {PartialDir: f.st.PartialDir(), Attempts: 2, Backoff: time.Millisecond},
+			"debian": {Attempts: 2, Backoff: time.Millisecond},
 		},
 		Clients: map[string]Builds{"debian": client},
 		Logger:  slog.New(slog.NewTextHandler(&f.logs, nil)),

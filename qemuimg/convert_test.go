@@ -21,7 +21,6 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
-	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
 // qemuInfo returns the format and virtual size qemu-img reports for path.
@@ -73,7 +72,7 @@ func TestConvert(t *testing.T) {
 		t.Run(tt.format, func(t *testing.T) {
 			ctx := context.Background()
 			conv := filepath.Join(dir, "img."+tt.format)
-			if err := Convert(ctx, qemuImg, inspect(t, qemuImg, raw, "raw"), conv, tt.format, store.CreateConversionTemp); err != nil {
+			if err := Convert(ctx, qemuImg, inspect(t, qemuImg, raw, "raw"), conv, tt.format); err != nil {
 				t.Fatalf("Convert raw to %s: %v", tt.format, err)
 			}
 			// Images are for the builder's user and group: 0640, not
@@ -86,7 +85,7 @@ func TestConvert(t *testing.T) {
 				t.Errorf("converted image is %s of %d bytes, want %s of %d", format, size, tt.qemuName, len(disk))
 			}
 			back := filepath.Join(dir, "back-"+tt.format+".raw")
-			if err := Convert(ctx, "", inspect(t, qemuImg, conv, tt.format), back, "raw", store.CreateConversionTemp); err != nil {
+			if err := Convert(ctx, "", inspect(t, qemuImg, conv, tt.format), back, "raw"); err != nil {
 				t.Fatalf("Convert %s to raw: %v", tt.format, err)
 			}
 			got, err := os.ReadFile(back)
@@ -118,7 +117,7 @@ func TestConvertFailure(t *testing.T) {
 	}
 	dst := filepath.Join(dir, "out.raw")
 	// As a file Inspect did not see: qemu-img itself must refuse it.
-	err := Convert(context.Background(), qemuImg, Image{Path: src, Format: "qcow2", VirtualSize: 1 << 20}, dst, "raw", store.CreateConversionTemp)
+	err := Convert(context.Background(), qemuImg, Image{Path: src, Format: "qcow2", VirtualSize: 1 << 20}, dst, "raw")
 	if err == nil {
 		t.Fatal("Convert of a broken image succeeded")
 	}
@@ -129,48 +128,6 @@ func TestConvertFailure(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Errorf("directory holds %d files after a failed conversion, want only the source", len(entries))
-	}
-}
-
-// TestConvertTemp: the conversion writes to the file its caller's createTemp makes
-// for dst, which becomes dst; when no such file can be made, nothing runs.
-func TestConvertTemp(t *testing.T) {
-	qemuImg := testenv.RequireBinary(t, "qemu-img")
-	dir := t.TempDir()
-	qemuImgCreate(t, qemuImg, dir, "-q", "-f", "qcow2", "src.qcow2", "1M")
-	src := inspect(t, qemuImg, filepath.Join(dir, "src.qcow2"), "qcow2")
-	dst := filepath.Join(dir, "out.raw")
-
-	var asked, made []string
-	createTemp := func(path string) (*os.File, error) {
-		asked = append(asked, path)
-		f, err := store.CreateConversionTemp(path)
-		if err == nil {
-			made = append(made, f.Name())
-		}
-		return f, err
-	}
-	if err := Convert(context.Background(), qemuImg, src, dst, "raw", createTemp); err != nil {
-		t.Fatalf("Convert: %v", err)
-	}
-	if !slices.Equal(asked, []string{dst}) || len(made) != 1 {
-		t.Fatalf("temporary files asked for %v, made %v; want one, for %s", asked, made, dst)
-	}
-	if _, err := os.Stat(made[0]); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("temporary file %s still there after the conversion: %v", made[0], err)
-	}
-	if format, size := qemuInfo(t, qemuImg, dst); format != "raw" || size != src.VirtualSize {
-		t.Errorf("%s is %s of %d bytes, want raw of %d", dst, format, size, src.VirtualSize)
-	}
-
-	refused := errors.New("read-only file system")
-	err := Convert(context.Background(), qemuImg, src, filepath.Join(dir, "out.vhd"), "vhd",
-		func(string) (*os.File, error) { return nil, refused })
-	if !errors.Is(err, refused) || !strings.Contains(err.Error(), "create temporary file") {
-		t.Errorf("Convert with no temporary file = %v, want an error wrapping %v", err, refused)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "out.vhd")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("out.vhd written without a temporary file: %v", err)
 	}
 }
 
@@ -214,7 +171,7 @@ func TestConvertChecksRoom(t *testing.T) {
 				asked = append(asked, d)
 				return tt.free(d)
 			}
-			err := convert(context.Background(), qemuImg, src, dst, "raw", store.CreateConversionTemp, free)
+			err := convert(context.Background(), qemuImg, src, dst, "raw", free)
 			if len(asked) != 1 || asked[0] != dir {
 				t.Errorf("free space asked of %v, want once of %s", asked, dir)
 			}
@@ -251,7 +208,7 @@ func TestConvertHugeDiskNoRoom(t *testing.T) {
 	size := testenv.HugerThanFree(t, dir)
 	qemuImgCreate(t, qemuImg, dir, "-q", "-f", "qcow2", "huge.qcow2", strconv.FormatInt(size, 10))
 	src := inspect(t, qemuImg, filepath.Join(dir, "huge.qcow2"), "qcow2")
-	err := Convert(context.Background(), qemuImg, src, filepath.Join(dir, "huge.raw"), "raw", store.CreateConversionTemp)
+	err := Convert(context.Background(), qemuImg, src, filepath.Join(dir, "huge.raw"), "raw")
 	if want := fmt.Sprintf("need %d bytes", size); !errors.Is(err, diskspace.ErrNoSpace) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Convert = %v, want diskspace.ErrNoSpace saying %q", err, want)
 	}
@@ -277,7 +234,7 @@ func TestConvertCancel(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- Convert(ctx, qemuImg, Image{Path: src, Format: "raw", VirtualSize: 1 << 20}, filepath.Join(dir, "out.qcow2"), "qcow2", store.CreateConversionTemp)
+		done <- Convert(ctx, qemuImg, Image{Path: src, Format: "raw", VirtualSize: 1 << 20}, filepath.Join(dir, "out.qcow2"), "qcow2")
 	}()
 	pid := waitForProcess(t, done, "convert", src)
 	// Should it outlive the test, it would wait on the FIFO for ever.
@@ -367,7 +324,7 @@ func TestConvertRefusesOtherFiles(t *testing.T) {
 		{Path: filepath.Join(dir, "datafile.qcow2"), Format: "qcow2", VirtualSize: 1 << 20},
 		{Path: filepath.Join(dir, "flat.vmdk"), Format: "vmdk", VirtualSize: 1 << 20},
 	} {
-		err := Convert(context.Background(), qemuImg, src, filepath.Join(dir, "out.raw"), "raw", store.CreateConversionTemp)
+		err := Convert(context.Background(), qemuImg, src, filepath.Join(dir, "out.raw"), "raw")
 		if !errors.Is(err, untrusted.ErrUnsafe) {
 			t.Errorf("Convert %s = %v, want untrusted.ErrUnsafe", src.Path, err)
 		}

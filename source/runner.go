@@ -199,7 +199,8 @@ func (r *Runner) paused(ctx context.Context, image string) (string, error) {
 
 // make makes the work under the image's lock (ctx holds it) and records its
 // outcome: a new build is begun, made, and committed, or aborted with its
-// files removed; files added to a ready build are recorded as they come. An
+// files removed; the files added to a ready build are committed, those added
+// before a failure too. An
 // outcome that cannot be recorded (a write whose fate is unknown, or the lock
 // lost) leaves the build as recorded, building, for recovery, which takes the
 // lock again. It returns the build the work made ready, if any: a new build
@@ -209,6 +210,11 @@ func (r *Runner) make(ctx context.Context, image string, work Work) (*store.Buil
 	if work.Into != nil {
 		w := st.WriterOf(*work.Into)
 		err := job.Make(ctx, w)
+		if store.LockLost(ctx) {
+			err = errors.Join(err, store.ErrLockLost)
+		} else if _, cerr := w.Commit(context.WithoutCancel(ctx), nil); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
 		built := w.Build()
 		if err = errors.Join(err, job.Done(context.WithoutCancel(ctx), End{Build: built, Err: err, Recorded: true})); err != nil {
 			return nil, err
@@ -225,10 +231,7 @@ func (r *Runner) make(ctx context.Context, image string, work Work) (*store.Buil
 	// the image's lock is lost: another builder may hold it by now.
 	wctx := context.WithoutCancel(ctx)
 	var unknown error // the outcome could not be written: recovery settles the build
-	var u *unrecorded
 	switch {
-	case errors.As(err, &u):
-		unknown, err = err, nil
 	case store.LockLost(ctx):
 		unknown = store.ErrLockLost
 	case err == nil:

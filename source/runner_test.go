@@ -174,9 +174,9 @@ func (f *fake) ended() []End {
 }
 
 // writeFile makes a format's file of the build where the writer says and
-// records it with its real checksums, as a source that verified it does.
+// adds it with its real checksums, as a source that verified it does.
 func writeFile(ctx context.Context, w *store.BuildWriter, format string) error {
-	path := mustPath(w.Path(format))
+	path := mustPath(w.Temp(format))
 	if err := os.WriteFile(path, []byte(w.Build().Name()+" "+format), 0o600); err != nil {
 		return err
 	}
@@ -184,7 +184,7 @@ func writeFile(ctx context.Context, w *store.BuildWriter, format string) error {
 	if err != nil {
 		return err
 	}
-	return w.Add(ctx, store.File{Format: format, SHA256: sha, MD5: md, Size: size})
+	return w.Add(store.File{Format: format, SHA256: sha, MD5: md, Size: size})
 }
 
 // fixture is a runner on a store of its own, with a fake source and a clock
@@ -390,12 +390,14 @@ func TestMakeFails(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	failure := errors.New("disk-image-create exited with status 1")
+	var half string
 	f.src.setMake(func(ctx context.Context, w *store.BuildWriter) error {
 		if err := writeFile(ctx, w, "qcow2"); err != nil {
 			return err
 		}
-		// One made and not recorded yet: it goes too.
-		if err := os.WriteFile(mustPath(w.Path("raw")), []byte("half"), 0o600); err != nil {
+		// One made and not added yet: it goes too.
+		half = mustPath(w.Temp("raw"))
+		if err := os.WriteFile(half, []byte("half"), 0o600); err != nil {
 			return err
 		}
 		return failure
@@ -407,6 +409,9 @@ func TestMakeFails(t *testing.T) {
 	}
 	if b.State != store.Failed || b.Reason != failure.Error() {
 		t.Fatalf("build %+v; want failed, with reason %q", b, failure)
+	}
+	if _, err := os.Stat(half); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the file made and not added left by the abort: %v", err)
 	}
 	if files := f.filesOn(b); len(files) != 0 {
 		t.Fatalf("files of the failed build left: %q", files)
@@ -425,44 +430,6 @@ func TestMakeFails(t *testing.T) {
 	ends := f.src.ended()
 	if len(ends) != 1 || !ends[0].Recorded || !errors.Is(ends[0].Err, failure) || ends[0].Build.ID != b.ID || ends[0].Build.State != store.Failed {
 		t.Fatalf("Done was told %+v; want recorded, the failed build %s and the failure", ends, b.ID)
-	}
-}
-
-// TestMakeUnrecorded: a Make whose record could not be written leaves the
-// build building, with its files, for recovery.
-func TestMakeUnrecorded(t *testing.T) {
-	f := newFixture(t)
-	var logs strings.Builder
-	f.run = NewRunner(Options{Store: f.st, Config: f.cfg.Load, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Now: f.clock.Now})
-	lost := errors.New("record qcow2 file: write timed out")
-	f.src.setMake(func(ctx context.Context, w *store.BuildWriter) error {
-		if err := writeFile(ctx, w, "qcow2"); err != nil {
-			return err
-		}
-		return Unrecorded(lost)
-	})
-	res, err := f.step("debian")
-	b := f.only("debian")
-	if !errors.Is(err, lost) || !strings.Contains(err.Error(), "settles it on its next pass") ||
-		!strings.Contains(err.Error(), b.Name()) || res.Build != nil {
-		t.Fatalf("step: %+v, %v; want the error, saying the builder settles %s on its next pass", res, err, b.Name())
-	}
-	if b.State != store.Building {
-		t.Fatalf("build %+v; want left building", b)
-	}
-	// The error is returned, for the caller to log: the runner says it not.
-	if strings.Contains(logs.String(), "could not be recorded") {
-		t.Errorf("the runner logged the error it returns:\n%s", logs.String())
-	}
-	if files := f.filesOn(b); len(files) != 3 {
-		t.Fatalf("files of the unrecorded build: %q; want the file and its sidecars left", files)
-	}
-	if c, a := f.src.committed(), f.src.abortedBuilds(); len(c) != 0 || len(a) != 0 {
-		t.Fatalf("an unrecorded build was committed %+v or aborted %+v", c, a)
-	}
-	ends := f.src.ended()
-	if len(ends) != 1 || ends[0].Recorded || ends[0].Err == nil || ends[0].Build.ID != b.ID || ends[0].Build.State != store.Building {
-		t.Fatalf("Done was told %+v; want not recorded, build %s building, with the error", ends, b.ID)
 	}
 }
 
@@ -899,6 +866,33 @@ func TestInto(t *testing.T) {
 	}
 	if _, ok := ends[0].Build.File("raw"); !ok {
 		t.Fatalf("Done was told of build %+v, without the file added", ends[0].Build)
+	}
+}
+
+// TestIntoFailureKeepsFilesAdded: work on a ready build that fails after it
+// added a file still records that file, and the step returns the failure.
+func TestIntoFailureKeepsFilesAdded(t *testing.T) {
+	f := newFixture(t)
+	have := f.readyBuild("debian")
+	f.src.setDue(func(_ context.Context, image string, look fakeLook) (Work, error) {
+		w := f.src.work(image, look)
+		b := have
+		w.Into = &b
+		return w, nil
+	})
+	failure := errors.New("download artifact \"vhd\": server returned 503")
+	f.src.setMake(func(ctx context.Context, w *store.BuildWriter) error {
+		if err := writeFile(ctx, w, "raw"); err != nil {
+			return err
+		}
+		return failure
+	})
+	if _, err := f.step("debian"); !errors.Is(err, failure) {
+		t.Fatalf("step: %v; want the failure", err)
+	}
+	b := f.only("debian")
+	if b.State != store.Ready || !b.StateTime.Equal(have.StateTime) || !slices.Equal(b.Formats(), []string{"qcow2", "raw"}) {
+		t.Fatalf("recorded %+v; want ready as it was, with the raw file added before the failure", b)
 	}
 }
 

@@ -46,10 +46,9 @@ type Job interface {
 	// build), and says what work is due now.
 	Recheck(ctx context.Context) (Work, error)
 	// Make makes the work's files into w, under the image's build lock:
-	// each file where w says, verified, and handed to w. The core commits
-	// the build when it returns nil and aborts it otherwise. An error
-	// wrapped by Unrecorded says the build's record could not be written:
-	// the core leaves it to recovery.
+	// each file where w says, verified, and added with w.Add. The core
+	// commits the build, its files with it, when it returns nil and aborts
+	// it otherwise; the files added to a ready build are committed either way.
 	Make(ctx context.Context, w *store.BuildWriter) error
 	// Cursor is the poll cursor that lands in the write recording the
 	// build's outcome (err nil: ready); nil when none does.
@@ -124,16 +123,6 @@ const InterruptedReason = "interrupted: the builder stopped during this build"
 func Interrupted(b store.Build) bool {
 	return b.State == store.Failed && strings.HasPrefix(b.Reason, InterruptedReason)
 }
-
-// Unrecorded marks an error of Make that left the build's record unwritten:
-// whether a write took is unknown, so the build is left to recovery rather
-// than aborted.
-func Unrecorded(err error) error { return &unrecorded{err} }
-
-type unrecorded struct{ err error }
-
-func (u *unrecorded) Error() string { return u.err.Error() }
-func (u *unrecorded) Unwrap() error { return u.err }
 
 // ErrPaused is wrapped by the error of an operator's request for a paused image.
 var ErrPaused = errors.New("paused")

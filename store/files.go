@@ -17,6 +17,15 @@ import (
 
 const partialDirName = ".partial"
 
+// The suffixes, after a build's file, of its checksum sidecars (as sha256sum
+// and md5sum write them), and after the build's name, of DIB's manifest
+// directory.
+const (
+	sha256Ext   = ".sha256"
+	md5Ext      = ".md5"
+	manifestExt = ".d"
+)
+
 // FilePath is where a build's file of a format lives: <images-dir>/<image>-<build_id>.<format>.
 // Names come from records, which other programs write: one that would lead
 // out of the images-dir is an error.
@@ -53,9 +62,28 @@ func safePart(s string) bool {
 // PartialDir is where downloads in progress live until verified.
 func (s *Store) PartialDir() string { return filepath.Join(s.dir, partialDirName) }
 
-// PartialKey names the partial files of a download of one format of a Zuul build
-// of an image; it is stable across restarts so the download can resume.
-func PartialKey(image, zuulUUID, format string) string {
+// tempPath is where a build's file of format is made before it is added:
+// <partial dir>/<image>-zuul-<zuul uuid>.<format> for a build fetched from
+// Zuul, which a download resumed by a later build finds, else
+// <partial dir>/<image>-<build_id>.<format>.
+func (s *Store) tempPath(b Build, format string) (string, error) {
+	if _, err := s.FilePath(b.Image, b.ID, format); err != nil {
+		return "", err
+	}
+	name := b.Name() + "." + format
+	if b.Zuul.UUID != "" {
+		if !safePart(b.Zuul.UUID) {
+			return "", fmt.Errorf("Zuul build %q of build %s names no file: the record is refused", b.Zuul.UUID, b.Name())
+		}
+		name = zuulPartialName(b.Image, b.Zuul.UUID, format)
+	}
+	return filepath.Join(s.PartialDir(), name), nil
+}
+
+// zuulPartialName names the files made of one format of a Zuul build of an
+// image before they are added; it is stable across restarts so a download can
+// resume.
+func zuulPartialName(image, zuulUUID, format string) string {
 	return image + "-zuul-" + zuulUUID + "." + format
 }
 
@@ -100,7 +128,7 @@ func isHex(s string) bool {
 // md5sum, as diskimage-builder writes them.
 func WriteSidecars(path, sha256, md5 string) error {
 	base := filepath.Base(path)
-	for ext, sum := range map[string]string{".sha256": sha256, ".md5": md5} {
+	for ext, sum := range map[string]string{sha256Ext: sha256, md5Ext: md5} {
 		if sum == "" {
 			continue
 		}
@@ -134,7 +162,7 @@ func (s *Store) RemoveFormat(image, buildID, format string) error {
 	if err != nil {
 		return fmt.Errorf("remove a file: %w", err)
 	}
-	for _, name := range []string{p, p + ".sha256", p + ".md5"} {
+	for _, name := range []string{p, p + sha256Ext, p + md5Ext} {
 		if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove %s: %w", name, err)
 		}
@@ -142,23 +170,31 @@ func (s *Store) RemoveFormat(image, buildID, format string) error {
 	return nil
 }
 
-// RemoveBuildFiles removes every file of a build: its formats, sidecars and DIB's
-// <image>-<build_id>.d manifest directory.
+// RemoveBuildFiles removes every file of a build, whether its record lists it
+// or not: its formats, sidecars and DIB's <image>-<build_id>.d manifest
+// directory, and the files made under its name in the partial directory and
+// not added. Those made under its Zuul build's name stay for a later build of
+// it to resume, until the partial sweep.
 func (s *Store) RemoveBuildFiles(image, buildID string) error {
 	if _, err := s.BuildPath(image, buildID); err != nil {
 		return fmt.Errorf("remove files: %w", err)
 	}
 	prefix := image + "-" + buildID + "."
-	entries, err := os.ReadDir(s.dir)
-	if err != nil {
-		return fmt.Errorf("list images-dir: %w", err)
-	}
-	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), prefix) {
+	for _, dir := range []string{s.dir, s.PartialDir()} {
+		entries, err := os.ReadDir(dir)
+		if errors.Is(err, os.ErrNotExist) && dir != s.dir {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
-			return fmt.Errorf("remove files of %s-%s: %w", image, buildID, err)
+		if err != nil {
+			return fmt.Errorf("list %s: %w", dir, err)
+		}
+		for _, e := range entries {
+			if !strings.HasPrefix(e.Name(), prefix) {
+				continue
+			}
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return fmt.Errorf("remove files of %s-%s: %w", image, buildID, err)
+			}
 		}
 	}
 	return nil

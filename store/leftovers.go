@@ -26,10 +26,13 @@ type Leftovers struct {
 	Busy func(image, buildID string) bool
 }
 
-// The suffixes of the temporary files createTemp makes: .<name><suffix><n>.
+// The suffixes of the temporary files of writes beside their final name:
+// .<name><suffix><n>.
 const (
-	tempWrite   = ".tmp"         // writeFileAtomic's
-	tempConvert = ".converting-" // a conversion's, CreateConversionTemp's
+	tempWrite = ".tmp" // writeFileAtomic's
+	// A conversion's in an earlier version, which wrote them beside the
+	// build's file: a builder upgraded after a crash still finds them.
+	tempConvert = ".converting-"
 )
 
 var (
@@ -37,8 +40,8 @@ var (
 	buildFileName = regexp.MustCompile(`^(.+)-([0-9a-f]{32})\.(.+)$`)
 	// tempName is a file createTemp made, being written before a rename.
 	tempName = regexp.MustCompile(`^\.(.+)(` + regexp.QuoteMeta(tempWrite) + `|` + regexp.QuoteMeta(tempConvert) + `)[0-9]+$`)
-	// partialName is a file of a download in .partial: <image>-zuul-<uuid>.<format>,
-	// alone (verified) or with the suffix of a download in progress.
+	// partialName is a file made of a Zuul build in .partial: <image>-zuul-<uuid>.<format>,
+	// alone (verified, converted) or with the suffix of a download in progress.
 	partialName = regexp.MustCompile(`^(.+)-zuul-([0-9a-fA-F]+)\.[^.]+(` + partialSuffixes() + `)?$`)
 )
 
@@ -47,12 +50,6 @@ var (
 // RemoveLeftovers finds it should the builder stop before the rename.
 func createTemp(path, suffix string) (*os.File, error) {
 	return os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+suffix+"*")
-}
-
-// CreateConversionTemp creates the temporary file a conversion to path writes before
-// its rename to path, beside it, under a name RemoveLeftovers knows.
-func CreateConversionTemp(path string) (*os.File, error) {
-	return createTemp(path, tempConvert)
 }
 
 // partialSuffixes is a regexp alternation of partial.Suffixes.

@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// TestTempFilesAreLeftovers: a temporary file made by CreateConversionTemp or by
-// writeFileAtomic's maker, for a file of one of this builder's builds, is one that
+// TestTempFilesAreLeftovers: a temporary file made by writeFileAtomic's maker, or by
+// a conversion of an earlier version, for a file of one of this builder's builds, is one that
 // RemoveLeftovers removes once it is old, and only then: the names made and the names
 // recognised are one.
 func TestTempFilesAreLeftovers(t *testing.T) {
@@ -23,7 +23,7 @@ func TestTempFilesAreLeftovers(t *testing.T) {
 	}
 	raw := mustPath(s.FilePath(b.Image, b.ID, "raw"))
 	makers := map[string]func() (*os.File, error){
-		"conversion":     func() (*os.File, error) { return CreateConversionTemp(raw) },
+		"conversion":     func() (*os.File, error) { return createTemp(raw, tempConvert) },
 		"atomic write":   func() (*os.File, error) { return createTemp(raw+".sha256", tempWrite) },
 		"builder's file": func() (*os.File, error) { return createTemp(filepath.Join(dir, "builder_id.txt"), tempWrite) },
 	}

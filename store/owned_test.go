@@ -17,10 +17,10 @@ func begin(t *testing.T, s *Store, image string) Build {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(mustPath(w.Path("raw")), []byte("disk"), 0o640); err != nil {
+	if err := os.WriteFile(mustPath(w.Temp("raw")), []byte("disk"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Add(ctx, File{Format: "raw", SHA256: "s", MD5: "m", Size: 4}); err != nil {
+	if err := w.Add(File{Format: "raw", SHA256: "s", MD5: "m", Size: 4}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := w.Commit(ctx, nil)

@@ -113,9 +113,9 @@ func TestFilesAndSidecars(t *testing.T) {
 func TestRemovePartials(t *testing.T) {
 	s := openTest(t, t.TempDir())
 	names := []string{
-		PartialKey("fedora", "aa11", "raw") + ".download",
-		PartialKey("fedora", "bb22", "qcow2"),
-		PartialKey("fedora-40", "cc33", "raw") + ".download",
+		zuulPartialName("fedora", "aa11", "raw") + ".download",
+		zuulPartialName("fedora", "bb22", "qcow2"),
+		zuulPartialName("fedora-40", "cc33", "raw") + ".download",
 		"fedora-zuul-notes.txt",
 	}
 	for _, n := range names {
@@ -186,32 +186,32 @@ func TestRemoveLeftovers(t *testing.T) {
 		"debian-" + known.ID + ".qcow2":        false,
 		"debian-" + known.ID + ".qcow2.sha256": false,
 		// Files of builds this builder has no record of are not its own.
-		"debian-" + unknown + ".raw":                                      false,
-		"debian-" + unknown + ".raw.md5":                                  false,
-		"debian-" + unknown + ".d":                                        false, // a directory
-		"backup-" + unknown + ".tar":                                      false, // an operator's
-		"notes-" + unknown + ".d":                                         false,
-		"centos-" + theirs.ID + ".qcow2":                                  false,
-		"." + "centos-" + theirs.ID + ".qcow2.md5.tmp7":                   false,
-		"." + "debian-" + unknown + ".raw.converting-97":                  false,
-		"." + "debian-" + known.ID + ".qcow2.sha256.tmp123":               true,
-		"." + "debian-" + known.ID + ".raw.converting-99":                 true,
-		"." + "debian-" + busy.ID + ".raw.converting-98":                  false, // busy
-		".builder_id.txt.tmp42":                                           true,
-		".gearman-status.json.tmp5":                                       true,
-		".notes.txt.tmp3":                                                 false,
-		"notes.txt":                                                       false, // not ours
-		"debian-notahexid.qcow2":                                          false,
-		".partial/" + PartialKey("debian", "aa11", "raw"):                 true,  // fetched
-		".partial/" + PartialKey("debian", "bb22", "raw") + ".download":   true,  // refused
-		".partial/" + PartialKey("debian", "bb22", "raw") + ".ranges":     true,  // its ranges' state
-		".partial/" + PartialKey("debian", "bb22", "raw") + ".ranges.tmp": true,  // that state half-saved
-		".partial/" + PartialKey("debian", "cc33", "raw") + ".download":   false, // to resume
-		".partial/" + PartialKey("debian", "cc33", "raw") + ".ranges":     false,
-		".partial/" + PartialKey("debian", "cc33", "raw") + ".ranges.tmp": false,
-		".partial/" + PartialKey("gone", "dd44", "raw"):                   true,  // image not configured
-		".partial/" + PartialKey("fedora", "ee55", "raw"):                 false, // fedora is fetching
-		".partial/notes.txt":                                              false,
+		"debian-" + unknown + ".raw":                                           false,
+		"debian-" + unknown + ".raw.md5":                                       false,
+		"debian-" + unknown + ".d":                                             false, // a directory
+		"backup-" + unknown + ".tar":                                           false, // an operator's
+		"notes-" + unknown + ".d":                                              false,
+		"centos-" + theirs.ID + ".qcow2":                                       false,
+		"." + "centos-" + theirs.ID + ".qcow2.md5.tmp7":                        false,
+		"." + "debian-" + unknown + ".raw.converting-97":                       false,
+		"." + "debian-" + known.ID + ".qcow2.sha256.tmp123":                    true,
+		"." + "debian-" + known.ID + ".raw.converting-99":                      true,
+		"." + "debian-" + busy.ID + ".raw.converting-98":                       false, // busy
+		".builder_id.txt.tmp42":                                                true,
+		".gearman-status.json.tmp5":                                            true,
+		".notes.txt.tmp3":                                                      false,
+		"notes.txt":                                                            false, // not ours
+		"debian-notahexid.qcow2":                                               false,
+		".partial/" + zuulPartialName("debian", "aa11", "raw"):                 true,  // fetched
+		".partial/" + zuulPartialName("debian", "bb22", "raw") + ".download":   true,  // refused
+		".partial/" + zuulPartialName("debian", "bb22", "raw") + ".ranges":     true,  // its ranges' state
+		".partial/" + zuulPartialName("debian", "bb22", "raw") + ".ranges.tmp": true,  // that state half-saved
+		".partial/" + zuulPartialName("debian", "cc33", "raw") + ".download":   false, // to resume
+		".partial/" + zuulPartialName("debian", "cc33", "raw") + ".ranges":     false,
+		".partial/" + zuulPartialName("debian", "cc33", "raw") + ".ranges.tmp": false,
+		".partial/" + zuulPartialName("gone", "dd44", "raw"):                   true,  // image not configured
+		".partial/" + zuulPartialName("fedora", "ee55", "raw"):                 false, // fedora is fetching
+		".partial/notes.txt":                                                   false,
 	}
 	for name := range files {
 		p := filepath.Join(dir, name)
@@ -231,10 +231,10 @@ func TestRemoveLeftovers(t *testing.T) {
 	// A partial download of a Zuul build that is ready goes however new it is:
 	// another builder fetched it, and nothing here writes it any more.
 	freshPartials := map[string]bool{
-		".partial/" + PartialKey("debian", "aa11", "qcow2") + ".download": true,
-		".partial/" + PartialKey("debian", "aa11", "qcow2") + ".ranges":   true,
-		".partial/" + PartialKey("debian", "ff66", "qcow2") + ".download": false, // may be resumed
-		".partial/" + PartialKey("fedora", "aa11", "qcow2") + ".download": false, // fedora is fetching
+		".partial/" + zuulPartialName("debian", "aa11", "qcow2") + ".download": true,
+		".partial/" + zuulPartialName("debian", "aa11", "qcow2") + ".ranges":   true,
+		".partial/" + zuulPartialName("debian", "ff66", "qcow2") + ".download": false, // may be resumed
+		".partial/" + zuulPartialName("fedora", "aa11", "qcow2") + ".download": false, // fedora is fetching
 	}
 	for name, gone := range freshPartials {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {

@@ -2,26 +2,48 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
-	"strings"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/fsync"
+	"github.com/nodepool-builder/nodepool-builder/internal/partial"
+	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 )
 
 // A BuildWriter makes the files of one build into the store, as a content
-// store takes in content: begin (the record, building), add each file once the
-// source verified it (checksum sidecars beside it, then the record), then
-// commit (ready) or abort (failed, the files removed). The store owns the
-// layout: a source writes a format's file where Path says and nowhere else.
+// store takes in content: begin (the record, building), make each file where
+// the writer says (Temp, Download, or Output for a tool that names its files
+// itself), add it once the source verified it (moved into place, synced, its
+// checksum sidecars beside it), then commit (ready, with its files, in one
+// write) or abort (failed, the files removed). A file the source refuses is
+// discarded through the writer. The store owns every name: a source writes
+// nowhere else.
 //
 // The record always goes before the files: a build that crashes while begun
 // is a building record with no holder, which recovery settles and whose files
-// the tidy-up removes; one that crashes in an abort is a failed record with
-// files, which the tidy-up removes too.
+// (named after it, whether the record lists them or not) the tidy-up removes;
+// one that crashes in an abort is a failed record with files, which the
+// tidy-up removes too.
 type BuildWriter struct {
 	s     *Store
 	build Build
+	// made is where the file of each format handed out and not added yet is
+	// made.
+	made map[string]made
+	// unwritten: files were added since the record was last written.
+	unwritten bool
+}
+
+// made is where a format's file is made before Add moves it into place.
+type made struct {
+	path string
+	// sidecars: the tool that made it wrote checksum sidecars beside it,
+	// which name it.
+	sidecars bool
 }
 
 // BeginBuild records a new build of this builder, building, and returns its
@@ -37,70 +59,205 @@ func (s *Store) BeginBuild(ctx context.Context, b Build) (*BuildWriter, error) {
 	if err := s.markOwned(rec.Image, rec.ID); err != nil {
 		return nil, err
 	}
-	return &BuildWriter{s: s, build: rec}, nil
+	return s.WriterOf(rec), nil
 }
 
 // WriterOf is a writer of a build already recorded, as read: to add files that
 // became needed after it was made, or to abort one left building.
 func (s *Store) WriterOf(b Build) *BuildWriter {
-	return &BuildWriter{s: s, build: b}
+	return &BuildWriter{s: s, build: b, made: map[string]made{}}
 }
 
-// Build is the record as last written.
+// Build is the record as last written, with the files added since.
 func (w *BuildWriter) Build() Build { return w.build }
 
-// Path is where the build's file of format goes; an error for a format that
-// names no file of the images-dir.
+// Path is where Add puts the build's file of format; an error for a format
+// that names no file of the images-dir.
 func (w *BuildWriter) Path(format string) (string, error) {
 	return w.s.FilePath(w.build.Image, w.build.ID, format)
 }
 
+// Temp is where a source makes the build's file of format (a conversion's
+// output) before Add moves it into place: in the partial directory, which it
+// creates. The name is the Zuul build's for a build fetched from Zuul, which
+// stays the same across the builds a restart begins, so that a download
+// resumes; the build's own otherwise.
+func (w *BuildWriter) Temp(format string) (string, error) {
+	p, err := w.s.tempPath(w.build, format)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), perm.Dir); err != nil {
+		return "", fmt.Errorf("create partial directory: %w", err)
+	}
+	w.made[format] = made{path: p}
+	return p, nil
+}
+
+// Download names the files of a download of the build's file of format: it
+// ends at Temp(format), and keeps what it fetched so far beside it.
+func (w *BuildWriter) Download(format string) (partial.Files, error) {
+	p, err := w.Temp(format)
+	if err != nil {
+		return partial.Files{}, err
+	}
+	return partial.Of(p), nil
+}
+
 // Base is the path of the build's files without their suffix, for a tool that
-// names its files itself (DIB's output, its manifest directory).
+// names its files itself: DIB's -o, from which it writes <base>.<suffix> and
+// its manifest directory <base>.d.
 func (w *BuildWriter) Base() (string, error) {
 	return w.s.BuildPath(w.build.Image, w.build.ID)
 }
 
-// Add records files of the build that the source verified, each present at
-// Path(f.Format): their checksum sidecars are written beside them, then the
-// record, in one compare-and-set on its version. Present is set.
-func (w *BuildWriter) Add(ctx context.Context, files ...File) error {
-	next := own(w.build)
-	var formats []string
+// Output is a format's file as a tool given Base wrote it.
+type Output struct {
+	Path string
+	// SHA256 and MD5 are read from the sidecars the tool wrote beside the file
+	// (DIB's --checksum); empty when it wrote none.
+	SHA256, MD5 string
+	Size        int64
+}
+
+// Output finds the file of format that a tool given Base wrote as
+// <base>.<suffix>, for the source to check before Add moves it into place.
+// What the tool wrote (the file, its sidecars, <base>.d) is made this user's
+// and group's only: a tool writes as its umask says, most often readable by
+// everyone.
+func (w *BuildWriter) Output(format, suffix string) (Output, error) {
+	base, err := w.Base()
+	if err != nil {
+		return Output{}, err
+	}
+	if !safePart(suffix) {
+		return Output{}, fmt.Errorf("suffix %q of the %s file of %s names no file of the images-dir", suffix, format, w.build.Name())
+	}
+	p := base + "." + suffix
+	info, err := os.Lstat(p)
+	if err != nil {
+		return Output{}, fmt.Errorf("left no %s file: %w", format, err)
+	}
+	if !info.Mode().IsRegular() {
+		return Output{}, fmt.Errorf("%s is not a regular file", p)
+	}
+	for _, t := range []string{p, p + sha256Ext, p + md5Ext, base + manifestExt} {
+		if err := perm.TightenTree(t); err != nil {
+			return Output{}, fmt.Errorf("%s file of %s: %w", format, w.build.Name(), err)
+		}
+	}
+	out := Output{Path: p, Size: info.Size()}
+	if out.SHA256, err = ReadSidecar(p + sha256Ext); err != nil {
+		return Output{}, err
+	}
+	if out.MD5, err = ReadSidecar(p + md5Ext); err != nil {
+		return Output{}, err
+	}
+	w.made[format] = made{path: p, sidecars: true}
+	return out, nil
+}
+
+// Add moves the files the source verified from where the writer said to make
+// them into place (Path), makes them durable, writes their checksum sidecars
+// beside them and keeps them, present, for the record: the write that
+// commits the build records them. Nothing is written to the state.
+func (w *BuildWriter) Add(files ...File) error {
 	for _, f := range files {
-		p, err := w.Path(f.Format)
-		if err != nil {
-			return err
+		if err := w.place(f); err != nil {
+			return fmt.Errorf("add the %s file of %s: %w", f.Format, w.build.Name(), err)
 		}
-		if err := WriteSidecars(p, f.SHA256, f.MD5); err != nil {
-			return err
-		}
+		next := own(w.build)
 		f.Present = true
 		next.SetFile(f)
-		formats = append(formats, f.Format)
+		w.build = next
+		w.unwritten = true
+		delete(w.made, f.Format)
 	}
-	if err := w.s.backend.Write(ctx, PutBuild(&next)); err != nil {
-		return fmt.Errorf("record %s file of %s: %w", strings.Join(formats, ", "), w.build.Name(), err)
+	if len(files) == 0 {
+		return nil
 	}
-	w.build = next
+	return fsync.Dir(w.s.dir)
+}
+
+// place moves the file of f's format into place, with its sidecars.
+func (w *BuildWriter) place(f File) error {
+	from, ok := w.made[f.Format]
+	if !ok {
+		return errors.New("not made where the build writer said")
+	}
+	to, err := w.Path(f.Format)
+	if err != nil {
+		return err
+	}
+	if err := perm.Tighten(from.path); err != nil {
+		return err
+	}
+	if err := fsync.File(from.path); err != nil {
+		return err
+	}
+	if from.path != to {
+		if err := os.Rename(from.path, to); err != nil {
+			return fmt.Errorf("move into place: %w", err)
+		}
+		// The tool's sidecars name the file it wrote, which is gone.
+		if err := removeSidecars(from); err != nil {
+			return err
+		}
+	}
+	return WriteSidecars(to, f.SHA256, f.MD5)
+}
+
+// Discard removes the file of format made where the writer said, which the
+// source refused (a checksum, an unsafe or too large image): it is not added.
+func (w *BuildWriter) Discard(format string) error {
+	from, ok := w.made[format]
+	if !ok {
+		return nil
+	}
+	delete(w.made, format)
+	if err := os.Remove(from.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("discard the %s file of %s: %w", format, w.build.Name(), err)
+	}
+	return removeSidecars(from)
+}
+
+// removeSidecars removes the sidecars a tool wrote beside the file it made.
+func removeSidecars(m made) error {
+	if !m.sidecars {
+		return nil
+	}
+	for _, ext := range []string{sha256Ext, md5Ext} {
+		if err := os.Remove(m.path + ext); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", m.path+ext, err)
+		}
+	}
 	return nil
 }
 
 // Update writes a change of the record the source makes while it makes the
-// build (the pid of its process, a format refused), compare-and-set.
+// build (the pid of its process, a format refused), compare-and-set, with
+// the files added so far.
 func (w *BuildWriter) Update(ctx context.Context, change func(*Build)) error {
 	next := own(w.build)
 	change(&next)
 	if err := w.s.backend.Write(ctx, PutBuild(&next)); err != nil {
 		return fmt.Errorf("update build %s: %w", w.build.Name(), err)
 	}
-	w.build = next
+	w.build, w.unwritten = next, false
 	return nil
 }
 
-// Commit writes the build ready, and the poll cursor that moves with it, when
-// not nil, in the same write. A file the record names must be present.
+// Commit writes the build ready with the files added, and the poll cursor
+// that moves with it, when not nil, in one compare-and-set on its version. A
+// build ready already (files added to it through WriterOf) stays as it was
+// but for the files added, written only when there are some or a cursor is
+// given. A file the record names must be present. An error wrapping
+// ErrConflict says that nothing was written; with another error, whether the
+// write was made is unknown.
 func (w *BuildWriter) Commit(ctx context.Context, cur *Cursor) (Build, error) {
+	if w.build.State == Ready && !w.unwritten && cur == nil {
+		return w.build, nil
+	}
 	for _, f := range w.build.Files {
 		if !f.Present {
 			continue
@@ -113,13 +270,15 @@ func (w *BuildWriter) Commit(ctx context.Context, cur *Cursor) (Build, error) {
 			return w.build, fmt.Errorf("commit build %s: its %s file: %w", w.build.Name(), f.Format, err)
 		}
 	}
-	next := w.build
-	next.SetState(Ready, w.s.now())
-	next.Reason = ""
+	next := own(w.build)
+	if next.State != Ready {
+		next.SetState(Ready, w.s.now())
+		next.Reason = ""
+	}
 	if err := w.s.backend.Write(ctx, withCursor(PutBuild(&next), cur)...); err != nil {
 		return w.build, fmt.Errorf("set build %s %s: %w", w.build.Name(), Ready, err)
 	}
-	w.build = next
+	w.build, w.unwritten = next, false
 	return next, nil
 }
 
@@ -129,13 +288,13 @@ func (w *BuildWriter) Commit(ctx context.Context, cur *Cursor) (Build, error) {
 // not left to recovery.
 func (w *BuildWriter) Abort(ctx context.Context, reason string, cur *Cursor) (Build, error) {
 	ctx = context.WithoutCancel(ctx)
-	next := w.build
+	next := own(w.build)
 	next.SetState(Failed, w.s.now())
 	next.Reason = reason
 	if err := w.s.backend.Write(ctx, withCursor(PutBuild(&next), cur)...); err != nil {
 		return w.build, fmt.Errorf("set build %s %s: %w", w.build.Name(), Failed, err)
 	}
-	w.build = next
+	w.build, w.unwritten = next, false
 	if err := w.s.RemoveBuildFiles(next.Image, next.ID); err != nil {
 		return next, err
 	}

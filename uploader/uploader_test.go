@@ -267,11 +267,11 @@ func (f *fixture) makeBuild(image, format string) store.Build {
 		f.t.Fatal(err)
 	}
 	data := []byte(w.Build().ID + "/" + format)
-	if err := os.WriteFile(mustPath(w.Path(format)), data, 0o644); err != nil {
+	if err := os.WriteFile(mustPath(w.Temp(format)), data, 0o644); err != nil {
 		f.t.Fatal(err)
 	}
 	sum := md5.Sum(data)
-	if err := w.Add(ctx, store.File{Format: format, MD5: hex.EncodeToString(sum[:]), SHA256: "s", Size: int64(len(data))}); err != nil {
+	if err := w.Add(store.File{Format: format, MD5: hex.EncodeToString(sum[:]), SHA256: "s", Size: int64(len(data))}); err != nil {
 		f.t.Fatal(err)
 	}
 	b, err := w.Commit(ctx, nil)

@@ -12,18 +12,22 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
-// writeFile puts a format's file where the writer says, and returns the File
-// a source that verified it would add.
+// writeFile makes a format's file where the writer says, and returns the
+// File a source that verified it would add.
 func writeFile(t *testing.T, w *store.BuildWriter, format string) store.File {
 	t.Helper()
 	data := []byte(w.Build().Name() + " " + format)
-	if err := os.WriteFile(pathOf(t, w, format), data, 0o644); err != nil {
+	tmp, err := w.Temp(format)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return store.File{Format: format, SHA256: strings.Repeat("a", 64), MD5: strings.Repeat("b", 32), Size: int64(len(data))}
 }
 
-// pathOf is where w puts a format's file.
+// pathOf is where w's Add puts a format's file.
 func pathOf(t *testing.T, w *store.BuildWriter, format string) string {
 	t.Helper()
 	p, err := w.Path(format)
@@ -50,8 +54,9 @@ func filesOf(t *testing.T, s opened, b store.Build) []string {
 }
 
 // testBuildWriterCommit: a build made through a writer is recorded building at
-// once, each file added is recorded with its sidecars beside it, and commit
-// makes it ready together with the changes given, in one write.
+// once, each file added is moved into place with its sidecars beside it and
+// kept, and commit records them and makes the build ready together with the
+// changes given, in one write.
 func testBuildWriterCommit(t *testing.T, open Opener) {
 	ctx := context.Background()
 	s := openStore(t, open, NewClock())
@@ -67,8 +72,14 @@ func testBuildWriterCommit(t *testing.T, open Opener) {
 		t.Fatalf("a file's path %s is not in the images-dir %s", pathOf(t, w, "qcow2"), s.Dir())
 	}
 	f := writeFile(t, w, "qcow2")
-	if err := w.Add(ctx, f); err != nil {
+	if tmp, _ := w.Temp("qcow2"); filepath.Dir(tmp) == s.Dir() {
+		t.Fatalf("a file is made at %s, in the images-dir under a build's name, before it is added", tmp)
+	}
+	if err := w.Add(f); err != nil {
 		t.Fatal(err)
+	}
+	if info, err := os.Stat(pathOf(t, w, "qcow2")); err != nil || info.Mode().Perm()&0o007 != 0 {
+		t.Fatalf("the file added: %v, %v; want it in place, not for other users", info, err)
 	}
 	for ext, sum := range map[string]string{".sha256": f.SHA256, ".md5": f.MD5} {
 		got, err := store.ReadSidecar(pathOf(t, w, "qcow2") + ext)
@@ -77,8 +88,11 @@ func testBuildWriterCommit(t *testing.T, open Opener) {
 		}
 	}
 	b, _ = s.Build(ctx, w.Build().ID)
-	if got, ok := b.File("qcow2"); !ok || !got.Present || got.Size != f.Size || b.State != store.Building {
-		t.Fatalf("after add: %+v; want a present qcow2 file of %d bytes, still building", b, f.Size)
+	if len(b.Files) != 0 || b.State != store.Building {
+		t.Fatalf("after add: %+v; want no file recorded yet, still building", b)
+	}
+	if got, ok := w.Build().File("qcow2"); !ok || !got.Present || got.Size != f.Size {
+		t.Fatalf("the writer's record after add: %+v; want a present qcow2 file of %d bytes", w.Build(), f.Size)
 	}
 
 	// Ready and the cursor in one write: a commit whose build change cannot
@@ -104,8 +118,8 @@ func testBuildWriterCommit(t *testing.T, open Opener) {
 	}
 	b, _ = s.Build(ctx, ready.ID)
 	c, _ := s.Cursor(ctx, "debian")
-	if b.State != store.Ready || b.Version != ready.Version || c.Build != ready.ID {
-		t.Fatalf("after commit: build %+v, cursor %+v; want ready, the cursor naming it", b, c)
+	if got, ok := b.File("qcow2"); b.State != store.Ready || b.Version != ready.Version || c.Build != ready.ID || !ok || !got.Present || got.Size != f.Size {
+		t.Fatalf("after commit: build %+v, cursor %+v; want ready with its qcow2 file, the cursor naming it", b, c)
 	}
 	if files := filesOf(t, s, ready); len(files) != 3 {
 		t.Fatalf("files of a committed build: %q, want the file and its two sidecars", files)
@@ -116,7 +130,7 @@ func testBuildWriterCommit(t *testing.T, open Opener) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w2.Add(ctx, writeFile(t, w2, "raw")); err != nil {
+	if err := w2.Add(writeFile(t, w2, "raw")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(pathOf(t, w2, "raw")); err != nil {
@@ -126,13 +140,24 @@ func testBuildWriterCommit(t *testing.T, open Opener) {
 		t.Fatal("a build whose file went was committed")
 	}
 
-	// More files for a ready build, through a writer of it.
+	// More files for a ready build, through a writer of it: its commit
+	// records them and leaves it ready since it was.
 	more := s.WriterOf(ready)
-	if err := more.Add(ctx, writeFile(t, more, "raw")); err != nil {
+	if _, err := more.Commit(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := s.Build(ctx, ready.ID); !slices.Equal(b.Formats(), []string{"qcow2", "raw"}) || b.State != store.Ready {
-		t.Fatalf("a ready build with a file added: %+v", b)
+	if b, _ := s.Build(ctx, ready.ID); b.Version != ready.Version {
+		t.Fatalf("a commit of a ready build with nothing added wrote it: version %d, was %d", b.Version, ready.Version)
+	}
+	if err := more.Add(writeFile(t, more, "raw")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := more.Commit(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = s.Build(ctx, ready.ID)
+	if !slices.Equal(b.Formats(), []string{"qcow2", "raw"}) || b.State != store.Ready || !b.StateTime.Equal(ready.StateTime) {
+		t.Fatalf("a ready build with a file added: %+v; want both files, ready since %v", b, ready.StateTime)
 	}
 }
 
@@ -147,7 +172,7 @@ func testBuildWriterAbort(t *testing.T, open Opener) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Add(ctx, writeFile(t, w, "qcow2")); err != nil {
+	if err := w.Add(writeFile(t, w, "qcow2")); err != nil {
 		t.Fatal(err)
 	}
 	writeFile(t, w, "raw") // made, not added yet
@@ -161,7 +186,7 @@ func testBuildWriterAbort(t *testing.T, open Opener) {
 	if _, err := w.Abort(ctx, "why", nil); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("abort of a changed record: %v, want ErrConflict", err)
 	}
-	if files := filesOf(t, s, other); len(files) != 4 {
+	if files := filesOf(t, s, other); len(files) != 3 {
 		t.Fatalf("an abort that was not recorded removed files: %q left", files)
 	}
 
@@ -180,5 +205,31 @@ func testBuildWriterAbort(t *testing.T, open Opener) {
 	}
 	if files := filesOf(t, s, b); len(files) != 0 {
 		t.Fatalf("files left by an abort: %q", files)
+	}
+
+	// A builder that stopped after adding files left a building record
+	// that lists none: recovery aborts it with a writer of that record, and
+	// the files go all the same, those made and not added too.
+	w, err = s.BeginBuild(ctx, store.Build{Image: "debian", Source: store.SourceDIB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Add(writeFile(t, w, "qcow2")); err != nil {
+		t.Fatal(err)
+	}
+	half, _ := w.Temp("raw")
+	writeFile(t, w, "raw")
+	left, err := s.Build(ctx, w.Build().ID)
+	if err != nil || len(left.Files) != 0 {
+		t.Fatalf("a build with files added and not committed reads %+v, %v; want no file listed", left, err)
+	}
+	if _, err := s.WriterOf(left).Abort(ctx, "interrupted", nil); err != nil {
+		t.Fatal(err)
+	}
+	if files := filesOf(t, s, left); len(files) != 0 {
+		t.Fatalf("files of a build whose record listed none left by its abort: %q", files)
+	}
+	if _, err := os.Stat(half); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a file made and not added left by the abort of its build: %v", err)
 	}
 }
