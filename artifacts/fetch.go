@@ -97,20 +97,23 @@ type Fetcher struct {
 	// 0 means DefaultConnections, 1 a single stream.
 	Connections int
 
-	// rangedMin is the smallest file fetched in ranges; 0 means rangedMin.
-	rangedMin int64
-	// fastStream is the rate, in bytes a second, at which one stream is fast enough
-	// to keep; 0 means defaultFastStream, below 0 never.
-	fastStream float64
-	// pieceSize, when set, is the length of every range instead of one chosen from the
-	// file's size.
-	pieceSize int64
-	// stateEvery is the interval at which the state of the ranges is saved; 0 means
-	// stateInterval.
-	stateEvery time.Duration
-	// freeSpace reports the bytes still free in a directory's filesystem; nil means
-	// diskspace.Free. Tests fill a pretend disk with it.
-	freeSpace func(dir string) (int64, error)
+	// MinRangedSize is the smallest file fetched in ranges: below it the extra
+	// requests cost about what they save. 0 means 8 MiB.
+	MinRangedSize int64
+	// FastStream is the rate, in bytes a second, at which one stream is fast
+	// enough to keep rather than splitting the file into ranges; 0 means
+	// 100 MiB/s, below 0 never.
+	FastStream float64
+	// RangeSize, when set, is the length of every range instead of one chosen
+	// from the file's size (at most 64 MiB).
+	RangeSize int64
+	// StateInterval is how often the state of the ranges is saved while they
+	// progress: a restart fetches at most this long's worth of data again. 0
+	// means one second.
+	StateInterval time.Duration
+	// FreeSpace reports the bytes still free in a directory's filesystem; nil
+	// means the filesystem's own count (diskspace.Free).
+	FreeSpace func(dir string) (int64, error)
 }
 
 // Request names one artifact download.

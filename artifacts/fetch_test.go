@@ -780,7 +780,7 @@ func TestFetchMemoryStaysFlat(t *testing.T) {
 		srv := cappedServer(t, size, 0)
 		f := testFetcher(t)
 		f.Connections = 8
-		f.fastStream = -1 // a loopback stream is fast: ranges all the same
+		f.FastStream = -1 // a loopback stream is fast: ranges all the same
 		fetchWatchingHeap(t, f, srv.URL+"/big.raw", size)
 	})
 }
@@ -1127,7 +1127,7 @@ func TestFetchFreeSpace(t *testing.T) {
 			srv, gets := countGETs(t, tt.handler.ServeHTTP)
 			f := testFetcher(t)
 			disk := &fullDisk{free: tt.free}
-			f.freeSpace = disk.freeSpace
+			f.FreeSpace = disk.freeSpace
 			dest := filepath.Join(t.TempDir(), "img.raw")
 			res, err := f.Fetch(context.Background(), Request{URL: srv.URL + tt.path, Files: files(f, "img.raw", dest), Size: tt.size})
 			if !errors.Is(err, diskspace.ErrNoSpace) || !strings.Contains(err.Error(), tt.wantText) {
@@ -1260,7 +1260,7 @@ func TestFetchZstdWindowBounded(t *testing.T) {
 	fs := &fileServer{content: stream}
 	srv := newFileServer(t, fs)
 	f := testFetcher(t)
-	f.freeSpace = func(string) (int64, error) { return 1 << 40, nil }
+	f.FreeSpace = func(string) (int64, error) { return 1 << 40, nil }
 
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)

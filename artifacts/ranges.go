@@ -147,7 +147,7 @@ func (d *download) connections() int {
 // newRangeState cuts a file of size bytes into ranges: piecesPerConnection per connection,
 // within [minPiece, maxPiece], in whole sparse blocks so that holes line up.
 func (d *download) newRangeState(size int64, etag, lastModified string) *rangeState {
-	piece := d.f.pieceSize
+	piece := d.f.RangeSize
 	if piece <= 0 {
 		piece = min(max(size/int64(d.connections()*piecesPerConnection), minPiece), maxPiece)
 	}
@@ -165,7 +165,7 @@ func (d *download) newRangeState(size int64, etag, lastModified string) *rangeSt
 // that announces byte ranges; one that says nothing about them is asked for the first
 // byte (bytes=0-0) first. It returns nil when the file is to come in this one stream.
 func (d *download) startRanges(a *attempt, resp *http.Response) (*rangeState, error) {
-	minSize := d.f.rangedMin
+	minSize := d.f.MinRangedSize
 	if minSize <= 0 {
 		minSize = rangedMinSize
 	}
@@ -224,7 +224,7 @@ const (
 // The bytes read are put back in front of the body, with the error that ended the
 // sample, if any, after them: whoever goes on reads the answer whole.
 func (a *attempt) fastEnough(resp *http.Response) bool {
-	want := a.d.f.fastStream
+	want := a.d.f.FastStream
 	if want == 0 {
 		want = defaultFastStream
 	}
@@ -508,7 +508,7 @@ func (r *rangeRun) save() {
 
 // watch saves the state of the ranges now and then, until stop closes.
 func (r *rangeRun) watch(stop <-chan struct{}) {
-	every := r.d.f.stateEvery
+	every := r.d.f.StateInterval
 	if every <= 0 {
 		every = stateInterval
 	}

@@ -190,10 +190,10 @@ func (w *rangeWriter) count(n int) {
 func rangedFetcher(t testing.TB) *Fetcher {
 	f := testFetcher(t)
 	f.Connections = 4
-	f.rangedMin = 1 << 20
-	f.fastStream = -1 // a loopback server is fast: fetch in ranges all the same
-	f.pieceSize = 256 << 10
-	f.stateEvery = 5 * time.Millisecond
+	f.MinRangedSize = 1 << 20
+	f.FastStream = -1 // a loopback server is fast: fetch in ranges all the same
+	f.RangeSize = 256 << 10
+	f.StateInterval = 5 * time.Millisecond
 	return f
 }
 
@@ -529,7 +529,7 @@ func TestFetchRangesSparse(t *testing.T) {
 	rs := &rangeServer{versions: [][]byte{image}, etags: []string{`"v1"`}}
 	srv := newRangeServer(t, rs)
 	f := rangedFetcher(t)
-	f.pieceSize = 0 // ranges of the size a real download would use
+	f.RangeSize = 0 // ranges of the size a real download would use
 	dest := filepath.Join(filepath.Dir(partialDir(f)), "img.raw")
 	if err := os.MkdirAll(partialDir(f), 0o755); err != nil {
 		t.Fatal(err)
@@ -618,7 +618,7 @@ func TestFetchFastStreamStaysOne(t *testing.T) {
 	rs := &rangeServer{versions: [][]byte{image}, etags: []string{`"v1"`}}
 	srv := newRangeServer(t, rs)
 	f := testFetcher(t)
-	f.fastStream = 1 // any stream is fast enough
+	f.FastStream = 1 // any stream is fast enough
 	dest := filepath.Join(filepath.Dir(partialDir(f)), "img.raw")
 	if err := os.MkdirAll(partialDir(f), 0o755); err != nil {
 		t.Fatal(err)
@@ -640,7 +640,7 @@ func TestFetchFastStreamStaysOne(t *testing.T) {
 	rs2 := &rangeServer{versions: [][]byte{image}, etags: []string{`"v1"`}}
 	srv2 := newRangeServer(t, rs2)
 	f2 := testFetcher(t)
-	f2.fastStream = 1 << 50
+	f2.FastStream = 1 << 50
 	dest2 := filepath.Join(filepath.Dir(partialDir(f2)), "img.raw")
 	res, err = f2.Fetch(context.Background(), Request{URL: srv2.URL + "/img.raw", Files: files(f, "img.raw", dest2)})
 	if err != nil {

@@ -37,7 +37,7 @@ type room struct {
 func (d *download) room(offset, contentLength int64) *room {
 	r := &room{
 		dir:        filepath.Dir(d.dlPath),
-		free:       d.f.freeSpace,
+		free:       d.f.FreeSpace,
 		compressed: d.comp != "",
 		prefix:     offset,
 		served:     -1,
