@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
 
 // TestDocsNameEveryKey keeps docs/configuration.md from drifting away from the
@@ -37,7 +39,7 @@ func TestDocsNameEveryKey(t *testing.T) {
 		{"### `builder.zuul-mqtt`", zuulMQTTKeys},
 	}
 	for _, s := range sections {
-		sec, ok := section(doc, s.heading)
+		sec, ok := testenv.MarkdownSection(doc, s.heading)
 		if !ok {
 			t.Errorf("docs/configuration.md has no heading %q", s.heading)
 			continue
@@ -54,23 +56,4 @@ func TestDocsNameEveryKey(t *testing.T) {
 			t.Errorf("docs/configuration.md has no section ## `%s`", key)
 		}
 	}
-}
-
-// section returns the text under the heading line heading, up to the next
-// heading of the same or a higher level.
-func section(doc, heading string) (string, bool) {
-	level := strings.IndexFunc(heading, func(r rune) bool { return r != '#' })
-	lines := strings.Split(doc, "\n")
-	for i, l := range lines {
-		if l != heading {
-			continue
-		}
-		for j := i + 1; j < len(lines); j++ {
-			if n := len(lines[j]) - len(strings.TrimLeft(lines[j], "#")); n > 0 && n <= level && strings.HasPrefix(lines[j][n:], " ") {
-				return strings.Join(lines[i+1:j], "\n"), true
-			}
-		}
-		return strings.Join(lines[i+1:], "\n"), true
-	}
-	return "", false
 }

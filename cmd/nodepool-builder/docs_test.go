@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
 
 // docsRoot is the repository's root, from this package's directory.
@@ -24,36 +26,6 @@ func readDoc(t *testing.T, rel string) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-// docSection returns the text under the heading line heading, up to the next
-// heading of the same or a higher level; ok is false without that heading.
-func docSection(doc, heading string) (string, bool) {
-	level := strings.IndexFunc(heading, func(r rune) bool { return r != '#' })
-	lines := strings.Split(doc, "\n")
-	for i, l := range lines {
-		if l != heading {
-			continue
-		}
-		end := len(lines)
-		for j := i + 1; j < len(lines); j++ {
-			if l := headingLevel(lines[j]); l > 0 && l <= level {
-				end = j
-				break
-			}
-		}
-		return strings.Join(lines[i+1:end], "\n"), true
-	}
-	return "", false
-}
-
-// headingLevel is the level of a Markdown heading line, 0 for other lines.
-func headingLevel(line string) int {
-	n := len(line) - len(strings.TrimLeft(line, "#"))
-	if n == 0 || n > 6 || !strings.HasPrefix(line[n:], " ") {
-		return 0
-	}
-	return n
 }
 
 // flagSpellings are the ways a flag is written on the command line: --name,
@@ -84,7 +56,7 @@ func TestDocsNameEveryFlag(t *testing.T) {
 	// urfave/cli adds these to every command and to the app.
 	builtin := []string{"--help", "-h", "--version", "-v"}
 
-	global, ok := docSection(doc, "## Global flags")
+	global, ok := testenv.MarkdownSection(doc, "## Global flags")
 	if !ok {
 		t.Fatal(`docs/operation.md has no "## Global flags" heading`)
 	}
@@ -103,7 +75,7 @@ func TestDocsNameEveryFlag(t *testing.T) {
 		}
 	}
 
-	commands, ok := docSection(doc, "## Commands")
+	commands, ok := testenv.MarkdownSection(doc, "## Commands")
 	if !ok {
 		t.Fatal(`docs/operation.md has no "## Commands" heading`)
 	}
@@ -112,7 +84,7 @@ func TestDocsNameEveryFlag(t *testing.T) {
 			continue
 		}
 		heading := "### `" + cmd.Name + "`"
-		sec, ok := docSection(commands, heading)
+		sec, ok := testenv.MarkdownSection(commands, heading)
 		if !ok {
 			t.Errorf("docs/operation.md: command %s has no heading %q under Commands", cmd.Name, heading)
 			continue
@@ -211,7 +183,7 @@ func anchors(text string) []string {
 	var out []string
 	seen := map[string]int{}
 	for _, l := range strings.Split(stripCode(text), "\n") {
-		level := headingLevel(l)
+		level := testenv.HeadingLevel(l)
 		if level == 0 {
 			continue
 		}
@@ -239,7 +211,7 @@ func anchors(text string) []string {
 // the tree: every directory with Go code of the product or its tests is a row,
 // and every row is such a directory.
 func TestDocsNamePackages(t *testing.T) {
-	table, ok := docSection(readDoc(t, "docs/architecture.md"), "## Packages")
+	table, ok := testenv.MarkdownSection(readDoc(t, "docs/architecture.md"), "## Packages")
 	if !ok {
 		t.Fatal(`docs/architecture.md has no "## Packages" section`)
 	}
