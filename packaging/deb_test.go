@@ -131,6 +131,8 @@ func checkInstalled(t *testing.T, deb string) {
 		{filepath.Join(examplesDir, "nodepool.yaml"), 0o644, 0},
 		{filepath.Join(examplesDir, "nodepool-builder.yaml"), 0o644, 0},
 		{"/usr/share/doc/nodepool-builder/copyright", 0o644, 0},
+		{"/usr/share/doc/nodepool-builder/docs/installation.md.gz", 0o644, 0},
+		{"/usr/share/doc/nodepool-builder/CHANGELOG.md.gz", 0o644, 0},
 	} {
 		fi, err := os.Stat(f.path)
 		if err != nil {

@@ -38,6 +38,11 @@ sed 's|/usr/local/bin/nodepool-builder|/usr/bin/nodepool-builder|' examples/cron
 chmod 0644 "$root/$doc/examples/cron.d/nodepool-builder"
 install -m 0644 "$src/copyright" "$root/$doc/copyright"
 gzip -9n <README.md >"$root/$doc/README.md.gz"
+gzip -9n <CHANGELOG.md >"$root/$doc/CHANGELOG.md.gz"
+install -d "$root/$doc/docs"
+for page in docs/*.md; do
+	gzip -9n <"$page" >"$root/$doc/docs/${page#docs/}.gz"
+done
 # A native package's changelog: this version, dated as its commit.
 {
 	echo "nodepool-builder ($version) unstable; urgency=medium"
@@ -46,7 +51,7 @@ gzip -9n <README.md >"$root/$doc/README.md.gz"
 	echo
 	echo " -- $(sed -n 's/^Maintainer: //p' "$src/control")  $(git log -1 --format=%aD HEAD 2>/dev/null || date -R)"
 } | gzip -9n >"$root/$doc/changelog.gz"
-chmod 0644 "$root/$doc/README.md.gz" "$root/$doc/changelog.gz"
+chmod 0644 "$root/$doc/README.md.gz" "$root/$doc/CHANGELOG.md.gz" "$root/$doc/changelog.gz" "$root/$doc"/docs/*.gz
 
 install -d "$root/DEBIAN"
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
