@@ -71,8 +71,12 @@ test: deps-test vet
 # purged, and the machine is put back as it was; the image is run --once with
 # podman against the same. The first run here builds the image's base
 # (a minute or two); podman keeps it.
+# Images of earlier test runs, untagged once tested, are pruned so that a
+# machine running the tests at each commit keeps one image, :latest.
 package-test: deps-test deb image
 	PACKAGE_DEB=$(CURDIR)/$(DEB) PACKAGE_IMAGE=$(IMAGE) $(GO) test -tags packaging -count=1 -timeout 20m ./packaging/
+	-podman untag $(IMAGE) $(IMAGE)
+	-podman image prune -f --filter label=org.opencontainers.image.title=nodepool-builder >/dev/null
 
 # race is a quick run of the packages with concurrent code under the race
 # detector; -short and -skip leave out their slow integration tests (the real
