@@ -1,6 +1,7 @@
 // Package artifacts picks the image files a Zuul build publishes for the wanted formats,
-// and downloads, decompresses and verifies them into their final place on disk; qemuimg
-// then checks that they are the images they claim to be.
+// and downloads, decompresses and verifies them into the files the store names;
+// qemuimg then checks that they are the images they claim to be, and the store
+// moves them into place.
 package artifacts
 
 import (

@@ -1,13 +1,14 @@
 // Package source is the one path every build takes, whatever makes its image.
 // The core marks the image busy, checks that it is not paused and that its
 // images-dir has room, asks the source whether the image is due, takes a build
-// slot and the image's build lock, asks again under the lock, begins the build
-// in the store, lets the source make its files, and commits or aborts it.
+// slot and the image's build lock, has the work's job look again under the
+// lock, begins the build in the store, lets the job make its files, and
+// commits or aborts it.
 //
 // A source (diskimage-builder, a Zuul job) says only what it alone knows: which
-// images it makes, whether one is due and what its build is, how to make the
-// files into a build writer, and how to abandon a build it was making when a
-// builder stopped.
+// images it makes, whether one is due and what its build is (a job of its own
+// type), how to make the files into a build writer, and how to abandon a build
+// it was making when a builder stopped.
 package source
 
 import (
