@@ -60,12 +60,12 @@ func filesOf(t *testing.T, s opened, b store.Build) []string {
 func testBuildWriterCommit(t *testing.T, open Opener) {
 	ctx := context.Background()
 	s := openStore(t, open, NewClock())
-	w, err := s.BeginBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul, Zuul: store.ZuulRef{UUID: "z1", ID: 4}})
+	w, err := s.BeginBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul, Zuul: store.ZuulRef{UUID: "a1", ID: 4}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := s.Build(ctx, w.Build().ID)
-	if err != nil || b.State != store.Building || b.BuilderID != s.BuilderID() || b.Zuul.UUID != "z1" {
+	if err != nil || b.State != store.Building || b.BuilderID != s.BuilderID() || b.Zuul.UUID != "a1" {
 		t.Fatalf("a begun build reads %+v, %v; want building, of this builder", b, err)
 	}
 	if dir := filepath.Dir(pathOf(t, w, "qcow2")); dir != s.Dir() {
@@ -101,7 +101,7 @@ func testBuildWriterCommit(t *testing.T, open Opener) {
 	if err := s.raw.SetBuildState(ctx, &touched, store.Building, "touched"); err != nil {
 		t.Fatal(err)
 	}
-	cur := store.Cursor{Image: "debian", ZuulID: 4, ZuulUUID: "z1", Outcome: "ready", Time: s.Now(), Build: w.Build().ID}
+	cur := store.Cursor{Image: "debian", ZuulID: 4, ZuulUUID: "a1", Outcome: "ready", Time: s.Now(), Build: w.Build().ID}
 	if _, err := w.Commit(ctx, &cur); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("commit of a changed record: %v, want ErrConflict", err)
 	}
@@ -168,7 +168,7 @@ func testBuildWriterCommit(t *testing.T, open Opener) {
 func testBuildWriterAbort(t *testing.T, open Opener) {
 	ctx := context.Background()
 	s := openStore(t, open, NewClock())
-	w, err := s.BeginBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul, Zuul: store.ZuulRef{UUID: "z2", ID: 5}})
+	w, err := s.BeginBuild(ctx, store.Build{Image: "debian", Source: store.SourceZuul, Zuul: store.ZuulRef{UUID: "a2", ID: 5}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func testBuildWriterAbort(t *testing.T, open Opener) {
 	}
 
 	w = s.WriterOf(other)
-	cur := store.Cursor{Image: "debian", ZuulID: 5, ZuulUUID: "z2", Outcome: "failed", Reason: "why", Time: s.Now()}
+	cur := store.Cursor{Image: "debian", ZuulID: 5, ZuulUUID: "a2", Outcome: "failed", Reason: "why", Time: s.Now()}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel() // an abort is written even when the work was cancelled
 	failed, err := w.Abort(cctx, "why", &cur)
@@ -200,7 +200,7 @@ func testBuildWriterAbort(t *testing.T, open Opener) {
 	}
 	b, _ := s.Build(ctx, failed.ID)
 	c, _ := s.Cursor(ctx, "debian")
-	if b.State != store.Failed || b.Reason != "why" || c.ZuulUUID != "z2" || c.Outcome != "failed" {
+	if b.State != store.Failed || b.Reason != "why" || c.ZuulUUID != "a2" || c.Outcome != "failed" {
 		t.Fatalf("after abort: build %+v, cursor %+v; want failed with its reason, the cursor moved", b, c)
 	}
 	if files := filesOf(t, s, b); len(files) != 0 {
