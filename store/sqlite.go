@@ -36,9 +36,11 @@ type SQLite struct {
 // sqliteIdleConns is how many connections stay open between queries.
 const sqliteIdleConns = 16
 
-// OpenSQLite opens the state database at path. With create it makes the file
-// when missing and brings its schema up to date; without, it refuses a missing
-// file (ErrNotInitialized), and with readOnly it neither writes nor migrates.
+// OpenSQLite opens the state database at path. With Create it makes the file
+// when missing and brings its schema up to date. Otherwise it refuses a
+// missing file (ErrNotInitialized) and a schema other than this program's:
+// the builder upgrades the schema, not a command that may run beside an older
+// builder; and with ReadOnly it writes nothing.
 func OpenSQLite(ctx context.Context, path string, access Access, now func() time.Time) (*SQLite, error) {
 	if now == nil {
 		now = time.Now
@@ -71,10 +73,10 @@ func OpenSQLite(ctx context.Context, path string, access Access, now func() time
 	// schema again, which costs more than most queries.
 	db.SetMaxIdleConns(sqliteIdleConns)
 	s := &SQLite{db: db, now: now, log: slog.Default(), refused: map[string]int64{}}
-	if access == ReadOnly {
-		err = s.checkSchema(ctx)
-	} else {
+	if access == Create {
 		err = s.migrate(ctx)
+	} else {
+		err = s.checkSchema(ctx)
 	}
 	if err != nil {
 		db.Close()
@@ -307,8 +309,8 @@ func (s *SQLite) migrate(ctx context.Context) error {
 	})
 }
 
-// checkSchema makes sure a database opened read-only has the schema this
-// program reads; it cannot migrate it.
+// checkSchema makes sure a database opened without Create has the schema this
+// program reads; it does not migrate it.
 func (s *SQLite) checkSchema(ctx context.Context) error {
 	var v int
 	if err := s.db.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&v); err != nil {

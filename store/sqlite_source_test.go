@@ -51,7 +51,7 @@ func TestSQLiteAnySource(t *testing.T) {
 	}
 	db.Close()
 
-	s, err := OpenSQLite(ctx, path, Existing, time.Now)
+	s, err := OpenSQLite(ctx, path, Create, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,10 +58,16 @@ INSERT INTO uploads (build_id, provider, id, state, state_time, format) VALUES
 	}
 	db.Close()
 
-	// A listing cannot read the old schema and says what to do.
-	_, err = store.Open(ctx, store.Options{ImagesDir: dir, Access: store.ReadOnly})
-	if err == nil || !strings.Contains(err.Error(), "run the builder") {
-		t.Fatalf("read-only open of an old schema: %v, want advice to run the builder", err)
+	// A listing or an admin command neither reads nor upgrades the old
+	// schema (an older builder may be running on it), and says what to do.
+	for _, access := range []store.Access{store.ReadOnly, store.Existing} {
+		_, err = store.Open(ctx, store.Options{ImagesDir: dir, Access: access})
+		if err == nil || !strings.Contains(err.Error(), "run the builder") {
+			t.Fatalf("open of an old schema with access %d: %v, want advice to run the builder", access, err)
+		}
+	}
+	if v := schemaVersion(t, path); v != 1 {
+		t.Fatalf("schema version %d after a listing and an admin command, want 1 still", v)
 	}
 	s, raw := storetest.Open(t, store.Options{ImagesDir: dir})
 	defer s.Close()
@@ -186,4 +192,19 @@ func TestBuilderIDOfTheState(t *testing.T) {
 	if b.BuilderID() != idB || strings.TrimSpace(string(got)) != idB {
 		t.Fatalf("after losing builder_id.txt: store id %s, file %q; want %s", b.BuilderID(), got, idB)
 	}
+}
+
+// schemaVersion reads the schema version of the state database at path.
+func schemaVersion(t *testing.T, path string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var v int
+	if err := db.QueryRow(`SELECT version FROM schema_version`).Scan(&v); err != nil {
+		t.Fatalf("read the schema version of %s: %v", path, err)
+	}
+	return v
 }
