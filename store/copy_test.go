@@ -86,7 +86,7 @@ func newCopySource(t *testing.T) copySource {
 
 func openSQLiteDest(t *testing.T) *store.SQLite {
 	t.Helper()
-	sq, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "dest.db"), store.Create, nil)
+	sq, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "dest.db"), store.Create, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

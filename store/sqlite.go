@@ -24,6 +24,7 @@ import (
 // every write of a record increments.
 type SQLite struct {
 	db    *sql.DB
+	path  string
 	now   func() time.Time
 	locks localLocks
 	// log tells of records refused on read (see CheckBuild): a hand edit of
@@ -37,13 +38,18 @@ type SQLite struct {
 const sqliteIdleConns = 16
 
 // OpenSQLite opens the state database at path. With Create it makes the file
-// when missing and brings its schema up to date. Otherwise it refuses a
-// missing file (ErrNotInitialized) and a schema other than this program's:
-// the builder upgrades the schema, not a command that may run beside an older
-// builder; and with ReadOnly it writes nothing.
-func OpenSQLite(ctx context.Context, path string, access Access, now func() time.Time) (*SQLite, error) {
+// when missing and brings its schema up to date, keeping a copy of the state
+// as it was before an upgrade (see keepCopy). Otherwise it refuses a missing
+// file (ErrNotInitialized) and a schema other than this program's: the
+// builder upgrades the schema, not a command that may run beside an older
+// builder; and with ReadOnly it writes nothing. log tells of the copy and of
+// records refused on read; nil is slog's default logger.
+func OpenSQLite(ctx context.Context, path string, access Access, now func() time.Time, log *slog.Logger) (*SQLite, error) {
 	if now == nil {
 		now = time.Now
+	}
+	if log == nil {
+		log = slog.Default()
 	}
 	if access != Create {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
@@ -72,7 +78,7 @@ func OpenSQLite(ctx context.Context, path string, access Access, now func() time
 	// Keep connections for the steps that run at once: opening one parses the
 	// schema again, which costs more than most queries.
 	db.SetMaxIdleConns(sqliteIdleConns)
-	s := &SQLite{db: db, now: now, log: slog.Default(), refused: map[string]int64{}}
+	s := &SQLite{db: db, path: path, now: now, log: log, refused: map[string]int64{}}
 	if access == Create {
 		err = s.migrate(ctx)
 	} else {
@@ -282,9 +288,25 @@ func dropSourceCheck(ctx context.Context, tx *sql.Tx) error {
 	return err
 }
 
+// migrate brings the schema up to date. Before it changes the schema of a
+// state that has one, it keeps a copy of the state as it is.
 func (s *SQLite) migrate(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)`); err != nil {
 		return err
+	}
+	// VACUUM INTO cannot run in a transaction, so the copy is made before the
+	// migrations' transaction, which reads the version again: should another
+	// process upgrade the state in between, the copy is still of the state
+	// before an upgrade.
+	var v int
+	err := s.db.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&v)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if v > 0 && v < len(migrations) {
+		if err := s.keepCopy(ctx, v); err != nil {
+			return err
+		}
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		var v int

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,42 +15,14 @@ import (
 func TestSQLiteAnySource(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "builder.db")
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=foreign_keys(1)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migrations[:8] {
-		if err := m(ctx, tx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, q := range []string{
-		`CREATE TABLE schema_version (version INTEGER NOT NULL)`,
-		`INSERT INTO schema_version VALUES (8)`,
-		`INSERT INTO builds (id, image, source, state, state_time, created, builder_id)
-			VALUES ('0123456789abcdef0123456789abcdef', 'debian', 'zuul', 'ready', 1, 1, 'b')`,
-		`INSERT INTO build_files (build_id, format, sha256) VALUES ('0123456789abcdef0123456789abcdef', 'qcow2', 'ab')`,
-		`INSERT INTO uploads (build_id, provider, id, state, state_time, format)
-			VALUES ('0123456789abcdef0123456789abcdef', 'cloud-a', '0000000001', 'ready', 1, 'qcow2')`,
-	} {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO builds (id, image, source, state, state_time, created, builder_id)
+	db := oldState(t, path, 8, oldStateRows...)
+	if _, err := db.ExecContext(ctx, `INSERT INTO builds (id, image, source, state, state_time, created, builder_id)
 			VALUES ('1123456789abcdef0123456789abcdef', 'debian', 'dir', 'ready', 1, 1, 'b')`); err == nil {
 		t.Fatal("the version 8 schema took a build of source dir: the test does not start where it says")
 	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
 	db.Close()
 
-	s, err := OpenSQLite(ctx, path, Create, time.Now)
+	s, err := OpenSQLite(ctx, path, Create, time.Now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ INSERT INTO uploads (build_id, provider, id, state, state_time, format) VALUES
 			t.Fatalf("open of an old schema with access %d: %v, want advice to run the builder", access, err)
 		}
 	}
-	if v := schemaVersion(t, path); v != 1 {
+	if v := store.SchemaVersionOf(t, path); v != 1 {
 		t.Fatalf("schema version %d after a listing and an admin command, want 1 still", v)
 	}
 	s, raw := storetest.Open(t, store.Options{ImagesDir: dir})
@@ -192,19 +192,4 @@ func TestBuilderIDOfTheState(t *testing.T) {
 	if b.BuilderID() != idB || strings.TrimSpace(string(got)) != idB {
 		t.Fatalf("after losing builder_id.txt: store id %s, file %q; want %s", b.BuilderID(), got, idB)
 	}
-}
-
-// schemaVersion reads the schema version of the state database at path.
-func schemaVersion(t *testing.T, path string) int {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var v int
-	if err := db.QueryRow(`SELECT version FROM schema_version`).Scan(&v); err != nil {
-		t.Fatalf("read the schema version of %s: %v", path, err)
-	}
-	return v
 }

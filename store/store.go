@@ -59,8 +59,8 @@ type Options struct {
 	Backend Backend
 	// Hostname is recorded on the builds this builder makes; default the host's.
 	Hostname string
-	// Logger tells of records of the SQLite state refused on read; default
-	// slog's default logger.
+	// Logger tells of the copy a SQLite state's schema upgrade keeps and of
+	// its records refused on read; default slog's default logger.
 	Logger *slog.Logger
 	// TakeOver lets Create use an images-dir that another builder used (its
 	// builder_id.txt and files), becoming that builder; without it such a
@@ -112,12 +112,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	backend := opts.Backend
 	where := "the state"
 	if backend == nil {
-		sq, err := OpenSQLite(ctx, dbPath, opts.Access, opts.Now)
+		sq, err := OpenSQLite(ctx, dbPath, opts.Access, opts.Now, opts.Logger)
 		if err != nil {
 			return nil, err
-		}
-		if opts.Logger != nil {
-			sq.log = opts.Logger
 		}
 		backend = sq
 		where = "state database " + dbPath
