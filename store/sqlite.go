@@ -319,7 +319,7 @@ func (s *SQLite) migrate(ctx context.Context) error {
 			return err
 		}
 		if v > len(migrations) {
-			return fmt.Errorf("schema version %d is newer than this program knows (%d); use a newer nodepool-builder", v, len(migrations))
+			return s.newerSchema(v)
 		}
 		for i := v; i < len(migrations); i++ {
 			if err := migrations[i](ctx, tx); err != nil {
@@ -340,7 +340,7 @@ func (s *SQLite) checkSchema(ctx context.Context) error {
 	}
 	switch {
 	case v > len(migrations):
-		return fmt.Errorf("schema version %d is newer than this program knows (%d); use a newer nodepool-builder", v, len(migrations))
+		return s.newerSchema(v)
 	case v < len(migrations):
 		return fmt.Errorf("schema version %d is older than this program's (%d); run the builder (daemon or --once) once to upgrade it", v, len(migrations))
 	}

@@ -60,6 +60,26 @@ func (s *SQLite) keepCopy(ctx context.Context, v int) error {
 	return nil
 }
 
+// newerSchema is the error for a state of schema version v, which a newer
+// builder upgraded. It names the copy this program can go back to, when there
+// is one: of its own version, else the newest of an older one, which it would
+// upgrade.
+func (s *SQLite) newerSchema(v int) error {
+	msg := fmt.Sprintf("schema version %d is newer than this program knows (%d): a newer nodepool-builder upgraded it; "+
+		"use that version", v, len(migrations))
+	for old := len(migrations); old > 0; old-- {
+		c := schemaCopyPath(s.path, old)
+		if fi, err := os.Stat(c); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		msg += fmt.Sprintf(". Or, to go back to this version, stop the builder, move %s and its -wal and -shm files "+
+			"aside, and move %s, the copy made before the schema was upgraded from version %d, to %s: what the "+
+			"builder recorded since is lost (see \"Going back to an older version\" in the upgrading docs)", s.path, c, old, s.path)
+		break
+	}
+	return errors.New(msg)
+}
+
 // writeCopy writes the state into a new file at tmp, of the state's mode and
 // owner, and syncs it.
 func (s *SQLite) writeCopy(ctx context.Context, state os.FileInfo, tmp string) error {

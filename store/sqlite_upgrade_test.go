@@ -319,3 +319,60 @@ func SchemaVersionOf(t testing.TB, path string) int {
 	}
 	return v
 }
+
+// TestSQLiteNewerSchemaNamesCopy: a state that a newer builder upgraded is
+// refused by this one, by the builder and the listings alike, with the copy it
+// can go back to: the copy of its own version, else of the newest older one;
+// never one that a newer builder made of a version this one does not know.
+func TestSQLiteNewerSchemaNamesCopy(t *testing.T) {
+	current := len(migrations)
+	tests := []struct {
+		name   string
+		copies []int // versions of the copies beside the state
+		want   int   // the version of the copy named; 0: none
+	}{
+		{name: "no copy"},
+		{name: "a copy of this version", copies: []int{1, current}, want: current},
+		{name: "a copy of an older version", copies: []int{1}, want: 1},
+		{name: "a copy of a newer version only", copies: []int{current + 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "builder.db")
+			s, err := OpenSQLite(ctx, path, Create, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.db.ExecContext(ctx, `UPDATE schema_version SET version = ?`, current+2); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			for _, v := range tt.copies {
+				if err := os.WriteFile(schemaCopyPath(path, v), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, access := range []Access{Create, ReadOnly} {
+				_, err := OpenSQLite(ctx, path, access, nil, nil)
+				if err == nil {
+					t.Fatalf("access %d: opened a state of a newer schema", access)
+				}
+				msg := err.Error()
+				if !strings.Contains(msg, "schema version "+strconv.Itoa(current+2)+" is newer than this program knows") {
+					t.Errorf("access %d: error %q does not say the schema is newer", access, msg)
+				}
+				named := strings.Contains(msg, ".schema-")
+				if tt.want == 0 {
+					if named {
+						t.Errorf("access %d: error %q names a copy, want none", access, msg)
+					}
+					continue
+				}
+				if c := schemaCopyPath(path, tt.want); !strings.Contains(msg, "move "+c) || !strings.Contains(msg, "to "+path) {
+					t.Errorf("access %d: error %q does not say to move %s to %s", access, msg, c, path)
+				}
+			}
+		})
+	}
+}
