@@ -122,23 +122,33 @@ func findCloudsFile(explicit string) (string, []string, error) {
 		strings.Join(candidates, ", "))
 }
 
-// findSecureFile returns the secure.yaml that holds secrets for cloudsFile, or "" when
-// there is none. openstacksdk looks for it independently of clouds.yaml; an explicitly
-// named clouds.yaml only pairs with a secure.yaml beside it.
-func findSecureFile(cloudsFile string, explicit bool) string {
-	if explicit {
-		return firstFile([]string{filepath.Join(filepath.Dir(cloudsFile), "secure.yaml")})
+// findSecureFile returns the secure.yaml whose clouds are merged over those of
+// cloudsFile, the clouds.yaml read, or "" when there is none. openstacksdk looks
+// at $OS_CLIENT_SECURE_FILE, then in the search directories. Between them this
+// looks beside cloudsFile when it is the file named, by explicit (Options.CloudsFile)
+// or else by $OS_CLIENT_CONFIG_FILE, so that one directory holds both, as
+// /etc/nodepool does in the container image.
+func findSecureFile(cloudsFile, explicit string) string {
+	named := explicit
+	if named == "" {
+		named = os.Getenv("OS_CLIENT_CONFIG_FILE")
 	}
-	return firstFile(searched("OS_CLIENT_SECURE_FILE", "secure.yaml"))
+	var beside []string
+	if named != "" && cloudsFile == named {
+		beside = append(beside, filepath.Join(filepath.Dir(cloudsFile), "secure.yaml"))
+	}
+	return firstFile(searched("OS_CLIENT_SECURE_FILE", "secure.yaml", beside...))
 }
 
 // searched is where openstacksdk looks for a file by name: the path the
-// environment variable env names, then name in each search directory.
-func searched(env, name string) []string {
+// environment variable env names, then name in each search directory. then are
+// looked at between the two.
+func searched(env, name string, then ...string) []string {
 	var candidates []string
 	if path := os.Getenv(env); path != "" {
 		candidates = append(candidates, path)
 	}
+	candidates = append(candidates, then...)
 	for _, dir := range searchDirs() {
 		candidates = append(candidates, filepath.Join(dir, name))
 	}
@@ -239,7 +249,7 @@ func loadCloud(name, explicitFile string) (cloudEntry, string, error) {
 		return cloudEntry{}, "", fmt.Errorf("cloud %q is not defined in %s (it defines: %s), %s: add the cloud there, or set "+
 			"OS_CLIENT_CONFIG_FILE to a file that has it", name, path, orNothing(strings.Join(known, ", ")), searchedAround(path, searched))
 	}
-	if secure := findSecureFile(path, explicitFile != ""); secure != "" {
+	if secure := findSecureFile(path, explicitFile); secure != "" {
 		secrets, err := readClouds(secure)
 		if err != nil {
 			return cloudEntry{}, "", fmt.Errorf("load cloud %q: %w", name, err)

@@ -27,6 +27,23 @@ func writeFile(t *testing.T, path, content string) string {
 	return path
 }
 
+// searchRoot makes a root for the files openstacksdk searches: the working
+// directory is <root>/<cwd>, $HOME is <root>/home, and no variable names a
+// file or XDG_CONFIG_HOME. It returns the root.
+func searchRoot(t *testing.T, cwd string) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, cwd), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(filepath.Join(root, cwd))
+	t.Setenv("HOME", filepath.Join(root, "home"))
+	for _, env := range []string{"XDG_CONFIG_HOME", "OS_CLIENT_CONFIG_FILE", "OS_CLIENT_SECURE_FILE"} {
+		t.Setenv(env, "")
+	}
+	return root
+}
+
 func TestFindCloudsFile(t *testing.T) {
 	const yml = "clouds: {}\n"
 	tests := []struct {
@@ -92,20 +109,13 @@ func TestFindCloudsFile(t *testing.T) {
 					t.Skip("this machine has /etc/openstack/clouds.yaml")
 				}
 			}
-			root := t.TempDir()
+			root := searchRoot(t, "work")
 			for _, f := range tt.files {
 				writeFile(t, filepath.Join(root, f), yml)
 			}
-			if err := os.MkdirAll(filepath.Join(root, "work"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			t.Chdir(filepath.Join(root, "work"))
-			t.Setenv("HOME", filepath.Join(root, "home"))
-			t.Setenv("XDG_CONFIG_HOME", "")
 			if tt.xdg {
 				t.Setenv("XDG_CONFIG_HOME", filepath.Join(root, "xdg"))
 			}
-			t.Setenv("OS_CLIENT_CONFIG_FILE", "")
 			if tt.env != "" {
 				t.Setenv("OS_CLIENT_CONFIG_FILE", filepath.Join(root, tt.env))
 			}
@@ -625,17 +635,10 @@ func TestEachPlaceNamedOnce(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			root := t.TempDir()
+			root := searchRoot(t, tt.cwd)
 			for _, f := range tt.files {
 				writeFile(t, filepath.Join(root, f), other)
 			}
-			if err := os.MkdirAll(filepath.Join(root, tt.cwd), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			t.Chdir(filepath.Join(root, tt.cwd))
-			t.Setenv("HOME", filepath.Join(root, "home"))
-			t.Setenv("XDG_CONFIG_HOME", "")
-			t.Setenv("OS_CLIENT_CONFIG_FILE", "")
 			if tt.env != "" {
 				env := tt.env
 				if !filepath.IsAbs(env) {
@@ -659,6 +662,79 @@ func TestEachPlaceNamedOnce(t *testing.T) {
 				if n > 1 || (n == 0 && strings.Contains(err.Error(), "no clouds.yaml found")) {
 					t.Errorf("error names %s %d times, want once:\n%s", p, n, err)
 				}
+			}
+		})
+	}
+}
+
+// TestSecureFileFound: the secure.yaml merged over the cloud is
+// $OS_CLIENT_SECURE_FILE, else the one beside the clouds.yaml that
+// $OS_CLIENT_CONFIG_FILE (or Options.CloudsFile) names when that is the file
+// read, else the first in openstacksdk's search directories. Each secure.yaml
+// here gives the cloud an endpoint that names it.
+func TestSecureFileFound(t *testing.T) {
+	if _, err := os.Stat("/etc/openstack/secure.yaml"); err == nil {
+		t.Skip("this machine has /etc/openstack/secure.yaml")
+	}
+	tests := []struct {
+		name     string
+		clouds   string   // the clouds.yaml, relative to the root
+		secure   []string // secure.yaml files, relative to the root
+		env      string   // OS_CLIENT_CONFIG_FILE relative to the root, "" for unset
+		explicit bool     // Options.CloudsFile names clouds instead
+		secEnv   string   // OS_CLIENT_SECURE_FILE relative to the root, "" for unset
+		want     string   // the secure.yaml merged; "" for none
+	}{
+		{name: "beside OS_CLIENT_CONFIG_FILE", clouds: "etc/clouds.yaml", secure: []string{"etc/secure.yaml"},
+			env: "etc/clouds.yaml", want: "etc/secure.yaml"},
+		{name: "beside it before the search directories", clouds: "etc/clouds.yaml",
+			secure: []string{"etc/secure.yaml", "work/secure.yaml", "home/.config/openstack/secure.yaml"},
+			env:    "etc/clouds.yaml", want: "etc/secure.yaml"},
+		{name: "OS_CLIENT_SECURE_FILE before it", clouds: "etc/clouds.yaml", secure: []string{"etc/secure.yaml", "sec/mine.yaml"},
+			env: "etc/clouds.yaml", secEnv: "sec/mine.yaml", want: "sec/mine.yaml"},
+		{name: "none beside: the search directories", clouds: "etc/clouds.yaml", secure: []string{"home/.config/openstack/secure.yaml"},
+			env: "etc/clouds.yaml", want: "home/.config/openstack/secure.yaml"},
+		{name: "not beside a named file that is missing", clouds: "work/clouds.yaml",
+			secure: []string{"etc/secure.yaml", "home/.config/openstack/secure.yaml"},
+			env:    "etc/clouds.yaml", want: "home/.config/openstack/secure.yaml"},
+		{name: "searched clouds.yaml", clouds: "home/.config/openstack/clouds.yaml",
+			secure: []string{"work/secure.yaml", "home/.config/openstack/secure.yaml"}, want: "work/secure.yaml"},
+		{name: "none", clouds: "etc/clouds.yaml", env: "etc/clouds.yaml"},
+		{name: "Options.CloudsFile: beside it", clouds: "etc/clouds.yaml", secure: []string{"etc/secure.yaml", "work/secure.yaml"},
+			explicit: true, want: "etc/secure.yaml"},
+		{name: "Options.CloudsFile: OS_CLIENT_SECURE_FILE before it", clouds: "etc/clouds.yaml",
+			secure: []string{"etc/secure.yaml", "sec/mine.yaml"}, explicit: true, secEnv: "sec/mine.yaml", want: "sec/mine.yaml"},
+		{name: "Options.CloudsFile: none beside", clouds: "etc/clouds.yaml", secure: []string{"work/secure.yaml"},
+			explicit: true, want: "work/secure.yaml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := searchRoot(t, "work")
+			clouds := writeFile(t, filepath.Join(root, tt.clouds),
+				"clouds:\n  c: {auth_type: none, image_endpoint_override: http://clouds.yaml}\n")
+			for _, f := range tt.secure {
+				writeFile(t, filepath.Join(root, f), fmt.Sprintf("clouds:\n  c: {image_endpoint_override: http://%s}\n", f))
+			}
+			if tt.env != "" {
+				t.Setenv("OS_CLIENT_CONFIG_FILE", filepath.Join(root, tt.env))
+			}
+			if tt.secEnv != "" {
+				t.Setenv("OS_CLIENT_SECURE_FILE", filepath.Join(root, tt.secEnv))
+			}
+			opts := Options{Cloud: "c"}
+			if tt.explicit {
+				opts.CloudsFile = clouds
+			}
+			c, err := Open(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "http://clouds.yaml/"
+			if tt.want != "" {
+				want = "http://" + tt.want + "/"
+			}
+			if c.override != want {
+				t.Errorf("the cloud's endpoint is %s, want %s: the wrong secure.yaml was merged", c.override, want)
 			}
 		})
 	}

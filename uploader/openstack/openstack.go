@@ -26,9 +26,12 @@ type Options struct {
 	Cloud string
 	// Region overrides the cloud's region_name when not empty.
 	Region string
-	// CloudsFile names the clouds.yaml to read; when empty it is searched for as
-	// openstacksdk does: $OS_CLIENT_CONFIG_FILE, ./clouds.yaml,
-	// ~/.config/openstack/clouds.yaml, /etc/openstack/clouds.yaml.
+	// CloudsFile names the clouds.yaml to read, and nothing else is; when empty
+	// it is searched for as openstacksdk does: $OS_CLIENT_CONFIG_FILE,
+	// ./clouds.yaml, ~/.config/openstack/clouds.yaml,
+	// /etc/openstack/clouds.yaml. Either way secure.yaml is found by one rule:
+	// $OS_CLIENT_SECURE_FILE, beside the clouds.yaml named (here or by
+	// $OS_CLIENT_CONFIG_FILE), then openstacksdk's search directories.
 	CloudsFile string
 	// HTTPClient is used for every request when set, as given: the cloud's verify,
 	// cacert and cert settings then apply only if the caller put them there.
