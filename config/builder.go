@@ -155,7 +155,7 @@ func (p *parser) gearmanFunctions(m *mapping) ([]string, bool) {
 		item = resolve(item)
 		path := indexPath(m.sub("gearman-functions"), i)
 		if isNull(item) || item.Kind != yaml.ScalarNode || !slices.Contains(GearmanFunctionKinds, item.Value) {
-			p.errorf(item, path, "%s is not a gearman function of the builder; they are %s", describe(item), known)
+			p.errorf(item, path, "%s is not a gearman function of the builder; they are %s", p.describe(item), known)
 			good = false
 			continue
 		}

@@ -26,9 +26,11 @@ type Config struct {
 	// parsed from text rather than loaded.
 	Snapshot *Snapshot
 	// Path is nodepool.yaml, BuilderPath the builder's own file ("" when there
-	// was none), as errors name them.
+	// was none), SecurePath nodepool's secure file ("" when there was none),
+	// as errors name them.
 	Path        string
 	BuilderPath string
+	SecurePath  string
 	// Warnings are what loads but should change: a layout nodepool's tools
 	// refuse, a zuul-image nodepool-launcher cannot boot.
 	Warnings []string

@@ -149,9 +149,10 @@ func TestLoadZuulImagesExample(t *testing.T) {
 		BuildLogRetention: 14,
 		LauncherWebapp:    &Webapp{ListenAddress: "0.0.0.0", Port: 8005},
 		ZooKeeper: &ZooKeeper{
-			Servers: []ZooKeeperServer{{Host: "zk.example.com", Port: 2281, Chroot: "/nodepool"}},
-			TLS:     &ZooKeeperTLS{Cert: "/etc/nodepool/zk-client.pem", Key: "/etc/nodepool/zk-client.key", CA: "/etc/nodepool/zk-ca.pem"},
-			Timeout: 30 * time.Second,
+			Servers:     []ZooKeeperServer{{Host: "zk.example.com", Port: 2281, Chroot: "/nodepool"}},
+			ServersFile: path,
+			TLS:         &ZooKeeperTLS{Cert: "/etc/nodepool/zk-client.pem", Key: "/etc/nodepool/zk-client.key", CA: "/etc/nodepool/zk-ca.pem"},
+			Timeout:     30 * time.Second,
 		},
 		ZuulImages: []ZuulImage{
 			{
@@ -270,6 +271,7 @@ func TestLoadOneFile(t *testing.T) {
 	}
 	// What differs: where it was read from, and what the declarations add.
 	cfg.Files, cfg.Snapshot, cfg.Path, cfg.BuilderPath, cfg.Warnings = pair.Files, pair.Snapshot, pair.Path, pair.BuilderPath, pair.Warnings
+	cfg.ZooKeeper.ServersFile = pair.ZooKeeper.ServersFile
 	for i := range cfg.ZuulImages {
 		zi, pz := &cfg.ZuulImages[i], pair.ZuulImages[i]
 		if zi.Declared || zi.Username != DefaultUsername || zi.PythonPath != DefaultPythonPath || zi.ShellType != "" {

@@ -215,7 +215,7 @@ func (p *parser) release(m *mapping) (string, bool) {
 	}
 	tag := n.ShortTag()
 	if n.Kind != yaml.ScalarNode || (tag != "!!str" && tag != "!!int" && tag != "!!float") {
-		p.errorf(n, m.sub("release"), "expected a release name or number like bookworm or 12, not %s", describe(n))
+		p.errorf(n, m.sub("release"), "expected a release name or number like bookworm or 12, not %s", p.describe(n))
 		return "", false
 	}
 	return n.Value, true

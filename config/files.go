@@ -13,15 +13,33 @@ import (
 // unless another is named.
 const BuilderFileName = "nodepool-builder.yaml"
 
-// Files names the two files a config is read from: nodepool.yaml, which is
+// Files names the files a config is read from: nodepool.yaml, which is
 // nodepool's and which nodepool-launcher and Python nodepool-builders read
-// too, and the builder's own file, which holds what nodepool's schema has no
-// key for (zuul-images and the builder section).
+// too; the builder's own file, which holds what nodepool's schema has no key
+// for (zuul-images and the builder section); and nodepool's secure file, when
+// one is named.
 type Files struct {
 	Nodepool string
 	// Builder is the builder's own file. Empty means BuilderFileName in the
 	// directory of Nodepool, read when it exists; a file named here must exist.
 	Builder string
+	// Secure is nodepool's secure file (its -s), which holds the ZooKeeper
+	// settings and diskimages' env-vars a site keeps apart; empty: none. A
+	// file named here must exist.
+	Secure string
+}
+
+// Flags are the command-line flags that name these files, for a command an
+// error tells the operator to run.
+func (f Files) Flags() string {
+	flags := "-c " + f.Nodepool
+	if f.Builder != "" {
+		flags += " --builder-config " + f.Builder
+	}
+	if f.Secure != "" {
+		flags += " -s " + f.Secure
+	}
+	return flags
 }
 
 // builder returns the path of the builder's own file and whether it was
@@ -56,6 +74,7 @@ type Snapshot struct {
 	Files    Files
 	Nodepool Source
 	Builder  *Source // nil: there is no builder file beside nodepool.yaml
+	Secure   *Source // nil: no secure file is named
 }
 
 // Read reads the config files, the one place that does.
@@ -68,12 +87,16 @@ func Read(f Files) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Snapshot{Files: f, Nodepool: Source{Name: f.Nodepool, Data: data}, Builder: own}, nil
+	secure, err := readSecureFile(f)
+	if err != nil {
+		return nil, err
+	}
+	return &Snapshot{Files: f, Nodepool: Source{Name: f.Nodepool, Data: data}, Builder: own, Secure: secure}, nil
 }
 
 // Load validates the snapshot's text, as Load does the files'.
 func (s *Snapshot) Load() (*Config, error) {
-	cfg, err := ParseFiles(s.Nodepool, s.Builder, os.LookupEnv)
+	cfg, err := ParseFiles(s.Nodepool, s.Builder, s.Secure, os.LookupEnv)
 	if err != nil {
 		return nil, err
 	}
@@ -82,16 +105,35 @@ func (s *Snapshot) Load() (*Config, error) {
 	return cfg, nil
 }
 
-// Equal tells whether two snapshots hold the same text: a change of either
+// Equal tells whether two snapshots hold the same text: a change of any
 // file, the builder's own file coming or going included, makes them differ.
 func (s *Snapshot) Equal(o *Snapshot) bool {
 	if s == nil || o == nil {
 		return s == o
 	}
-	if s.Files != o.Files || !bytes.Equal(s.Nodepool.Data, o.Nodepool.Data) || (s.Builder == nil) != (o.Builder == nil) {
-		return false
+	return s.Files == o.Files && bytes.Equal(s.Nodepool.Data, o.Nodepool.Data) &&
+		sameSource(s.Builder, o.Builder) && sameSource(s.Secure, o.Secure)
+}
+
+// sameSource tells whether two optional files hold the same text.
+func sameSource(a, b *Source) bool {
+	if a == nil || b == nil {
+		return a == b
 	}
-	return s.Builder == nil || bytes.Equal(s.Builder.Data, o.Builder.Data)
+	return bytes.Equal(a.Data, b.Data)
+}
+
+// readSecureFile reads nodepool's secure file: nil when none is named.
+func readSecureFile(f Files) (*Source, error) {
+	if f.Secure == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(f.Secure)
+	if err != nil {
+		return nil, fmt.Errorf("read secure config %s: %w; -s names nodepool's secure file (zookeeper-servers, "+
+			"zookeeper-tls, and diskimages' env-vars): check the path, or leave out -s when there is none", f.Secure, err)
+	}
+	return &Source{Name: f.Secure, Data: data}, nil
 }
 
 // readBuilderFile reads the builder's own file: nil when it is taken beside

@@ -18,6 +18,10 @@ type parser struct {
 	file  string
 	errs  Errors
 	warns []string // what loads but should change, each as an Error prints
+	// hideValues keeps the file's values out of its problems: the secure
+	// file's hold secrets, and a value written where another key belongs is
+	// quoted nowhere.
+	hideValues bool
 }
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
@@ -59,7 +63,7 @@ func isSequence(n *yaml.Node) bool {
 }
 
 // describe names what a node holds, for "expected X, not Y" messages.
-func describe(n *yaml.Node) string {
+func (p *parser) describe(n *yaml.Node) string {
 	n = resolve(n)
 	switch {
 	case isNull(n):
@@ -69,14 +73,29 @@ func describe(n *yaml.Node) string {
 	case n.Kind == yaml.SequenceNode:
 		return "a list"
 	}
-	switch n.ShortTag() {
-	case "!!bool":
+	switch tag := n.ShortTag(); {
+	case p.hideValues && tag == "!!bool":
+		return "a boolean"
+	case p.hideValues && (tag == "!!int" || tag == "!!float"):
+		return "a number"
+	case p.hideValues:
+		return "a string"
+	case tag == "!!bool":
 		return "the boolean " + n.Value
-	case "!!int", "!!float":
+	case tag == "!!int" || tag == "!!float":
 		return "the number " + n.Value
 	default:
 		return strconv.Quote(n.Value)
 	}
+}
+
+// quote is a value of the file as a message shows it: quoted, or "the
+// value" in a file whose values are kept out of messages.
+func (p *parser) quote(s string) string {
+	if p.hideValues {
+		return "the value"
+	}
+	return strconv.Quote(s)
 }
 
 func childPath(path, key string) string {
@@ -119,7 +138,7 @@ func (p *parser) readMapping(n *yaml.Node, path, what string, known []string, st
 	n = resolve(n)
 	m := &mapping{p: p, node: n, path: path, fields: map[string]field{}}
 	if n == nil || n.Kind != yaml.MappingNode {
-		p.errorf(n, path, "expected %s (a mapping of keys like %s), not %s", what, strings.Join(known[:min(2, len(known))], ", "), describe(n))
+		p.errorf(n, path, "expected %s (a mapping of keys like %s), not %s", what, strings.Join(known[:min(2, len(known))], ", "), p.describe(n))
 		return m, false
 	}
 	merged := map[string]field{}
@@ -246,11 +265,15 @@ func (m *mapping) str(key string) (string, bool) {
 // expected is more likely a mistake than a name.
 func (p *parser) scalarString(n *yaml.Node, path string) (string, bool) {
 	if n.Kind != yaml.ScalarNode {
-		p.errorf(n, path, "expected a string, not %s", describe(n))
+		p.errorf(n, path, "expected a string, not %s", p.describe(n))
 		return "", false
 	}
 	if n.ShortTag() != "!!str" {
-		p.errorf(n, path, "expected a string, not %s; quote it if it is meant as text: '%s'", describe(n), n.Value)
+		if p.hideValues {
+			p.errorf(n, path, "expected a string, not %s; quote it if it is meant as text", p.describe(n))
+		} else {
+			p.errorf(n, path, "expected a string, not %s; quote it if it is meant as text: '%s'", p.describe(n), n.Value)
+		}
 		return "", false
 	}
 	return n.Value, true
@@ -265,7 +288,7 @@ func (p *parser) textValue(n *yaml.Node, path, example string) (string, bool) {
 		return "", false
 	}
 	if n.Kind != yaml.ScalarNode {
-		p.errorf(n, path, "expected a string like %s, not %s", example, describe(n))
+		p.errorf(n, path, "expected a string like %s, not %s", example, p.describe(n))
 		return "", false
 	}
 	return n.Value, true
@@ -291,7 +314,7 @@ func (m *mapping) boolean(key string) (bool, bool) {
 			return b, true
 		}
 	}
-	m.p.errorf(n, m.sub(key), "expected true or false, not %s", describe(n))
+	m.p.errorf(n, m.sub(key), "expected true or false, not %s", m.p.describe(n))
 	return false, false
 }
 
@@ -303,7 +326,7 @@ func (m *mapping) integer(key string, lowest, highest int, rule string) (int, bo
 	}
 	var v int
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&v) != nil {
-		m.p.errorf(n, m.sub(key), "must be %s, not %s", rule, describe(n))
+		m.p.errorf(n, m.sub(key), "must be %s, not %s", rule, m.p.describe(n))
 		return 0, false
 	}
 	if v < lowest || v > highest {
@@ -323,7 +346,7 @@ func (m *mapping) number(key, rule string) (float64, bool) {
 	tag := n.ShortTag()
 	if n.Kind != yaml.ScalarNode || (tag != "!!int" && tag != "!!float") || n.Decode(&v) != nil ||
 		math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-		m.p.errorf(n, m.sub(key), "must be %s, not %s", rule, describe(n))
+		m.p.errorf(n, m.sub(key), "must be %s, not %s", rule, m.p.describe(n))
 		return 0, false
 	}
 	return v, true
@@ -338,7 +361,7 @@ func (m *mapping) byteSize(key string) (int64, bool) {
 	}
 	const rule = "a size in bytes, like 68719476736, or with a unit, like 64G"
 	bad := func() (int64, bool) {
-		m.p.errorf(n, m.sub(key), "must be %s, not %s", rule, describe(n))
+		m.p.errorf(n, m.sub(key), "must be %s, not %s", rule, m.p.describe(n))
 		return 0, false
 	}
 	if n.Kind != yaml.ScalarNode {
@@ -371,7 +394,7 @@ func (m *mapping) seconds(key string, allowZero bool) (time.Duration, bool) {
 	}
 	if v == 0 && !allowZero || v > float64(math.MaxInt64/int64(time.Second)) {
 		n, _ := m.get(key)
-		m.p.errorf(n, m.sub(key), "must be %s, not %s", rule, describe(n))
+		m.p.errorf(n, m.sub(key), "must be %s, not %s", rule, m.p.describe(n))
 		return 0, false
 	}
 	return time.Duration(v * float64(time.Second)), true
@@ -384,7 +407,7 @@ func (m *mapping) list(key, what, example string) ([]*yaml.Node, bool) {
 		return nil, false
 	}
 	if n.Kind != yaml.SequenceNode {
-		m.p.errorf(n, m.sub(key), "expected a list of %s like %s, not %s", what, example, describe(n))
+		m.p.errorf(n, m.sub(key), "expected a list of %s like %s, not %s", what, example, m.p.describe(n))
 		return nil, false
 	}
 	return n.Content, true
@@ -402,7 +425,7 @@ func (m *mapping) strList(key, what, example string) ([]string, bool) {
 		item = resolve(item)
 		path := indexPath(m.sub(key), i)
 		if isNull(item) || item.Kind != yaml.ScalarNode || item.ShortTag() != "!!str" || item.Value == "" {
-			m.p.errorf(item, path, "expected a list of %s like %s; this entry is %s", what, example, describe(item))
+			m.p.errorf(item, path, "expected a list of %s like %s; this entry is %s", what, example, m.p.describe(item))
 			good = false
 			continue
 		}
@@ -428,7 +451,7 @@ func NormalizeFormat(f string) string {
 func (p *parser) checkFormat(n *yaml.Node, path string) (string, bool) {
 	n = resolve(n)
 	if isNull(n) || n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" || !formatRE.MatchString(n.Value) {
-		p.errorf(n, path, "%s is not a format; formats are lowercase words like qcow2, raw, vhd or vmdk", describe(n))
+		p.errorf(n, path, "%s is not a format; formats are lowercase words like qcow2, raw, vhd or vmdk", p.describe(n))
 		return "", false
 	}
 	return NormalizeFormat(n.Value), true
@@ -462,7 +485,7 @@ func (m *mapping) strMap(key, example string) (map[string]string, bool) {
 		return nil, false
 	}
 	if n.Kind != yaml.MappingNode {
-		m.p.errorf(n, m.sub(key), "expected a mapping of names to values like {%s}, not %s", example, describe(n))
+		m.p.errorf(n, m.sub(key), "expected a mapping of names to values like {%s}, not %s", example, m.p.describe(n))
 		return nil, false
 	}
 	out := map[string]string{}
@@ -483,7 +506,7 @@ func (m *mapping) strMap(key, example string) (map[string]string, bool) {
 			continue
 		}
 		if k.Kind != yaml.ScalarNode || k.Value == "" {
-			m.p.errorf(k, m.sub(key), "expected names as keys like {%s}, not %s", example, describe(k))
+			m.p.errorf(k, m.sub(key), "expected names as keys like {%s}, not %s", example, m.p.describe(k))
 			good = false
 			continue
 		}

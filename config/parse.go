@@ -33,43 +33,59 @@ const (
 // by getenv("NODEPOOL_FOO"), as nodepool does; a nil getenv reads the process
 // environment. On failure the error is an Errors holding every problem found.
 func Parse(file string, data []byte, getenv func(string) (string, bool)) (*Config, error) {
-	return ParseFiles(Source{Name: file, Data: data}, nil, getenv)
+	return ParseFiles(Source{Name: file, Data: data}, nil, nil, getenv)
 }
 
-// ParseFiles validates nodepool.yaml and the builder's own file (nil when there
-// is none) as Parse validates one file. The errors name the file each is in,
-// nodepool.yaml's first.
-func ParseFiles(nodepool Source, own *Source, getenv func(string) (string, bool)) (*Config, error) {
+// ParseFiles validates nodepool.yaml, the builder's own file (nil when there
+// is none) and nodepool's secure file (nil when there is none) as Parse
+// validates one file; the secure file's settings are laid over nodepool.yaml's
+// as nodepool's loadSecureConfig does (see secure). The errors name the file
+// each is in, nodepool.yaml's first.
+func ParseFiles(nodepool Source, own, secure *Source, getenv func(string) (string, bool)) (*Config, error) {
 	if getenv == nil {
 		getenv = os.LookupEnv
 	}
+	const restore = "restore it from where it is managed (a builder file meant to hold nothing can be removed)"
 	np := &parser{file: nodepool.Name}
-	npRoot, ok := np.document(nodepool.Data, getenv)
+	npRoot, ok := np.document(nodepool.Data, getenv, restore)
 	bp := &parser{}
 	var ownRoot *yaml.Node
 	if own != nil {
 		bp.file = own.Name
 		var ownOK bool
-		ownRoot, ownOK = bp.document(own.Data, getenv)
+		ownRoot, ownOK = bp.document(own.Data, getenv, restore)
 		ok = ok && ownOK
+	}
+	// The secure file's values are secrets: its problems quote none of them.
+	sp := &parser{hideValues: true}
+	var secureRoot *yaml.Node
+	if secure != nil {
+		sp.file = secure.Name
+		var secureOK bool
+		secureRoot, secureOK = sp.document(secure.Data, getenv, "restore it from where it is managed (without a secure file, leave out -s)")
+		ok = ok && secureOK
 	}
 	var cfg *Config
 	if ok {
-		cfg = assemble(np, npRoot, bp, ownRoot, own != nil)
+		cfg = assemble(np, npRoot, bp, ownRoot, own != nil, sp, secureRoot)
 		cfg.Path = nodepool.Name
 		if own != nil {
 			cfg.BuilderPath = own.Name
 		}
+		if secure != nil {
+			cfg.SecurePath = secure.Name
+		}
 	}
-	if errs := append(np.errs.sorted(), bp.errs.sorted()...); len(errs) > 0 {
+	if errs := slices.Concat(np.errs.sorted(), bp.errs.sorted(), sp.errs.sorted()); len(errs) > 0 {
 		return nil, errs
 	}
 	return cfg, nil
 }
 
 // document substitutes the environment into one file's text and decodes it.
-// false means it could not be read; its problems are recorded.
-func (p *parser) document(data []byte, getenv func(string) (string, bool)) (*yaml.Node, bool) {
+// false means it could not be read; its problems are recorded. emptyHint says
+// what to do about a file that holds nothing.
+func (p *parser) document(data []byte, getenv func(string) (string, bool), emptyHint string) (*yaml.Node, bool) {
 	text, unset := substitute(data, getenv)
 	lines := strings.Split(string(text), "\n")
 	root, err := decode(text)
@@ -88,9 +104,10 @@ func (p *parser) document(data []byte, getenv func(string) (string, bool)) (*yam
 	if isNull(root) {
 		// What a file cut short by a full disk or an interrupted write looks
 		// like: taken as a config without images, it would have every upload
-		// of theirs deleted.
+		// of theirs deleted; a secure file taken so would drop the ZooKeeper
+		// servers it names, and the state with them.
 		p.errorf(&yaml.Node{Line: 1}, "", "holds no config (it is empty, or only comments or a null document), which is what a file "+
-			"cut short looks like; restore it from where it is managed (a builder file meant to hold nothing can be removed)")
+			"cut short looks like; %s", emptyHint)
 		return nil, false
 	}
 	if len(unset) > 0 {
@@ -300,10 +317,11 @@ var topNodepoolKeys = []string{"labels", "max-hold-age", "tenant-resource-limits
 var ownKeys = []string{"zuul-images", "builder"}
 
 // assemble reads the top-level mappings of nodepool.yaml (np) and of the
-// builder's own file (bp; hasOwn tells whether there is one) into a Config.
-// Without the builder's own file, its settings may be in nodepool.yaml, as
+// builder's own file (bp; hasOwn tells whether there is one) into a Config,
+// then lays nodepool's secure file (sp; secureRoot is nil without one) over
+// it. Without the builder's own file, its settings may be in nodepool.yaml, as
 // one-file configs have them: they load, with a warning.
-func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, hasOwn bool) *Config {
+func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, hasOwn bool, sp *parser, secureRoot *yaml.Node) *Config {
 	cfg := &Config{
 		BuildLogDir:       DefaultBuildLogDir,
 		BuildLogRetention: DefaultBuildLogRetention,
@@ -317,28 +335,34 @@ func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, has
 	if !ok {
 		return cfg
 	}
-	settings, sp, oneFile := findBuilderSettings(cfg, np, top, bp, own, hasOwn)
+	settings, op, oneFile := findBuilderSettings(cfg, np, top, bp, own, hasOwn)
 
 	np.readTopLevel(cfg, top)
 	if n, ok := settings.get("builder"); ok {
-		cfg.Builder = sp.builder(n, settings.sub("builder"))
+		cfg.Builder = op.builder(n, settings.sub("builder"))
 	}
-	cfg.ZooKeeper = np.zookeeper(top)
+	zk := np.zookeeper(top)
 	np.mergeOldGearmanServers(top, &cfg.Builder)
 
 	names := imageNames{}
-	cfg.ZuulImages = sp.zuulImages(settings, names, cfg.Builder.PollInterval)
+	cfg.ZuulImages = op.zuulImages(settings, names, cfg.Builder.PollInterval)
 	cfg.DiskImages = np.diskImages(top, names, cfg.ZuulImages)
-	checkZuulImagesDeclared(cfg, names, np, sp, oneFile)
+	checkZuulImagesDeclared(cfg, names, np, op, oneFile)
 	cfg.Providers = np.providers(top, names)
+	if secureRoot != nil {
+		sp.secure(secureRoot, cfg, zk, names, np.file)
+	}
+	if len(zk.Servers) > 0 {
+		cfg.ZooKeeper = zk
+	}
 
 	if cfg.ImagesDir == "" {
-		requireImagesDir(np, top, sp, settings)
+		requireImagesDir(np, top, op, settings)
 	}
 	if cfg.Builder.StateDB == "" && cfg.ImagesDir != "" {
 		cfg.Builder.StateDB = filepath.Join(cfg.ImagesDir, "builder.db")
 	}
-	cfg.Warnings = slices.Concat(cfg.Warnings, np.warns, bp.warns)
+	cfg.Warnings = slices.Concat(cfg.Warnings, np.warns, bp.warns, sp.warns)
 	return cfg
 }
 

@@ -10,8 +10,11 @@ import (
 // when servers are given, the builder keeps its state in ZooKeeper.
 type ZooKeeper struct {
 	Servers []ZooKeeperServer
-	TLS     *ZooKeeperTLS // nil: a plain connection
-	Timeout time.Duration // session timeout; default 10s, as nodepool's
+	// ServersFile is the file Servers were read from: nodepool.yaml, or the
+	// secure file, whose list replaces it.
+	ServersFile string
+	TLS         *ZooKeeperTLS // nil: a plain connection
+	Timeout     time.Duration // session timeout; default 10s, as nodepool's
 }
 
 // ZooKeeperServer is one zookeeper-servers entry.
@@ -42,10 +45,31 @@ var (
 	zkTLSKeys    = []string{"cert", "key", "ca"}
 )
 
-// zookeeper reads the three top-level ZooKeeper keys; nil without servers.
+// zookeeper reads the three top-level ZooKeeper keys of nodepool.yaml. The
+// result has no servers when the file names none: the secure file may add
+// them (secure), and the config's ZooKeeper is nil without any.
 func (p *parser) zookeeper(m *mapping) *ZooKeeper {
+	zk := &ZooKeeper{Timeout: DefaultZooKeeperTimeout, Servers: p.zookeeperServers(m)}
+	if len(zk.Servers) > 0 {
+		zk.ServersFile = p.file
+	}
+	if n, ok := m.get("zookeeper-tls"); ok {
+		zk.TLS = p.zookeeperTLS(n, m.sub("zookeeper-tls"))
+	}
+	if v, ok := m.seconds("zookeeper-timeout", false); ok {
+		zk.Timeout = v
+		if n, _ := m.get("zookeeper-timeout"); n.ShortTag() == "!!int" {
+			p.warnf(n, m.sub("zookeeper-timeout"), "nodepool's config-validate refuses a whole number here (its schema "+
+				"takes a float): write %s.0", n.Value)
+		}
+	}
+	return zk
+}
+
+// zookeeperServers reads a mapping's zookeeper-servers list.
+func (p *parser) zookeeperServers(m *mapping) []ZooKeeperServer {
 	items, _ := m.list("zookeeper-servers", "ZooKeeper servers", "[{host: zk.example.com, port: 2281}]")
-	zk := &ZooKeeper{Timeout: DefaultZooKeeperTimeout}
+	var servers []ZooKeeperServer
 	chroot := ""
 	for i, item := range items {
 		path := indexPath(m.sub("zookeeper-servers"), i)
@@ -59,7 +83,9 @@ func (p *parser) zookeeper(m *mapping) *ZooKeeper {
 			n, _ := sm.get("chroot")
 			switch {
 			case c == "" || c[0] != '/' || (len(c) > 1 && c[len(c)-1] == '/'):
-				p.errorf(n, sm.sub("chroot"), "%q is not a ZooKeeper path: write it like /nodepool", c)
+				p.errorf(n, sm.sub("chroot"), "%s is not a ZooKeeper path: write it like /nodepool", p.quote(c))
+			case chroot != "" && c != chroot && p.hideValues:
+				p.errorf(n, sm.sub("chroot"), "differs from the chroot of another server; one cluster has one chroot")
 			case chroot != "" && c != chroot:
 				p.errorf(n, sm.sub("chroot"), "%q differs from the chroot of another server (%s); one cluster has one chroot", c, chroot)
 			default:
@@ -67,23 +93,10 @@ func (p *parser) zookeeper(m *mapping) *ZooKeeper {
 			}
 		}
 		if s.Host != "" {
-			zk.Servers = append(zk.Servers, s)
+			servers = append(servers, s)
 		}
 	}
-	if n, ok := m.get("zookeeper-tls"); ok {
-		zk.TLS = p.zookeeperTLS(n, m.sub("zookeeper-tls"))
-	}
-	if v, ok := m.seconds("zookeeper-timeout", false); ok {
-		zk.Timeout = v
-		if n, _ := m.get("zookeeper-timeout"); n.ShortTag() == "!!int" {
-			p.warnf(n, m.sub("zookeeper-timeout"), "nodepool's config-validate refuses a whole number here (its schema "+
-				"takes a float): write %s.0", n.Value)
-		}
-	}
-	if len(zk.Servers) == 0 {
-		return nil
-	}
-	return zk
+	return servers
 }
 
 func (p *parser) zookeeperTLS(n *yaml.Node, path string) *ZooKeeperTLS {

@@ -101,7 +101,7 @@ func (p *parser) artifactHosts(m *mapping) []hostpattern.Pattern {
 		item = resolve(item)
 		path := indexPath(m.sub("artifact-hosts"), i)
 		if isNull(item) || item.Kind != yaml.ScalarNode || item.ShortTag() != "!!str" || item.Value == "" {
-			p.errorf(item, path, "expected a host name or address like %s; this entry is %s", example, describe(item))
+			p.errorf(item, path, "expected a host name or address like %s; this entry is %s", example, p.describe(item))
 			continue
 		}
 		hp, err := hostpattern.Parse(item.Value)

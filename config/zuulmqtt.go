@@ -166,7 +166,7 @@ func (p *parser) mqttTopics(m *mapping) ([]string, bool) {
 		item = resolve(item)
 		path := indexPath(m.sub("topics"), i)
 		if isNull(item) || item.Kind != yaml.ScalarNode || item.ShortTag() != "!!str" {
-			p.errorf(item, path, "expected a topic filter like 'zuul/#' (quote a lone '#': YAML takes it for a comment), not %s", describe(item))
+			p.errorf(item, path, "expected a topic filter like 'zuul/#' (quote a lone '#': YAML takes it for a comment), not %s", p.describe(item))
 			good = false
 			continue
 		}
