@@ -2,7 +2,9 @@ package config
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -166,5 +168,133 @@ func TestNodepoolRefusesOneFile(t *testing.T) {
 	_, err = testenv.NodepoolLoadConfig(ctx, path, env)
 	if err == nil || !strings.Contains(err.Error(), "KeyError: 'debian-bookworm'") {
 		t.Errorf("nodepool's loadConfig of a one-file config: %v, want KeyError: 'debian-bookworm'", err)
+	}
+}
+
+// nodepoolServers is a ZooKeeper cluster written as nodepool hands it to its
+// client: host:port and the chroot, for each server.
+func nodepoolServers(zk *ZooKeeper) string {
+	if zk == nil {
+		return ""
+	}
+	var hosts []string
+	for _, s := range zk.Servers {
+		hosts = append(hosts, fmt.Sprintf("%s:%d%s", s.Host, s.Port, s.Chroot))
+	}
+	return strings.Join(hosts, ",")
+}
+
+// TestNodepoolReadsTheSecureFileAsWeDo: on the same nodepool.yaml and secure
+// file, nodepool's own loader (loadConfig, then loadSecureConfig, as its
+// builder and launcher run them with -s) and ours take the same ZooKeeper
+// servers, the same zookeeper-tls and the same env-vars of every diskimage;
+// and what nodepool's loader refuses in a secure file, ours refuses.
+func TestNodepoolReadsTheSecureFileAsWeDo(t *testing.T) {
+	testenv.RequireNodepool(t)
+	const main = `images-dir: /opt/images
+build-log-dir: /opt/logs
+%s
+diskimages:
+  - name: base
+    abstract: true
+    elements: [vm]
+    env-vars: {FROM_BASE: b, SHARED: base}
+  - name: debian
+    parent: base
+    env-vars: {DIB_RELEASE: bookworm, SHARED: debian}
+  - name: ubuntu
+    elements: [ubuntu-minimal]
+  - name: ubuntu-child
+    parent: ubuntu
+`
+	const mainZK = `zookeeper-servers:
+  - host: zk-main.example.com
+    port: 2181
+    chroot: /main
+zookeeper-tls:
+  cert: /main/cert.pem
+  key: /main/key.pem
+  ca: /main/ca.pem`
+	pairs := []struct {
+		name, zk, secure string
+		refused          bool // by both loaders
+	}{
+		{name: "servers only in the secure file", secure: `zookeeper-servers:
+  - host: zk1.example.com
+    chroot: /nodepool
+  - host: zk2.example.com
+    port: 2282
+    chroot: /nodepool
+zookeeper-tls:
+  cert: /s/cert.pem
+  key: /s/key.pem
+  ca: /s/ca.pem
+`},
+		{name: "servers in both", zk: mainZK, secure: "zookeeper-servers:\n  - host: zk1.example.com\n    port: 2182\n"},
+		{name: "an empty server list", zk: mainZK, secure: "zookeeper-servers: []\ndiskimages: []\n"},
+		{name: "tls in the secure file", zk: mainZK, secure: "zookeeper-tls:\n  cert: /s/cert.pem\n  key: /s/key.pem\n  ca: /s/ca.pem\n"},
+		{name: "an empty tls section", zk: mainZK, secure: "zookeeper-tls: {}\n"},
+		{name: "env-vars merge", zk: mainZK, secure: `diskimages:
+  - name: debian
+    env-vars:
+      SHARED: secure
+      DIB_PASSWORD: '%(NODEPOOL_DIB_PASSWORD)'
+  - name: ubuntu
+    env-vars: {A: '1', B: '1'}
+  - name: ubuntu
+    env-vars: {B: '2'}
+`},
+		{name: "an unknown diskimage", zk: mainZK, secure: "diskimages:\n  - {name: fedora, env-vars: {A: b}}\n", refused: true},
+		{name: "an abstract diskimage", zk: mainZK, secure: "diskimages:\n  - {name: base, env-vars: {A: b}}\n", refused: true},
+		{name: "a diskimage without env-vars", zk: mainZK, secure: "diskimages:\n  - name: debian\n", refused: true},
+	}
+	t.Setenv("NODEPOOL_DIB_PASSWORD", "from-the-environment")
+	for _, pair := range pairs {
+		t.Run(pair.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			dir := t.TempDir()
+			files := Files{
+				Nodepool: writeConfigFile(t, filepath.Join(dir, "nodepool.yaml"), fmt.Sprintf(main, pair.zk)),
+				Secure:   writeConfigFile(t, filepath.Join(dir, "secure.conf"), pair.secure),
+			}
+			cfg, err := Load(files)
+			env := []string{"OS_CLIENT_CONFIG_FILE=" + writeConfigFile(t, filepath.Join(dir, "clouds.yaml"), "clouds: {}\n")}
+			nc, npErr := testenv.NodepoolLoadSecureConfig(ctx, files.Nodepool, files.Secure, env)
+			if pair.refused {
+				if err == nil || npErr == nil {
+					t.Fatalf("ours: %v; nodepool's: %v; want both to refuse the secure file", err, npErr)
+				}
+				var e *Error
+				if !errors.As(err, &e) || e.File != files.Secure || e.Line == 0 {
+					t.Errorf("our error %v does not name the secure file and a line", err)
+				}
+				return
+			}
+			if err != nil || npErr != nil {
+				t.Fatalf("ours: %v; nodepool's: %v; want both to load the pair", err, npErr)
+			}
+			if got := nodepoolServers(cfg.ZooKeeper); got != nc.ZooKeeperServers {
+				t.Errorf("ZooKeeper servers: ours %q, nodepool's %q", got, nc.ZooKeeperServers)
+			}
+			var tls testenv.NodepoolZooKeeperTLS
+			if cfg.ZooKeeper != nil && cfg.ZooKeeper.TLS != nil {
+				tls = testenv.NodepoolZooKeeperTLS{Cert: cfg.ZooKeeper.TLS.Cert, Key: cfg.ZooKeeper.TLS.Key, CA: cfg.ZooKeeper.TLS.CA}
+			}
+			if tls != nc.ZooKeeperTLS {
+				t.Errorf("zookeeper-tls: ours %+v, nodepool's %+v", tls, nc.ZooKeeperTLS)
+			}
+			if len(cfg.DiskImages) != len(nc.Diskimages) {
+				t.Errorf("diskimages: ours %d, nodepool's %d", len(cfg.DiskImages), len(nc.Diskimages))
+			}
+			for _, d := range cfg.DiskImages {
+				theirs := nc.Diskimages[d.Name].EnvVars
+				if len(d.EnvVars) != 0 || len(theirs) != 0 {
+					if !maps.Equal(d.EnvVars, theirs) {
+						t.Errorf("env-vars of %s: ours %v, nodepool's %v", d.Name, d.EnvVars, theirs)
+					}
+				}
+			}
+		})
 	}
 }

@@ -169,13 +169,25 @@ func NodepoolConfigValidate(ctx context.Context, path string, env []string) (str
 	return log, err
 }
 
-// NodepoolConfig is what nodepool makes of a nodepool.yaml, as nodepool-launcher and
-// nodepool-builder load it.
+// NodepoolConfig is what nodepool makes of a nodepool.yaml, and of a secure file laid
+// over it, as nodepool-launcher and nodepool-builder load them.
 type NodepoolConfig struct {
+	// ZooKeeperServers is the cluster as nodepool hands it to its ZooKeeper client,
+	// e.g. "zk1:2281/nodepool,zk2:2281/nodepool"; "" when there is none.
+	ZooKeeperServers string `json:"zookeeper_servers"`
+	// ZooKeeperTLS is the client's TLS files; each "" when not set.
+	ZooKeeperTLS NodepoolZooKeeperTLS `json:"zookeeper_tls"`
 	// Diskimages are the top-level diskimages that are not abstract, parents merged.
 	Diskimages map[string]NodepoolDiskimage `json:"diskimages"`
 	Labels     map[string]NodepoolLabel     `json:"labels"`
 	Providers  map[string]NodepoolProvider  `json:"providers"`
+}
+
+// NodepoolZooKeeperTLS is the zookeeper-tls section as nodepool took it.
+type NodepoolZooKeeperTLS struct {
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
+	CA   string `json:"ca"`
 }
 
 // NodepoolDiskimage is a top-level diskimage as nodepool loaded it.
@@ -224,7 +236,9 @@ type NodepoolPool struct {
 	Labels map[string]string `json:"labels"`
 }
 
-// nodepoolLoad runs nodepool's loadConfig and prints what it made of the file as JSON.
+// nodepoolLoad runs nodepool's loadConfig on argv[1], then, when argv[2] names a
+// secure file, loadSecureConfig on it, as nodepool-builder and nodepool-launcher do,
+// and prints what it made of them as JSON.
 const nodepoolLoad = `import json, logging, sys
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 from nodepool import config as nodepool_config
@@ -233,7 +247,12 @@ def name_of(x):
     return x if x is None or isinstance(x, str) else getattr(x, "name", None)
 
 c = nodepool_config.loadConfig(sys.argv[1])
-out = {"diskimages": {}, "labels": {}, "providers": {}}
+if len(sys.argv) > 2:
+    nodepool_config.loadSecureConfig(c, sys.argv[2])
+out = {"zookeeper_servers": c.zookeeper_servers or "",
+       "zookeeper_tls": {"cert": c.zookeeper_tls_cert or "", "key": c.zookeeper_tls_key or "",
+                         "ca": c.zookeeper_tls_ca or ""},
+       "diskimages": {}, "labels": {}, "providers": {}}
 for name, d in c.diskimages.items():
     out["diskimages"][name] = {
         "pause": bool(d.pause), "image_types": sorted(d.image_types),
@@ -270,13 +289,27 @@ json.dump(out, sys.stdout)
 // is the exception, e.g. "KeyError: 'debian-bookworm'". It does not check that
 // nodepool can run: see RequireNodepool.
 func NodepoolLoadConfig(ctx context.Context, path string, env []string) (NodepoolConfig, error) {
+	return nodepoolLoadConfig(ctx, "loadConfig("+path+")", env, path)
+}
+
+// NodepoolLoadSecureConfig loads the nodepool.yaml at path and lays the secure file
+// at secure over it, with nodepool's loadConfig and then its loadSecureConfig, as
+// nodepool-builder -s and nodepool-launcher -s load them at start and on every
+// reload; otherwise as NodepoolLoadConfig. A secure file nodepool cannot take is a
+// *NodepoolError whose Last is the exception, e.g. "Exception: secure.conf: unknown
+// diskimage fedora".
+func NodepoolLoadSecureConfig(ctx context.Context, path, secure string, env []string) (NodepoolConfig, error) {
+	return nodepoolLoadConfig(ctx, "loadSecureConfig("+path+", "+secure+")", env, path, secure)
+}
+
+func nodepoolLoadConfig(ctx context.Context, what string, env []string, args ...string) (NodepoolConfig, error) {
 	var c NodepoolConfig
-	out, _, err := runNodepool(ctx, "loadConfig("+path+")", nodepoolLoad, env, path)
+	out, _, err := runNodepool(ctx, what, nodepoolLoad, env, args...)
 	if err != nil {
 		return c, err
 	}
 	if err := json.Unmarshal([]byte(out), &c); err != nil {
-		return c, fmt.Errorf("nodepool loadConfig(%s): decode what it printed: %w\n%s", path, err, out)
+		return c, fmt.Errorf("nodepool %s: decode what it printed: %w\n%s", what, err, out)
 	}
 	return c, nil
 }

@@ -86,6 +86,8 @@ func TestNodepoolConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := NodepoolConfig{
+			ZooKeeperServers: "127.0.0.1:2281",
+			ZooKeeperTLS:     NodepoolZooKeeperTLS{Cert: dir + "/client.pem", Key: dir + "/client-key.pem", CA: dir + "/ca.pem"},
 			Diskimages: map[string]NodepoolDiskimage{"debian": {
 				// qcow2 is the image_format openstacksdk gives a cloud that names none;
 				// nodepool adds the format of every openstack provider of the image.
@@ -124,6 +126,26 @@ func TestNodepoolConfig(t *testing.T) {
 		// Only the validator is strict: nodepool's daemons load such a file and ignore the key.
 		if _, err := NodepoolLoadConfig(ctx, path, env); err != nil {
 			t.Errorf("loadConfig refused a file with an unknown top-level key: %v", err)
+		}
+	})
+
+	t.Run("secure file", func(t *testing.T) {
+		path := writeFile(t, dir, "with-secure.yaml", nodepoolYAML(dir, "debian", ""), 0o644)
+		secure := writeFile(t, dir, "secure.conf", "zookeeper-servers:\n  - {host: zk.example.com, chroot: /np}\n"+
+			"diskimages:\n  - name: debian\n    env-vars: {DIB_PASSWORD: secret}\n", 0o600)
+		got, err := NodepoolLoadSecureConfig(ctx, path, secure, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ZooKeeperServers != "zk.example.com:2281/np" || got.ZooKeeperTLS.CA != dir+"/ca.pem" ||
+			!reflect.DeepEqual(got.Diskimages["debian"].EnvVars, map[string]string{"DIB_PASSWORD": "secret"}) {
+			t.Errorf("loadSecureConfig made servers %q, tls %+v, debian %+v", got.ZooKeeperServers, got.ZooKeeperTLS, got.Diskimages["debian"])
+		}
+		unknown := writeFile(t, dir, "unknown.conf", "diskimages:\n  - name: fedora\n    env-vars: {A: b}\n", 0o600)
+		_, err = NodepoolLoadSecureConfig(ctx, path, unknown, env)
+		var npErr *NodepoolError
+		if !errors.As(err, &npErr) || npErr.Last != "Exception: "+unknown+": unknown diskimage fedora" {
+			t.Errorf("loadSecureConfig with an unknown diskimage: %v, want nodepool's exception", err)
 		}
 	})
 
