@@ -252,3 +252,29 @@ func TestReloadHoldsDropsUntilConfirmed(t *testing.T) {
 		return len(r.uploads(store.UploadFilter{Provider: "pb"})) == 0
 	}, logs.String)
 }
+
+// TestReloadKeepsTheStateWhereItIs: a reload that changes the ZooKeeper
+// settings (in nodepool.yaml or the secure file alike) is taken, but the state
+// stays where the builder opened it until it is restarted, and the log says
+// so; a reload that leaves them alone says nothing of them.
+func TestReloadKeepsTheStateWhereItIs(t *testing.T) {
+	logs := &logBuffer{}
+	one := "images-dir: %s\ndiskimages:\n  - {name: a, elements: [e], pause: true}\n"
+	two := one + "  - {name: b, elements: [e], pause: true}\n"
+	r := newRig(t, one, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	r.run()
+	const said = "the ZooKeeper settings changed"
+	r.write(fmt.Sprintf(two, r.st.Dir()))
+	testenv.WaitFor(t, 10*time.Second, "the first reload", func() bool { return logs.count("config reloaded") == 1 }, logs.String)
+	if logs.count(said) != 0 {
+		t.Fatalf("a reload that leaves ZooKeeper alone says it changed:\n%s", logs.String())
+	}
+	r.write(fmt.Sprintf(two, r.st.Dir()) + "zookeeper-servers:\n  - host: 127.0.0.1\n    port: 9\n")
+	testenv.WaitFor(t, 10*time.Second, "the second reload", func() bool { return logs.count("config reloaded") == 2 }, logs.String)
+	if logs.count(said) != 1 || !strings.Contains(logs.String(), "until it is restarted") {
+		t.Errorf("the log does not say once that the ZooKeeper change waits for a restart:\n%s", logs.String())
+	}
+	if _, ok := r.st.SQLite(); !ok || r.b.Config().ZooKeeper == nil {
+		t.Errorf("after the reload: state in SQLite %v, config's ZooKeeper %+v; want both", ok, r.b.Config().ZooKeeper)
+	}
+}

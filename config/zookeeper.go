@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -15,6 +16,18 @@ type ZooKeeper struct {
 	ServersFile string
 	TLS         *ZooKeeperTLS // nil: a plain connection
 	Timeout     time.Duration // session timeout; default 10s, as nodepool's
+}
+
+// Equal tells whether two settings reach the same cluster the same way: the
+// same servers, TLS files and timeout, whichever file named them.
+func (z *ZooKeeper) Equal(o *ZooKeeper) bool {
+	if z == nil || o == nil {
+		return z == o
+	}
+	if (z.TLS == nil) != (o.TLS == nil) || z.TLS != nil && *z.TLS != *o.TLS {
+		return false
+	}
+	return slices.Equal(z.Servers, o.Servers) && z.Timeout == o.Timeout
 }
 
 // ZooKeeperServer is one zookeeper-servers entry.
