@@ -238,11 +238,13 @@ func TestCheckSecretFileModes(t *testing.T) {
 	t.Setenv("OS_CLIENT_CONFIG_FILE", clouds)
 	token := write("token", "tok\n")
 	password := write("mqtt-password", "pw\n")
+	secure := write("secure.conf", "diskimages: []\n")
 	mqttCert, mqttKey := writeKeyPair(t, dir, "mqtt", 0o644)
 	zkCert, zkKey := writeKeyPair(t, dir, "zk", 0o644)
 	images := filepath.Join(dir, "images")
 	cfg := &config.Config{
 		Path:       filepath.Join(dir, "nodepool.yaml"),
+		SecurePath: secure,
 		ImagesDir:  images,
 		ZuulImages: []config.ZuulImage{{Name: "z1", APIURL: "https://zuul.example.com/", AuthTokenFile: token}, {Name: "z2", APIURL: "https://zuul.example.com/", AuthTokenFile: token}},
 		Providers:  []config.Provider{{Name: "p1", Cloud: "c1"}},
@@ -253,7 +255,7 @@ func TestCheckSecretFileModes(t *testing.T) {
 	}
 	secrets := map[string]string{
 		clouds: "clouds.yaml", token: "auth-token-file", password: "builder.zuul-mqtt password-file",
-		mqttKey: "builder.zuul-mqtt client-key", zkKey: "zookeeper-tls key",
+		mqttKey: "builder.zuul-mqtt client-key", zkKey: "zookeeper-tls key", secure: "the secure file",
 	}
 	warned := func() map[string]string {
 		t.Helper()

@@ -31,6 +31,7 @@ func TestDocsNameEveryKey(t *testing.T) {
 		{"### A provider's `diskimages`", slices.Concat(providerImageKeys, providerImageNodepoolKeys)},
 		{"### `zookeeper-servers`", zkServerKeys},
 		{"### `zookeeper-tls`", zkTLSKeys},
+		{"## The secure file", slices.Concat(secureKeys, secureDiskImageKeys)},
 		{"## `zuul-images`", zuulImageKeys},
 		{"### `artifacts`", artifactKeys},
 		{"## `builder`", builderKeys},

@@ -217,8 +217,10 @@ zookeeper-tls:
   ca: /main/ca.pem`
 	pairs := []struct {
 		name, zk, secure string
-		refused          bool // by both loaders
+		nodepool         string // "": main with zk
+		refused          bool   // by both loaders
 	}{
+		{name: "the docs' example", nodepool: docsExample(t, "nodepool.yaml"), secure: docsExample(t, "secure.conf")},
 		{name: "servers only in the secure file", secure: `zookeeper-servers:
   - host: zk1.example.com
     chroot: /nodepool
@@ -254,12 +256,19 @@ zookeeper-tls:
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			dir := t.TempDir()
+			nodepool := pair.nodepool
+			if nodepool == "" {
+				nodepool = fmt.Sprintf(main, pair.zk)
+			}
 			files := Files{
-				Nodepool: writeConfigFile(t, filepath.Join(dir, "nodepool.yaml"), fmt.Sprintf(main, pair.zk)),
+				Nodepool: writeConfigFile(t, filepath.Join(dir, "nodepool.yaml"), nodepool),
 				Secure:   writeConfigFile(t, filepath.Join(dir, "secure.conf"), pair.secure),
 			}
 			cfg, err := Load(files)
 			env := []string{"OS_CLIENT_CONFIG_FILE=" + writeConfigFile(t, filepath.Join(dir, "clouds.yaml"), "clouds: {}\n")}
+			if err == nil {
+				env = cloudsFor(t, cfg)
+			}
 			nc, npErr := testenv.NodepoolLoadSecureConfig(ctx, files.Nodepool, files.Secure, env)
 			if pair.refused {
 				if err == nil || npErr == nil {
@@ -273,6 +282,9 @@ zookeeper-tls:
 			}
 			if err != nil || npErr != nil {
 				t.Fatalf("ours: %v; nodepool's: %v; want both to load the pair", err, npErr)
+			}
+			if len(cfg.Warnings) != 0 {
+				t.Errorf("warnings %q, want none", cfg.Warnings)
 			}
 			if got := nodepoolServers(cfg.ZooKeeper); got != nc.ZooKeeperServers {
 				t.Errorf("ZooKeeper servers: ours %q, nodepool's %q", got, nc.ZooKeeperServers)

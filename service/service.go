@@ -120,7 +120,7 @@ func run(ctx context.Context, opts Options, st *store.Store) error {
 	if err != nil {
 		return err
 	}
-	log.Info("config loaded", "config", cfg.Path, "builder_config", cfg.BuilderPath, "diskimages", len(cfg.DiskImages),
+	log.Info("config loaded", "config", cfg.Path, "builder_config", cfg.BuilderPath, "secure_config", cfg.SecurePath, "diskimages", len(cfg.DiskImages),
 		"zuul_images", len(cfg.ZuulImages), "providers", len(cfg.Providers))
 	for _, w := range cfg.Warnings {
 		log.Warn(w)

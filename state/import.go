@@ -23,6 +23,17 @@ type ImportReport struct {
 	MovedAt time.Time
 }
 
+// NoZooKeeper is the error of a config without zookeeper-servers, for a
+// command that needs them: it names the files that could set them.
+func NoZooKeeper(cfg *config.Config) error {
+	lacks := cfg.Path + " has no zookeeper-servers"
+	if cfg.SecurePath != "" {
+		lacks = "neither " + cfg.Path + " nor the secure file " + cfg.SecurePath + " has zookeeper-servers"
+	}
+	return fmt.Errorf("%w: %s: add the cluster to copy the state into (zookeeper-servers, and zookeeper-tls when it "+
+		"serves TLS), then run zookeeper-import again", config.ErrUnusable, lacks)
+}
+
 // ImportToZooKeeper copies the SQLite state of a config's images-dir into the
 // config's ZooKeeper (store.Copy), then marks it moved, so that the builder
 // keeps its uploads when it starts keeping its state in ZooKeeper. The caller
@@ -33,8 +44,7 @@ type ImportReport struct {
 func ImportToZooKeeper(ctx context.Context, cfg *config.Config, opts Options) (ImportReport, error) {
 	r := ImportReport{From: cfg.Builder.StateDB}
 	if cfg.ZooKeeper == nil {
-		return r, fmt.Errorf("%w: %s has no zookeeper-servers: add the cluster to copy the state into (zookeeper-servers, "+
-			"and zookeeper-tls when it serves TLS), then run zookeeper-import again", config.ErrUnusable, cfg.Path)
+		return r, NoZooKeeper(cfg)
 	}
 	r.To = zooKeeperName(cfg.ZooKeeper)
 	if cfg.ImagesDir == "" || r.From == "" {

@@ -86,9 +86,9 @@ func openSQLiteState(ctx context.Context, cfg *config.Config, sopts store.Option
 	if to != "" {
 		st.Close()
 		return nil, fmt.Errorf("%w: the state database %s was copied to ZooKeeper %s on %s (zookeeper-import) and is out "+
-			"of date: this builder keeps its state there now. Put zookeeper-servers back in %s; or, to start over with "+
+			"of date: this builder keeps its state there now. Put zookeeper-servers back in %s%s; or, to start over with "+
 			"SQLite, remove or rename %s (the builder then knows none of its cloud images and deletes them as leaks)",
-			config.ErrUnusable, cfg.Builder.StateDB, to, at.Format(time.RFC3339), cfg.Path, cfg.Builder.StateDB)
+			config.ErrUnusable, cfg.Builder.StateDB, to, at.Format(time.RFC3339), cfg.Path, orSecure(cfg), cfg.Builder.StateDB)
 	}
 	return st, nil
 }
@@ -108,10 +108,19 @@ func checkSQLiteMoved(ctx context.Context, cfg *config.Config) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s sets zookeeper-servers, but the SQLite state %s of this images-dir holds %s that are not "+
-		"in ZooKeeper. Stop the builder and run nodepool-builder -c %s zookeeper-import to copy them there (the uploads "+
+		"in ZooKeeper. Stop the builder and run nodepool-builder %s zookeeper-import to copy them there (the uploads "+
 		"stay in the clouds and are kept); or, if that state is to be dropped, remove or rename %s (the builder then "+
 		"knows none of its cloud images and deletes them as leaks)",
-		config.ErrUnusable, cfg.Path, cfg.Builder.StateDB, c, cfg.Path, cfg.Builder.StateDB)
+		config.ErrUnusable, cfg.ZooKeeper.ServersFile, cfg.Builder.StateDB, c, cfg.Files.Flags(), cfg.Builder.StateDB)
+}
+
+// orSecure names the secure file as the other place ZooKeeper settings go,
+// when there is one.
+func orSecure(cfg *config.Config) string {
+	if cfg.SecurePath == "" {
+		return ""
+	}
+	return " (or the secure file " + cfg.SecurePath + ")"
 }
 
 // OpenZooKeeper connects to the cluster of a config.

@@ -601,7 +601,6 @@ func TestFlags(t *testing.T) {
 	}
 	for flag, says := range map[string][]string{
 		"-l":     {"--log-format"},
-		"-s":     {"clouds.yaml"},
 		"--fake": {"dib-cmd"},
 	} {
 		args := []string{flag}

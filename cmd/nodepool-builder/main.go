@@ -135,6 +135,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: "/etc/nodepool/nodepool.yaml", Usage: "nodepool.yaml to use"},
 			&cli.StringFlag{Name: "builder-config", Usage: "the builder's own config file (zuul-images, builder)",
 				DefaultText: config.BuilderFileName + " beside --config, when it exists"},
+			&cli.StringFlag{Name: "secure", Aliases: []string{"s"},
+				Usage: "nodepool's secure file, read over --config as nodepool reads it: zookeeper-servers, zookeeper-tls, diskimages' env-vars"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json"},
 			&cli.BoolFlag{Name: "debug", Aliases: []string{"d"}, Usage: "log debug messages (nodepool's -d; the builder always runs in the foreground)", DisableDefaultText: true},
 			&cli.BoolFlag{Name: "foreground", Aliases: []string{"f"}, Usage: "accepted for nodepool's -f; the builder always runs in the foreground", DisableDefaultText: true},
@@ -192,14 +194,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 // instead.
 var refused = map[string]string{
 	"l":    "-l (a Python logging config) is not read: use --log-format text|json and --debug",
-	"s":    "-s (secure.conf) is not read: credentials live in clouds.yaml, the Zuul token in a zuul-image's auth-token-file",
 	"fake": "--fake is not supported: give a diskimage a dib-cmd that fakes diskimage-builder instead",
 }
 
 func refusedFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "l", Hidden: true},
-		&cli.StringFlag{Name: "s", Hidden: true},
 		&cli.BoolFlag{Name: "fake", Hidden: true},
 	}
 }
@@ -207,7 +207,7 @@ func refusedFlags() []cli.Flag {
 // checkFlags refuses nodepool's flags that would do nothing here, and worker
 // counts below one.
 func checkFlags(c *cli.Context) error {
-	for _, name := range []string{"l", "s", "fake"} {
+	for _, name := range []string{"l", "fake"} {
 		if c.IsSet(name) {
 			return withCode(exitUsage, errors.New(refused[name]))
 		}
@@ -245,7 +245,7 @@ func newLoggerTo(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 }
 
 func loadConfig(c *cli.Context) (*config.Config, error) {
-	cfg, err := config.Load(config.Files{Nodepool: c.String("config"), Builder: c.String("builder-config")})
+	cfg, err := config.Load(config.Files{Nodepool: c.String("config"), Builder: c.String("builder-config"), Secure: c.String("secure")})
 	if err != nil {
 		return nil, withCode(exitUsage, err)
 	}
@@ -266,12 +266,19 @@ func configValidate(c *cli.Context) error {
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
-	files := cfg.Path + " is"
+	files := []string{cfg.Path}
 	if cfg.BuilderPath != "" {
-		files = cfg.Path + " and " + cfg.BuilderPath + " are"
+		files = append(files, cfg.BuilderPath)
+	}
+	if cfg.SecurePath != "" {
+		files = append(files, "the secure file "+cfg.SecurePath)
+	}
+	valid := files[0] + " is"
+	if n := len(files); n > 1 {
+		valid = strings.Join(files[:n-1], ", ") + " and " + files[n-1] + " are"
 	}
 	fmt.Fprintf(c.App.Writer, "%s valid: %d diskimages, %d zuul-images, %d providers to upload to\n",
-		files, len(cfg.DiskImages), len(cfg.ZuulImages), len(cfg.Providers))
+		valid, len(cfg.DiskImages), len(cfg.ZuulImages), len(cfg.Providers))
 	return nil
 }
 
@@ -295,7 +302,7 @@ func openStore(c *cli.Context, cfg *config.Config, access store.Access, stateOnl
 	}
 	if errors.Is(err, store.ErrNotInitialized) {
 		return nil, withCode(exitUsage, fmt.Errorf("%w; check images-dir (and builder.state-db) in %s, or start the builder "+
-			"(nodepool-builder -c %s, or --once) to create its state", err, cfg.Path, cfg.Path))
+			"(nodepool-builder %s, or --once) to create its state", err, cfg.Path, cfg.Files.Flags()))
 	}
 	if err != nil {
 		return nil, withCode(exitFailed, err)

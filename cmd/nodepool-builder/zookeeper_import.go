@@ -28,8 +28,7 @@ func zookeeperImport(c *cli.Context) error {
 		return err
 	}
 	if cfg.ZooKeeper == nil {
-		return withCode(exitUsage, fmt.Errorf("zookeeper-import: %s has no zookeeper-servers: add the cluster to copy the "+
-			"state into (zookeeper-servers, and zookeeper-tls when it serves TLS), then run zookeeper-import again", cfg.Path))
+		return withCode(exitUsage, fmt.Errorf("zookeeper-import: %w", state.NoZooKeeper(cfg)))
 	}
 	lock, err := lockImagesDir("zookeeper-import", cfg, "so there is no state to import", "the state must not change while it is copied")
 	if err != nil {
@@ -43,11 +42,11 @@ func zookeeperImport(c *cli.Context) error {
 	case err != nil:
 		return withCode(exitFailed, fmt.Errorf("zookeeper-import: %w", err))
 	}
-	printImport(c.App.Writer, r, cfg.Path)
+	printImport(c.App.Writer, r, cfg.Files.Flags())
 	return nil
 }
 
-func printImport(w io.Writer, r state.ImportReport, cfgPath string) {
+func printImport(w io.Writer, r state.ImportReport, flags string) {
 	if !r.MovedAt.IsZero() {
 		fmt.Fprintf(w, "%s was copied to ZooKeeper %s on %s already; nothing copied. Once the builder has run there, "+
 			"a copy would bring back records it has deleted since.\n", r.From, r.To, r.MovedAt.Format(time.RFC3339))
@@ -77,8 +76,8 @@ func printImport(w io.Writer, r state.ImportReport, cfgPath string) {
 			r.Interrupted)
 	}
 	fmt.Fprintf(w, "The SQLite state is marked moved, and the builder now keeps its state in ZooKeeper: start it "+
-		"(nodepool-builder -c %s) with this images-dir and its builder_id.txt. The SQLite file is not used any more.\n",
-		cfgPath)
+		"(nodepool-builder %s) with this images-dir and its builder_id.txt. The SQLite file is not used any more.\n",
+		flags)
 }
 
 // lockImagesDir takes the images-dir lock for a command that must run with the
