@@ -310,3 +310,45 @@ zookeeper-tls:
 		})
 	}
 }
+
+// TestNodepoolRefusesWhatWeWarnOf: each key the builder loads with a warning
+// that nodepool's config-validate refuses it is refused by nodepool 10's own
+// validator, and the warning names the file, the line and the key.
+func TestNodepoolRefusesWhatWeWarnOf(t *testing.T) {
+	testenv.RequireNodepool(t)
+	const provider = "images-dir: /opt/images\ndiskimages:\n  - name: debian\n    elements: [vm]\n" +
+		"providers:\n  - name: cloud-a\n    cloud: cloud-a\n    diskimages:\n      - name: debian\n"
+	tests := []struct {
+		name, text, key string
+		line            int
+		warns           string
+	}{
+		{"hostname-format", provider + "    hostname-format: '{label.name}-{provider.name}-{node.id}'\n", "hostname-format", 10,
+			"providers[0].hostname-format: is an older nodepool's key: nodepool 10 reads it nowhere, and its config-validate refuses it"},
+		{"upload-script", provider + "    upload-script: /usr/local/bin/upload\n", "upload-script", 10,
+			"providers[0].upload-script: is an older nodepool's key: nodepool 10 reads it nowhere, and its config-validate refuses it"},
+		{"image-format", provider + "    image-format: raw\n", "image-format", 10,
+			"providers[0].image-format: is not a key of nodepool 10's providers, and nodepool's config-validate refuses it"},
+		{"shell-type", strings.Replace(provider, "elements: [vm]\n", "elements: [vm]\n    shell-type: csh\n", 1), "shell-type", 5,
+			"diskimages[0].shell-type: nodepool's launcher reads it, but nodepool 10's config-validate refuses it"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			path := writeConfigFile(t, filepath.Join(t.TempDir(), "nodepool.yaml"), tt.text)
+			cfg, err := Load(Files{Nodepool: path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("%s:%d: %s", path, tt.line, tt.warns); len(cfg.Warnings) != 1 || !strings.HasPrefix(cfg.Warnings[0], want) {
+				t.Errorf("warnings %q, want one starting %q", cfg.Warnings, want)
+			}
+			log, err := testenv.NodepoolConfigValidate(ctx, path, cloudsFor(t, cfg))
+			// e.g. "extra keys not allowed @ data['diskimages'][0]['shell-type']"
+			if want := regexp.MustCompile(`extra keys not allowed @ data\S*\['` + tt.key + `'\]`); err == nil || !want.MatchString(log) {
+				t.Errorf("nodepool config-validate: %v, want it to refuse the file with %q\n%s", err, want, log)
+			}
+		})
+	}
+}

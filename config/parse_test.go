@@ -636,8 +636,8 @@ func TestParseAcceptsNodepoolKeysItDoesNotUse(t *testing.T) {
 		{"drivers-dir of an older nodepool", "drivers-dir: /etc/nodepool/drivers\n"},
 		{"launcher keys of an openstack provider", "providers:\n  - name: p\n    cloud: c\n" +
 			"    boot-timeout: 120\n    launch-timeout: 900\n    launch-retries: 3\n    max-concurrency: 10\n" +
-			"    nodepool-id: x\n    clean-floating-ips: true\n    port-cleanup-interval: 600\n    hostname-format: '{node.id}'\n" +
-			"    upload-script: /bin/true\n    cloud-images:\n      - name: c\n        whatever: 1\n" +
+			"    nodepool-id: x\n    clean-floating-ips: true\n    port-cleanup-interval: 600\n" +
+			"    cloud-images:\n      - name: c\n        whatever: 1\n" +
 			"    pools:\n      - name: main\n        max-servers: 4\n        labels: [{name: l, diskimage: d}]\n"},
 		{"launcher keys of a provider diskimages entry", "diskimages:\n  - name: d\nproviders:\n  - name: p\n    cloud: c\n" +
 			"    diskimages:\n      - name: d\n        config-drive: true\n        connection-type: ssh\n        connection-port: 22\n"},

@@ -29,14 +29,18 @@ var providerKeys = []string{
 
 // providerNodepoolKeys are the rest of nodepool 10's openstack driver schema
 // (its OpenStack driver documentation, providers.[openstack], and the schema
-// of nodepool's config-validate): the launcher's keys, accepted and ignored.
-// hostname-format and upload-script are older nodepools'. What pools and
-// cloud-images hold is the launcher's to check.
-var providerNodepoolKeys = []string{
+// of nodepool's config-validate): the launcher's keys, accepted and ignored;
+// and providerOldKeys. What pools and cloud-images hold is the launcher's to
+// check.
+var providerNodepoolKeys = append([]string{
 	"max-concurrency", "priority", "boot-timeout", "launch-timeout", "launch-retries", "nodepool-id",
 	"clean-floating-ips", "port-cleanup-interval", "pools", "cloud-images",
-	"hostname-format", "upload-script",
-}
+}, providerOldKeys...)
+
+// providerOldKeys are older nodepools' provider keys, which nodepool 10 reads
+// nowhere and its config-validate refuses: accepted with a warning, as a file
+// that older launchers read may still hold them.
+var providerOldKeys = []string{"hostname-format", "upload-script"}
 
 // providerImageKeys are the keys of a provider's diskimages entry this
 // builder reads.
@@ -114,6 +118,12 @@ func (p *parser) provider(m *mapping, names imageNames) Provider {
 		pr.Cloud, _ = m.str("cloud")
 	}
 	pr.RegionName, _ = m.str("region-name")
+	for _, key := range providerOldKeys {
+		if f, ok := m.fields[key]; ok {
+			p.warnf(f.key, m.sub(key), "is an older nodepool's key: nodepool 10 reads it nowhere, and its config-validate "+
+				"refuses it (\"extra keys not allowed\"); the builder ignores it too: remove it")
+		}
+	}
 	if n, ok := m.get("image-format"); ok {
 		pr.ImageFormat, _ = p.checkFormat(n, m.sub("image-format"))
 		p.warnf(n, m.sub("image-format"), "is not a key of nodepool 10's providers, and nodepool's config-validate "+
