@@ -194,21 +194,15 @@ func ImageStatusOf(ctx context.Context, st *store.Store, cfg *config.Config, bui
 				s.Cursor = &cur
 			}
 		}
-		t, requested := requests[name]
-		if requested {
+		if t, requested := requests[name]; requested {
 			s.Request = &t
+			s.Building = store.RequestTaken(builds, name, t)
 		}
 		// Builds come newest first.
 		for i := range builds {
-			b := &builds[i]
-			if b.Image != name {
-				continue
-			}
-			if requested && b.State == store.Building && !b.Created.Before(t) {
-				s.Building = true
-			}
-			if s.Newest == nil && b.State == store.Ready {
+			if b := &builds[i]; b.Image == name && b.State == store.Ready {
 				s.Newest = b
+				break
 			}
 		}
 		out = append(out, s)

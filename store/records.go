@@ -171,6 +171,19 @@ func PausedBy(paused map[string]time.Time, image string, inConfig bool) []string
 	return by
 }
 
+// RequestTaken tells whether a build request of image, made at requested, is
+// being answered: a build of the image begun then or later is in progress.
+// Until one is, the request is pending.
+func RequestTaken(builds []Build, image string, requested time.Time) bool {
+	for i := range builds {
+		b := &builds[i]
+		if b.Image == image && b.State == Building && !b.Created.Before(requested) {
+			return true
+		}
+	}
+	return false
+}
+
 // NewestReady is the newest ready build of image among builds: the one that
 // became ready last, by its StateTime, as nodepool ranks an image's builds
 // (its rebuild-age counts from that time too); of two ready at the same time,
@@ -391,6 +404,10 @@ type Backend interface {
 	SetPaused(ctx context.Context, image string, paused bool) error
 	// Paused returns the images paused at run time, with when.
 	Paused(ctx context.Context) (map[string]time.Time, error)
+	// ImageNames lists, sorted, the images the state has a place for: those
+	// with builds, a build request or a pause, and, where images have nodes of
+	// their own (ZooKeeper), every image node, which nodepool never removes.
+	ImageNames(ctx context.Context) ([]string, error)
 
 	// LeakMark records the first sighting of a cloud image that looked leaked
 	// and returns when that was.

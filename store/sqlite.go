@@ -910,6 +910,28 @@ func (s *SQLite) Paused(ctx context.Context) (map[string]time.Time, error) {
 	return s.imageTimes(ctx, `SELECT image, paused FROM paused_images`)
 }
 
+// ImageNames lists the images with builds, a build request or a pause.
+func (s *SQLite) ImageNames(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT image FROM builds UNION SELECT image FROM build_requests
+		UNION SELECT image FROM paused_images ORDER BY image`)
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var image string
+		if err := rows.Scan(&image); err != nil {
+			return nil, fmt.Errorf("list images: %w", err)
+		}
+		out = append(out, image)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	return out, nil
+}
+
 func (s *SQLite) imageTimes(ctx context.Context, q string) (map[string]time.Time, error) {
 	rows, err := s.db.QueryContext(ctx, q)
 	if err != nil {

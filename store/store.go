@@ -286,6 +286,12 @@ func (s *Store) Paused(ctx context.Context) (map[string]time.Time, error) {
 	return s.backend.Paused(ctx)
 }
 
+// ImageNames lists, sorted, every image the state has a place for (see
+// Backend.ImageNames): in ZooKeeper, what nodepool's getImageNames lists.
+func (s *Store) ImageNames(ctx context.Context) ([]string, error) {
+	return s.backend.ImageNames(ctx)
+}
+
 // LeakMark records the first sighting of a cloud image that looked leaked and
 // returns when that was.
 func (s *Store) LeakMark(ctx context.Context, provider, externalID string) (time.Time, error) {

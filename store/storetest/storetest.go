@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -86,6 +87,7 @@ func Run(t *testing.T, open Opener, opts Options) {
 		{"Locks", testLocks},
 		{"NodepoolFields", testNodepoolFields},
 		{"BuildRequest", testBuildRequest},
+		{"ImageNames", func(t *testing.T, open Opener) { testImageNames(t, open, opts.Shared) }},
 		{"BuildWriterCommit", testBuildWriterCommit},
 		{"BuildWriterAbort", testBuildWriterAbort},
 	}
@@ -927,6 +929,49 @@ func testNodepoolFields(t *testing.T, open Opener) {
 
 // testBuildRequest: the request that asked for a build is kept through its
 // state changes, for a repeated request to find the build.
+// testImageNames: the images of builds, requests and pauses are listed,
+// sorted, once each; a shared state keeps an image's place once it had one,
+// as nodepool's image nodes stay.
+func testImageNames(t *testing.T, open Opener, shared bool) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	names := func() []string {
+		t.Helper()
+		got, err := s.ImageNames(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := names(); len(got) != 0 {
+		t.Fatalf("images of an empty state = %q", got)
+	}
+	build(t, s, "ubuntu", store.Ready)
+	build(t, s, "ubuntu", store.Failed)
+	if err := s.RequestBuild(ctx, "fedora"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPaused(ctx, "centos", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPaused(ctx, "ubuntu", true); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := names(), []string{"centos", "fedora", "ubuntu"}; !slices.Equal(got, want) {
+		t.Fatalf("images = %q, want %q", got, want)
+	}
+	if err := s.SetPaused(ctx, "centos", false); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"fedora", "ubuntu"}
+	if shared {
+		want = []string{"centos", "fedora", "ubuntu"}
+	}
+	if got := names(); !slices.Equal(got, want) {
+		t.Fatalf("images after centos was unpaused = %q, want %q", got, want)
+	}
+}
+
 func testBuildRequest(t *testing.T, open Opener) {
 	ctx := context.Background()
 	s := openStore(t, open, NewClock())

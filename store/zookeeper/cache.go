@@ -979,6 +979,16 @@ func (c *cache) flags(name string) map[string]time.Time {
 	return out
 }
 
+// imageNames lists the cached children of /nodepool/images, sorted.
+func (c *cache) imageNames() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if n := c.nodes[imageRoot]; n != nil {
+		return slices.Clone(n.children)
+	}
+	return nil
+}
+
 // imageOf finds the image of a cached build.
 func (c *cache) imageOf(id string) (string, bool) {
 	c.mu.RLock()

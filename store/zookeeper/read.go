@@ -266,6 +266,12 @@ func (b *Backend) Paused(context.Context) (map[string]time.Time, error) {
 	return b.cache.flags("pause"), nil
 }
 
+// ImageNames lists the image nodes under /nodepool/images, as nodepool's
+// getImageNames does: an image keeps its node once it has one.
+func (b *Backend) ImageNames(context.Context) ([]string, error) {
+	return b.cache.imageNames(), nil
+}
+
 // LeakMark records the first sighting of a leaked image under our root.
 func (b *Backend) LeakMark(_ context.Context, provider, externalID string) (time.Time, error) {
 	p := leakPath(provider, externalID)
