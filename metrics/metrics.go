@@ -9,10 +9,12 @@
 // The statsd names and types are nodepool's builder's (dib_image_build.<image>
 // status.rc, status.duration, status.last_build and <format>.size after DIB
 // runs; image_update.<image>.<provider> timer and counter per ready upload;
-// nothing for a failed upload), from STATSD_HOST and STATSD_PORT (default
-// 8125). nodepool has no name for fetching a Zuul-built image, and neither do
-// we. STATSD_PREFIX, which nodepool does not set, prefixes every name with a
-// dot. docs/monitoring.md lists every name.
+// nothing for a failed upload; and nodepool 11's gauges of what the builder
+// is doing with each image, sent in one batch by SendImageStates), from
+// STATSD_HOST and STATSD_PORT (default 8125). nodepool has no name for
+// fetching a Zuul-built image: to its gauges, a fetch is this builder building
+// the image. STATSD_PREFIX, which nodepool does not set, prefixes every name
+// with a dot. docs/monitoring.md lists every name.
 package metrics
 
 import (
@@ -27,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/fqdn"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -36,6 +39,9 @@ type Options struct {
 	// program); nil, or STATSD_HOST empty: no statsd.
 	Getenv func(string) string
 	Logger *slog.Logger
+	// Hostname names this host in the statsd names that have one; default
+	// its fully qualified name as nodepool's builder takes it (fqdn.Name).
+	Hostname string
 }
 
 // StateReader reads every build and upload of the state.
@@ -52,6 +58,10 @@ type Metrics struct {
 	log    *slog.Logger
 	reg    *prometheus.Registry
 	statsd *statsd // nil: statsd off
+	// hostname is this host in the statsd names; act the builds and uploads
+	// running now, for the gauges of nodepool 11's builder.
+	hostname string
+	act      activity
 
 	buildDuration    *prometheus.HistogramVec
 	downloadDuration *prometheus.HistogramVec
@@ -82,6 +92,9 @@ type ZuulMQTT struct {
 	Ignored     map[string]uint64
 }
 
+// hostnameTimeout bounds the lookups of the host's fully qualified name.
+const hostnameTimeout = 10 * time.Second
+
 // durationBuckets suit work that takes minutes to hours: 30 s to 8 h.
 var durationBuckets = []float64{30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200, 10800, 14400, 21600, 28800}
 
@@ -92,13 +105,20 @@ func New(opts Options) (*Metrics, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	m := &Metrics{log: opts.Logger, reg: prometheus.NewRegistry()}
+	m := &Metrics{log: opts.Logger, reg: prometheus.NewRegistry(), hostname: opts.Hostname,
+		act: activity{building: map[string]int{}, uploading: map[imageProvider]int{}}}
 	if opts.Getenv != nil {
 		s, err := newStatsd(opts.Getenv("STATSD_HOST"), opts.Getenv("STATSD_PORT"), opts.Getenv("STATSD_PREFIX"), opts.Logger)
 		if err != nil {
 			return nil, err
 		}
 		m.statsd = s
+	}
+	if m.statsd != nil && m.hostname == "" {
+		// A resolver that does not answer must not hold up the start for long.
+		ctx, cancel := context.WithTimeout(context.Background(), hostnameTimeout)
+		m.hostname = fqdn.Name(ctx)
+		cancel()
 	}
 	const ns = "nodepool_builder"
 	m.buildDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "build_duration_seconds",

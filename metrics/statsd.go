@@ -64,6 +64,40 @@ func (s *statsd) send(l string) {
 	}
 }
 
+// maxPacket is the largest packet a batch sends, as Python's statsd client
+// (nodepool's) packs a pipeline: lines joined by newlines, a new packet when
+// the next line would make it maxPacket bytes or more.
+const maxPacket = 512
+
+// batch sends lines in as few packets as maxPacket allows, in order.
+func (s *statsd) batch(lines []string) {
+	for _, p := range packets(lines) {
+		s.send(p)
+	}
+}
+
+// packets packs lines into packets of fewer than maxPacket bytes; a line that
+// is longer on its own goes alone.
+func packets(lines []string) []string {
+	var out []string
+	cur := ""
+	for _, l := range lines {
+		switch {
+		case cur == "":
+			cur = l
+		case len(cur)+1+len(l) >= maxPacket:
+			out = append(out, cur)
+			cur = l
+		default:
+			cur += "\n" + l
+		}
+	}
+	if cur != "" {
+		out = append(out, cur)
+	}
+	return out
+}
+
 func (s *statsd) close() error { return s.conn.Close() }
 
 // line is one statsd line: [<prefix>.]<name>:<value>|<type>.

@@ -67,6 +67,17 @@ func (s *Statsd) Wait(t testing.TB, deadline time.Duration, want ...string) []st
 	return lines
 }
 
+// Packet returns the lines of the next packet; nil when none comes within d.
+func (s *Statsd) Packet(d time.Duration) []string {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if got := s.read(end); got != nil {
+			return got
+		}
+	}
+	return nil
+}
+
 // Quiet returns the lines that arrive within d: what came after the awaited ones.
 func (s *Statsd) Quiet(d time.Duration) []string {
 	var lines []string
