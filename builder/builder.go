@@ -22,7 +22,7 @@ import (
 // Intervals of the daemon's loops; zero values take the defaults.
 type Intervals struct {
 	Plan        time.Duration // missing uploads are looked for (at once, too, when a build arrives); 10s
-	Cleanup     time.Duration // retention, deletes, recovery, leftovers; 10s
+	Cleanup     time.Duration // retention, deletes, recovery, leftovers, nodepool 11's builder gauges; 10s
 	Sweep       time.Duration // the leak sweep lists the clouds; 10m
 	DIBCheck    time.Duration // a diskimage is checked for being due; 10s
 	ConfigCheck time.Duration // the config file is checked for changes; 5s
@@ -121,7 +121,7 @@ func New(ctx context.Context, opts Options) (*Builder, error) {
 		retain: make(chan struct{}, 1),
 	}
 	b.runner = source.NewRunner(source.Options{Store: opts.Store, Config: b.Config, Logger: opts.Logger,
-		Slots: make(chan struct{}, opts.BuildWorkers)})
+		Slots: make(chan struct{}, opts.BuildWorkers), Metrics: opts.Metrics})
 	p, err := b.assemble(ctx, opts.Config)
 	if err != nil {
 		return nil, err
@@ -155,8 +155,9 @@ const onceParallel = 16
 
 // Once does every step once, to completion: recovery and leftovers, every
 // source's images, the uploads that are missing, retention and deletes, and
-// meanwhile the leak sweep. It returns every failure, and every piece of due
-// work it left undone and why (IsNotDone tells them apart), joined.
+// meanwhile the leak sweep; then it sends nodepool 11's builder gauges. It
+// returns every failure, and every piece of due work it left undone and why
+// (IsNotDone tells them apart), joined.
 func (b *Builder) Once(ctx context.Context) error {
 	var mu sync.Mutex
 	var errs []error
@@ -209,6 +210,7 @@ func (b *Builder) Once(ctx context.Context) error {
 	b.onJobError.Store(nil)
 
 	fail(b.lifecycle(ctx))
+	fail(b.sendImageStates(ctx))
 	sweep.Wait()
 	mu.Lock()
 	defer mu.Unlock()
@@ -249,7 +251,9 @@ func (b *Builder) Run(ctx context.Context) error {
 		b.every(ctx, b.opts.Intervals.Cleanup, b.retain, "lifecycle", func(ctx context.Context) error {
 			// Files of work under way keep changing: only those left alone
 			// for LeftoverAge are taken for leftovers.
-			return errors.Join(b.Recover(ctx), b.lifecycle(ctx), b.tidy(ctx, b.store.Now().Add(-b.opts.Intervals.LeftoverAge)))
+			// Then nodepool 11's builder gauges, as its cleanup worker sends them.
+			return errors.Join(b.Recover(ctx), b.lifecycle(ctx), b.tidy(ctx, b.store.Now().Add(-b.opts.Intervals.LeftoverAge)),
+				b.sendImageStates(ctx))
 		})
 	})
 	wg.Go(func() {

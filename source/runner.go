@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
+	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
@@ -24,6 +25,8 @@ type Options struct {
 	// builder.build-workers. Nil: no bound.
 	Slots chan struct{}
 	Now   func() time.Time // default time.Now
+	// Metrics is told when a build is being made; nil: nobody is.
+	Metrics *metrics.Metrics
 }
 
 // Runner makes the builds of every source of one builder. It outlives reloads:
@@ -207,6 +210,9 @@ func (r *Runner) paused(ctx context.Context, image string) (string, error) {
 // may come with a failure of the housekeeping after it.
 func (r *Runner) make(ctx context.Context, image string, work Work) (*store.Build, error) {
 	st, job := r.opts.Store, work.Job
+	// The image is being built, as nodepool's builder says from the moment it
+	// holds the lock and found the build due until its outcome is recorded.
+	defer r.opts.Metrics.Building(image)()
 	if work.Into != nil {
 		w := st.WriterOf(*work.Into)
 		err := job.Make(ctx, w)

@@ -299,6 +299,9 @@ func (u *Uploader) Upload(ctx context.Context, j Job) (store.Upload, error) {
 	if err != nil {
 		return store.Upload{}, err
 	}
+	// Uploading, as nodepool's builder says from the record made uploading
+	// until the outcome is recorded.
+	defer u.opts.Metrics.Uploading(b.Image, p.Name)()
 	log := u.log.With("image", b.Image, "build", b.ID, "provider", p.Name, "upload", rec.ID)
 	if j.Retry != nil {
 		log.Info("retrying upload", "attempt", rec.Attempts, "last_error", j.Retry.LastError)
