@@ -166,3 +166,78 @@ func TestImageStateGauges(t *testing.T) {
 	}, d.logs.String)
 	waitStates(t, sd, pass, "once the request is answered", states(0, 0, 3, 0), d.logs.String)
 }
+
+// statesNodepoolYAML is the nodepool.yaml of nodepool's builder and ours in
+// TestImageStateGaugesAsNodepools: dib-image paused, so that neither builds
+// it, listed by cloud-q and by cloud-r, which pauses its uploads.
+const statesNodepoolYAML = `images-dir: '%(NODEPOOL_IMAGES_DIR)'
+build-log-dir: '%(NODEPOOL_BUILD_LOG_DIR)'
+labels:
+  - name: dib-label
+diskimages:
+  - name: dib-image
+    elements: [debian-minimal]
+    pause: true
+providers:
+  - name: cloud-q
+    cloud: qcloud
+    diskimages:
+      - name: dib-image
+    pools:
+      - name: main
+        labels:
+          - name: dib-label
+            diskimage: dib-image
+            min-ram: 1024
+  - name: cloud-r
+    cloud: rcloud
+    diskimages:
+      - name: dib-image
+        pause: true
+    pools:
+      - name: main
+        labels:
+          - name: dib-label
+            diskimage: dib-image
+            min-ram: 1024
+`
+
+// TestImageStateGaugesAsNodepools runs nodepool's own builder (the vendored
+// Python code) and ours on one TLS ZooKeeper and one nodepool.yaml, each with
+// its statsd listener, and reads the same batch of builder gauges from both:
+// the same names, host included, values and order, for an image of their
+// config and for an image only ZooKeeper has, each with a build request.
+func TestImageStateGaugesAsNodepools(t *testing.T) {
+	b := newBeside(t)
+	b.e.writeYAML(statesNodepoolYAML + nodepoolZKKeys(t, b.z))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, image := range []string{"dib-image", "other-image"} {
+		if _, err := testenv.RunKazoo(ctx, kazooConn(b.z), requestBuild, image); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := "nodepool.builder." + fqdn.Name(context.Background()) + ".image."
+	want := []string{
+		h + "dib-image.build.state:3|g",
+		h + "dib-image.provider.cloud-q.upload.state:0|g",
+		h + "dib-image.provider.cloud-r.upload.state:3|g",
+		"nodepool.image.dib-image.image_build_requests:1|g",
+		h + "other-image.build.state:0|g",
+		"nodepool.image.other-image.image_build_requests:1|g",
+		"nodepool.image_build_requests:2|g",
+	}
+
+	py := testenv.NewStatsd(t)
+	b.pyEnv = append(b.pyEnv, py.Env()...)
+	b.startPython(b.e.cfgPath)
+	ours := testenv.NewStatsd(t)
+	t.Setenv("STATSD_HOST", ours.Host)
+	t.Setenv("STATSD_PORT", ours.Port)
+	b.ours = startDaemon(t, b.e.cfgPath)
+	// nodepool's builder sends a batch when it starts and every 60 s; the
+	// first may come before its workers have looked at the images.
+	got := waitStates(t, py, 3*time.Minute, "from nodepool's builder", want, b.logs)
+	t.Logf("nodepool's builder sent %q", got[len(got)-1])
+	waitStates(t, ours, time.Minute, "from ours", want, b.logs)
+}
