@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -212,4 +213,47 @@ func (k *KazooScript) Send(line string) {
 	if _, err := io.WriteString(k.stdin, line+"\n"); err != nil {
 		k.t.Fatalf("write to kazoo script: %v", err)
 	}
+}
+
+// kazooHandshake opens a TLS connection to the first of TESTENV_ZK_HOSTS with kazoo's
+// own connection function, as a KazooClient does before it speaks ZooKeeper, and says
+// whether the server's certificate passed kazoo's checks. It needs no ZooKeeper behind.
+const kazooHandshake = `import os, socket, ssl, sys
+from kazoo.handlers.utils import create_tcp_connection
+e = os.environ
+host, _, port = e["TESTENV_ZK_HOSTS"].split("/")[0].split(",")[0].rpartition(":")
+try:
+    s = create_tcp_connection(socket, (host.strip("[]"), int(port)), timeout=float(e["TESTENV_ZK_TIMEOUT"]),
+        use_ssl=True, verify_certs=True, ca=e["TESTENV_ZK_CA"],
+        certfile=e.get("TESTENV_ZK_CERT") or None, keyfile=e.get("TESTENV_ZK_KEY") or None)
+except ssl.SSLError as err:
+    print(err, file=sys.stderr)
+    sys.exit(3)
+s.close()
+`
+
+// ErrKazooRefused is wrapped by KazooHandshake's error when kazoo refused the server's
+// certificate, or the TLS handshake failed for another reason.
+var ErrKazooRefused = errors.New("kazoo refused the TLS handshake")
+
+// KazooHandshake makes the TLS handshake kazoo makes, as nodepool configures it
+// (use_ssl, verify_certs, ca, certfile, keyfile), with the first server of c.Hosts,
+// which need not be ZooKeeper. It returns nil when kazoo accepted the server's
+// certificate, an error wrapping ErrKazooRefused, with OpenSSL's reason, when it did
+// not, and another error when the script could not run. It does not check that kazoo
+// is installed: see RequireKazoo.
+func KazooHandshake(ctx context.Context, c KazooConn) error {
+	cmd := exec.CommandContext(ctx, kazooPython, "-c", kazooHandshake)
+	cmd.Env = append(os.Environ(), c.env()...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 3 {
+		return fmt.Errorf("%w with %s: %s", ErrKazooRefused, c.Hosts, strings.TrimSpace(stderr.String()))
+	}
+	if err != nil {
+		return fmt.Errorf("kazoo's TLS handshake with %s: %w\nstderr:\n%s", c.Hosts, err, strings.TrimRight(stderr.String(), "\n"))
+	}
+	return nil
 }

@@ -204,7 +204,7 @@ func (m *Mosquitto) writeSecrets(ctx context.Context, clientCert bool) error {
 	if err != nil {
 		return err
 	}
-	srv, err := ca.issue("127.0.0.1", true)
+	srv, err := ca.issue(ServerTemplate("127.0.0.1", []string{"localhost"}, net.IPv4(127, 0, 0, 1), net.IPv6loopback))
 	if err != nil {
 		return err
 	}
@@ -219,7 +219,7 @@ func (m *Mosquitto) writeSecrets(ctx context.Context, clientCert bool) error {
 		{filepath.Join(dir, "server-key.pem"), srv.keyPEM},
 	}
 	if clientCert {
-		client, err := ca.issue("testenv mosquitto client", false)
+		client, err := ca.issue(ClientTemplate("testenv mosquitto client"))
 		if err != nil {
 			return err
 		}

@@ -37,11 +37,23 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	return newProxy(t, target, nil)
 }
 
+// NewProxyOn is NewProxy listening on listen, such as [::1]:0 for clients that
+// reach the target by its IPv6 loopback address.
+func NewProxyOn(t testing.TB, listen, target string) *Proxy {
+	t.Helper()
+	return newProxyOn(t, listen, target, nil)
+}
+
 // newProxy is NewProxy; set, when not nil, sets the proxy's tap and TLS
 // before it serves.
 func newProxy(t testing.TB, target string, set func(*Proxy)) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return newProxyOn(t, "127.0.0.1:0", target, set)
+}
+
+func newProxyOn(t testing.TB, listen, target string, set func(*Proxy)) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		t.Fatalf("start proxy: %v", err)
 	}

@@ -332,11 +332,11 @@ func (z *ZooKeeper) writeCerts() error {
 	if err != nil {
 		return err
 	}
-	server, err := ca.issue("127.0.0.1", true)
+	server, err := ca.issue(ServerTemplate("127.0.0.1", []string{"localhost"}, net.IPv4(127, 0, 0, 1), net.IPv6loopback))
 	if err != nil {
 		return err
 	}
-	client, err := ca.issue("testenv zookeeper client", false)
+	client, err := ca.issue(ClientTemplate("testenv zookeeper client"))
 	if err != nil {
 		return err
 	}
@@ -344,7 +344,7 @@ func (z *ZooKeeper) writeCerts() error {
 	if err != nil {
 		return err
 	}
-	wrongClient, err := wrong.issue("testenv zookeeper client", false)
+	wrongClient, err := wrong.issue(ClientTemplate("testenv zookeeper client"))
 	if err != nil {
 		return err
 	}
@@ -384,31 +384,31 @@ type keyPair struct {
 }
 
 // newCA makes a self-signed CA valid for a day, which outlives any test run.
-func newCA(name string) (*keyPair, error) {
-	tmpl := &x509.Certificate{
-		Subject:               pkix.Name{CommonName: name},
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+func newCA(name string) (*keyPair, error) { return newKeyPair(caTemplate(name, nil), nil) }
+
+// issue makes a certificate from tmpl, which says what it is for and whom it names,
+// signed by ca with a fresh key.
+func (ca *keyPair) issue(tmpl *x509.Certificate) (*keyPair, error) { return newKeyPair(tmpl, ca) }
+
+// ServerTemplate is the template of a TLS server's certificate: subject CN cn, and a
+// subjectAltName of the DNS names and addresses given, none when there are none.
+func ServerTemplate(cn string, dnsNames []string, ips ...net.IP) *x509.Certificate {
+	return &x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    dnsNames,
+		IPAddresses: ips,
 	}
-	return newKeyPair(tmpl, nil)
 }
 
-// issue makes a certificate signed by ca: for a server, one valid for 127.0.0.1 and
-// localhost; for a client, one a server accepts for client authentication.
-func (ca *keyPair) issue(name string, server bool) (*keyPair, error) {
-	tmpl := &x509.Certificate{
-		Subject:  pkix.Name{CommonName: name},
-		KeyUsage: x509.KeyUsageDigitalSignature,
+// ClientTemplate is the template of a certificate for TLS client authentication.
+func ClientTemplate(cn string) *x509.Certificate {
+	return &x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.DNSNames = []string{"localhost"}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-	} else {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	}
-	return newKeyPair(tmpl, ca)
 }
 
 // newKeyPair signs tmpl with a fresh ECDSA P-256 key, by parent or by itself when parent
@@ -423,9 +423,14 @@ func newKeyPair(tmpl *x509.Certificate, parent *keyPair) (*keyPair, error) {
 		return nil, fmt.Errorf("certificate %s: serial: %w", tmpl.Subject.CommonName, err)
 	}
 	tmpl.SerialNumber = serial
-	// Back-dated a little, so a clock that is slightly off does not reject it.
-	tmpl.NotBefore = time.Now().Add(-time.Hour)
-	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
+	// Unless tmpl says otherwise: valid for a day, back-dated a little, so that a
+	// clock slightly off does not reject it.
+	if tmpl.NotBefore.IsZero() {
+		tmpl.NotBefore = time.Now().Add(-time.Hour)
+	}
+	if tmpl.NotAfter.IsZero() {
+		tmpl.NotAfter = time.Now().Add(24 * time.Hour)
+	}
 	signer, signerKey := tmpl, key
 	if parent != nil {
 		signer, signerKey = parent.cert, parent.key
@@ -448,4 +453,55 @@ func newKeyPair(tmpl *x509.Certificate, parent *keyPair) (*keyPair, error) {
 		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		keyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}),
 	}, nil
+}
+
+// CA is a throwaway certificate authority, for a test that makes certificates of its
+// own: a server certificate named or used in some way, a chain through another CA.
+type CA struct{ kp *keyPair }
+
+// NewCA makes a CA from tmpl (nil: a plain one named name), self-signed, valid for a day.
+func NewCA(t testing.TB, name string, tmpl *x509.Certificate) *CA {
+	t.Helper()
+	kp, err := newKeyPair(caTemplate(name, tmpl), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &CA{kp}
+}
+
+// SubCA makes a CA from tmpl (nil: a plain one named name) signed by ca.
+func (ca *CA) SubCA(t testing.TB, name string, tmpl *x509.Certificate) *CA {
+	t.Helper()
+	kp, err := ca.kp.issue(caTemplate(name, tmpl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &CA{kp}
+}
+
+// caTemplate is tmpl made a CA's, or a plain CA's named name when tmpl is nil.
+func caTemplate(name string, tmpl *x509.Certificate) *x509.Certificate {
+	if tmpl == nil {
+		tmpl = &x509.Certificate{Subject: pkix.Name{CommonName: name}, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	}
+	tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+	return tmpl
+}
+
+// CertPEM is the CA's certificate, PEM.
+func (ca *CA) CertPEM() []byte { return ca.kp.certPEM }
+
+// KeyPEM is the CA's key, PEM: for a self-signed server certificate, made as a CA.
+func (ca *CA) KeyPEM() []byte { return ca.kp.keyPEM }
+
+// Issue signs tmpl with a fresh key, valid for a day unless tmpl says otherwise, and
+// returns the certificate and its key, PEM. ServerTemplate and ClientTemplate are
+// what servers and clients usually get.
+func (ca *CA) Issue(t testing.TB, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
+	t.Helper()
+	kp, err := ca.kp.issue(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp.certPEM, kp.keyPEM
 }
