@@ -135,7 +135,7 @@ func OpenZooKeeper(ctx context.Context, zc *config.ZooKeeper, opts Options) (*zo
 		if err != nil {
 			return nil, fmt.Errorf("%w: zookeeper-tls: %w", config.ErrUnusable, err)
 		}
-		zopts.TLS = tc
+		zopts.TLS, zopts.TLSCAFile = tc, zc.TLS.CA
 	}
 	return zookeeper.Open(ctx, zopts)
 }
@@ -150,8 +150,9 @@ func zooKeeperServers(zc *config.ZooKeeper) []string {
 }
 
 // ZooKeeperTLS is the TLS of nodepool's zookeeper-tls: the client certificate
-// and key, and the CA the servers' certificates are checked against. When both
-// are wrong, the error says both.
+// and key, and the CA the servers' certificates are checked against (by the
+// ZooKeeper backend, as nodepool checks them). When both are wrong, the error
+// says both.
 func ZooKeeperTLS(t *config.ZooKeeperTLS) (*tls.Config, error) {
 	var errs []error
 	cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)

@@ -28,9 +28,14 @@ type Options struct {
 	Servers []string
 	// Chroot is a path every znode lives under ("" or like /nodepool-test).
 	Chroot string
-	// TLS, when set, makes every connection TLS with this config (a client
-	// certificate and the cluster's CA, as nodepool's zookeeper-tls).
+	// TLS, when set, makes every connection TLS with this config: the client
+	// certificate, and in RootCAs the only CAs a server's certificate may come
+	// from, as nodepool's zookeeper-tls. A server's certificate is checked as
+	// nodepool's client checks it (see tlsDialer), not as Go would.
 	TLS *tls.Config
+	// TLSCAFile is the file TLS's RootCAs were read from, named when a
+	// server's certificate is refused.
+	TLSCAFile string
 	// Timeout is the session timeout; default 10s, as nodepool's.
 	Timeout time.Duration
 	// Hostname, when set, registers this process as a builder component under
@@ -108,7 +113,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 	b := &Backend{opts: opts, log: log, logGate: gate, now: opts.Now, done: make(chan struct{})}
 	b.cache = newCache(b)
 	b.locks = newLockSet(b)
-	connected, err := b.connect()
+	connected, err := b.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +131,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 // tells when it has a session. The client retries a failed connection until
 // the session timeout and says why only in its log: the last reason is kept
 // for awaitSession's error.
-func (b *Backend) connect() (<-chan struct{}, error) {
+func (b *Backend) connect(ctx context.Context) (<-chan struct{}, error) {
 	connected := make(chan struct{}, 1)
 	logOpt := zk.WithLogger(zkLogger{b})
 	eventOpt := zk.WithEventCallback(func(ev zk.Event) {
@@ -138,24 +143,30 @@ func (b *Backend) connect() (<-chan struct{}, error) {
 		}
 		b.event(ev)
 	})
-	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+	servers, err := resolveServers(ctx, b.opts.Servers, net.DefaultResolver.LookupHost, b.log)
+	if err != nil {
+		return nil, err
+	}
+	dial := func(ctx context.Context, address string) (net.Conn, error) {
 		var d net.Dialer
-		return d.DialContext(ctx, network, address)
+		return d.DialContext(ctx, "tcp", address)
 	}
 	if b.opts.TLS != nil {
-		dialer := &tls.Dialer{Config: b.opts.TLS}
-		dial = dialer.DialContext
+		d := newTLSDialer(b.opts.TLS, b.opts.TLSCAFile, b.log)
+		dial = func(ctx context.Context, address string) (net.Conn, error) {
+			return d.dial(ctx, address, servers.host(address))
+		}
 	}
-	dialOpt := zk.WithDialer(func(network, address string, timeout time.Duration) (net.Conn, error) {
+	dialOpt := zk.WithDialer(func(_, address string, timeout time.Duration) (net.Conn, error) {
 		dctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		c, err := dial(dctx, network, address)
+		c, err := dial(dctx, address)
 		if err != nil {
 			b.lastFailure.Store(err.Error())
 		}
 		return c, err
 	})
-	conn, _, err := zk.Connect(b.opts.Servers, b.opts.Timeout, logOpt, eventOpt, dialOpt)
+	conn, _, err := zk.Connect(b.opts.Servers, b.opts.Timeout, logOpt, eventOpt, dialOpt, zk.WithHostProvider(servers))
 	if err != nil {
 		return nil, fmt.Errorf("connect to ZooKeeper at %s: %w", strings.Join(b.opts.Servers, ", "), err)
 	}
