@@ -311,39 +311,51 @@ for image in ("debian", "dib-image"):
 	}
 }
 
+// certWarning is what the builder's warning of a ZooKeeper server's
+// certificate that does not name the host says.
+const certWarning = "does not name the host it is configured as"
+
 // TestZooKeeperTLS runs --once against a ZooKeeper that serves only TLS and
-// requires a client certificate, as nodepool's clusters do; a wrong CA, a
-// client certificate the server does not trust, a missing key or no TLS at
-// all is a clear error.
+// requires a client certificate, as nodepool's clusters do, with a certificate
+// that names it by host name alone (DNS:localhost) and is configured by its
+// address: it works, with one warning that names both. A wrong CA, a server
+// certificate of another CA, a client certificate the server does not trust,
+// a missing key or no TLS at all is a clear error.
 func TestZooKeeperTLS(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
 	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{TLS: true})
+	impostor := z.Impostor(t)
 	base, err := os.ReadFile(e.cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
-	host, port, _ := strings.Cut(z.Addr, ":")
-	servers := fmt.Sprintf("zookeeper-servers:\n  - host: %s\n    port: %s\n    chroot: %s\nzookeeper-timeout: 2\n", host, port, zkChroot)
+	servers := func(addr string) string {
+		host, port, _ := strings.Cut(addr, ":")
+		return fmt.Sprintf("zookeeper-servers:\n  - host: %s\n    port: %s\n    chroot: %s\nzookeeper-timeout: 2\n", host, port, zkChroot)
+	}
 	tlsKeys := func(cert, key, ca string) string {
 		return fmt.Sprintf("zookeeper-tls:\n  cert: %s\n  key: %s\n  ca: %s\n", cert, key, ca)
 	}
 	refusals := []struct {
-		name string
-		keys string
-		code int
-		says []string
+		name   string
+		server string
+		keys   string
+		code   int
+		says   []string
 	}{
-		{"wrong CA", tlsKeys(z.ClientCert, z.ClientKey, z.WrongCA), exitFailed,
-			[]string{"ZooKeeper cannot be reached", z.Addr, "certificate signed by unknown authority"}},
-		{"untrusted client certificate", tlsKeys(z.WrongClientCert, z.WrongClientKey, z.CA), exitFailed,
+		{"wrong CA", z.Addr, tlsKeys(z.ClientCert, z.ClientKey, z.WrongCA), exitFailed,
+			[]string{"ZooKeeper cannot be reached", z.Addr, "is not signed by the CA in " + z.WrongCA, "certificate signed by unknown authority"}},
+		{"server certificate of another CA", impostor.Addr, tlsKeys(z.ClientCert, z.ClientKey, z.CA), exitFailed,
+			[]string{"ZooKeeper cannot be reached", impostor.Addr, "is not signed by the CA in " + z.CA, "set zookeeper-tls ca"}},
+		{"untrusted client certificate", z.Addr, tlsKeys(z.WrongClientCert, z.WrongClientKey, z.CA), exitFailed,
 			[]string{"ZooKeeper cannot be reached", z.Addr, "zookeeper-tls", "bad certificate"}},
-		{"missing key", tlsKeys(z.ClientCert, filepath.Join(e.dir, "absent.key"), z.CA), exitUsage,
+		{"missing key", z.Addr, tlsKeys(z.ClientCert, filepath.Join(e.dir, "absent.key"), z.CA), exitUsage,
 			[]string{"zookeeper-tls", "absent.key", "no such file"}},
-		{"no TLS", "", exitFailed, []string{"ZooKeeper cannot be reached", z.Addr, "zookeeper-tls"}},
+		{"no TLS", z.Addr, "", exitFailed, []string{"ZooKeeper cannot be reached", z.Addr, "zookeeper-tls"}},
 	}
 	for _, c := range refusals {
-		if err := os.WriteFile(e.cfgPath, append(append([]byte{}, base...), servers+c.keys...), 0o644); err != nil {
+		if err := os.WriteFile(e.cfgPath, append(append([]byte{}, base...), servers(c.server)+c.keys...), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		r := e.run("--once")
@@ -364,7 +376,10 @@ func TestZooKeeperTLS(t *testing.T) {
 	if err := os.WriteFile(e.cfgPath, append(append([]byte{}, base...), zkKeys(z, zkChroot)...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e.once(0)
+	r := e.once(0)
+	if n := strings.Count(r.stderr, certWarning); n != 1 || !strings.Contains(r.stderr, "host=127.0.0.1 certificate_names=DNS:localhost") {
+		t.Errorf("want one warning naming host 127.0.0.1 and the certificate's DNS:localhost, got %d:\n%s", n, r.stderr)
+	}
 	v := launcher(t, z)
 	checkSchema(t, v)
 	for _, p := range []string{"cloud-q", "cloud-r"} {
@@ -372,6 +387,31 @@ func TestZooKeeperTLS(t *testing.T) {
 		if len(imgs) != 1 || v.Launch["debian/"+p].ExternalID != imgs[0].ID {
 			t.Errorf("%s: Glance holds %+v; the launcher would boot %+v", p, imgs, v.Launch["debian/"+p])
 		}
+	}
+}
+
+// TestDaemonZooKeeperTLSByHostName: the daemon, given a ZooKeeper by the host
+// name its certificate holds (DNS:localhost, no address), gets a session and
+// registers as nodepool's builders do, without a warning; kazoo, as nodepool
+// configures it, reaches the server with the same host and files.
+func TestDaemonZooKeeperTLSByHostName(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{TLS: true})
+	_, port, _ := strings.Cut(z.Addr, ":")
+	byName := "localhost:" + port
+	e.appendConfig(zkKeysAt(z, byName, zkChroot))
+	d := startDaemon(t, e.cfgPath)
+	c := kazooConn(z)
+	c.Hosts = byName + zkChroot
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := testenv.RunKazoo(ctx, c, `print(len(zk.get_children("/nodepool/components/builder")))`)
+	if err != nil || strings.TrimSpace(out) != "1" {
+		t.Errorf("kazoo on %s finds %q builders registered (%v), want 1\n%s", byName, out, err, d.logs.String())
+	}
+	d.stop(t, 30*time.Second)
+	if strings.Contains(d.logs.String(), certWarning) {
+		t.Errorf("the daemon warned of a certificate that names the host:\n%s", d.logs.String())
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"io"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 )
@@ -26,16 +25,12 @@ func NewZooKeeperCounter(t testing.TB, z *ZooKeeper) *ZooKeeperCounter {
 	c := &ZooKeeperCounter{}
 	var acceptTLS, dialTLS *tls.Config
 	if z.TLS {
-		server := filepath.Join(z.Dir, "tls", "server.pem") // key and certificate, as ZooKeeper reads them
-		cert, err := tls.LoadX509KeyPair(server, server)
+		cert, err := z.serverKeyPair()
 		if err != nil {
 			t.Fatalf("counting ZooKeeper requests: %v", err)
 		}
 		if dialTLS, err = z.ClientTLSConfig(); err != nil {
 			t.Fatalf("counting ZooKeeper requests: %v", err)
-		}
-		if dialTLS.ServerName == "" {
-			dialTLS.ServerName = "127.0.0.1"
 		}
 		acceptTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}

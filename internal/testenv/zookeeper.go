@@ -28,6 +28,11 @@ type ZooKeeperOptions struct {
 	// TLS makes the server listen only on a TLS port that requires a client certificate
 	// signed by the test CA, as nodepool's clusters do.
 	TLS bool
+	// ServerNamedByCN makes the server's certificate name it as Zuul's zk-ca.sh does:
+	// CN=localhost and no subjectAltName at all. Otherwise it names it DNS:localhost
+	// alone. Either way it names no address, as a fleet's certificates name servers by
+	// host name, so that a client checking the address it dialed fails the tests.
+	ServerNamedByCN bool
 }
 
 // ZooKeeper is a standalone ZooKeeper 3.8 server on loopback, with its data, config,
@@ -50,6 +55,11 @@ type ZooKeeper struct {
 	// Under TLS: an unrelated CA with its own client certificate and key, which the server
 	// must refuse and whose CA does not vouch for the server.
 	WrongCA, WrongClientCert, WrongClientKey string
+	// ServerName is the name the server's certificate gives it: localhost. The
+	// certificate names no address, so a client that checks the name must be given
+	// this one, not the address of Addr.
+	ServerName string
+	namedByCN  bool // the certificate names the server in its CN alone
 
 	conf string
 	logw io.Writer
@@ -144,7 +154,7 @@ func StartZooKeeper(ctx context.Context, dir string, opts ZooKeeperOptions, logw
 	z.srv = server{name: "zookeeper", addr: func() string { return z.Addr }, logFile: z.LogFile,
 		portTaken: "Address already in use", run: z.run, ready: z.waitReady}
 	if opts.TLS {
-		if err := z.writeCerts(); err != nil {
+		if err := z.writeCerts(opts.ServerNamedByCN); err != nil {
 			return nil, fmt.Errorf("start zookeeper: %w", err)
 		}
 	}
@@ -305,12 +315,27 @@ func (z *ZooKeeper) ClientTLSConfig() (*tls.Config, error) {
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return nil, fmt.Errorf("no certificate in %s", z.CA)
 	}
-	return &tls.Config{
+	cfg := &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		RootCAs:      pool,
-		ServerName:   "127.0.0.1",
+		ServerName:   z.ServerName,
 		MinVersion:   tls.VersionTLS12,
-	}, nil
+	}
+	if z.namedByCN {
+		// Go reads no CN: the chain and the name are checked here.
+		cfg.InsecureSkipVerify = true
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			leaf := cs.PeerCertificates[0]
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool}); err != nil {
+				return err
+			}
+			if leaf.Subject.CommonName != z.ServerName {
+				return fmt.Errorf("the server's certificate is CN=%s, not CN=%s", leaf.Subject.CommonName, z.ServerName)
+			}
+			return nil
+		}
+	}
+	return cfg, nil
 }
 
 // Stop ends the server: SIGTERM, then SIGKILL after a grace time. The data stays for
@@ -320,19 +345,27 @@ func (z *ZooKeeper) Stop() error { return z.srv.halt(false) }
 // Kill ends the server at once with SIGKILL, as a crash would; Start brings it back.
 func (z *ZooKeeper) Kill() error { return z.srv.halt(true) }
 
-// writeCerts makes a throwaway CA with a server certificate (for 127.0.0.1 and
-// localhost) and a client certificate, plus an unrelated CA with a client certificate of
-// its own, and writes them as PEM under z.Dir/tls.
-func (z *ZooKeeper) writeCerts() error {
+// writeCerts makes a throwaway CA with a server certificate that names localhost and no
+// address (in the CN alone when byCN, else as DNS:localhost) and a client certificate,
+// plus an unrelated CA with a client certificate and a server certificate of its own,
+// and writes them as PEM under z.Dir/tls.
+func (z *ZooKeeper) writeCerts(byCN bool) error {
 	dir := filepath.Join(z.Dir, "tls")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("write certificates: %w", err)
+	}
+	z.ServerName, z.namedByCN = "localhost", byCN
+	serverTmpl := func() *x509.Certificate {
+		if byCN {
+			return ServerTemplate(z.ServerName, nil)
+		}
+		return ServerTemplate("testenv zookeeper server", []string{z.ServerName})
 	}
 	ca, err := newCA("testenv zookeeper CA")
 	if err != nil {
 		return err
 	}
-	server, err := ca.issue(ServerTemplate("127.0.0.1", []string{"localhost"}, net.IPv4(127, 0, 0, 1), net.IPv6loopback))
+	server, err := ca.issue(serverTmpl())
 	if err != nil {
 		return err
 	}
@@ -345,6 +378,10 @@ func (z *ZooKeeper) writeCerts() error {
 		return err
 	}
 	wrongClient, err := wrong.issue(ClientTemplate("testenv zookeeper client"))
+	if err != nil {
+		return err
+	}
+	wrongServer, err := wrong.issue(serverTmpl())
 	if err != nil {
 		return err
 	}
@@ -361,6 +398,7 @@ func (z *ZooKeeper) writeCerts() error {
 		{z.CA, ca.certPEM},
 		// ZooKeeper's PEM key store wants the key and the certificate in one file.
 		{filepath.Join(dir, "server.pem"), append(append([]byte{}, server.keyPEM...), server.certPEM...)},
+		{filepath.Join(dir, "wrong-server.pem"), append(append([]byte{}, wrongServer.keyPEM...), wrongServer.certPEM...)},
 		{z.ClientCert, client.certPEM},
 		{z.ClientKey, client.keyPEM},
 		{z.WrongCA, wrong.certPEM},
@@ -373,6 +411,36 @@ func (z *ZooKeeper) writeCerts() error {
 		}
 	}
 	return nil
+}
+
+// serverKeyPair is the key and certificate the server presents, as ZooKeeper reads them.
+func (z *ZooKeeper) serverKeyPair() (tls.Certificate, error) {
+	server := filepath.Join(z.Dir, "tls", "server.pem")
+	return tls.LoadX509KeyPair(server, server)
+}
+
+// Impostor starts a proxy to z that presents, in place of the server's certificate,
+// one with the same names from the unrelated CA (WrongCA), as a server given a
+// certificate of another CA, or a machine in the middle, would. Behind it, it reaches z
+// as the test client. It stops when the test ends.
+func (z *ZooKeeper) Impostor(t testing.TB) *Proxy {
+	t.Helper()
+	if !z.TLS {
+		t.Fatal("an impostor of a ZooKeeper without TLS")
+	}
+	wrong := filepath.Join(z.Dir, "tls", "wrong-server.pem")
+	cert, err := tls.LoadX509KeyPair(wrong, wrong)
+	if err != nil {
+		t.Fatalf("impostor of ZooKeeper: %v", err)
+	}
+	dialTLS, err := z.ClientTLSConfig()
+	if err != nil {
+		t.Fatalf("impostor of ZooKeeper: %v", err)
+	}
+	return newProxy(t, z.Addr, func(p *Proxy) {
+		p.acceptTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		p.dialTLS = dialTLS
+	})
 }
 
 // keyPair is a certificate and its private key, both PEM.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,29 @@ func TestZooKeeperTLS(t *testing.T) {
 	if got := z.Kazoo(t, createAndRead, "/nodepool/images/debian/builds/0001", "over tls"); got != "over tls\n" {
 		t.Errorf("kazoo over TLS read back %q, want %q", got, "over tls\n")
 	}
+
+	// The server's certificate names it as fleets' certificates do: by host name, not
+	// by address, so that a client that checks the address it dialed fails.
+	t.Run("certificate names no address", func(t *testing.T) {
+		cfg, err := z.ClientTLSConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := (&tls.Dialer{Config: cfg}).DialContext(ctx, "tcp", z.Addr)
+		if err != nil {
+			t.Fatalf("dial %s as %s: %v", z.Addr, cfg.ServerName, err)
+		}
+		defer conn.Close()
+		leaf := conn.(*tls.Conn).ConnectionState().PeerCertificates[0]
+		if len(leaf.IPAddresses) > 0 || !slices.Equal(leaf.DNSNames, []string{"localhost"}) || z.ServerName != "localhost" {
+			t.Errorf("the server's certificate names DNS %v, IP %v (ServerName %q); want DNS:localhost alone", leaf.DNSNames, leaf.IPAddresses, z.ServerName)
+		}
+		cfg.ServerName = "127.0.0.1"
+		if conn, err := (&tls.Dialer{Config: cfg}).DialContext(ctx, "tcp", z.Addr); err == nil {
+			conn.Close()
+			t.Errorf("Go's check of the address 127.0.0.1 passed")
+		}
+	})
 
 	t.Run("no plain connections", func(t *testing.T) {
 		conn, err := net.DialTimeout("tcp", z.Addr, 2*time.Second)
@@ -233,4 +257,27 @@ func firstWarning(stderr string) string {
 		}
 	}
 	return "(no warning)"
+}
+
+// TestZooKeeperTLSNamedByCN: with ServerNamedByCN the server's certificate names it as
+// Zuul's zk-ca.sh does, CN=localhost and no subjectAltName, and the test's own client
+// and kazoo still reach it.
+func TestZooKeeperTLSNamedByCN(t *testing.T) {
+	z := NewZooKeeper(t, ZooKeeperOptions{TLS: true, ServerNamedByCN: true})
+	cfg, err := z.ClientTLSConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := (&tls.Dialer{Config: cfg}).DialContext(context.Background(), "tcp", z.Addr)
+	if err != nil {
+		t.Fatalf("dial %s: %v", z.Addr, err)
+	}
+	leaf := conn.(*tls.Conn).ConnectionState().PeerCertificates[0]
+	conn.Close()
+	if leaf.Subject.CommonName != "localhost" || len(leaf.DNSNames)+len(leaf.IPAddresses) > 0 {
+		t.Errorf("the server's certificate is CN=%s, DNS %v, IP %v; want CN=localhost alone", leaf.Subject.CommonName, leaf.DNSNames, leaf.IPAddresses)
+	}
+	if got := z.Kazoo(t, createAndRead, "/named-by-cn", "read"); got != "read\n" {
+		t.Errorf("kazoo read back %q", got)
+	}
 }
