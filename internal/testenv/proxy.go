@@ -130,9 +130,20 @@ func (p *Proxy) serve(ln net.Listener) {
 	})
 }
 
+// SetTarget sends the connections made from now on to target; open ones stay
+// where they are.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+}
+
 func (p *Proxy) pipe(c net.Conn) {
 	defer c.Close()
-	up, err := net.Dial("tcp", p.target)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	up, err := net.Dial("tcp", target)
 	if err != nil {
 		return
 	}

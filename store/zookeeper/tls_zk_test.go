@@ -180,3 +180,32 @@ func TestTLSRefusesServerOfAnotherCA(t *testing.T) {
 		})
 	}
 }
+
+// TestTLSReconnectRefusedSaysWhy: when, after the session, the server presents
+// a certificate another CA signed, the reconnects fail quietly inside the
+// client; the warning at the session timeout says why.
+func TestTLSReconnectRefusedSaysWhy(t *testing.T) {
+	z := testenv.NewZooKeeper(t, testenv.ZooKeeperOptions{TLS: true})
+	impostor := z.Impostor(t)
+	p := testenv.NewProxy(t, z.Addr)
+	var logs testenv.Buffer
+	b, err := openTLS(t, z, []string{p.Addr}, z.CA, "", &logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	p.SetTarget(impostor.Addr)
+	p.Down()
+	if err := p.Up(); err != nil {
+		t.Fatal(err)
+	}
+	const adrift = "no ZooKeeper connection for the session timeout"
+	testenv.WaitFor(t, time.Minute, "the warning of a session timeout without a connection", func() bool {
+		return strings.Contains(logs.String(), adrift)
+	}, logs.String)
+	for line := range strings.SplitSeq(logs.String(), "\n") {
+		if strings.Contains(line, adrift) && !strings.Contains(line, "is not signed by the CA in") {
+			t.Errorf("the warning does not say the server's certificate was refused:\n%s", line)
+		}
+	}
+}

@@ -293,11 +293,19 @@ func (b *Backend) event(ev zk.Event) {
 			return // a first connection failing is Open's to report
 		}
 		b.log.Warn("ZooKeeper connection lost; reconnecting")
+		// What failed before the loss is not why the reconnects fail.
+		b.lastFailure.Store("")
 		// The server expires the session a session timeout after it last heard
 		// from us, and another builder may then take our locks, before we can
 		// learn of the expiry: past that time they count as lost already.
 		b.adrift = time.AfterFunc(b.opts.Timeout, func() {
-			b.log.Warn("no ZooKeeper connection for the session timeout: every lock held counts as lost; work under them stops")
+			attrs := []any{}
+			// The client retries quietly: a server that now presents a
+			// certificate another CA signed is told only here.
+			if last, _ := b.lastFailure.Load().(string); last != "" {
+				attrs = append(attrs, "last_failure", last)
+			}
+			b.log.Warn("no ZooKeeper connection for the session timeout: every lock held counts as lost; work under them stops", attrs...)
 			b.locks.lost()
 		})
 	}
