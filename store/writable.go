@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/systemd"
 )
 
 // CheckImagesDir checks, creating nothing, that this process can work in an
@@ -62,7 +64,15 @@ func CheckWritable(what, dir string, files ...string) error {
 		}
 		err := unix.Access(path, mode)
 		if errors.Is(err, syscall.EROFS) {
-			return fmt.Errorf("%s %s is on a read-only file system (%s): point %s at a writable directory", what, dir, path, what)
+			writable := dir // what a sandbox must let the builder write
+			if !within(path, dir) {
+				writable = path
+				if !isDir {
+					writable = filepath.Dir(path)
+				}
+			}
+			return fmt.Errorf("%s %s is on a read-only file system (%s): point %s at a writable directory%s",
+				what, dir, path, what, systemd.ReadOnlyHint(writable, ""))
 		}
 		if err != nil {
 			denied = append(denied, path+" ("+ownerOf(path)+")")
@@ -119,8 +129,8 @@ func checkCreatable(what, dir string, me userInfo) error {
 	err = unix.Access(parent, unix.W_OK|unix.X_OK)
 	switch {
 	case errors.Is(err, syscall.EROFS):
-		return fmt.Errorf("%s %s cannot be created: %s is on a read-only file system; point %s at a writable directory",
-			what, dir, parent, what)
+		return fmt.Errorf("%s %s cannot be created: %s is on a read-only file system; point %s at a writable directory%s",
+			what, dir, parent, what, systemd.ReadOnlyHint(dir, "install -d -o "+me.name+" -g "+me.group+" "+dir))
 	case err != nil:
 		return fmt.Errorf("%s %s does not exist, and %s, who runs the builder, cannot create it in %s (%s). Create it for "+
 			"that user (as root: install -d -o %s -g %s %s)", what, dir, me, parent, ownerOf(parent), me.name, me.group, dir)
