@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/dib"
 	"github.com/nodepool-builder/nodepool-builder/state"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
@@ -42,14 +43,15 @@ func (e *CheckError) Unwrap() []error { return append([]error{config.ErrUnusable
 // Check finds what would stop the builder from running cfg on this host, before
 // anything runs: an images-dir that is not set, that this user cannot create or
 // write in, or that another builder used (see store.Options.TakeOver); a
-// build-log-dir it cannot write (when there are diskimages to build); no
-// clouds.yaml or a provider's cloud missing from it or unusable, a zuul-image's
-// api-url or ca-cert, zookeeper-tls files that do not load, and the files
-// builder.zuul-mqtt names (ca-cert, client-cert and client-key, password-file)
-// that do not read. It reports every
-// problem it finds, as a *CheckError. It only reads: it touches no network,
-// takes no lock and creates nothing. config-validate runs it, and so does the
-// builder before its first step, so both say the same.
+// build-log-dir it cannot write (when there are diskimages to build); when it
+// builds diskimages, a diskimage-builder that cannot become root (see
+// dib.CheckRoot); no clouds.yaml or a provider's cloud missing from it or
+// unusable, a zuul-image's api-url or ca-cert, zookeeper-tls files that do not
+// load, and the files builder.zuul-mqtt names (ca-cert, client-cert and
+// client-key, password-file) that do not read. It reports every problem it
+// finds, as a *CheckError. It only reads: it touches no network, takes no lock
+// and creates nothing (sudo -n true aside). config-validate runs it, and so does
+// the builder before its first step, so both say the same.
 //
 // The warnings are the config's own (Config.Warnings: a layout nodepool's
 // tools refuse), then what works but puts a credential at risk: a Zuul token or
@@ -60,7 +62,7 @@ func (e *CheckError) Unwrap() []error { return append([]error{config.ErrUnusable
 // builder logs them when it opens the Zuul clients and the clouds, at start
 // and on every reload, and when it starts listening to the broker.
 func Check(ctx context.Context, cfg *config.Config) (warnings []string, err error) {
-	problems := checkDirs(cfg)
+	problems := append(checkDirs(cfg), checkRoot(ctx, cfg)...)
 	cloudProblems, cloudWarnings := checkClouds(ctx, cfg)
 	problems = append(problems, cloudProblems...)
 	warnings = append(slices.Clone(cfg.Warnings), cloudWarnings...)
@@ -95,10 +97,11 @@ func Check(ctx context.Context, cfg *config.Config) (warnings []string, err erro
 }
 
 // checkHost finds what Check finds that assembling the config does not: the
-// images-dir, the build-log-dir and the zookeeper-tls files. A reload asks it
-// too, before it assembles the new config.
-func checkHost(cfg *config.Config) []error {
-	return append(checkDirs(cfg), checkZooKeeperTLS(cfg)...)
+// images-dir, the build-log-dir, diskimage-builder's way to root and the
+// zookeeper-tls files. A reload asks it too, before it assembles the new config.
+func checkHost(ctx context.Context, cfg *config.Config) []error {
+	problems := append(checkDirs(cfg), checkRoot(ctx, cfg)...)
+	return append(problems, checkZooKeeperTLS(cfg)...)
 }
 
 // checkDirs checks the images-dir and, when there are diskimages to build, the
@@ -124,6 +127,19 @@ func checkDirs(cfg *config.Config) []error {
 		add(store.CheckWritable("build-log-dir", cfg.BuildLogDir))
 	}
 	return problems
+}
+
+// checkRoot checks, when this builder builds diskimages (one not paused in
+// the config, and build-diskimages on), that diskimage-builder can become root
+// through sudo: otherwise every build would fail, each after its wait.
+func checkRoot(ctx context.Context, cfg *config.Config) []error {
+	if cfg.Builder.LeaveDiskImages || !slices.ContainsFunc(cfg.DiskImages, func(d config.DiskImage) bool { return !d.Pause }) {
+		return nil
+	}
+	if err := dib.CheckRoot(ctx); err != nil {
+		return []error{err}
+	}
+	return nil
 }
 
 // checkZooKeeperTLS loads the zookeeper-tls files.

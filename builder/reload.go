@@ -336,7 +336,7 @@ func (b *Builder) reload(ctx context.Context, sources *supervisor, snap *config.
 		return nil, err
 	}
 	// What the builder would refuse at start, a reload refuses too.
-	if problems := checkHost(cfg); len(problems) > 0 {
+	if problems := checkHost(ctx, cfg); len(problems) > 0 {
 		return nil, &CheckError{Path: cfg.Path, Problems: problems}
 	}
 	drops := dropsToConfirm(b.cur.Load().cfg, cfg)

@@ -9,12 +9,14 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/systemd"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
 
@@ -199,8 +201,10 @@ func TestConfigValidateChecksWhatTheBuilderChecks(t *testing.T) {
 
 // unprivileged runs the test binary's main as a user who owns none of the
 // test's files: nobody, when the tests run as root (as they do here). It
-// returns the user's name, its group's, and how to run the builder as it.
-func unprivileged(t *testing.T) (name, group string, runAs func(dir string, args ...string) result) {
+// returns the user's name, its group's, and how to run the builder as it in
+// dir, after the words of wrapper (a command that runs the builder, e.g.
+// setpriv --no-new-privs) when there are any.
+func unprivileged(t *testing.T) (name, group string, runAs func(wrapper []string, dir string, args ...string) result) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Unavailable(t, "running the builder as another user needs root")
@@ -224,9 +228,10 @@ func unprivileged(t *testing.T) (name, group string, runAs func(dir string, args
 	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return u.Username, g.Name, func(dir string, args ...string) result {
+	return u.Username, g.Name, func(wrapper []string, dir string, args ...string) result {
 		t.Helper()
-		cmd := exec.Command(bin, args...)
+		argv := append(append(slices.Clone(wrapper), bin), args...)
+		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = dir
 		cmd.Env = []string{"NODEPOOL_BUILDER_TEST_MAIN=1", "HOME=/nonexistent", "PATH=/usr/bin:/bin"}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
@@ -275,7 +280,7 @@ func TestImagesDirOfAnotherUser(t *testing.T) {
 	}
 	var said []string
 	for _, args := range [][]string{{"-c", cfg, "--once"}, {"-c", cfg, "config-validate"}} {
-		r := runAs(base, args...)
+		r := runAs(nil, base, args...)
 		if r.code != exitUsage {
 			t.Errorf("%s as %s exited %d, want %d:\n%s", strings.Join(args, " "), name, r.code, exitUsage, r.stderr)
 		}
@@ -301,7 +306,7 @@ func TestImagesDirOfAnotherUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg = writeFileT(t, filepath.Join(base, "fresh.yaml"), "images-dir: "+fresh+"\n")
-	r := runAs(base, "-c", cfg, "--once")
+	r := runAs(nil, base, "-c", cfg, "--once")
 	for _, s := range []string{"images-dir " + fresh + " does not exist", name + " (uid ", "cannot create it in " + filepath.Dir(fresh) +
 		" (owned by root", "install -d -o " + name + " -g " + group + " " + fresh} {
 		if r.code != exitUsage || !strings.Contains(r.stderr, s) {
@@ -310,6 +315,93 @@ func TestImagesDirOfAnotherUser(t *testing.T) {
 	}
 	if _, err := os.Stat(fresh); !os.IsNotExist(err) {
 		t.Errorf("the images-dir was made: %v", err)
+	}
+}
+
+// TestDiskImagesNeedRoot: a builder that builds diskimages checks, before its
+// first step, that diskimage-builder can become root through sudo, instead of
+// failing every build later. Under no_new_privs (set here by setpriv, as a
+// systemd unit's sandbox or a container's no-new-privileges sets it) the
+// builder and config-validate exit 2 and name it, and under systemd the
+// drop-in that lifts it; a user whom sudoers does not let run sudo gets the
+// rule to write. A builder whose diskimages are paused, or that leaves them
+// to others, is never asked.
+func TestDiskImagesNeedRoot(t *testing.T) {
+	setpriv := testenv.RequireBinary(t, "setpriv")
+	testenv.RequireBinary(t, "sudo")
+	name, _, runAs := unprivileged(t)
+	nobody, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(nobody.Uid)
+	gid, _ := strconv.Atoi(nobody.Gid)
+	base := publicDir(t)
+	for _, d := range []string{"images", "logs"} {
+		if err := os.Mkdir(filepath.Join(base, d), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(base, d), uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := func(file, extra string) string {
+		return writeFileT(t, filepath.Join(base, file), "images-dir: "+filepath.Join(base, "images")+"\nbuild-log-dir: "+
+			filepath.Join(base, "logs")+"\ndiskimages:\n  - name: dib\n    dib-cmd: /bin/false\n"+extra)
+	}
+	builds := config("builds.yaml", "")
+	paused := config("paused.yaml", "    pause: true\n")
+	leaves := config("leaves.yaml", "builder:\n  build-diskimages: false\n")
+	noNewPrivs := []string{setpriv, "--no-new-privs"}
+	underSystemd := append([]string{"/usr/bin/env", "INVOCATION_ID=0123456789abcdef0123456789abcdef"}, noNewPrivs...)
+
+	for _, tt := range []struct {
+		name    string
+		wrapper []string
+		config  string
+		want    []string // nil: valid
+		wantNot []string
+	}{
+		{name: "sudo refused", config: builds,
+			want: []string{"sudo -n true, run as " + name + ", fails", "a password is required", name + " ALL=(ALL) NOPASSWD: ALL"}},
+		{name: "no_new_privs", wrapper: noNewPrivs, config: builds,
+			want: []string{"no_new_privs set, so sudo cannot gain root", "start it without"}, wantNot: []string{"drop-in", "sudo -n true"}},
+		{name: "no_new_privs under systemd", wrapper: underSystemd, config: builds,
+			want: []string{"no_new_privs set", "NoNewPrivileges=yes", "ln -s " + systemd.DIBDropIn + " " + systemd.DropInDir + "/"}},
+		{name: "diskimages paused", wrapper: noNewPrivs, config: paused},
+		{name: "build-diskimages false", wrapper: noNewPrivs, config: leaves},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			validate := runAs(tt.wrapper, base, "-c", tt.config, "config-validate")
+			if tt.want == nil {
+				if validate.code != exitOK {
+					t.Fatalf("config-validate as %s exited %d, want 0:\n%s", name, validate.code, validate.stderr)
+				}
+				return
+			}
+			once := runAs(tt.wrapper, base, "-c", tt.config, "--once")
+			for _, r := range []result{validate, once} {
+				if r.code != exitUsage {
+					t.Errorf("exited %d, want %d:\n%s", r.code, exitUsage, r.stderr)
+				}
+			}
+			if validate.stderr != once.stderr {
+				t.Errorf("config-validate and the builder say different things:\n%s\n%s", validate.stderr, once.stderr)
+			}
+			for _, s := range tt.want {
+				if !strings.Contains(once.stderr, s) {
+					t.Errorf("the builder does not say %q:\n%s", s, once.stderr)
+				}
+			}
+			for _, s := range tt.wantNot {
+				if strings.Contains(once.stderr, s) {
+					t.Errorf("the builder says %q:\n%s", s, once.stderr)
+				}
+			}
+			if strings.Contains(once.stderr, "problems") {
+				t.Errorf("the builder finds more than the one problem:\n%s", once.stderr)
+			}
+		})
 	}
 }
 

@@ -1,6 +1,6 @@
 // Package systemd says whether the builder runs as a systemd service, and how
-// an operator changes that service's sandbox: the drop-in that gives it a path
-// to write.
+// an operator changes that service's sandbox: the drop-ins that give it a path
+// to write, or give back the privileges diskimage-builder needs.
 package systemd
 
 import (
@@ -13,6 +13,9 @@ const (
 	Unit = "nodepool-builder.service"
 	// DropInDir is where the operator's drop-ins of Unit go.
 	DropInDir = "/etc/systemd/system/" + Unit + ".d"
+	// DIBDropIn is the drop-in the package ships for a builder of diskimages:
+	// linked into DropInDir, it lifts what keeps sudo from gaining root.
+	DIBDropIn = "/usr/share/nodepool-builder/dib.conf"
 )
 
 // Running tells whether systemd started this process as a service (or a
