@@ -19,14 +19,14 @@ umask 022
 install -D -m 0755 "$binary" "$root/usr/bin/nodepool-builder"
 
 # The example unit, running the installed binary, writing under /var/lib/nodepool
-# (images-dir, build-log-dir, state-db belong there, or in a drop-in's
-# ReadWritePaths) and /var/log/nodepool, both made by the package.
+# and /var/log/nodepool, both made by the package; and the drop-in a builder of
+# diskimages links beside it, kept in step with the unit by upgrades.
 install -d "$root/lib/systemd/system"
 sed -e 's|/usr/local/bin/nodepool-builder|/usr/bin/nodepool-builder|' \
-	-e 's|^ReadWritePaths=.*|ReadWritePaths=/var/lib/nodepool /var/log/nodepool|' \
 	-e '/^# Install: cp /d' \
 	examples/nodepool-builder.service >"$root/lib/systemd/system/nodepool-builder.service"
 chmod 0644 "$root/lib/systemd/system/nodepool-builder.service"
+install -D -m 0644 examples/dib.conf "$root/usr/share/nodepool-builder/dib.conf"
 
 install -d -m 0755 "$root/etc/nodepool" "$root/etc/sudoers.d"
 install -m 0440 "$src/sudoers" "$root/etc/sudoers.d/nodepool-builder"
