@@ -474,7 +474,7 @@ func requireImagesDir(np *parser, top *mapping, sp *parser, settings *mapping) {
 				at, mp = f.key, np // present but empty
 			}
 			mp.errorf(at, "images-dir", "is required when %s are configured; set it in %s to the directory for image "+
-				"files and the state database, e.g. /opt/nodepool/images", key, np.file)
+				"files and the state database, e.g. /var/lib/nodepool/images", key, np.file)
 			return
 		}
 	}
