@@ -59,7 +59,13 @@ func checkRoot(ctx context.Context, euid int, status, sudo string) error {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		said := strings.TrimSpace(out.String())
+		var lines []string // what sudo said, on one line
+		for l := range strings.Lines(out.String()) {
+			if l = strings.TrimSpace(l); l != "" {
+				lines = append(lines, l)
+			}
+		}
+		said := strings.Join(lines, "; ")
 		switch {
 		case ctx.Err() != nil:
 			said = fmt.Sprintf("no answer within %s", sudoTimeout)

@@ -36,7 +36,7 @@ func TestCheckRoot(t *testing.T) {
 		return path
 	}
 	allowed := sudo("sudo-allows", "exit 0")
-	refused := sudo("sudo-refuses", "echo 'sudo: a password is required' >&2; exit 1")
+	refused := sudo("sudo-refuses", "echo 'sudo: /run/sudo/ts: Read-only file system' >&2; echo 'sudo: a password is required' >&2; exit 1")
 	me, err := user.Current()
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func TestCheckRoot(t *testing.T) {
 		{name: "no_new_privs, elsewhere", status: status("1"), sudo: allowed,
 			want: []string{"no_new_privs set", "--security-opt no-new-privileges", "start it without"}, wantNot: []string{"drop-in"}},
 		{name: "sudo refuses", status: status("0"), sudo: refused, sudoRuns: true,
-			want: []string{"sudo -n true, run as " + me.Username + ", fails: sudo: a password is required",
+			want: []string{"sudo -n true, run as " + me.Username + ", fails: sudo: /run/sudo/ts: Read-only file system; sudo: a password is required. ",
 				"uncomment the rule in /etc/sudoers.d/nodepool-builder", me.Username + " ALL=(ALL) NOPASSWD: ALL"}},
 		{name: "no sudo", status: status("0"), sudo: filepath.Join(dir, "absent", "sudo"),
 			want: []string{"sudo is not installed", "apt-get install sudo"}},
