@@ -4,7 +4,9 @@ package packaging
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -85,5 +87,63 @@ func checkImageConfig(t *testing.T, podman, image string) {
 	}
 	if _, ok := c.Volumes["/var/lib/nodepool"]; !ok {
 		t.Errorf("the image's volumes are %v, want /var/lib/nodepool", c.Volumes)
+	}
+}
+
+// TestImageBuildsDiskImages runs the image as the docs say to run a builder of
+// diskimages (privileged), with a dib-cmd that becomes root through sudo as
+// diskimage-builder does: the build is made, and its log written in the
+// default build-log-dir, which the nodepool user could not create in
+// /var/log. With no-new-privileges the builder refuses to start, saying why.
+func TestImageBuildsDiskImages(t *testing.T) {
+	image := required(t, "PACKAGE_IMAGE")
+	if os.Getuid() != 0 {
+		testenv.Unavailable(t, "podman runs the image here as root")
+	}
+	podman := testenv.RequireBinary(t, "podman")
+	config, state, share := t.TempDir(), t.TempDir(), t.TempDir()
+	copyFile(t, filepath.Join("..", "dib", "testdata", "fake-disk-image-create"), filepath.Join(share, "fake-disk-image-create"), 0o755)
+	writeShared(t, config, "nodepool.yaml", `images-dir: /var/lib/nodepool/images
+diskimages:
+  - name: dib
+    dib-cmd: bash /srv/test/fake-disk-image-create
+    elements: [fake]
+    formats: [qcow2]
+    env-vars:
+      FAKE_DIB_SUDO: "1"
+`)
+	for dir, owner := range map[string]int{config: 0, state: imageUID, share: 0} {
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, owner, imageUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	podmanRun := func(args ...string) (string, error) {
+		t.Helper()
+		out, err := command(t, podman, append([]string{"--runtime", "runc", "run", "--rm", "--network=none",
+			"-v", config + ":/etc/nodepool:ro", "-v", state + ":/var/lib/nodepool", "-v", share + ":/srv/test:ro"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+
+	out, err := podmanRun("--security-opt", "no-new-privileges", image, "--once")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(out, "no_new_privs set, so sudo cannot gain root") ||
+		!strings.Contains(out, "--security-opt no-new-privileges") {
+		t.Errorf("--once with no-new-privileges: %v, want exit code 2 saying sudo cannot gain root:\n%s", err, out)
+	}
+
+	out, err = podmanRun("--privileged", image, "--once")
+	t.Logf("nodepool-builder --once in the privileged image:\n%s", out)
+	if err != nil {
+		t.Fatalf("--once in the privileged image: %v", err)
+	}
+	images, err := filepath.Glob(filepath.Join(state, "images", "dib-*.qcow2"))
+	if err != nil || len(images) != 1 {
+		t.Errorf("the images-dir holds %v (%v); want the build's qcow2", images, err)
+	}
+	if !strings.Contains(out, `"log":"/var/log/nodepool/builds/dib-`) && !strings.Contains(out, "log=/var/log/nodepool/builds/dib-") {
+		t.Errorf("the build did not log to the default build-log-dir:\n%s", out)
 	}
 }

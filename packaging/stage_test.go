@@ -135,3 +135,21 @@ func required(t *testing.T, name string) string {
 	}
 	return v
 }
+
+// writeShared writes a file, readable by everyone, for a container to read.
+func writeShared(t *testing.T, share, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(share, name), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func copyFile(t *testing.T, from, to string, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(to, readFile(t, from), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(to, mode); err != nil {
+		t.Fatal(err)
+	}
+}
