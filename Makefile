@@ -69,8 +69,10 @@ test: deps-test vet
 # package; as root, it is installed on this machine, run --once as the
 # nodepool user against a stand-in Zuul and a Glance, upgraded, removed and
 # purged, and the machine is put back as it was; the image is run --once with
-# podman against the same. The first run here builds the image's base
-# (a minute or two); podman keeps it.
+# podman against the same, and privileged to build a diskimage; the package
+# is run under systemd, PID 1 of a podman container, with the unit's sandbox
+# and the DIB drop-in. The first run here builds the image's base and the
+# systemd container's (a minute or two each); podman keeps them.
 # Images of earlier test runs, untagged once tested, are pruned so that a
 # machine running the tests at each commit keeps one image, :latest.
 package-test: deps-test deb image

@@ -130,6 +130,7 @@ func checkInstalled(t *testing.T, deb string) {
 		{configDir, fs.ModeDir | 0o755, 0},
 		{filepath.Join(examplesDir, "nodepool.yaml"), 0o644, 0},
 		{filepath.Join(examplesDir, "nodepool-builder.yaml"), 0o644, 0},
+		{"/usr/share/nodepool-builder/dib.conf", 0o644, 0},
 		{"/usr/share/doc/nodepool-builder/copyright", 0o644, 0},
 		{"/usr/share/doc/nodepool-builder/docs/installation.md.gz", 0o644, 0},
 		{"/usr/share/doc/nodepool-builder/CHANGELOG.md.gz", 0o644, 0},
@@ -190,19 +191,10 @@ func checkNoCgo(t *testing.T, binary string) {
 // upgrades: the user, its files and the images stay.
 func upgrade(t *testing.T, deb string, before account) {
 	t.Helper()
-	tree := t.TempDir()
-	run(t, "dpkg-deb", "-R", deb, tree)
-	control := filepath.Join(tree, "DEBIAN", "control")
-	version := strings.TrimSpace(run(t, "dpkg-deb", "-f", deb, "Version"))
-	later := strings.Replace(string(readFile(t, control)), "\nVersion: "+version+"\n", "\nVersion: "+version+"+later\n", 1)
-	if err := os.WriteFile(control, []byte(later), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	next := filepath.Join(t.TempDir(), "next.deb")
-	run(t, "dpkg-deb", "--root-owner-group", "-b", tree, next)
+	next, version := laterDeb(t, deb, t.TempDir())
 	run(t, "dpkg", "-i", next)
-	if got := strings.TrimSpace(run(t, "dpkg-query", "-W", "-f", "${Version}", "nodepool-builder")); got != version+"+later" {
-		t.Errorf("after the upgrade the installed version is %s", got)
+	if got := strings.TrimSpace(run(t, "dpkg-query", "-W", "-f", "${Version}", "nodepool-builder")); got != version {
+		t.Errorf("after the upgrade the installed version is %s, want %s", got, version)
 	}
 	if after := lookupUser(t); after != before {
 		t.Errorf("the upgrade changed the nodepool user from %+v to %+v", before, after)
@@ -211,6 +203,24 @@ func upgrade(t *testing.T, deb string, before account) {
 	if fi, err := os.Stat(stateDir); err != nil || int(fi.Sys().(*syscall.Stat_t).Uid) != before.uid {
 		t.Errorf("after the upgrade %s is not the nodepool user's: %v", stateDir, err)
 	}
+}
+
+// laterDeb writes into dir the package deb under a later version, and returns
+// its path and that version: the same files, as an upgrade brings them.
+func laterDeb(t *testing.T, deb, dir string) (path, version string) {
+	t.Helper()
+	tree := t.TempDir()
+	run(t, "dpkg-deb", "-R", deb, tree)
+	control := filepath.Join(tree, "DEBIAN", "control")
+	was := strings.TrimSpace(run(t, "dpkg-deb", "-f", deb, "Version"))
+	version = was + "+later"
+	later := strings.Replace(string(readFile(t, control)), "\nVersion: "+was+"\n", "\nVersion: "+version+"\n", 1)
+	if err := os.WriteFile(control, []byte(later), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(dir, "nodepool-builder_"+version+".deb")
+	run(t, "dpkg-deb", "--root-owner-group", "-b", tree, path)
+	return path, version
 }
 
 // account is the nodepool user as the test needs it.
