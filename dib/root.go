@@ -30,8 +30,8 @@ const sudoersFile = "/etc/sudoers.d/nodepool-builder"
 // of a user other than root has no_new_privs set (then sudo cannot gain
 // anything: under systemd the unit's NoNewPrivileges=, or any of the sandbox
 // settings that imply it, sets it), when sudo is missing, and when sudo -n true
-// is refused. Each error says
-// what to change. It runs sudo -n true, which changes nothing.
+// is refused. Each error says what to change. It runs sudo -n true, which
+// changes nothing.
 func CheckRoot(ctx context.Context) error {
 	return checkRoot(ctx, os.Geteuid(), "/proc/self/status", "sudo")
 }
@@ -67,6 +67,8 @@ func checkRoot(ctx context.Context, euid int, status, sudo string) error {
 		}
 		said := strings.Join(lines, "; ")
 		switch {
+		case errors.Is(ctx.Err(), context.Canceled):
+			return fmt.Errorf("run sudo -n true: %w", ctx.Err())
 		case ctx.Err() != nil:
 			said = fmt.Sprintf("no answer within %s", sudoTimeout)
 		case said == "":

@@ -2,6 +2,7 @@ package dib
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -97,5 +98,25 @@ func TestCheckRoot(t *testing.T) {
 				t.Errorf("sudo ran with %q, want -n true", args)
 			}
 		})
+	}
+}
+
+// TestCheckRootCancelled: a check cancelled while sudo runs (the daemon
+// stopping during a reload) is the cancellation, not a refusal of sudo's.
+func TestCheckRootCancelled(t *testing.T) {
+	dir := t.TempDir()
+	status := filepath.Join(dir, "status")
+	if err := os.WriteFile(status, []byte("NoNewPrivs:\t0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sudo := filepath.Join(dir, "sudo")
+	if err := os.WriteFile(sudo, []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := checkRoot(ctx, 1000, status, sudo)
+	if !errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "sudoers") {
+		t.Errorf("checkRoot with a cancelled context = %v; want the cancellation", err)
 	}
 }
