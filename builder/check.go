@@ -184,9 +184,9 @@ func checkClouds(ctx context.Context, cfg *config.Config) (problems []error, war
 }
 
 // secretFileWarnings names each file holding a secret (nodepool's secure
-// file, clouds.yaml, a Zuul auth-token-file, the zookeeper-tls key,
-// builder.zuul-mqtt's password-file and client-key) that users other than the
-// builder's may read, with the chmod that stops them; a file several
+// file, clouds.yaml and the secure.yaml merged over it, a Zuul
+// auth-token-file, the zookeeper-tls key, builder.zuul-mqtt's password-file
+// and client-key) that users other than the builder's may read, with the chmod that stops them; a file several
 // zuul-images share is named once. A file that does not read is left to the
 // checks that load it.
 func secretFileWarnings(cfg *config.Config) []string {
@@ -194,7 +194,7 @@ func secretFileWarnings(cfg *config.Config) []string {
 	files := []secret{{"the secure file", cfg.SecurePath}}
 	if len(cfg.Providers) > 0 {
 		if path, err := openstack.CloudsFile(); err == nil {
-			files = append(files, secret{"clouds.yaml", path})
+			files = append(files, secret{"clouds.yaml", path}, secret{"clouds.yaml's secure.yaml", openstack.SecureFile(path)})
 		}
 	}
 	for _, zi := range cfg.ZuulImages {

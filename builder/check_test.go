@@ -239,6 +239,7 @@ func TestCheckSecretFileModes(t *testing.T) {
 	token := write("token", "tok\n")
 	password := write("mqtt-password", "pw\n")
 	secure := write("secure.conf", "diskimages: []\n")
+	cloudsSecure := write("secure.yaml", "clouds:\n  c1: {auth: {password: pw}}\n")
 	mqttCert, mqttKey := writeKeyPair(t, dir, "mqtt", 0o644)
 	zkCert, zkKey := writeKeyPair(t, dir, "zk", 0o644)
 	images := filepath.Join(dir, "images")
@@ -256,6 +257,7 @@ func TestCheckSecretFileModes(t *testing.T) {
 	secrets := map[string]string{
 		clouds: "clouds.yaml", token: "auth-token-file", password: "builder.zuul-mqtt password-file",
 		mqttKey: "builder.zuul-mqtt client-key", zkKey: "zookeeper-tls key", secure: "the secure file",
+		cloudsSecure: "clouds.yaml's secure.yaml",
 	}
 	warned := func() map[string]string {
 		t.Helper()

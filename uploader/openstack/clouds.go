@@ -122,6 +122,10 @@ func findCloudsFile(explicit string) (string, []string, error) {
 		strings.Join(candidates, ", "))
 }
 
+// SecureFile returns the secure.yaml that Open merges over cloudsFile, the
+// clouds.yaml CloudsFile returns, or "" when there is none.
+func SecureFile(cloudsFile string) string { return findSecureFile(cloudsFile, "") }
+
 // findSecureFile returns the secure.yaml whose clouds are merged over those of
 // cloudsFile, the clouds.yaml read, or "" when there is none. openstacksdk looks
 // at $OS_CLIENT_SECURE_FILE, then in the search directories. Between them this
