@@ -54,6 +54,11 @@ type ServerOptions struct {
 	// IgnoreLimit makes a hostile Zuul answer more builds than the query's
 	// limit: every build past those skipped.
 	IgnoreLimit bool
+	// ProjectAnswer makes a hostile Zuul: the project endpoint answers any
+	// project asked, these fields (of Project.toDict: name, canonical_name,
+	// connection_name) in place of those of the project asked, e.g. a name
+	// of "*".
+	ProjectAnswer map[string]string
 	// Addr is the listen address; "127.0.0.1:0" when empty.
 	Addr string
 	// PostgreSQL matches the builds API's filters as Zuul does on
@@ -246,6 +251,15 @@ func (s *Server) SetIgnoreLimit(ignore bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.opts.IgnoreLimit = ignore
+}
+
+// SetProjectAnswer makes the project endpoint answer any project asked with
+// these fields in place of Zuul's (see ServerOptions.ProjectAnswer); nil
+// makes it answer as zuul-web again.
+func (s *Server) SetProjectAnswer(fields map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.ProjectAnswer = fields
 }
 
 // FailBuilds makes the next n builds API requests answer status (e.g.

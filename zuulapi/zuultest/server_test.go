@@ -187,6 +187,42 @@ func TestBuildsIgnoreFilters(t *testing.T) {
 	}
 }
 
+// TestProjectEndpoint: the project endpoint answers as zuul-web's: a project
+// the tenant knows, by its name or its canonical name, with their case, as
+// Project.toDict and the metadata of its project stanza show it; any other
+// name is a 404, whatever the builds API's filters match. A hostile Zuul
+// answers its own fields for any name.
+func TestProjectEndpoint(t *testing.T) {
+	s := NewServer(ServerOptions{})
+	defer s.Close()
+	mustAdd(t, s, BuildSpec{Project: "org/images"})
+	want := map[string]any{
+		"name": "org/images", "connection_name": "gerrit", "canonical_name": "review.example.com/org/images",
+		"configs":  []any{},
+		"metadata": map[string]any{"merge_mode": "merge-resolve", "default_branch": "master", "is_template": false, "queue_name": nil},
+	}
+	for _, asked := range []string{"org/images", "review.example.com/org/images"} {
+		resp, body := get(t, "GET", s.URL()+"/api/tenant/example/project/"+asked, nil)
+		var got map[string]any
+		if err := json.Unmarshal(body, &got); resp.StatusCode != http.StatusOK || err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %d %s (%v); want %v", asked, resp.StatusCode, body, err, want)
+		}
+	}
+	for _, asked := range []string{"Org/Images", "review.example.com/ORG/images", "git.example.org/org/images", "org/*", "*"} {
+		if resp, body := get(t, "GET", s.URL()+"/api/tenant/example/project/"+asked, nil); resp.StatusCode != http.StatusNotFound ||
+			!strings.Contains(string(body), "<p>Unknown project</p>") {
+			t.Errorf("%s: %d %s; want 404 Unknown project", asked, resp.StatusCode, body)
+		}
+	}
+	s.SetProjectAnswer(map[string]string{"name": "*"})
+	resp, body := get(t, "GET", s.URL()+"/api/tenant/example/project/evil/other", nil)
+	var got map[string]any
+	if err := json.Unmarshal(body, &got); resp.StatusCode != http.StatusOK || err != nil || got["name"] != "*" ||
+		got["canonical_name"] != "review.example.com/evil/other" {
+		t.Errorf("hostile: %d %s (%v); want name * for any project", resp.StatusCode, body, err)
+	}
+}
+
 func TestBuildsDefaultLimit(t *testing.T) {
 	s := NewServer(ServerOptions{})
 	defer s.Close()
