@@ -4,13 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 )
 
 // Check returns why b is not an answer to q, or nil when it is. Zuul filters
 // builds on its side; Check is there so that what it answers is not simply
-// believed. It selects as Zuul's own filters do (zuul/driver/sql/sqlconnection.py,
+// believed. It selects as Zuul's own filters do where the database keeps the
+// case of names, as PostgreSQL does (zuul/driver/sql/sqlconnection.py,
 // getBuilds and _getFuzzyFilterOp):
 //
 //   - project, job and branch equal q's, where a "*" anywhere in q's value
@@ -21,11 +21,15 @@ import (
 //   - a final query's build is not reported non-final (a build that does not
 //     say, from a Zuul older than the field, is taken as final).
 //
-// Names compare regardless of case: on MySQL and MariaDB, where Zuul's
-// database usually lives, both = and LIKE ignore it under the default
-// collations, so org/images finds Org/Images there. The result is exact: Zuul
-// writes its results in capitals. And b's uuid must be one Zuul makes: 32 hex
-// digits, nothing a terminal or a file name would take for more.
+// Names compare with their case, as Zuul stores them: git refs, and Zuul's
+// projects, jobs and pipelines, are case-sensitive, so MASTER is another
+// branch and Build-Debian another job, which whoever may push a branch or
+// change a job can make. Zuul's database usually lives on MySQL or MariaDB,
+// whose default collations ignore case in = and LIKE alike: such builds are
+// in its answers, and are refused here, the reason saying that only case
+// differs. The result is exact too: Zuul writes its results in capitals. And
+// b's uuid must be one Zuul makes: 32 hex digits, nothing a terminal or a
+// file name would take for more.
 //
 // The reason quotes b's fields clipped to a hundred bytes or so each, so that
 // it stays short whatever Zuul answered. Matches tells the same without the
@@ -116,13 +120,23 @@ func (q Query) reason(m mismatch, b Build) string {
 	case badUUID:
 		return fmt.Sprintf("uuid %s is not 32 hex digits", quoteClipped(b.UUID))
 	case otherProject:
-		return fmt.Sprintf("project %s is not %q", quoteClipped(b.Ref.Project), q.Project)
+		why := fmt.Sprintf("project %s is not %q", quoteClipped(b.Ref.Project), q.Project)
+		if onlyCaseDiffers(q.Project, b.Ref.Project) {
+			why += " (only case differs: to Zuul another project; if it is the one meant, write project as Zuul spells it)"
+		}
+		return why
 	case otherJob:
-		return fmt.Sprintf("job %s is not %q", quoteClipped(b.JobName), q.JobName)
+		return fmt.Sprintf("job %s is not %q", quoteClipped(b.JobName), q.JobName) + caseNote(q.JobName, b.JobName, "job")
 	case otherPipeline:
-		return fmt.Sprintf("pipeline %s is not one of %q", quoteClipped(b.Pipeline), q.Pipelines)
+		why := fmt.Sprintf("pipeline %s is not one of %q", quoteClipped(b.Pipeline), q.Pipelines)
+		for _, p := range q.Pipelines {
+			if onlyCaseDiffers(p, b.Pipeline) {
+				return why + caseNote(p, b.Pipeline, "pipeline")
+			}
+		}
+		return why
 	case otherBranch:
-		return fmt.Sprintf("branch %s is not %q", quoteClipped(b.Ref.Branch), q.Branch)
+		return fmt.Sprintf("branch %s is not %q", quoteClipped(b.Ref.Branch), q.Branch) + caseNote(q.Branch, b.Ref.Branch, "branch")
 	case otherResult:
 		return fmt.Sprintf("result %s is not %q", quoteClipped(b.Result), q.Result)
 	case unfinished:
@@ -130,6 +144,21 @@ func (q Query) reason(m mismatch, b Build) string {
 	default:
 		return "Zuul reports it not final (it was retried)"
 	}
+}
+
+// caseNote says, when v is refused by filter only for its case, that it is
+// another thing of its kind all the same.
+func caseNote(filter, v, kind string) string {
+	if !onlyCaseDiffers(filter, v) {
+		return ""
+	}
+	return " (only case differs: to Zuul another " + kind + ")"
+}
+
+// onlyCaseDiffers tells whether v, which filter does not match, would match
+// it regardless of case, as MySQL's collations match.
+func onlyCaseDiffers(filter, v string) bool {
+	return nameMatches(strings.ToLower(filter), strings.ToLower(v))
 }
 
 // reasonClip is how much of a field a reason quotes.
@@ -162,99 +191,39 @@ func ValidUUID(s string) bool {
 	return true
 }
 
-// nameMatches matches a value as Zuul's builds filters do on MySQL and
-// MariaDB: equal regardless of case, or, when the filter holds a "*", a LIKE
-// where "*" is any run of characters, anywhere in the filter, and nothing else
-// is special (Zuul escapes "%" and "_").
+// nameMatches matches a value as Zuul's builds filters select it, with the
+// case Zuul stores: equal, or, when the filter holds a "*", a LIKE where "*"
+// is any run of characters, anywhere in the filter, and nothing else is
+// special (Zuul escapes "%" and "_").
 //
 // With wildcards, the text before the first "*" must begin v and the text
 // after the last end it; each piece between must follow in order, and is
 // taken where it first appears, which leaves the most room for the next.
-// Case is folded character by character, as EqualFold does.
 func nameMatches(filter, v string) bool {
 	head, rest, wild := strings.Cut(filter, "*")
 	if !wild {
-		return strings.EqualFold(filter, v)
+		return filter == v
 	}
-	n, ok := prefixFold(v, head)
-	if !ok {
+	if !strings.HasPrefix(v, head) {
 		return false
 	}
-	v = v[n:]
+	v = v[len(head):]
 	middle, tail := "", rest
 	if i := strings.LastIndexByte(rest, '*'); i >= 0 {
 		middle, tail = rest[:i], rest[i+1:]
 	}
-	if v, ok = trimSuffixFold(v, tail); !ok {
+	if !strings.HasSuffix(v, tail) {
 		return false
 	}
+	v = v[:len(v)-len(tail)]
 	for middle != "" {
 		var piece string
 		piece, middle, _ = strings.Cut(middle, "*")
-		if piece == "" {
-			continue
-		}
-		if v, ok = afterFold(v, piece); !ok {
+		i := strings.Index(v, piece)
+		if i < 0 {
 			return false
 		}
+		v = v[i+len(piece):]
 	}
 	return true
-}
-
-// prefixFold tells whether v begins with p, regardless of case, and how many
-// bytes of v that beginning takes.
-func prefixFold(v, p string) (int, bool) {
-	n := 0
-	for _, pr := range p {
-		vr, size := utf8.DecodeRuneInString(v[n:])
-		if size == 0 || !foldEqual(pr, vr) {
-			return 0, false
-		}
-		n += size
-	}
-	return n, true
-}
-
-// trimSuffixFold returns v without its ending s, when v ends with s
-// regardless of case.
-func trimSuffixFold(v, s string) (string, bool) {
-	for s != "" {
-		sr, ssize := utf8.DecodeLastRuneInString(s)
-		vr, vsize := utf8.DecodeLastRuneInString(v)
-		if vsize == 0 || !foldEqual(sr, vr) {
-			return "", false
-		}
-		s, v = s[:len(s)-ssize], v[:len(v)-vsize]
-	}
-	return v, true
-}
-
-// afterFold returns what follows the first appearance of piece in v,
-// regardless of case.
-func afterFold(v, piece string) (string, bool) {
-	for i := 0; i < len(v); {
-		if n, ok := prefixFold(v[i:], piece); ok {
-			return v[i+n:], true
-		}
-		_, size := utf8.DecodeRuneInString(v[i:])
-		i += size
-	}
-	return "", false
-}
-
-// foldEqual tells whether two characters are the same regardless of case, by
-// Unicode's simple folding, as strings.EqualFold and regexp's (?i) take it.
-func foldEqual(a, b rune) bool {
-	if a == b {
-		return true
-	}
-	if a < utf8.RuneSelf && b < utf8.RuneSelf {
-		return 'A' <= a && a <= 'Z' && a+'a'-'A' == b || 'A' <= b && b <= 'Z' && b+'a'-'A' == a
-	}
-	for r := unicode.SimpleFold(a); r != a; r = unicode.SimpleFold(r) {
-		if r == b {
-			return true
-		}
-	}
-	return false
 }

@@ -176,11 +176,13 @@ func TestReportMatches(t *testing.T) {
 			b["result"] = "Image built."
 		}, false},
 
-		// MySQL and MariaDB, which hold Zuul's builds, match names regardless of
-		// case: so does a report.
-		{"the project in other case", nil, func(r, b map[string]any) { b["change"].(map[string]any)["project"] = "Org/Images" }, true},
-		{"the job in other case", nil, func(r, b map[string]any) { b["job_name"] = "Build-Debian" }, true},
-		{"the pipeline in other case", nil, func(r, b map[string]any) { r["pipeline"] = "Post" }, true},
+		// Zuul's names are case-sensitive: a report of a name in other case
+		// is of another branch, job, project or pipeline, which a poll
+		// would not take, though MySQL answers it.
+		{"the project in other case", nil, func(r, b map[string]any) { b["change"].(map[string]any)["project"] = "Org/Images" }, false},
+		{"the job in other case", nil, func(r, b map[string]any) { b["job_name"] = "Build-Debian" }, false},
+		{"the pipeline in other case", nil, func(r, b map[string]any) { r["pipeline"] = "Post" }, false},
+		{"the branch in other case", nil, func(r, b map[string]any) { b["change"].(map[string]any)["branch"] = "MASTER" }, false},
 		{"the tenant in other case", nil, func(r, b map[string]any) { r["tenant"] = "Example" }, false},
 	}
 	for _, tt := range tests {

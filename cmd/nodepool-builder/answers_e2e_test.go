@@ -85,3 +85,42 @@ func TestOnceUUIDWithControlCharacters(t *testing.T) {
 		t.Errorf("the build with a hostile uuid is in the store")
 	}
 }
+
+// TestOnceTakesNamesWithTheirCase: the zuul-image asks for branch master.
+// Zuul's database, on MySQL, answers it builds of branch MASTER (another
+// branch, which whoever may push can make), of job Build-Debian and of
+// project Org/Images, newer than the build asked for. --once fetches none of
+// them, says that only case differs, and uploads the build asked for.
+func TestOnceTakesNamesWithTheirCase(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	e.oneProvider("qcow2", "    branch: master\n", "")
+	asked := e.addBuild(e.makeImage(1), zuultest.BuildSpec{Branch: "master"})
+	others := []zuultest.Build{
+		e.addBuild(e.makeImage(2), zuultest.BuildSpec{Branch: "MASTER"}),
+		e.addBuild(e.makeImage(3), zuultest.BuildSpec{Job: "Build-Debian"}),
+		e.addBuild(e.makeImage(4), zuultest.BuildSpec{Project: "Org/Images"}),
+	}
+	r := e.once(0)
+	for _, says := range []string{`branch \"MASTER\" is not \"master\" (only case differs`, `job \"Build-Debian\" is not \"build-debian\" (only case differs`,
+		`project \"Org/Images\" is not \"org/images\" (only case differs`} {
+		if !strings.Contains(r.stderr, says) {
+			t.Errorf("--once does not say %s:\n%s", says, r.stderr)
+		}
+	}
+	b, ok := e.zuulBuildOf(asked.UUID)
+	if !ok || b.State != "ready" {
+		t.Fatalf("the build asked for, behind builds of names in other case, was not taken: %+v", e.buildsJSON())
+	}
+	e.checkUploaded("cloud-x", b, "qcow2")
+	for _, zb := range others {
+		if n := e.zuul.BytesServed(e.artifact(zb, "debian qcow2").Path); n != 0 {
+			t.Errorf("%d bytes of %s, a build of a name in other case, were fetched", n, zb.UUID)
+		}
+		if _, ok := e.zuulBuildOf(zb.UUID); ok {
+			t.Errorf("%s, a build of a name in other case, is in the store", zb.UUID)
+		}
+	}
+	if imgs := e.images("cloud-x"); len(imgs) != 1 {
+		t.Errorf("cloud-x holds %d images, want the one of the build asked for", len(imgs))
+	}
+}
