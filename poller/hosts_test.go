@@ -11,6 +11,7 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
+	"github.com/nodepool-builder/nodepool-builder/zuulapi"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
@@ -147,4 +148,41 @@ func TestPollProjectByCanonicalName(t *testing.T) {
 	if n := strings.Count(f.logs.String(), "knows no project of this name"); n != 1 {
 		t.Errorf("the unknown project was warned of %d times, want once", n)
 	}
+}
+
+// TestPollChecksTheProjectAPI: the name Zuul's project API answers for a
+// project written by its canonical name becomes the filter of the polls, so
+// an answer of a wildcard, or of another project, fails the poll: the builds
+// API is not asked and nothing is fetched, though the newest build, of
+// another project, is what such a filter would take. Once the API answers the
+// project asked, its build is fetched.
+func TestPollChecksTheProjectAPI(t *testing.T) {
+	f := newFixture(t, "qcow2")
+	ctx := context.Background()
+	f.cfg.ZuulImages[0].Project = "review.example.com/org/images"
+	good := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: f.image("qcow2", "good"), Metadata: meta("qcow2")})
+	evil, err := f.zuul.AddBuild(zuultest.BuildSpec{Job: "build-debian", Project: "evil/other",
+		Artifacts: []zuultest.ArtifactSpec{{Name: "qcow2", Data: f.image("qcow2", "evil"), Metadata: meta("qcow2")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, answer := range map[string]map[string]string{
+		"a wildcard":             {"name": "*", "canonical_name": "review.example.com/*"},
+		"another project":        {"name": "evil/other", "canonical_name": "review.example.com/evil/other"},
+		"another canonical name": {"name": "evil/other", "canonical_name": "review.example.com/org/images"},
+	} {
+		f.zuul.SetProjectAnswer(answer)
+		out, err := f.poll(ctx, "debian")
+		if !errors.Is(err, zuulapi.ErrUnexpected) || out.Ingested != nil || !strings.Contains(err.Error(), "check api-url and project") {
+			t.Errorf("%s: poll = %+v, %v; want it failed, saying to check project", what, out, err)
+		}
+	}
+	if calls := f.zuul.BuildsCalls(); len(calls) != 0 {
+		t.Errorf("the builds API was asked %d times, first for %q, with no project Zuul answered for", len(calls), calls[0].RawQuery)
+	}
+	if n := f.zuul.BytesServed(evil.Artifacts[0].Path); n != 0 {
+		t.Errorf("%d bytes of a build of another project were fetched", n)
+	}
+	f.zuul.SetProjectAnswer(nil)
+	f.pollIngests("the build of the project asked, once Zuul's project API answers it", good)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -122,5 +123,32 @@ func TestOnceTakesNamesWithTheirCase(t *testing.T) {
 	}
 	if imgs := e.images("cloud-x"); len(imgs) != 1 {
 		t.Errorf("cloud-x holds %d images, want the one of the build asked for", len(imgs))
+	}
+}
+
+// TestOnceChecksTheProjectAPI: a zuul-image's project is written by its
+// canonical name, and Zuul's project API answers a wildcard for it. --once
+// fails saying to check project, asks the builds API nothing and fetches
+// nothing, though the newest build, of another project, is what the wildcard
+// would take.
+func TestOnceChecksTheProjectAPI(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example", ProjectAnswer: map[string]string{"name": "*"}})
+	e.oneProvider("qcow2", "", "")
+	cfg, err := os.ReadFile(e.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.writeYAML(strings.Replace(string(cfg), "project: org/images", "project: review.example.com/org/images", 1))
+	e.addBuild(e.makeImage(1), zuultest.BuildSpec{})
+	evil := e.addBuild(e.makeImage(2), zuultest.BuildSpec{Project: "evil/other"})
+	r := e.once(exitFailed)
+	if !strings.Contains(r.stderr, `answered name "*"`) || !strings.Contains(r.stderr, "check api-url and project") {
+		t.Errorf("--once does not say Zuul's project API answered a wildcard:\n%s", r.stderr)
+	}
+	if calls := e.zuul.BuildsCalls(); len(calls) != 0 {
+		t.Errorf("the builds API was asked for %q", calls[0].RawQuery)
+	}
+	if n := e.zuul.BytesServed(e.artifact(evil, "debian qcow2").Path); n != 0 || len(e.buildsJSON()) != 0 {
+		t.Errorf("%d bytes of a build of another project were fetched; builds: %+v", n, e.buildsJSON())
 	}
 }
