@@ -50,6 +50,10 @@ type Config struct {
 	ZuulImages []ZuulImage
 	Providers  []Provider // only providers this builder uploads to (driver openstack)
 	Builder    Builder
+
+	// own is the builder's own settings as read, its sections decoded: what
+	// OwnSettingsChanged compares.
+	own map[string]any
 }
 
 // Webapp is the address of status pages: the builder's own (builder.webapp)

@@ -232,7 +232,9 @@ func TestLoadZuulImagesExample(t *testing.T) {
 			Webapp:                  &Webapp{ListenAddress: "127.0.0.1", Port: 8016},
 		},
 	}
-	cfg.Snapshot = nil // the text it was loaded from, which TestSnapshot checks
+	// The text it was loaded from, which TestSnapshot checks, and its own
+	// settings as read, which TestOwnSettingsChanged checks.
+	cfg.Snapshot, cfg.own = nil, nil
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Load =\n%+v\nwant\n%+v", cfg, want)
 	}
@@ -269,8 +271,10 @@ func TestLoadOneFile(t *testing.T) {
 			t.Errorf("warnings %q do not say %q", cfg.Warnings, want)
 		}
 	}
-	// What differs: where it was read from, and what the declarations add.
+	// What differs: where it was read from, the text of its own settings
+	// (gearman-servers at the top level), and what the declarations add.
 	cfg.Files, cfg.Snapshot, cfg.Path, cfg.BuilderPath, cfg.Warnings = pair.Files, pair.Snapshot, pair.Path, pair.BuilderPath, pair.Warnings
+	cfg.own = pair.own
 	cfg.ZooKeeper.ServersFile = pair.ZooKeeper.ServersFile
 	for i := range cfg.ZuulImages {
 		zi, pz := &cfg.ZuulImages[i], pair.ZuulImages[i]

@@ -336,6 +336,7 @@ func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, has
 		return cfg
 	}
 	settings, op, oneFile := findBuilderSettings(cfg, np, top, bp, own, hasOwn)
+	cfg.own = ownSettings(settings)
 
 	np.readTopLevel(cfg, top)
 	if n, ok := settings.get("builder"); ok {

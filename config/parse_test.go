@@ -335,6 +335,7 @@ zuul-images:
 			Webapp:                  &Webapp{ListenAddress: "127.0.0.1", Port: 8006},
 		},
 	}
+	cfg.own = nil // its own settings as read, which TestOwnSettingsChanged checks
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Parse =\n%+v\nwant\n%+v", cfg, want)
 	}
