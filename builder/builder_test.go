@@ -156,6 +156,8 @@ type rig struct {
 	cfg    string // the config file
 	// storeLogs holds what the store logged: the records it refused.
 	storeLogs *logBuffer
+	// reloads is the Reload signal of the builder, unless the test gave its own.
+	reloads chan struct{}
 }
 
 // twoImages has two diskimages, paused so that only the test makes builds, each
@@ -184,7 +186,8 @@ providers:
 func newRig(t *testing.T, text string, edit ...func(*Options)) *rig {
 	t.Helper()
 	dir := t.TempDir()
-	r := &rig{t: t, dir: dir, clouds: map[string]*gatedCloud{"pa": newGatedCloud(), "pb": newGatedCloud()}}
+	r := &rig{t: t, dir: dir, clouds: map[string]*gatedCloud{"pa": newGatedCloud(), "pb": newGatedCloud()},
+		reloads: make(chan struct{}, 1)}
 	images := filepath.Join(dir, "images")
 	r.cfg = filepath.Join(dir, "nodepool.yaml")
 	r.write(fmt.Sprintf(text, images))
@@ -208,6 +211,7 @@ func newRig(t *testing.T, text string, edit ...func(*Options)) *rig {
 		},
 		Intervals:    Intervals{Plan: 20 * time.Millisecond, Cleanup: 20 * time.Millisecond, ConfigCheck: 20 * time.Millisecond},
 		CleanupGrace: 500 * time.Millisecond,
+		Reload:       r.reloads,
 	}
 	for _, e := range edit {
 		e(&opts)
@@ -223,6 +227,18 @@ func (r *rig) write(text string) {
 	r.t.Helper()
 	if err := os.WriteFile(r.cfg, []byte(text), 0o644); err != nil {
 		r.t.Fatal(err)
+	}
+}
+
+// confirm writes text as the config and sends the Reload signal, as SIGHUP
+// does: a change of the builder's own settings waits for it.
+func (r *rig) confirm(text string) {
+	r.t.Helper()
+	r.write(text)
+	select {
+	case r.reloads <- struct{}{}:
+	default:
+		r.t.Fatal("a Reload signal is still pending, or the test gave the builder its own")
 	}
 }
 

@@ -308,7 +308,8 @@ func TestCheckSecretFileModes(t *testing.T) {
 }
 
 // TestSecretFileModesLogged: the daemon warns of a secret file others may read
-// at start and when a reload brings one in.
+// at start and when a reload (the Reload signal: auth-token-file is a setting
+// of the builder's own) brings one in.
 func TestSecretFileModesLogged(t *testing.T) {
 	zuul := zuultest.NewServer(zuultest.ServerOptions{})
 	t.Cleanup(zuul.Close)
@@ -324,10 +325,10 @@ func TestSecretFileModesLogged(t *testing.T) {
 	if logs.count("chmod 600 "+open) != 1 {
 		t.Fatalf("the start does not warn of %s:\n%s", open, logs.b.String())
 	}
-	r.write(strings.Replace(text(private, "3600"), "%s", r.st.Dir(), 1))
 	r.run()
+	r.confirm(strings.Replace(text(private, "3600"), "%s", r.st.Dir(), 1))
 	testenv.WaitFor(t, 10*time.Second, "the reload", func() bool { return r.b.Config().ZuulImage("zimg").AuthTokenFile == private })
 	os.Chmod(private, 0o644)
-	r.write(strings.Replace(text(private, "3599"), "%s", r.st.Dir(), 1))
+	r.confirm(strings.Replace(text(private, "3599"), "%s", r.st.Dir(), 1))
 	testenv.WaitFor(t, 10*time.Second, "the reload to warn of "+private, func() bool { return logs.count("chmod 600 "+private) == 1 })
 }

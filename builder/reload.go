@@ -194,10 +194,10 @@ func (s *supervisor) stop() {
 
 // watchConfig reloads the config on the Reload signal and when a config file
 // changes. A config that does not load, or cannot be used, is reported and the
-// running one stays. A change of the files that would release a provider's or
-// an image's every upload, or drop every image, is held until the Reload
-// signal confirms it: a file cut short by a full disk or an interrupted write
-// holds still and may well load, and it would have those uploads deleted.
+// running one stays. A change of the files that widens what the builder does
+// or trusts, or releases what it keeps, is held until the Reload signal
+// confirms it (see toConfirm): a file cut short by a full disk or an
+// interrupted write, or removed, holds still and may well load.
 func (b *Builder) watchConfig(ctx context.Context, sources *supervisor) {
 	files := b.cur.Load().cfg.Files
 	file := configFile{last: b.cfgFile}
@@ -225,22 +225,25 @@ func (b *Builder) watchConfig(ctx context.Context, sources *supervisor) {
 			}
 			why, snap = "config file changed", now
 		}
-		dropped, err := b.reload(ctx, sources, snap, confirmed)
+		applied, err := b.reload(ctx, sources, snap, confirmed)
 		var held heldError
 		switch {
 		case errors.As(err, &held):
-			b.log.Warn("config change held: it would release what drops lists; send SIGHUP to the daemon "+
-				"(systemctl reload) to apply it, or correct the files", "reason", why, "drops", held.drops, "files", files.Nodepool)
+			b.log.Warn(held.Error()+"; send SIGHUP to the daemon (systemctl reload) to apply it, "+
+				"or correct the files", append(held.attrs(), "reason", why, "files", files.Nodepool)...)
 			continue
 		case err != nil:
 			b.log.Error("config not reloaded; the running one stays", "reason", why, "error", err)
 			continue
 		}
 		cfg := b.cur.Load().cfg
-		b.log.Info("config reloaded", "reason", why, "diskimages", len(cfg.DiskImages),
-			"zuul_images", len(cfg.ZuulImages), "providers", len(cfg.Providers))
-		if len(dropped) > 0 {
-			b.log.Warn("the reloaded config releases what drops lists, as the reload signal confirmed", "drops", dropped)
+		attrs := []any{"reason", why, "diskimages", len(cfg.DiskImages), "zuul_images", len(cfg.ZuulImages), "providers", len(cfg.Providers)}
+		if len(applied.changes) > 0 {
+			attrs = append(attrs, "changes", applied.changes)
+		}
+		b.log.Info("config reloaded", attrs...)
+		if len(applied.drops) > 0 {
+			b.log.Warn("the reloaded config releases what drops lists, as the reload signal confirmed", "drops", applied.drops)
 		}
 		for _, w := range cfg.Warnings {
 			b.log.Warn(w)
@@ -252,7 +255,7 @@ func (b *Builder) watchConfig(ctx context.Context, sources *supervisor) {
 // way. A file rewritten in place can be read half-written, and half a config may
 // well load: one that lists fewer images would have their uploads, files and
 // records deleted. So a change counts once the files have read the same at two
-// checks in a row. (A file cut short and left so holds still: dropsToConfirm
+// checks in a row. (A file cut short and left so holds still: toConfirm
 // guards against that.)
 type configFile struct {
 	last    *config.Snapshot // what the running config was loaded from, as last settled
@@ -280,11 +283,74 @@ func (f *configFile) settle(now *config.Snapshot) {
 	f.last, f.pending = now, nil
 }
 
+// confirmation is what a change of the config does that only the
+// operator's confirmation, the Reload signal, may apply.
+type confirmation struct {
+	// changes are the keys whose change a file change alone never applies:
+	// the builder's own settings, a post-upload-hook taken away.
+	changes []string
+	// drops are what the change would release (dropsToConfirm).
+	drops []string
+}
+
+// none tells whether the change needs no confirmation.
+func (c confirmation) none() bool { return len(c.changes) == 0 && len(c.drops) == 0 }
+
+// toConfirm says what a change from the running config to next does that
+// only the operator's confirmation may apply:
+//
+//   - any change of the builder's own settings (zuul-images and builder), its
+//     file coming or going included. A file cut short or removed brings the
+//     keys it lost back to their defaults, which widen what the builder does
+//     and trusts (gearman functions, build-diskimages, a zuul-image's branch)
+//     or drop what it keeps (keep-builds). Holding every change of them is a
+//     rule the operator can predict; a list of the keys that widen would not be.
+//   - a provider's post-upload-hook taken away: later uploads would go unchecked.
+//   - what dropsToConfirm lists, in any file.
+//
+// nodepool.yaml's other keys are nodepool's, whose own daemons take their
+// changes by themselves; the secure file holds the ZooKeeper settings, which
+// apply at the next start only, and diskimages' secrets.
+func toConfirm(running, next *config.Config) confirmation {
+	c := confirmation{changes: running.OwnSettingsChanged(next), drops: dropsToConfirm(running, next)}
+	for _, p := range running.Providers {
+		if np := next.Provider(p.Name); p.PostUploadHook != "" && np != nil && np.PostUploadHook == "" {
+			c.changes = append(c.changes, fmt.Sprintf("providers[%s].post-upload-hook", p.Name))
+		}
+	}
+	return c
+}
+
 // heldError is a reload held back until the operator confirms it.
-type heldError struct{ drops []string }
+type heldError struct{ confirmation }
 
 func (e heldError) Error() string {
-	return "the config would release " + strings.Join(e.drops, "; ")
+	return "config change held: " + e.why()
+}
+
+// why says why the change is held, naming the log attributes of attrs.
+func (e heldError) why() string {
+	var why []string
+	if len(e.changes) > 0 {
+		why = append(why, "it changes the keys changes lists, which a file change alone does not apply")
+	}
+	if len(e.drops) > 0 {
+		why = append(why, "it would release what drops lists")
+	}
+	return strings.Join(why, "; ")
+}
+
+// attrs are the log attributes of what is held: the keys (never their
+// values, which may be secrets) and what would be released.
+func (e heldError) attrs() []any {
+	var out []any
+	if len(e.changes) > 0 {
+		out = append(out, "changes", e.changes)
+	}
+	if len(e.drops) > 0 {
+		out = append(out, "drops", e.drops)
+	}
+	return out
 }
 
 // dropsToConfirm says what a change from the running config to next releases
@@ -328,24 +394,25 @@ func dropsToConfirm(running, next *config.Config) []string {
 // reload loads and assembles a snapshot of the config files and makes it
 // current: loops of dropped images stop, new images get loops, uploads the new
 // config no longer asks for are cancelled, and the planner looks at once.
-// Unless confirmed, a config with drops to confirm is not taken: the error is
-// a heldError. It returns the drops it applied.
-func (b *Builder) reload(ctx context.Context, sources *supervisor, snap *config.Snapshot, confirmed bool) ([]string, error) {
+// Unless confirmed, a config with something to confirm (toConfirm) is not
+// taken: the error is a heldError. It returns what it applied that needed the
+// confirmation.
+func (b *Builder) reload(ctx context.Context, sources *supervisor, snap *config.Snapshot, confirmed bool) (confirmation, error) {
 	cfg, err := snap.Load()
 	if err != nil {
-		return nil, err
+		return confirmation{}, err
 	}
 	// What the builder would refuse at start, a reload refuses too.
 	if problems := checkHost(ctx, cfg); len(problems) > 0 {
-		return nil, &CheckError{Path: cfg.Path, Problems: problems}
+		return confirmation{}, &CheckError{Path: cfg.Path, Problems: problems}
 	}
-	drops := dropsToConfirm(b.cur.Load().cfg, cfg)
-	if len(drops) > 0 && !confirmed {
-		return nil, heldError{drops}
+	confirm := toConfirm(b.cur.Load().cfg, cfg)
+	if !confirm.none() && !confirmed {
+		return confirmation{}, heldError{confirm}
 	}
 	p, err := b.assemble(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return confirmation{}, err
 	}
 	if old := b.cur.Load().cfg; !slices.Equal(old.Builder.GearmanServers, cfg.Builder.GearmanServers) {
 		b.log.Warn("gearman-servers changed; the builder keeps the servers it started with until it is restarted")
@@ -373,5 +440,5 @@ func (b *Builder) reload(ctx context.Context, sources *supervisor, snap *config.
 	}
 	b.queue.signal() // upload-workers may have changed
 	b.wakePlanner()
-	return drops, nil
+	return confirm, nil
 }

@@ -33,8 +33,9 @@ zuul-images:
 `
 
 // TestReloadAppliesPollIntervalAtOnce: a zuul-image polled every hour whose
-// poll-interval a reload lowers is polled again the new interval after its last
-// poll, not at the end of the hour.
+// poll-interval a reload (the Reload signal: it is a setting of the builder's
+// own) lowers is polled again the new interval after its last poll, not at the
+// end of the hour.
 func TestReloadAppliesPollIntervalAtOnce(t *testing.T) {
 	zuul := zuultest.NewServer(zuultest.ServerOptions{})
 	t.Cleanup(zuul.Close)
@@ -46,15 +47,15 @@ func TestReloadAppliesPollIntervalAtOnce(t *testing.T) {
 	r.run()
 	testenv.WaitFor(t, 10*time.Second, "the first poll", func() bool { return polls() == 1 })
 
-	r.write(strings.Replace(text("0.2"), "%s", r.st.Dir(), 1))
+	r.confirm(strings.Replace(text("0.2"), "%s", r.st.Dir(), 1))
 	testenv.WaitFor(t, 10*time.Second, "the reload", func() bool { return r.b.Config().ZuulImage("zimg").PollInterval == 200*time.Millisecond })
 	testenv.WaitFor(t, 10*time.Second, "a poll at the new interval", func() bool { return polls() >= 3 })
 
 	// Raised again: the loop waits the new interval after its last poll.
-	r.write(strings.Replace(text("3600"), "%s", r.st.Dir(), 1))
+	r.confirm(strings.Replace(text("3600"), "%s", r.st.Dir(), 1))
 	testenv.WaitFor(t, 10*time.Second, "the second reload", func() bool { return r.b.Config().ZuulImage("zimg").PollInterval == time.Hour })
 	settled := polls()
-	r.write(strings.Replace(text("3599"), "%s", r.st.Dir(), 1))
+	r.confirm(strings.Replace(text("3599"), "%s", r.st.Dir(), 1))
 	testenv.WaitFor(t, 10*time.Second, "the third reload", func() bool { return r.b.Config().ZuulImage("zimg").PollInterval == 3599*time.Second })
 	if n := polls(); n > settled+1 {
 		t.Errorf("%d polls after poll-interval went back to an hour, want at most the one under way", n-settled)

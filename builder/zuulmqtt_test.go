@@ -86,8 +86,8 @@ func (r *mqttRig) show() string {
 // TestZuulMQTTReportPollsNow: with builder.zuul-mqtt, the daemon polls every
 // zuul-image once it is connected, and a report of a build of zimg's job makes
 // it poll zimg at once, though its poll-interval is an hour; the connection
-// and the messages show in the status file and the metrics. A reload that
-// changes the settings listens with the new ones, counting on; one whose files
+// and the messages show in the status file and the metrics. A reload (the
+// Reload signal) that changes the settings listens with the new ones, counting on; one whose files
 // do not read is refused; one without the section stops listening.
 func TestZuulMQTTReportPollsNow(t *testing.T) {
 	broker := testenv.NewMosquitto(t, testenv.MosquittoOptions{})
@@ -137,7 +137,7 @@ func TestZuulMQTTReportPollsNow(t *testing.T) {
 
 	// New settings: another broker.
 	other := testenv.NewMosquitto(t, testenv.MosquittoOptions{})
-	r.write(r.text(mqttSection(other.URL)))
+	r.confirm(r.text(mqttSection(other.URL)))
 	testenv.WaitFor(t, 10*time.Second, "the listener on the new broker, and its poll after the connect", func() bool {
 		s := r.state()
 		return s.URL == other.URL && s.Connected && r.polls() == 4
@@ -149,14 +149,14 @@ func TestZuulMQTTReportPollsNow(t *testing.T) {
 	}
 
 	// Files that do not read: the reload is refused, the listener stays.
-	r.write(r.text("  zuul-mqtt:\n    url: mqtts://127.0.0.1:1\n    ca-cert: " + filepath.Join(r.dir, "absent-ca.pem") + "\n"))
+	r.confirm(r.text("  zuul-mqtt:\n    url: mqtts://127.0.0.1:1\n    ca-cert: " + filepath.Join(r.dir, "absent-ca.pem") + "\n"))
 	testenv.WaitFor(t, 10*time.Second, "the reload to be refused", func() bool { return r.logs.count("config not reloaded") == 1 }, r.show)
 	if r.logs.count("builder.zuul-mqtt: read ca-cert") != 1 || r.state().URL != other.URL {
 		t.Errorf("the refused reload does not say why, or changed the listener (%s)\n%s", r.state().URL, r.show())
 	}
 
 	// Without the section: no listener, and the status file says so.
-	r.write(r.text("  keep-builds: 2\n"))
+	r.confirm(r.text("  keep-builds: 2\n"))
 	testenv.WaitFor(t, 10*time.Second, "the listener to stop", func() bool {
 		s, err := status.ReadZuulMQTT(r.st)
 		return err == nil && s != nil && !s.Listening && !s.Connected && s.Used == 2

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
+	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
@@ -374,4 +376,121 @@ func TestDaemonHoldsConfigCutShort(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDaemonHoldsBuilderFileCutOrRemoved: the builder's own file cut short
+// (here its builder section lost, as a file with zuul-images first loses it)
+// or removed would bring every setting back to its default: gearman's
+// image-upload and image-delete functions that gearman-functions left out,
+// keep-builds down to 2. The file watcher applies neither; the log names the
+// keys that would change. SIGHUP, the operator's act, applies it.
+func TestDaemonHoldsBuilderFileCutOrRemoved(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	gd := testenv.NewGearmand(t)
+	e.writeYAML(`images-dir: {{IMAGES}}
+diskimages:
+  - name: debian
+    pause: true
+providers:
+  - name: cloud-q
+    cloud: {{CLOUD}}
+    image-format: qcow2
+    diskimages:
+      - name: debian
+`)
+	own := filepath.Join(e.dir, config.BuilderFileName)
+	text := fmt.Sprintf(`zuul-images:
+  - name: debian
+    api-url: %s
+    tenant: example
+    project: org/images
+    job: build-debian
+    poll-interval: 1
+builder:
+  keep-builds: 3
+  gearman-servers:
+    - host: 127.0.0.1
+      port: %d
+  gearman-functions: [image-build]
+`, e.zuul.URL(), gd.Port)
+	writeFileT(t, own, text)
+	ready := func() []string {
+		var ids []string
+		for _, b := range e.buildsOf("debian") {
+			if b.State == "ready" {
+				ids = append(ids, b.BuildID)
+			}
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	var made []string // the ready builds, oldest first
+	for seed := range int64(3) {
+		e.addBuild(e.makeImage(seed+1), zuultest.BuildSpec{})
+		e.once(0)
+		for _, id := range ready() {
+			if !slices.Contains(made, id) {
+				made = append(made, id)
+			}
+		}
+	}
+	builds := ready()
+	if len(made) != 3 || len(builds) != 3 {
+		t.Fatalf("ready builds %v, want 3", builds)
+	}
+	oldest, newest := made[0], made[2]
+
+	d := startDaemon(t, e.cfgPath)
+	logs := d.logs
+	waitWorkers(t, gd, d, "image-build:debian", 1)
+	served := func(what string) {
+		t.Helper()
+		for fn, n := range workers(t, gd) {
+			if n > 0 && !strings.HasPrefix(fn, "image-build:") {
+				t.Errorf("%s: gearadmin --status lists %d workers of %s; gearman-functions lists image-build alone", what, n, fn)
+			}
+		}
+		if got := ready(); !slices.Equal(got, builds) {
+			t.Errorf("%s: ready builds %v, want the 3 that keep-builds keeps: %v", what, got, builds)
+		}
+	}
+	served("at start")
+	said := func() int {
+		s := logs.String()
+		return strings.Count(s, "config reloaded") + strings.Count(s, "config change held") + strings.Count(s, "config not reloaded")
+	}
+	held := func(what string, n int, keys ...string) {
+		t.Helper()
+		testenv.WaitFor(t, 30*time.Second, "the watcher to judge "+what, func() bool { return said() == n }, logs.String)
+		if strings.Contains(logs.String(), "config reloaded") || strings.Count(logs.String(), "config change held") != n {
+			t.Fatalf("the file watcher applied %s:\n%s", what, logs.String())
+		}
+		line := logs.String()[strings.LastIndex(logs.String(), "config change held"):]
+		line = line[:strings.IndexByte(line, '\n')]
+		for _, key := range keys {
+			if !strings.Contains(line, key) {
+				t.Errorf("the held change does not name %s: %s", key, line)
+			}
+		}
+		if !strings.Contains(line, "SIGHUP") || strings.Contains(line, e.zuul.URL()) {
+			t.Errorf("the held change does not say how to apply it, or names a value: %s", line)
+		}
+		served("after " + what)
+	}
+
+	writeFileT(t, own, text[:strings.Index(text, "builder:")])
+	held("the builder section cut off", 1, "builder.gearman-functions", "builder.keep-builds")
+	if err := os.Remove(own); err != nil {
+		t.Fatal(err)
+	}
+	held("the builder's file removed", 2, "zuul-images[debian]", "builder.gearman-functions", "builder.keep-builds")
+
+	// SIGHUP applies it: every function is served, and keep-builds is 2.
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	d.waitLog(t, 30*time.Second, "config reloaded")
+	waitWorkers(t, gd, d, "image-upload:"+newest, 1)
+	testenv.WaitFor(t, 60*time.Second, "the oldest build to go", func() bool {
+		got := e.buildsOf("debian")
+		return len(got) == 2 && !slices.ContainsFunc(got, func(b listing.Build) bool { return b.BuildID == oldest })
+	}, logs.String)
 }
