@@ -27,8 +27,11 @@ var (
 	// added later, which this version does not know and leaves alone.
 	sourcePattern = regexp.MustCompile(`^[a-z][a-z0-9]{0,31}$`)
 	// formatPattern is a disk image format, as the config takes one.
-	formatPattern = regexp.MustCompile(`^[a-z][a-z0-9]{0,31}$`)
+	formatPattern = regexp.MustCompile(`^` + formatWord + `$`)
 )
+
+// formatWord is a format, or the suffix of its file, in a pattern.
+const formatWord = `[a-z][a-z0-9]{0,31}`
 
 // maxField bounds a free-form field of a record (an external id, a host name,
 // a URL): anything longer is no value nodepool or the clouds write.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/fanout"
@@ -25,6 +26,36 @@ const (
 	md5Ext      = ".md5"
 	manifestExt = ".d"
 )
+
+// A build's files are named <image>-<build_id>.<tail>, and matched whole: the
+// name of another build can begin with this one's followed by a dot (image
+// "img1-22.04" and build "img1-22"), but its tail then holds a '-', which no
+// tail of these does, since neither formats nor suffixes hold one.
+var (
+	// fileTail is a tail in the images-dir: a format's file (DIB's suffix of
+	// it, as "squash" for squashfs), its sidecars, or DIB's manifest "d".
+	fileTail = formatWord + `(?:` + regexp.QuoteMeta(sha256Ext) + `|` + regexp.QuoteMeta(md5Ext) + `)?`
+	// partialTail is a tail in the partial directory: a format's file made
+	// there, or a file of its download in progress.
+	partialTail = formatWord + `(?:` + partialSuffixes() + `)?`
+
+	fileTailName    = regexp.MustCompile(`^` + fileTail + `$`)
+	partialTailName = regexp.MustCompile(`^` + partialTail + `$`)
+)
+
+// isBuildFile tells whether name, in the images-dir (or the partial directory
+// when inPartial), is one of the files of build <image>-<build_id>.
+func isBuildFile(name, build string, inPartial bool) bool {
+	tail, ok := strings.CutPrefix(name, build+".")
+	if !ok {
+		return false
+	}
+	if inPartial {
+		return partialTailName.MatchString(tail)
+	}
+	// "<part>-status.json" has the shape of build <part>-status's file.
+	return fileTailName.MatchString(tail) && !ownFile(name)
+}
 
 // FilePath is where a build's file of a format lives: <images-dir>/<image>-<build_id>.<format>.
 // Names come from records, which other programs write: one that would lead
@@ -96,15 +127,11 @@ func (s *Store) RemovePartials(image, keep string) error {
 	if err != nil {
 		return fmt.Errorf("list partial downloads: %w", err)
 	}
-	prefix := image + "-zuul-"
 	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), prefix)
-		if !ok {
-			continue
-		}
-		uuid, _, ok := strings.Cut(rest, ".")
-		// The uuid is hex: this keeps image "fedora" off "fedora-40"'s files.
-		if !ok || !isHex(uuid) || (keep != "" && uuid == keep) {
+		// The whole name: image "fedora" keeps off "fedora-40"'s files, and
+		// off "fedora-zuul-ab.c"'s.
+		m := partialName.FindStringSubmatch(e.Name())
+		if m == nil || m[1] != image || (keep != "" && m[2] == keep) {
 			continue
 		}
 		if err := os.Remove(filepath.Join(s.PartialDir(), e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -181,7 +208,7 @@ func (s *Store) RemoveBuildFiles(image, buildID string) error {
 	if _, err := s.BuildPath(image, buildID); err != nil {
 		return fmt.Errorf("remove files: %w", err)
 	}
-	prefix := image + "-" + buildID + "."
+	build := image + "-" + buildID
 	for _, dir := range []string{s.dir, s.PartialDir()} {
 		entries, err := os.ReadDir(dir)
 		if errors.Is(err, os.ErrNotExist) && dir != s.dir {
@@ -191,7 +218,7 @@ func (s *Store) RemoveBuildFiles(image, buildID string) error {
 			return fmt.Errorf("list %s: %w", dir, err)
 		}
 		for _, e := range entries {
-			if !strings.HasPrefix(e.Name(), prefix) {
+			if !isBuildFile(e.Name(), build, dir != s.dir) {
 				continue
 			}
 			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {

@@ -37,12 +37,12 @@ const (
 
 var (
 	// buildFileName is a build's file: <image>-<32 hex>.<format, sidecar or .d>.
-	buildFileName = regexp.MustCompile(`^(.+)-([0-9a-f]{32})\.(.+)$`)
+	buildFileName = regexp.MustCompile(`^(.+)-([0-9a-f]{32})\.` + fileTail + `$`)
 	// tempName is a file createTemp made, being written before a rename.
 	tempName = regexp.MustCompile(`^\.(.+)(` + regexp.QuoteMeta(tempWrite) + `|` + regexp.QuoteMeta(tempConvert) + `)[0-9]+$`)
 	// partialName is a file made of a Zuul build in .partial: <image>-zuul-<uuid>.<format>,
 	// alone (verified, converted) or with the suffix of a download in progress.
-	partialName = regexp.MustCompile(`^(.+)-zuul-([0-9a-fA-F]+)\.[^.]+(` + partialSuffixes() + `)?$`)
+	partialName = regexp.MustCompile(`^(.+)-zuul-([0-9a-fA-F]+)\.` + partialTail + `$`)
 )
 
 // createTemp creates a new file beside path, for a write that ends in its rename to

@@ -46,7 +46,9 @@ func filesOf(t *testing.T, s opened, b store.Build) []string {
 	}
 	var out []string
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), b.Name()+".") {
+		// After the build's name and a dot, a '-' begins another image's
+		// build: "debian-<id>.04-<id>.qcow2" is image "debian-<id>.04"'s.
+		if rest, ok := strings.CutPrefix(e.Name(), b.Name()+"."); ok && !strings.Contains(rest, "-") {
 			out = append(out, e.Name())
 		}
 	}
