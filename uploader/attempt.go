@@ -206,8 +206,9 @@ func (t *tail) Write(p []byte) (int, error) {
 // shown is the output as a failure reason holds it: ": <output>", or "" when
 // there was none. A hook may print its environment or its config, and the
 // reason is stored and served on the status pages, so secrets are taken out
-// (the userinfo of URLs, and the values of PASSWORD=, TOKEN=, SECRET=, KEY=,
-// CREDENTIAL= and the like). Output longer than max is cut to its last whole
+// (the userinfo of URLs, the values of PASSWORD=, TOKEN=, SECRET=, KEY=,
+// CREDENTIAL= and the like, of Authorization: headers and of flags such as
+// --os-password, and bearer tokens). Output longer than max is cut to its last whole
 // lines, never inside one: a line cut short would lose the key that says its
 // value is a secret, and show the value.
 func (t *tail) shown() string {
@@ -223,7 +224,7 @@ func (t *tail) shown() string {
 			out = nil
 		}
 	}
-	msg := strings.TrimSpace(redact.Assignments(redact.Userinfo(string(out))))
+	msg := strings.TrimSpace(redact.Secrets(redact.Userinfo(string(out))))
 	switch {
 	case cut && msg == "":
 		return fmt.Sprintf(": its output of %d bytes is not shown: the last %d hold no whole line", t.total, t.max)

@@ -1294,8 +1294,9 @@ func TestInterruptedUploadIsNoFailure(t *testing.T) {
 
 // TestPostUploadHookOutputBoundedAndRedacted: a failed hook's output is kept as
 // the upload's reason only as its last whole lines, at most hookOutputMax bytes,
-// saying it was cut, and without secrets: neither the values of variables that
-// name one nor the userinfo of URLs, wherever in what is kept they are.
+// saying it was cut, and without secrets: neither the values of variables, HTTP
+// headers and openstack's flags that name one nor the userinfo of URLs,
+// wherever in what is kept they are.
 func TestPostUploadHookOutputBoundedAndRedacted(t *testing.T) {
 	const (
 		password = "hunter2-e8a1"
@@ -1311,6 +1312,9 @@ func TestPostUploadHookOutputBoundedAndRedacted(t *testing.T) {
 		"echo 'clouds: {c: {auth: {password: " + password + "}}}'\n" +
 		"echo export ZUUL_AUTH_TOKEN=" + password + "\n" +
 		"echo fetched https://ci:" + password + "@mirror.example.org/debian\n" +
+		"echo '> Authorization: Bearer " + password + "'\n" +
+		"echo '+ openstack --os-password " + password + " image set x'\n" +
+		"echo '+ openstack --os-application-credential-secret " + password + " image list'\n" +
 		"echo image is bad >&2\nexit 3\n"
 	os.WriteFile(hook, []byte(script), 0o755)
 	f.cfg.Providers[0].PostUploadHook = hook
@@ -1321,7 +1325,8 @@ func TestPostUploadHookOutputBoundedAndRedacted(t *testing.T) {
 	}
 	reason := f.uploads(store.UploadFilter{Provider: "a"})[0].LastError
 	for _, want := range []string{"post-upload-hook " + hook + ": exit status 3: output cut to its last ", "checking block 1999 of the image",
-		"OS_PASSWORD=REDACTED", "password: REDACTED", "ZUUL_AUTH_TOKEN=REDACTED", "fetched https://mirror.example.org/debian", "image is bad"} {
+		"OS_PASSWORD=REDACTED", "password: REDACTED", "ZUUL_AUTH_TOKEN=REDACTED", "fetched https://mirror.example.org/debian",
+		"> Authorization: REDACTED", "+ openstack --os-password REDACTED", "--os-application-credential-secret REDACTED", "image is bad"} {
 		if !strings.Contains(reason, want) {
 			t.Errorf("the reason does not say %q:\n%s", want, reason)
 		}

@@ -152,19 +152,45 @@ func endsURL(r rune) bool {
 	return r < ' ' || r == 0x7f
 }
 
-// assignment is a KEY=VALUE (or "key": value) whose key names a secret, up to the end
-// of its line: the whole rest of the line, since a value may hold spaces, and a
-// value cut short would leak its tail.
-var assignment = regexp.MustCompile(`(?i)([a-z0-9_.-]*(?:password|passwd|token|secret|key|credential)[a-z0-9_.-]*["']?[ \t]*[=:][ \t]*)[^\s].*`)
+// secretWord is what in a key or a flag's name says that its value is a secret:
+// OS_PASSWORD, api_key, application_credential_secret, X-Auth-Token, and the
+// secrets of openstack's flags (--os-passcode, --os-code, its client,
+// consumer and access secrets).
+const secretWord = `(?:password|passwd|passcode|token|secret|key|credential|authorization|os[_-]code)`
 
-// Assignments replaces the value of every KEY=VALUE (or KEY: VALUE) in s whose key
-// names a secret, as environment variables and config files spell them
-// (OS_PASSWORD=..., api_key: ...): a key that holds PASSWORD, PASSWD, TOKEN, SECRET,
-// KEY or CREDENTIAL in any case. The value is taken to the end of its line. It is
-// meant for the output of programs that may print their environment or config, such
-// as a post-upload-hook, where it errs on the side of removing too much.
-func Assignments(s string) string {
-	return assignment.ReplaceAllString(s, "${1}"+placeholder)
+var (
+	// assignment is a KEY=VALUE (or "key": value, or an Authorization: header)
+	// whose key names a secret, up to the end of its line: the whole rest of
+	// the line, since a value may hold spaces, and a value cut short would
+	// leak its tail.
+	assignment = regexp.MustCompile(`(?i)([a-z0-9_.-]*` + secretWord + `[a-z0-9_.-]*["']?[ \t]*[=:][ \t]*)[^\s].*`)
+	// flag is a command-line flag naming a secret and its value as the next
+	// word (--os-password VALUE, as a traced command shows it), up to the end
+	// of its line, for the same reason; --os-password=VALUE is an assignment.
+	flag = regexp.MustCompile(`(?im)((?:^|[\s"'(\[])--?[a-z0-9_.-]*` + secretWord + `[a-z0-9_.-]*[ \t]+)[^\s].*`)
+	// bearer is a bearer token wherever it is, as an HTTP client's trace
+	// shows an Authorization header in a form an assignment may miss.
+	bearer = regexp.MustCompile(`(?i)(\bbearer[ \t]+)[a-z0-9._~+/=-]+`)
+)
+
+// Secrets takes out of s the secrets that a program printing its environment,
+// its config, a traced command line or an HTTP exchange shows:
+//   - the value of every KEY=VALUE (or KEY: VALUE) whose key names a secret, as
+//     environment variables, config files and HTTP headers spell them
+//     (OS_PASSWORD=..., api_key: ..., Authorization: ..., --os-token=...): a key
+//     that holds PASSWORD, PASSWD, PASSCODE, TOKEN, SECRET, KEY, CREDENTIAL,
+//     AUTHORIZATION or OS_CODE in any case;
+//   - the value of a command-line flag so named, given as the next word
+//     (--os-password VALUE, --os-application-credential-secret VALUE);
+//   - a bearer token (Bearer VALUE).
+//
+// A value of the first two is taken to the end of its line. It is meant for
+// the output of programs such as a post-upload-hook, where it errs on the side
+// of removing too much.
+func Secrets(s string) string {
+	s = assignment.ReplaceAllString(s, "${1}"+placeholder)
+	s = flag.ReplaceAllString(s, "${1}"+placeholder)
+	return bearer.ReplaceAllString(s, "${1}"+placeholder)
 }
 
 // Error wraps err so that its message carries redacted URLs only (see Text), while

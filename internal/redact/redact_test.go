@@ -119,7 +119,7 @@ func TestUserinfoError(t *testing.T) {
 	}
 }
 
-func TestAssignments(t *testing.T) {
+func TestSecrets(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"nothing secret=", "nothing secret="},
 		{"OS_PASSWORD=hunter2", "OS_PASSWORD=REDACTED"},
@@ -130,10 +130,33 @@ func TestAssignments(t *testing.T) {
 		{"AWS_SECRET_ACCESS_KEY = abc", "AWS_SECRET_ACCESS_KEY = REDACTED"},
 		{"api_key=abc&user=u", "api_key=REDACTED"},
 		{"OS_USERNAME=ci\nOS_AUTH_URL=https://ks/v3", "OS_USERNAME=ci\nOS_AUTH_URL=https://ks/v3"},
+		// HTTP headers, as curl -v and HTTP libraries' traces show them.
+		{"> GET /v2/images HTTP/1.1\n> Authorization: Bearer eyJhbGciOi.x-y_z\n> Accept: */*",
+			"> GET /v2/images HTTP/1.1\n> Authorization: REDACTED\n> Accept: */*"},
+		{"curl -H 'authorization: Basic dXNlcjpwYXNz' https://glance/v2", "curl -H 'authorization: REDACTED"},
+		{`headers={'Authorization': 'Bearer abc', 'Accept': '*/*'}`, `headers={'Authorization': REDACTED`},
+		{"sent Bearer abc.def to glance", "sent Bearer REDACTED to glance"},
+		{"X-Auth-Token: gAAAAAB", "X-Auth-Token: REDACTED"},
+		// openstack's flags that carry secrets, with the value as the next
+		// word (a traced command) or after '='.
+		{"+ openstack --os-password hunter2 image set x", "+ openstack --os-password REDACTED"},
+		{"openstack --os-password=hunter2 image list", "openstack --os-password=REDACTED"},
+		{"openstack --os-cloud c1 --os-token 'gAAA B' image list", "openstack --os-cloud c1 --os-token REDACTED"},
+		{"--os-application-credential-secret acs", "--os-application-credential-secret REDACTED"},
+		{"cmd --os-client-secret cs\nnext line", "cmd --os-client-secret REDACTED\nnext line"},
+		{"cmd --os-access-token at", "cmd --os-access-token REDACTED"},
+		{"cmd --os-passcode 123456", "cmd --os-passcode REDACTED"},
+		{"cmd --os-code abc", "cmd --os-code REDACTED"},
+		{"cmd --os-consumer-secret a --os-access-secret b", "cmd --os-consumer-secret REDACTED"},
+		{"cmd\t--os-password\thunter2", "cmd\t--os-password\tREDACTED"},
+		// Words that name no secret, and a flag without a value, stay.
+		{"openstack --os-cloud c1 --os-username ci image show x", "openstack --os-cloud c1 --os-username ci image show x"},
+		{"the password was rejected", "the password was rejected"},
+		{"usage: hook --os-token\nexit 2", "usage: hook --os-token\nexit 2"},
 	}
 	for _, tt := range tests {
-		if got := Assignments(tt.in); got != tt.want {
-			t.Errorf("Assignments(%q) =\n  %q, want\n  %q", tt.in, got, tt.want)
+		if got := Secrets(tt.in); got != tt.want {
+			t.Errorf("Secrets(%q) =\n  %q, want\n  %q", tt.in, got, tt.want)
 		}
 	}
 }
