@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -117,6 +118,9 @@ func (b *Source) run(ctx context.Context, img *config.DiskImage, w *store.BuildW
 	}
 	defer f.Close()
 	fmt.Fprintf(f, "Building %s at %s: %s\n", rec.Name(), b.opts.Now().UTC().Format(time.RFC3339), quoteCommand(inv.Args))
+	if len(inv.Held) > 0 {
+		fmt.Fprintf(f, "Not passed from the builder's environment (a diskimage's env-vars may set them): %s\n", strings.Join(inv.Held, " "))
+	}
 
 	prog := filepath.Base(inv.Args[0])
 	p, err := start(inv, f)

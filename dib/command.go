@@ -21,13 +21,16 @@ const qemuImgCompat = "compat=0.10"
 type invocation struct {
 	Args []string // Args[0] is the program
 	Env  []string
+	// Held are the names of the daemon's variables that Env lacks (see
+	// heldBack), sorted: the build log names them, never their values.
+	Held []string
 }
 
 // command builds the disk-image-create command line that nodepool runs for an
 // image: <dib-cmd> -x -t <formats> --checksum --no-tmpfs [--qemu-img-options
 // compat=0.10] -o <out> <elements...>. out is the build's path without a format
-// suffix. The environment is environ without its OS_* variables (see
-// cloudVariable), with DIB_RELEASE (when the image has a release),
+// suffix. The environment is environ without its OS_* and NODEPOOL_* variables
+// (see heldBack), with DIB_RELEASE (when the image has a release),
 // DIB_IMAGE_NAME, DIB_IMAGE_FILENAME, ELEMENTS_PATH (when elementsDir is set)
 // and then the image's env-vars laid over it, so env-vars win, as in nodepool.
 func command(img *config.DiskImage, formats []string, out, elementsDir string, environ []string) (invocation, error) {
@@ -49,7 +52,15 @@ func command(img *config.DiskImage, formats []string, out, elementsDir string, e
 	argv = append(argv, "-o", out)
 	argv = append(argv, img.Elements...)
 
-	env := newEnv(slices.DeleteFunc(slices.Clone(environ), cloudVariable))
+	var held []string
+	env := newEnv(slices.DeleteFunc(slices.Clone(environ), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		if heldBack(k) {
+			held = append(held, k)
+			return true
+		}
+		return false
+	}))
 	if img.Release != "" {
 		env.set("DIB_RELEASE", img.Release)
 	}
@@ -66,7 +77,9 @@ func command(img *config.DiskImage, formats []string, out, elementsDir string, e
 	for _, k := range keys {
 		env.set(k, img.EnvVars[k])
 	}
-	return invocation{Args: argv, Env: env.list()}, nil
+	held = slices.DeleteFunc(held, func(k string) bool { _, set := img.EnvVars[k]; return set })
+	slices.Sort(held)
+	return invocation{Args: argv, Env: env.list(), Held: slices.Compact(held)}, nil
 }
 
 // buildFormats is the formats a build of image is made in: every format the
@@ -89,13 +102,21 @@ func fileSuffix(format string) string {
 	return format
 }
 
-// cloudVariable says whether kv is an OS_* variable: an OpenStack login's
-// settings, its password, token, application credential or client secret
-// among them. No element of diskimage-builder reads one and nodepool's DIB
-// builds never need a cloud, so disk-image-create and every element script
-// under it get none of the credentials the daemon was started with; a
-// diskimage's env-vars may still set one.
-func cloudVariable(kv string) bool { return strings.HasPrefix(kv, "OS_") }
+// heldBack says whether the daemon's variable name is kept from DIB, so that
+// disk-image-create and every element script under it get none of the
+// credentials the daemon was started with; a diskimage's env-vars may still
+// set one:
+//   - OS_*: an OpenStack login's settings, its password, token, application
+//     credential or client secret among them. No element of diskimage-builder
+//     reads one and nodepool's DIB builds never need a cloud.
+//   - NODEPOOL_*: where the configs' %(NODEPOOL_...) substitution takes their
+//     secrets from, such as a repository's password meant for one diskimage.
+//     nodepool hands DIB its whole environment; here an element that reads
+//     one (nodepool-base's NODEPOOL_SCRIPTDIR) gets it when the diskimage's
+//     env-vars set it, to '%(NODEPOOL_SCRIPTDIR)' for the daemon's value.
+func heldBack(name string) bool {
+	return strings.HasPrefix(name, "OS_") || strings.HasPrefix(name, "NODEPOOL_")
+}
 
 // environment is an ordered environment where a later set replaces an earlier value.
 type environment struct {

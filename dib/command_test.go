@@ -171,14 +171,18 @@ func TestFileSuffix(t *testing.T) {
 	}
 }
 
-// TestCommandDropsCloudCredentials: disk-image-create gets the daemon's
+// TestCommandDropsDaemonCredentials: disk-image-create gets the daemon's
 // environment but its OS_* variables, where a cloud's password or token is
-// given; a diskimage's env-vars that set one still win.
-func TestCommandDropsCloudCredentials(t *testing.T) {
-	environ := []string{"PATH=/usr/bin", "HOME=/root", "DIB_DEBIAN_COMPONENTS=main", "NODEPOOL_MIRROR=http://mirror",
+// given, and its NODEPOOL_* variables, where the configs' substitution takes
+// secrets from; a diskimage's env-vars that set one still win. The names held
+// back, and only those, are told for the build log.
+func TestCommandDropsDaemonCredentials(t *testing.T) {
+	environ := []string{"PATH=/usr/bin", "HOME=/root", "DIB_DEBIAN_COMPONENTS=main",
 		"OS_PASSWORD=hunter2", "OS_TOKEN=tok", "OS_APPLICATION_CREDENTIAL_SECRET=acs", "OS_CLIENT_SECRET=cs",
-		"OS_AUTH_URL=https://keystone.example.com/v3", "OS_CLOUD=c1", "OS_USERNAME=ci"}
-	img := config.DiskImage{Name: "debian", Elements: []string{"e"}, EnvVars: map[string]string{"OS_USERNAME": "element-user", "DIB_X": "1"}}
+		"OS_AUTH_URL=https://keystone.example.com/v3", "OS_CLOUD=c1", "OS_USERNAME=ci",
+		"NODEPOOL_REPO_PASSWORD=repo-secret", "NODEPOOL_ZK_CHROOT=/nodepool", "NODEPOOL_SCRIPTDIR=/host/scripts"}
+	img := config.DiskImage{Name: "debian", Elements: []string{"e"}, EnvVars: map[string]string{
+		"OS_USERNAME": "element-user", "DIB_X": "1", "NODEPOOL_SCRIPTDIR": "/etc/nodepool/scripts"}}
 	inv, err := command(&img, []string{"qcow2"}, "/images/debian-abc", "", environ)
 	if err != nil {
 		t.Fatal(err)
@@ -189,14 +193,19 @@ func TestCommandDropsCloudCredentials(t *testing.T) {
 		env[k] = v
 	}
 	for k, want := range map[string]string{"PATH": "/usr/bin", "HOME": "/root", "DIB_DEBIAN_COMPONENTS": "main",
-		"NODEPOOL_MIRROR": "http://mirror", "DIB_X": "1", "OS_USERNAME": "element-user", "DIB_IMAGE_NAME": "debian"} {
+		"DIB_X": "1", "OS_USERNAME": "element-user", "NODEPOOL_SCRIPTDIR": "/etc/nodepool/scripts", "DIB_IMAGE_NAME": "debian"} {
 		if env[k] != want {
 			t.Errorf("%s=%q, want %q", k, env[k], want)
 		}
 	}
-	for _, k := range []string{"OS_PASSWORD", "OS_TOKEN", "OS_APPLICATION_CREDENTIAL_SECRET", "OS_CLIENT_SECRET", "OS_AUTH_URL", "OS_CLOUD"} {
+	held := []string{"NODEPOOL_REPO_PASSWORD", "NODEPOOL_ZK_CHROOT", "OS_APPLICATION_CREDENTIAL_SECRET", "OS_AUTH_URL",
+		"OS_CLIENT_SECRET", "OS_CLOUD", "OS_PASSWORD", "OS_TOKEN"}
+	for _, k := range held {
 		if v, ok := env[k]; ok {
 			t.Errorf("disk-image-create gets %s=%s", k, v)
 		}
+	}
+	if !slices.Equal(inv.Held, held) {
+		t.Errorf("held back %q, want %q", inv.Held, held)
 	}
 }

@@ -424,6 +424,46 @@ providers:
 	}
 }
 
+// TestBuildHoldsBackNodepoolVariables: DIB, run for real, gets none of the
+// daemon's NODEPOOL_* variables (where the configs' %(NODEPOOL_...) takes
+// secrets from) but those the diskimage's env-vars set, and its log names the
+// ones held back without their values.
+func TestBuildHoldsBackNodepoolVariables(t *testing.T) {
+	const secret = "repo-secret-5d1e"
+	t.Setenv("NODEPOOL_REPO_PASSWORD", secret)
+	t.Setenv("NODEPOOL_SCRIPTDIR", "/from/the/daemon")
+	f := newFixture(t)
+	b := f.builder(f.diskimages(`
+  - name: debian
+    dib-cmd: {{DIB}}
+    elements: [e]
+    env-vars:
+      FAKE_DIB_RECORD: {{RECORD}}
+      NODEPOOL_SCRIPTDIR: /etc/nodepool/scripts
+`))
+	f.build(context.Background(), b, "debian")
+	rec := f.recorded()
+	if v, ok := rec.env["NODEPOOL_REPO_PASSWORD"]; ok {
+		t.Errorf("DIB got NODEPOOL_REPO_PASSWORD=%s from the daemon", v)
+	}
+	if got := rec.env["NODEPOOL_SCRIPTDIR"]; got != "/etc/nodepool/scripts" {
+		t.Errorf("DIB got NODEPOOL_SCRIPTDIR=%q, want the env-vars' /etc/nodepool/scripts", got)
+	}
+	log := f.lastLog("debian")
+	line := "Not passed from the builder's environment (a diskimage's env-vars may set them): "
+	i := strings.Index(log, line)
+	if i < 0 {
+		t.Fatalf("the build log does not say what was held back from DIB:\n%s", log)
+	}
+	held := strings.Fields(strings.SplitN(log[i+len(line):], "\n", 2)[0])
+	if !slices.Contains(held, "NODEPOOL_REPO_PASSWORD") || slices.Contains(held, "NODEPOOL_SCRIPTDIR") {
+		t.Errorf("the build log names %q as held back, want NODEPOOL_REPO_PASSWORD and not NODEPOOL_SCRIPTDIR", held)
+	}
+	if strings.Contains(log, secret) {
+		t.Errorf("the build log shows the value of NODEPOOL_REPO_PASSWORD:\n%s", log)
+	}
+}
+
 func TestDueRebuildAge(t *testing.T) {
 	f := newFixture(t)
 	b := f.builder(f.diskimages(`
