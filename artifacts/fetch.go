@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -92,6 +93,10 @@ type Fetcher struct {
 	// MaxSize bounds the uncompressed size of every image; 0 means
 	// untrusted.DefaultMaxSize.
 	MaxSize int64
+	// NAT64Prefixes are the prefixes of the network's NAT64 translators besides the
+	// well-known 64:ff9b::/96, each one nat64.CheckPrefix accepts: an address in one
+	// is judged by the IPv4 address it carries, as the address a connection reaches.
+	NAT64Prefixes []netip.Prefix
 	// Connections is how many ranges of one file are fetched at the same time, when the
 	// server answers Range requests and the file is large enough to gain from it;
 	// 0 means DefaultConnections, 1 a single stream.
@@ -240,7 +245,7 @@ func (f *Fetcher) client(hosts *Hosts) (*http.Client, error) {
 	if f.HTTPClient != nil {
 		*c = *f.HTTPClient
 	}
-	t, err := guardedTransport(c.Transport, hosts)
+	t, err := guardedTransport(c.Transport, hosts, newAddressRule(f.NAT64Prefixes))
 	if err != nil {
 		return nil, err
 	}

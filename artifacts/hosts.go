@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
+	"github.com/nodepool-builder/nodepool-builder/internal/nat64"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 )
@@ -31,7 +32,9 @@ import (
 //     from Zuul's answer, and a job's Zuul answer is not the operator's word. The address
 //     is checked after name resolution, on the address actually dialled, so a name that
 //     resolves to loopback (or re-resolves to it later) is refused too. An IPv6 address
-//     that carries an IPv4 one the packets reach (NAT64, 6to4, Teredo) is judged by it.
+//     that carries an IPv4 one the packets reach (NAT64, 6to4, Teredo) is judged by it:
+//     NAT64's are those of the well-known prefix and of the prefixes the operator lists
+//     (Fetcher.NAT64Prefixes), whatever range the prefix itself is in.
 //   - Through an HTTP proxy, the connection is to the proxy, which the operator configured;
 //     the proxy resolves the artifact's host, so only the host check holds there. The
 //     exemption is the proxy's host and port: a direct connection to another port of
@@ -150,32 +153,50 @@ var internalPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("3fff::/20"),       // documentation
 }
 
-// Prefixes of IPv6 addresses that carry an IPv4 address a packet reaches in the end.
+// Prefixes of IPv6 addresses that carry an IPv4 address a packet reaches in the end,
+// besides NAT64's.
 var (
-	nat64Prefix  = netip.MustParsePrefix("64:ff9b::/96") // the IPv4 address is the last 32 bits
-	sixToFour    = netip.MustParsePrefix("2002::/16")    // bits 16 to 48
-	teredoPrefix = netip.MustParsePrefix("2001::/32")    // server: bits 32 to 64; client: last 32, inverted
+	sixToFour    = netip.MustParsePrefix("2002::/16") // bits 16 to 48
+	teredoPrefix = netip.MustParsePrefix("2001::/32") // server: bits 32 to 64; client: last 32, inverted
 	// Outside 2000::/3 IANA allocates no global unicast: the IPv4-compatible ::/96,
 	// site-local fec0::/10, discard-only 100::/64 and the rest are internal.
 	globalUnicast = netip.MustParsePrefix("2000::/3")
 )
 
-// checkAddress refuses an internal address; it is the net.Dialer.Control of connections
+// addressRule judges the addresses a download dials.
+type addressRule struct {
+	// nat64 are the translators' prefixes whose addresses are judged by the IPv4
+	// address they carry: the well-known one, then the operator's.
+	nat64 []netip.Prefix
+}
+
+func newAddressRule(nat64Prefixes []netip.Prefix) addressRule {
+	return addressRule{nat64: append([]netip.Prefix{nat64.WellKnown}, nat64Prefixes...)}
+}
+
+// check refuses an internal address; it is the net.Dialer.Control of connections
 // to hosts the operator did not name, and so sees the address after name resolution.
-func checkAddress(network, address string, _ syscall.RawConn) error {
+func (r addressRule) check(network, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		return fmt.Errorf("%w: cannot read dialled address %q: %w", untrusted.ErrUnsafe, address, err)
 	}
-	if internalAddr(ap.Addr()) {
+	if r.internal(ap.Addr()) {
 		return fmt.Errorf("%w: %w: refused to connect to %s: %w; name the host in the zuul-image's artifact-hosts if it is yours",
 			ErrHostNotAllowed, untrusted.ErrUnsafe, ap.Addr(), ErrInternalAddress)
 	}
 	return nil
 }
 
-func internalAddr(a netip.Addr) bool {
+func (r addressRule) internal(a netip.Addr) bool {
 	a = a.Unmap()
+	// A translator's prefix may be in any range, unique local or local-use ones
+	// included: what its addresses reach is the IPv4 address they carry.
+	for _, p := range r.nat64 {
+		if v4, in, valid := nat64.IPv4(p, a); in {
+			return !valid || r.internal(v4)
+		}
+	}
 	if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() ||
 		a.IsPrivate() || a.IsUnspecified() || a.IsMulticast() || !a.IsValid() {
 		return true
@@ -183,13 +204,11 @@ func internalAddr(a netip.Addr) bool {
 	if a.Is6() {
 		b := a.As16()
 		switch {
-		case nat64Prefix.Contains(a):
-			return internalAddr(netip.AddrFrom4([4]byte(b[12:16])))
 		case sixToFour.Contains(a):
-			return internalAddr(netip.AddrFrom4([4]byte(b[2:6])))
+			return r.internal(netip.AddrFrom4([4]byte(b[2:6])))
 		case teredoPrefix.Contains(a):
 			client := [4]byte{^b[12], ^b[13], ^b[14], ^b[15]}
-			return internalAddr(netip.AddrFrom4([4]byte(b[4:8]))) || internalAddr(netip.AddrFrom4(client))
+			return r.internal(netip.AddrFrom4([4]byte(b[4:8]))) || r.internal(netip.AddrFrom4(client))
 		case !globalUnicast.Contains(a):
 			return true
 		}
@@ -205,8 +224,8 @@ func internalAddr(a netip.Addr) bool {
 // guardedTransport returns a copy of base (nil: http.DefaultTransport) whose connections
 // obey hosts, dialled as http.DefaultTransport dials (base's own DialContext is not
 // used; a TLS dialer of its own is refused, as it would bypass the check): a dial to a host the operator did not name, nor to the configured proxy,
-// runs checkAddress on the resolved address. The caller closes its idle connections.
-func guardedTransport(base http.RoundTripper, hosts *Hosts) (*http.Transport, error) {
+// runs rule's check on the resolved address. The caller closes its idle connections.
+func guardedTransport(base http.RoundTripper, hosts *Hosts, rule addressRule) (*http.Transport, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
@@ -219,7 +238,7 @@ func guardedTransport(base http.RoundTripper, hosts *Hosts) (*http.Transport, er
 	}
 	t = t.Clone()
 	t.Dial = nil //nolint:staticcheck // replaced by DialContext below, as the doc of Fetcher.HTTPClient says
-	g := &dialGuard{hosts: hosts, proxies: map[string]bool{}}
+	g := &dialGuard{hosts: hosts, rule: rule, proxies: map[string]bool{}}
 	if proxy := t.Proxy; proxy != nil {
 		t.Proxy = func(r *http.Request) (*url.URL, error) {
 			u, err := proxy(r)
@@ -236,6 +255,7 @@ func guardedTransport(base http.RoundTripper, hosts *Hosts) (*http.Transport, er
 // dialGuard dials for one download.
 type dialGuard struct {
 	hosts   *Hosts
+	rule    addressRule
 	mu      sync.Mutex
 	proxies map[string]bool // host:port of the proxies the transport chose
 }
@@ -275,7 +295,7 @@ func (g *dialGuard) dial(ctx context.Context, network, addr string) (net.Conn, e
 	proxy := g.proxies[proxyKey(host, port)]
 	g.mu.Unlock()
 	if !proxy && !g.hosts.named(host, port) {
-		d.Control = checkAddress
+		d.Control = g.rule.check
 	}
 	return d.DialContext(ctx, network, addr)
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -145,15 +146,81 @@ func TestCheckAddress(t *testing.T) {
 		{"[2a00:1450:4001:82a::200e]:443", false, "public"},
 	}
 	for _, tt := range tests {
-		err := checkAddress("tcp", tt.addr, nil)
+		err := newAddressRule(nil).check("tcp", tt.addr, nil)
 		if tt.internal {
 			if !errors.Is(err, ErrInternalAddress) || !errors.Is(err, untrusted.ErrUnsafe) {
-				t.Errorf("checkAddress(%s) (%s) = %v, want ErrInternalAddress", tt.addr, tt.why, err)
+				t.Errorf("check(%s) (%s) = %v, want ErrInternalAddress", tt.addr, tt.why, err)
 			}
 		} else if err != nil {
-			t.Errorf("checkAddress(%s) (%s) = %v, want nil", tt.addr, tt.why, err)
+			t.Errorf("check(%s) (%s) = %v, want nil", tt.addr, tt.why, err)
 		}
 	}
+}
+
+// TestCheckAddressNAT64Prefixes: an address of a NAT64 prefix the operator lists, of
+// any length RFC 6052 defines and in any range, is judged by the IPv4 address it
+// carries: the metadata service or a private address behind a network-specific
+// prefix is internal, a public one behind a unique local prefix is not.
+func TestCheckAddressNAT64Prefixes(t *testing.T) {
+	prefixes := []netip.Prefix{
+		netip.MustParsePrefix("2a00:1:64::/96"),   // global: its addresses look public
+		netip.MustParsePrefix("fd00:64::/96"),     // unique local: its addresses look private
+		netip.MustParsePrefix("64:ff9b:1::/96"),   // local-use (RFC 8215)
+		netip.MustParsePrefix("2a00:2:6400::/40"), // the IPv4 address split around bits 64 to 71
+	}
+	tests := []struct {
+		addr              string
+		internal, without bool // with the prefixes listed; without them
+		why               string
+	}{
+		{"[2a00:1:64::a9fe:a9fe]:80", true, false, "169.254.169.254 behind a global prefix"},
+		{"[2a00:1:64::7f00:1]:80", true, false, "127.0.0.1 behind a global prefix"},
+		{"[2a00:1:64::a00:1]:80", true, false, "10.0.0.1 behind a global prefix"},
+		{"[2a00:1:64::808:808]:80", false, false, "8.8.8.8 behind a global prefix"},
+		{"[fd00:64::808:808]:80", false, true, "8.8.8.8 behind a unique local prefix"},
+		{"[fd00:64::c0a8:101]:80", true, true, "192.168.1.1 behind a unique local prefix"},
+		{"[fd00:64:0:1::808:808]:80", true, true, "unique local, outside the prefix"},
+		{"[64:ff9b:1::808:808]:80", false, true, "8.8.8.8 behind a local-use prefix"},
+		{"[64:ff9b:1::a9fe:a9fe]:80", true, true, "169.254.169.254 behind a local-use prefix"},
+		{"[2a00:2:64a9:fea9:fe::]:80", true, false, "169.254.169.254 behind a /40"},
+		{"[2a00:2:6408:808:8::]:80", false, false, "8.8.8.8 behind a /40"},
+		{"[2a00:2:6408:808:ff08::]:80", true, false, "bits 64 to 71 set: no translator's address"},
+		{"[64:ff9b::a9fe:a9fe]:80", true, true, "the well-known prefix still counts"},
+	}
+	with, without := newAddressRule(prefixes), newAddressRule(nil)
+	for _, tt := range tests {
+		for _, c := range []struct {
+			rule     addressRule
+			internal bool
+			listed   string
+		}{{with, tt.internal, "listed"}, {without, tt.without, "not listed"}} {
+			err := c.rule.check("tcp", tt.addr, nil)
+			if c.internal != (err != nil) || err != nil && !errors.Is(err, ErrInternalAddress) {
+				t.Errorf("check(%s) (%s), prefixes %s = %v, want internal %v", tt.addr, tt.why, c.listed, err, c.internal)
+			}
+		}
+	}
+}
+
+// TestFetchRefusesNAT64Internal: through the real fetch path, a URL whose host is
+// allowed but whose address is the metadata service behind the Fetcher's NAT64
+// prefix is refused before any connection.
+func TestFetchRefusesNAT64Internal(t *testing.T) {
+	const host = "2a00:1:64::a9fe:a9fe"
+	hosts := &Hosts{}
+	hosts.Allow(mustPattern(t, host))
+	u := (&url.URL{Scheme: "http", Host: net.JoinHostPort(host, "8080"), Path: "/img.raw"}).String()
+	// Without the rule, the address is dialled: it leads nowhere here, so the
+	// deadline ends a download that would otherwise be retried.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	f := testFetcher(t)
+	f.NAT64Prefixes = []netip.Prefix{netip.MustParsePrefix("2a00:1:64::/96")}
+	_, err := f.Fetch(ctx, Request{URL: u, Files: files(f, "img.raw", filepath.Join(t.TempDir(), "img.raw")), Hosts: hosts})
+	if !errors.Is(err, ErrInternalAddress) || !errors.Is(err, untrusted.ErrUnsafe) {
+		t.Fatalf("Fetch %s = %v, want ErrInternalAddress", u, err)
+	}
+	checkNoPartials(t, f)
 }
 
 // recordingServer serves image at any path and records each request's headers.
