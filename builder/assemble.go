@@ -118,7 +118,8 @@ func (b *Builder) zuulClients(cfg *config.Config) (map[string]poller.Builds, map
 			shared[zi.CACert] = hc
 		}
 		fetchers[zi.Name] = &artifacts.Fetcher{HTTPClient: hc, Logger: b.log,
-			MaxSize: cfg.Builder.MaxImageSize, Connections: cfg.Builder.DownloadConnections, Progress: b.opts.Progress}
+			MaxSize: cfg.Builder.MaxImageSize, Connections: cfg.Builder.DownloadConnections, NAT64Prefixes: cfg.Builder.NAT64Prefixes,
+			Progress: b.opts.Progress}
 		client, err := zuulapi.New(zuulapi.Options{
 			APIURL:     zi.APIURL,
 			Tenant:     zi.Tenant,

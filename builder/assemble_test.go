@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -124,5 +125,21 @@ providers:
 		if lists != 1 {
 			t.Errorf("the leak sweep listed %s's cloud %d times, want once", name, lists)
 		}
+	}
+}
+
+// TestFetchersGetNAT64Prefixes: builder.nat64-prefixes reaches the fetcher of
+// every zuul-image (artifacts judges the addresses).
+func TestFetchersGetNAT64Prefixes(t *testing.T) {
+	r := newRig(t, "images-dir: %s\nbuilder:\n  nat64-prefixes: ['2a00:1:64::/96']\nzuul-images:\n"+
+		"  - {name: a, api-url: 'https://zuul.example.com/', tenant: t, project: org/images, job: build-a}\n")
+	cfg := r.b.cur.Load().cfg
+	_, fetchers, err := r.b.zuulClients(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("2a00:1:64::/96")}
+	if f := fetchers["a"]; f == nil || !slices.Equal(f.NAT64Prefixes, want) {
+		t.Errorf("the fetcher of zuul-image a: %+v; want NAT64Prefixes %v", f, want)
 	}
 }

@@ -2,11 +2,14 @@ package config
 
 import (
 	"math"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/nat64"
 )
 
 // Defaults of the builder section.
@@ -73,6 +76,7 @@ var builderKeys = []string{
 	"upload-attempts", "state-db", "gearman-servers", "leak-sweep", "max-image-size",
 	"gearman-unserved-after", "download-connections", "webapp",
 	"gearman-functions", "gearman-min-build-interval", "zuul-mqtt", "build-diskimages",
+	"nat64-prefixes",
 }
 
 var gearmanKeys = []string{"host", "port"}
@@ -113,6 +117,7 @@ func (p *parser) builder(n *yaml.Node, path string) Builder {
 	if v, ok := m.byteSize("max-image-size"); ok {
 		b.MaxImageSize = v
 	}
+	b.NAT64Prefixes = p.nat64Prefixes(m)
 	b.GearmanServers = p.gearmanServers(m)
 	if v, ok := m.integer("download-connections", 1, 64, "a number of connections per download, 1 to 64"); ok {
 		b.DownloadConnections = v
@@ -164,6 +169,34 @@ func (p *parser) gearmanFunctions(m *mapping) ([]string, bool) {
 		}
 	}
 	return out, good
+}
+
+// nat64Prefixes reads builder.nat64-prefixes: the prefixes of the network's
+// NAT64 translators, besides the well-known one. nil when absent.
+func (p *parser) nat64Prefixes(m *mapping) []netip.Prefix {
+	const example = "['2001:db8:64::/96']"
+	items, _ := m.list("nat64-prefixes", "IPv6 prefixes", example)
+	var out []netip.Prefix
+	for i, item := range items {
+		item = resolve(item)
+		path := indexPath(m.sub("nat64-prefixes"), i)
+		if isNull(item) || item.Kind != yaml.ScalarNode || item.ShortTag() != "!!str" {
+			p.errorf(item, path, "expected an IPv6 prefix like %s; this entry is %s", example, p.describe(item))
+			continue
+		}
+		prefix, err := netip.ParsePrefix(item.Value)
+		if err == nil {
+			err = nat64.CheckPrefix(prefix)
+		}
+		if err != nil {
+			p.errorf(item, path, "%v; write the prefix of your DNS64, as in %s", err, example)
+			continue
+		}
+		if !slices.Contains(out, prefix) {
+			out = append(out, prefix)
+		}
+	}
+	return out
 }
 
 // builderWebapp reads builder.webapp. Unlike nodepool's sections, the key

@@ -6,6 +6,7 @@ package config
 
 import (
 	"errors"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -189,6 +190,10 @@ type Builder struct {
 	LeaveDiskImages bool
 	LeakSweep       bool  // default true
 	MaxImageSize    int64 // bytes; default DefaultMaxImageSize
+	// NAT64Prefixes are the prefixes of the network's NAT64 translators
+	// besides the well-known 64:ff9b::/96, each one nat64.CheckPrefix accepts:
+	// an artifact host's address in one is judged by the IPv4 address it carries.
+	NAT64Prefixes []netip.Prefix
 	// Webapp is where the daemon serves its status pages; nil serves none.
 	Webapp *Webapp
 	// ZuulMQTT is the broker the daemon listens to for Zuul's reports, which

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -201,6 +202,13 @@ func TestParseErrors(t *testing.T) {
 		{"builder webapp with nodepool's spelling", head + "builder:\n  webapp:\n    listen_address: 127.0.0.1\n", 4, "builder.webapp.listen_address", "unknown key in the builder's webapp section; did you mean listen-address?"},
 		{"builder webapp host name with a port", head + "builder:\n  webapp:\n    host-names: [builder.example.com:8006]\n", 4, "builder.webapp.host-names[0]", `"builder.example.com:8006" is not a host name`},
 		{"builder webapp host names a string", head + "builder:\n  webapp:\n    host-names: builder.example.com\n", 4, "builder.webapp.host-names", "expected a list of host names"},
+		{"nat64-prefixes a string", head + "builder:\n  nat64-prefixes: '2001:db8:64::/96'\n", 3, "builder.nat64-prefixes", "expected a list of IPv6 prefixes like ['2001:db8:64::/96']"},
+		{"nat64-prefixes an address", head + "builder:\n  nat64-prefixes: ['2001:db8:64::']\n", 3, "builder.nat64-prefixes[0]", `no '/'; write the prefix of your DNS64`},
+		{"nat64-prefixes IPv4", head + "builder:\n  nat64-prefixes: [192.0.2.0/24]\n", 3, "builder.nat64-prefixes[0]", "192.0.2.0/24 is not an IPv6 prefix"},
+		{"nat64-prefixes a length RFC 6052 lacks", head + "builder:\n  nat64-prefixes:\n    - 64:ff9b:1::/80\n", 4, "builder.nat64-prefixes[0]", "64:ff9b:1::/80 is /80; a NAT64 prefix is /32, /40, /48, /56, /64 or /96 (RFC 6052)"},
+		{"nat64-prefixes host bits", head + "builder:\n  nat64-prefixes: ['2001:db8:64::1/96']\n", 3, "builder.nat64-prefixes[0]", "has bits set past /96; write 2001:db8:64::/96"},
+		{"nat64-prefixes link-local", head + "builder:\n  nat64-prefixes: ['fe80::/64']\n", 3, "builder.nat64-prefixes[0]", "fe80::/64 overlaps fe80::/10, which is never a NAT64 prefix"},
+		{"nat64-prefixes a number", head + "builder:\n  nat64-prefixes: [64]\n", 3, "builder.nat64-prefixes[0]", "expected an IPv6 prefix"},
 
 		// Text level.
 		{"unset variable", head + "webapp:\n  port: %(NODEPOOL_PORT)\n", 3, "webapp.port", "environment variable NODEPOOL_PORT is not set"},
@@ -680,6 +688,20 @@ func TestParseBuilderWebapp(t *testing.T) {
 				t.Errorf("launcher's webapp = %+v, want %+v", cfg.LauncherWebapp, tt.wantLauncher)
 			}
 		})
+	}
+}
+
+// TestParseNAT64Prefixes: builder.nat64-prefixes is read as prefixes, repeats
+// dropped; without it there are none beyond the well-known one, which the
+// fetcher always judges.
+func TestParseNAT64Prefixes(t *testing.T) {
+	cfg := mustParse(t, head+"builder:\n  nat64-prefixes: ['2001:db8:64::/96', 'fd00:64::/64', '2001:DB8:64::/96']\n")
+	want := []netip.Prefix{netip.MustParsePrefix("2001:db8:64::/96"), netip.MustParsePrefix("fd00:64::/64")}
+	if !reflect.DeepEqual(cfg.Builder.NAT64Prefixes, want) {
+		t.Errorf("nat64-prefixes = %v, want %v", cfg.Builder.NAT64Prefixes, want)
+	}
+	if cfg := mustParse(t, head); cfg.Builder.NAT64Prefixes != nil {
+		t.Errorf("without the key, nat64-prefixes = %v", cfg.Builder.NAT64Prefixes)
 	}
 }
 
