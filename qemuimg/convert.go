@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
@@ -24,13 +22,20 @@ import (
 // A conversion writes up to the disk's virtual size, which may be far more than the
 // source's length: before it starts, Convert checks that dst's filesystem has that much
 // free, and otherwise returns an error wrapping diskspace.ErrNoSpace rather than fill the
-// disk. Once ctx is done, qemu-img is killed and Convert returns ctx's error.
+// disk.
+//
+// The image comes from outside, so qemu-img runs within bounds that grow with the
+// disk's virtual size: a time limit of ten minutes and a minute a GiB, and, under
+// util-linux's prlimit when it is installed, five minutes and 30 seconds a GiB of CPU
+// time and 2 GiB of memory. One that runs out of them is killed, and the error says
+// which. Once ctx is done, qemu-img is killed and Convert returns ctx's error.
 func Convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string) error {
-	return convert(ctx, qemuImg, src, dst, dstFmt, diskspace.Free)
+	return convert(ctx, qemuImg, src, dst, dstFmt, diskspace.Free, convertBounds(src.VirtualSize))
 }
 
-// convert is Convert with free reporting the free space of a directory's filesystem.
-func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string, free func(string) (int64, error)) error {
+// convert is Convert with free reporting the free space of a directory's filesystem,
+// and qemu-img run within bounds.
+func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string, free func(string) (int64, error), bounds bounds) error {
 	qemuImg = program(qemuImg)
 	in, out := qemuFormat(src.Format), qemuFormat(dstFmt)
 	if in == "" || out == "" {
@@ -72,20 +77,24 @@ func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string,
 	}
 	args = append(args, srcPath, dstPath)
 	output := &cappedBuffer{limit: 64 << 10}
-	cmd := exec.CommandContext(ctx, qemuImg, args...)
+	cmd, runCtx, cancel := bounds.command(ctx, qemuImg, args...)
+	defer cancel()
 	cmd.Stdout = output
 	cmd.Stderr = output
-	// Killed on cancel; a child that kept the pipes open must not hold us.
-	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			err = errors.Join(err, ctx.Err())
+		why := qemuImg
+		if over := bounds.exceeded(ctx, runCtx, err); over != "" {
+			why = fmt.Sprintf("%s %s, its bound for a disk of %s: the image may be made to stall qemu-img; "+
+				"if it is sound, publish %s from the image job", qemuImg, over, progress.Bytes(src.VirtualSize), dstFmt)
+		}
+		if runCtx.Err() != nil {
+			err = errors.Join(err, runCtx.Err())
 		}
 		if rerr := os.Remove(dstPath); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			err = errors.Join(err, rerr)
 		}
 		return fmt.Errorf("convert %s (%s) to %s (%s): %s: %w: %s",
-			src.Path, src.Format, dst, dstFmt, qemuImg, err, strings.TrimSpace(output.String()))
+			src.Path, src.Format, dst, dstFmt, why, err, strings.TrimSpace(output.String()))
 	}
 	return nil
 }

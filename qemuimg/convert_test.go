@@ -171,7 +171,7 @@ func TestConvertChecksRoom(t *testing.T) {
 				asked = append(asked, d)
 				return tt.free(d)
 			}
-			err := convert(context.Background(), qemuImg, src, dst, "raw", free)
+			err := convert(context.Background(), qemuImg, src, dst, "raw", free, convertBounds(src.VirtualSize))
 			if len(asked) != 1 || asked[0] != dir {
 				t.Errorf("free space asked of %v, want once of %s", asked, dir)
 			}
@@ -334,5 +334,115 @@ func TestConvertRefusesOtherFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "out.raw")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("out.raw: %v, want none", err)
+	}
+}
+
+// TestConvertLimits: qemu-img convert runs under prlimit's CPU and memory limits,
+// which grow with the disk.
+func TestConvertLimits(t *testing.T) {
+	testenv.RequireBinary(t, "prlimit")
+	// The stand-in reports its limits in its error (ulimit -d counts KiB).
+	qemuImg := fakeQemuImg(t, `echo "data=$(ulimit -d),cpu=$(ulimit -t)" >&2; exit 1`)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "img.raw")
+	if err := os.WriteFile(src, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := Convert(context.Background(), qemuImg, Image{Path: src, Format: "raw", VirtualSize: 1 << 20}, filepath.Join(dir, "out.qcow2"), "qcow2")
+	if want := "data=2097152,cpu=330"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Convert error = %v, want one saying %q", err, want)
+	}
+	onlySource(t, dir, src)
+}
+
+// TestConvertBounds: a conversion's time and CPU time grow by the started GiB of
+// the disk's virtual size; its memory does not.
+func TestConvertBounds(t *testing.T) {
+	for _, tt := range []struct {
+		size      int64
+		time, cpu time.Duration
+	}{
+		{0, 10 * time.Minute, 5 * time.Minute},
+		{1, 11 * time.Minute, 5*time.Minute + 30*time.Second},
+		{1 << 30, 11 * time.Minute, 5*time.Minute + 30*time.Second},
+		{1<<30 + 1, 12 * time.Minute, 6 * time.Minute},
+		{128 << 30, 138 * time.Minute, 69 * time.Minute},
+	} {
+		b := convertBounds(tt.size)
+		if b.timeout != tt.time || b.cpu != tt.cpu || b.data != 2<<30 || b.addressSpace != 0 {
+			t.Errorf("convertBounds(%d) = %+v, want %s, %s of CPU and 2 GiB of memory", tt.size, b, tt.time, tt.cpu)
+		}
+	}
+}
+
+// TestConvertTimeout: a conversion that runs past its time limit is killed, and the
+// error says it ran out of time, what the operator can do, and leaves nothing behind.
+func TestConvertTimeout(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "stuck.raw")
+	if err := os.WriteFile(src, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(t.TempDir(), "block")
+	mkfifo(t, fifo)
+	qemuImg := fakeQemuImg(t, "read x < '"+fifo+"'")
+	b := bounds{timeout: 500 * time.Millisecond, cpu: time.Minute, data: 2 << 30}
+	start := time.Now()
+	err := convert(context.Background(), qemuImg, Image{Path: src, Format: "raw", VirtualSize: 1 << 20},
+		filepath.Join(dir, "out.qcow2"), "qcow2", diskspace.Free, b)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("convert = %v, want context.DeadlineExceeded", err)
+	}
+	for _, want := range []string{"ran longer than its 500ms, its bound for a disk of 1.0 MiB", "publish qcow2 from the image job"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("convert returned %s after it started, its bound 500ms", d)
+	}
+	onlySource(t, dir, src)
+}
+
+// TestConvertCPULimit: a conversion that spins past its CPU time is killed, and
+// the error says so.
+func TestConvertCPULimit(t *testing.T) {
+	testenv.RequireBinary(t, "prlimit")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "spin.raw")
+	if err := os.WriteFile(src, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	qemuImg := fakeQemuImg(t, "while :; do :; done")
+	b := bounds{timeout: time.Minute, cpu: time.Second, data: 2 << 30}
+	err := convert(context.Background(), qemuImg, Image{Path: src, Format: "raw", VirtualSize: 1 << 20},
+		filepath.Join(dir, "out.qcow2"), "qcow2", diskspace.Free, b)
+	if err == nil || !strings.Contains(err.Error(), "used its 1s of CPU time, its bound for a disk of 1.0 MiB") {
+		t.Fatalf("convert = %v, want an error saying it used its 1s of CPU time", err)
+	}
+	onlySource(t, dir, src)
+}
+
+// TestConvertWithinBounds: real conversions of a disk with data fit the bounds,
+// though qemu-img starts a pool of threads whose stacks and allocator arenas
+// reserve far more address space than it uses.
+func TestConvertWithinBounds(t *testing.T) {
+	qemuImg := testenv.RequireBinary(t, "qemu-img")
+	testenv.RequireBinary(t, "prlimit")
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "disk.raw")
+	data := make([]byte, 64<<20)
+	rand.NewChaCha8([32]byte{2}).Read(data)
+	if err := os.WriteFile(raw, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(raw, 256<<20); err != nil {
+		t.Fatal(err)
+	}
+	src := inspect(t, qemuImg, raw, "raw")
+	for _, format := range []string{"vmdk", "vhd", "qcow2"} {
+		if err := Convert(context.Background(), qemuImg, src, filepath.Join(dir, "disk."+format), format); err != nil {
+			t.Errorf("Convert raw to %s: %v", format, err)
+		}
 	}
 }

@@ -10,10 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
 	"github.com/nodepool-builder/nodepool-builder/progress"
@@ -27,14 +25,8 @@ const (
 	sectorSize = 512
 )
 
-const (
-	// The limits keep a crafted image from making qemu-img eat the host: its probe should
-	// take well under a second and a few MiB.
-	inspectTimeout  = 60 * time.Second
-	inspectMemory   = 1 << 30 // bytes of address space
-	inspectCPU      = 30      // seconds
-	maxInspectBytes = 4 << 20 // of qemu-img's output; a sane answer is a few KiB
-)
+// maxInspectBytes bounds qemu-img info's output; a sane answer is a few KiB.
+const maxInspectBytes = 4 << 20
 
 // Image is an image file Inspect found safe to hand to qemu-img and to a cloud.
 type Image struct {
@@ -170,23 +162,17 @@ func probedAs(format string) string {
 	return "raw" // iso, tar, squashfs, docker, tgz, ...
 }
 
-// runQemuInfo runs `qemu-img info -f format` on path, under a time limit and, when
-// util-linux's prlimit is installed, memory and CPU limits. info does not open backing
-// files, so a hostile one is reported rather than read; it does open a vmdk's extents,
-// which headerProblems refused before.
+// runQemuInfo runs `qemu-img info -f format` on path within infoBounds: a time limit
+// and, when util-linux's prlimit is installed, memory and CPU limits, which keep a
+// crafted image from making qemu-img eat the host. info does not open backing files,
+// so a hostile one is reported rather than read; it does open a vmdk's extents, which
+// headerProblems refused before.
 func runQemuInfo(ctx context.Context, qemuImg, path, format string) (*imageInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
-	defer cancel()
-	argv := []string{qemuImg, "info", "-f", format, "--output=json", path}
-	if prlimit, err := exec.LookPath("prlimit"); err == nil {
-		argv = append([]string{prlimit, fmt.Sprintf("--as=%d", inspectMemory), fmt.Sprintf("--cpu=%d", inspectCPU), "--"}, argv...)
-	}
 	stdout := &cappedBuffer{limit: maxInspectBytes}
 	stderr := &cappedBuffer{limit: 4 << 10}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd, ctx, cancel := infoBounds.command(ctx, qemuImg, "info", "-f", format, "--output=json", path)
+	defer cancel()
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	// A child that keeps the pipes open must not hold us past the deadline.
-	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
 			err = errors.Join(err, ctx.Err())
