@@ -127,7 +127,6 @@ func checkInstalled(t *testing.T, deb string) {
 		{sudoersDropIn, 0o440, 0},
 		{stateDir, fs.ModeDir | 0o750, u.uid},
 		{logDir, fs.ModeDir | 0o750, u.uid},
-		{configDir, fs.ModeDir | 0o755, 0},
 		{filepath.Join(examplesDir, "nodepool.yaml"), 0o644, 0},
 		{filepath.Join(examplesDir, "nodepool-builder.yaml"), 0o644, 0},
 		{"/usr/share/nodepool-builder/dib.conf", 0o644, 0},
@@ -144,6 +143,7 @@ func checkInstalled(t *testing.T, deb string) {
 			t.Errorf("%s: mode %v, owner %d; want %v, %d", f.path, fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid, f.mode, f.owner)
 		}
 	}
+	checkConfigDir(t, u)
 	if conffiles := run(t, "dpkg-query", "--control-show", "nodepool-builder", "conffiles"); strings.TrimSpace(conffiles) != sudoersDropIn {
 		t.Errorf("conffiles: %q; want %s alone", conffiles, sudoersDropIn)
 	}
@@ -160,6 +160,20 @@ func checkInstalled(t *testing.T, deb string) {
 	}
 	if code, out := testenv.SystemdAnalyze(t, "security", "--offline=yes", "--threshold=20", installedUnit); code != 0 {
 		t.Errorf("the installed unit is exposed above 2.0:\n%s", out)
+	}
+}
+
+// checkConfigDir checks that /etc/nodepool, which holds the secrets, is
+// root's and the nodepool group's alone, as installation.md says.
+func checkConfigDir(t *testing.T, u account) {
+	t.Helper()
+	fi, err := os.Stat(configDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if fi.Mode() != fs.ModeDir|0o750 || st.Uid != 0 || int(st.Gid) != u.gid {
+		t.Errorf("%s: mode %v, owner %d:%d; want %v, root:nodepool (0:%d)", configDir, fi.Mode(), st.Uid, st.Gid, fs.ModeDir|0o750, u.gid)
 	}
 }
 
@@ -203,6 +217,7 @@ func upgrade(t *testing.T, deb string, before account) {
 	if fi, err := os.Stat(stateDir); err != nil || int(fi.Sys().(*syscall.Stat_t).Uid) != before.uid {
 		t.Errorf("after the upgrade %s is not the nodepool user's: %v", stateDir, err)
 	}
+	checkConfigDir(t, before)
 }
 
 // laterDeb writes into dir the package deb under a later version, and returns

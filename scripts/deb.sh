@@ -28,6 +28,7 @@ sed -e 's|/usr/local/bin/nodepool-builder|/usr/bin/nodepool-builder|' \
 chmod 0644 "$root/lib/systemd/system/nodepool-builder.service"
 install -D -m 0644 examples/dib.conf "$root/usr/share/nodepool-builder/dib.conf"
 
+# /etc/nodepool is given to root:nodepool, 0750, by postinst, once the group exists.
 install -d -m 0755 "$root/etc/nodepool" "$root/etc/sudoers.d"
 install -m 0440 "$src/sudoers" "$root/etc/sudoers.d/nodepool-builder"
 install -d -m 0755 "$root/var/lib/nodepool" "$root/var/log/nodepool"
