@@ -22,7 +22,7 @@ import (
 const sudoTimeout = 30 * time.Second
 
 // sudoersFile is the package's sudoers drop-in, whose rule a builder of
-// diskimages uncomments.
+// diskimages uncomments, and where the container image's is mounted.
 const sudoersFile = "/etc/sudoers.d/nodepool-builder"
 
 // CheckRoot checks that diskimage-builder, started by this process, can become
@@ -77,7 +77,8 @@ func checkRoot(ctx context.Context, euid int, status, sudo string) error {
 		name, rule := whoAmI()
 		return fmt.Errorf("%s, but sudo -n true, run as %s, fails: %s. Let %s run every command as root without a "+
 			"password: uncomment the rule in %s (the package's), or write one there, %s ALL=(ALL) NOPASSWD: ALL, "+
-			"mode 0440, checked with visudo -c", why, name, escape.Controls(said), name, sudoersFile, rule)
+			"mode 0440, checked with visudo -c; in the container image, mount a file of root's holding it there "+
+			"(-v <file>:%s:ro)", why, name, escape.Controls(said), name, sudoersFile, rule, sudoersFile)
 	}
 	return nil
 }
