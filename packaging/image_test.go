@@ -90,11 +90,40 @@ func checkImageConfig(t *testing.T, podman, image string) {
 	}
 }
 
+// TestImageUserCannotSudo: the image's user may not sudo, even run without
+// no-new-privileges, with the capabilities sudo needs.
+func TestImageUserCannotSudo(t *testing.T) {
+	image := required(t, "PACKAGE_IMAGE")
+	if os.Getuid() != 0 {
+		testenv.Unavailable(t, "podman runs the image here as root")
+	}
+	podman := testenv.RequireBinary(t, "podman")
+	for _, privileged := range []bool{false, true} {
+		args := []string{"--runtime", "runc", "run", "--rm", "--network=none", "--entrypoint", "sudo"}
+		if privileged {
+			args = append(args, "--privileged")
+		}
+		out, err := command(t, podman, append(args, image, "-n", "true")...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || !strings.Contains(string(out), "a password is required") {
+			t.Errorf("sudo -n true in the image (privileged %v): %v, want it refused for want of a password:\n%s", privileged, err, out)
+		}
+	}
+}
+
+// imageSudoers is the sudoers rule installation.md gives a builder of
+// diskimages in the image, and where it is mounted.
+const (
+	imageSudoers      = "nodepool ALL=(ALL) NOPASSWD: ALL\n"
+	imageSudoersMount = "/etc/sudoers.d/nodepool-builder"
+)
+
 // TestImageBuildsDiskImages runs the image as the docs say to run a builder of
-// diskimages (privileged), with a dib-cmd that becomes root through sudo as
-// diskimage-builder does: the build is made, and its log written in the
-// default build-log-dir, which the nodepool user could not create in
-// /var/log. With no-new-privileges the builder refuses to start, saying why.
+// diskimages (privileged, the sudoers rule mounted), with a dib-cmd that
+// becomes root through sudo as diskimage-builder does: the build is made, and
+// its log written in the default build-log-dir, which the nodepool user could
+// not create in /var/log. Without the rule, or with no-new-privileges, the
+// builder refuses to start, saying why.
 func TestImageBuildsDiskImages(t *testing.T) {
 	image := required(t, "PACKAGE_IMAGE")
 	if os.Getuid() != 0 {
@@ -120,6 +149,13 @@ diskimages:
 			t.Fatal(err)
 		}
 	}
+	// The rule, in a file of root's, mode 0440.
+	sudoers := filepath.Join(t.TempDir(), "nodepool-image.sudoers")
+	if err := os.WriteFile(sudoers, []byte(imageSudoers), 0o440); err != nil {
+		t.Fatal(err)
+	}
+	run(t, testenv.RequireBinary(t, "visudo"), "-c", "-f", sudoers)
+	rule := sudoers + ":" + imageSudoersMount + ":ro"
 	podmanRun := func(args ...string) (string, error) {
 		t.Helper()
 		out, err := command(t, podman, append([]string{"--runtime", "runc", "run", "--rm", "--network=none",
@@ -127,7 +163,7 @@ diskimages:
 		return string(out), err
 	}
 
-	out, err := podmanRun("--security-opt", "no-new-privileges", image, "--once")
+	out, err := podmanRun("--security-opt", "no-new-privileges", "-v", rule, image, "--once")
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(out, "no_new_privs set, so sudo cannot gain root") ||
 		!strings.Contains(out, "--security-opt no-new-privileges") {
@@ -135,6 +171,12 @@ diskimages:
 	}
 
 	out, err = podmanRun("--privileged", image, "--once")
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(out, "sudo -n true, run as nodepool, fails") ||
+		!strings.Contains(out, "-v <file>:"+imageSudoersMount+":ro") {
+		t.Errorf("--once privileged without the sudoers rule: %v, want exit code 2 naming the rule to mount:\n%s", err, out)
+	}
+
+	out, err = podmanRun("--privileged", "-v", rule, image, "--once")
 	t.Logf("nodepool-builder --once in the privileged image:\n%s", out)
 	if err != nil {
 		t.Fatalf("--once in the privileged image: %v", err)
