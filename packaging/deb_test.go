@@ -95,6 +95,41 @@ func TestDeb(t *testing.T) {
 	}
 }
 
+// TestDebKeepsAConfigDirInUse: an /etc/nodepool that already holds files,
+// a Python nodepool's read by another user, keeps its owner and mode when
+// the package is installed: closing it would lock that nodepool out.
+func TestDebKeepsAConfigDirInUse(t *testing.T) {
+	deb := required(t, "PACKAGE_DEB")
+	if os.Getuid() != 0 {
+		testenv.Unavailable(t, "installing a package needs root")
+	}
+	dpkg := testenv.RequireBinary(t, "dpkg")
+	if status(t) != "not-installed" {
+		t.Fatalf("nodepool-builder is already installed here (%s); the test installs its own: dpkg -P nodepool-builder first", status(t))
+	}
+	if _, err := os.Stat(configDir); err == nil {
+		t.Fatalf("%s exists: the test makes its own", configDir)
+	}
+	restoreMachine(t)
+	if err := os.Mkdir(configDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	launchers := filepath.Join(configDir, "launcher.yaml")
+	if err := os.WriteFile(launchers, []byte("labels: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, dpkg, "-i", deb)
+	fi, err := os.Stat(configDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); fi.Mode() != fs.ModeDir|0o755 || st.Uid != 0 || st.Gid != 0 {
+		t.Errorf("the install made %s, which held %s, mode %v owner %d:%d; want it left 0755 root:root",
+			configDir, launchers, fi.Mode(), st.Uid, st.Gid)
+	}
+	os.Remove(launchers)
+}
+
 // TestLintian: Debian's package checker finds no error in the package.
 func TestLintian(t *testing.T) {
 	deb := required(t, "PACKAGE_DEB")
