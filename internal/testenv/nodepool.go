@@ -573,3 +573,97 @@ func NodepoolLaunchPicks(ctx context.Context, c KazooConn, keys ...string) (dire
 	}
 	return direct, cached, nil
 }
+
+// NodepoolBuildRecord is a build to store as nodepool's builder stores one, with
+// its uploads.
+type NodepoolBuildRecord struct {
+	Image string
+	// State is nodepool's: building, ready, deleting or failed.
+	State     string
+	Builder   string // the host name
+	BuilderID string
+	Formats   []string
+	Uploads   []NodepoolUploadRecord
+}
+
+// NodepoolUploadRecord is an upload of a NodepoolBuildRecord.
+type NodepoolUploadRecord struct {
+	Provider string
+	// State is nodepool's: uploading, ready, deleting or failed.
+	State  string
+	Format string
+	// ExternalID and ExternalName are the cloud image's; "" stores none.
+	ExternalID, ExternalName string
+}
+
+// nodepoolStoreBuild stores the build and uploads argv[1] describes (JSON)
+// with nodepool's own ZooKeeper class, storeBuild and storeImageUpload, and
+// prints the ids they were given.
+const nodepoolStoreBuild = `import json, logging, os, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+from nodepool.zk import ZooKeeperClient
+from nodepool.zk.zookeeper import ZooKeeper, ImageBuild, ImageUpload
+e = os.environ
+client = ZooKeeperClient(e["TESTENV_ZK_HOSTS"], timeout=float(e["TESTENV_ZK_TIMEOUT"]),
+                         tls_cert=e["TESTENV_ZK_CERT"], tls_key=e["TESTENV_ZK_KEY"], tls_ca=e["TESTENV_ZK_CA"])
+client.connect()
+zk = ZooKeeper(client, enable_cache=False)
+spec = json.loads(sys.argv[1])
+b = ImageBuild(spec["image"])
+b.builder, b.builder_id, b.formats = spec["builder"], spec["builder_id"], spec["formats"]
+b.username, b.python_path = "zuul", "auto"
+b.state = spec["state"]
+build_id = zk.storeBuild(spec["image"], b)
+ids = []
+for u in spec["uploads"] or []:
+    up = ImageUpload(build_id, u["provider"], spec["image"], username="zuul", python_path="auto")
+    up.format = u["format"]
+    up.external_id = u["external_id"] or None
+    up.external_name = u["external_name"] or None
+    up.state = u["state"]
+    ids.append(zk.storeImageUpload(spec["image"], build_id, u["provider"], up))
+print(json.dumps({"build_id": build_id, "upload_ids": ids}))
+zk.disconnect()
+`
+
+// NodepoolStoreBuild stores a build and its uploads with nodepool 10's own
+// ZooKeeper class connected as c says (it takes TLS only), as a Python
+// nodepool-builder, or anyone running its code, writes them. It returns the
+// build's id and its uploads' ids, in order. It does not check that nodepool
+// can run: see RequireNodepool.
+func NodepoolStoreBuild(ctx context.Context, c KazooConn, b NodepoolBuildRecord) (buildID string, uploadIDs []string, err error) {
+	type upload struct {
+		Provider     string `json:"provider"`
+		State        string `json:"state"`
+		Format       string `json:"format"`
+		ExternalID   string `json:"external_id"`
+		ExternalName string `json:"external_name"`
+	}
+	spec := struct {
+		Image     string   `json:"image"`
+		State     string   `json:"state"`
+		Builder   string   `json:"builder"`
+		BuilderID string   `json:"builder_id"`
+		Formats   []string `json:"formats"`
+		Uploads   []upload `json:"uploads"`
+	}{Image: b.Image, State: b.State, Builder: b.Builder, BuilderID: b.BuilderID, Formats: b.Formats}
+	for _, u := range b.Uploads {
+		spec.Uploads = append(spec.Uploads, upload(u))
+	}
+	arg, err := json.Marshal(spec)
+	if err != nil {
+		return "", nil, err
+	}
+	out, _, err := runNodepool(ctx, "storeBuild", nodepoolStoreBuild, c.env(), string(arg))
+	if err != nil {
+		return "", nil, err
+	}
+	var ids struct {
+		BuildID   string   `json:"build_id"`
+		UploadIDs []string `json:"upload_ids"`
+	}
+	if err := json.Unmarshal([]byte(out), &ids); err != nil {
+		return "", nil, fmt.Errorf("nodepool storeBuild: decode what it printed: %w\n%s", err, out)
+	}
+	return ids.BuildID, ids.UploadIDs, nil
+}
