@@ -191,16 +191,16 @@ func (u *Uploader) deleteUpload(ctx context.Context, up store.Upload) error {
 			return fmt.Errorf("delete upload %s: provider %s is not in the config; its image %s stays", up, up.Provider, up.ExternalID)
 		}
 		cctx, cancel := u.cloudCtx(ctx)
-		err := u.checkOurs(cctx, cloud, up)
-		if errors.Is(err, errNotOurs) {
+		_, err := recordedImage(cctx, cloud, up)
+		switch {
+		case errors.Is(err, errNotOurs):
 			cancel()
-			if _, said := u.notOurs.LoadOrStore(up.String()+"@"+up.ExternalID, true); !said {
-				u.log.Warn("not deleting a cloud image that is not this upload's: the record stays; check who wrote it, "+
-					"and delete the record or the image by hand if it is wrong", "upload", up.String(), "external_id", up.ExternalID, "reason", err)
-			}
+			u.leaveNotOurs(up, up.ExternalID, err, "not deleting a cloud image that is not this upload's: the record stays; check who wrote it, "+
+				"and delete the record or the image by hand if it is wrong")
 			return nil
-		}
-		if err == nil {
+		case errors.Is(err, ErrNotFound):
+			err = nil // gone already: only the record is left
+		case err == nil:
 			err = cloud.Delete(cctx, up.ExternalID)
 		}
 		cancel()
@@ -223,26 +223,33 @@ var errNotOurs = errors.New("not this upload's image")
 // glanceID is an image id as Glance makes them: a UUID.
 var glanceID = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
-// checkOurs tells whether the cloud image an upload record names is that
-// upload's to delete: records are written by other programs and by hand too,
-// and a wrong one must not delete an image of another's. Its id is a UUID, and
-// the image carries the properties nodepool's builders (Python nodepool 10,
-// and this builder) set on what they upload: the build id, and the provider's
-// name where it is set; and the upload id, or, when the ids differ, the name
-// the record gives it (zookeeper-import numbers the uploads it copies anew).
-// An image already gone is nil: there is nothing to delete. The error wraps
-// errNotOurs when it is not the upload's.
-func (u *Uploader) checkOurs(ctx context.Context, cloud Cloud, up store.Upload) error {
+// recordedImage is the cloud image an upload record names, once checked to be
+// that upload's (see uploadsImage): records are written by other programs and
+// by hand too, and a wrong one must neither delete nor adopt an image of
+// another's. The id must be a UUID before the cloud is asked about it. The
+// error wraps ErrNotFound when the image is gone, and errNotOurs when it is
+// not the upload's.
+func recordedImage(ctx context.Context, cloud Cloud, up store.Upload) (Image, error) {
 	if !glanceID.MatchString(up.ExternalID) {
-		return fmt.Errorf("%w: external id %.80q is not an image id as Glance makes them (a UUID)", errNotOurs, up.ExternalID)
+		return Image{}, fmt.Errorf("%w: external id %.80q is not an image id as Glance makes them (a UUID)", errNotOurs, up.ExternalID)
 	}
 	img, err := cloud.Get(ctx, up.ExternalID)
-	if errors.Is(err, ErrNotFound) {
-		return nil
-	}
 	if err != nil {
-		return fmt.Errorf("check image %s of upload %s before deleting it: %w", up.ExternalID, up, err)
+		return Image{}, fmt.Errorf("check whose image it is: %w", err)
 	}
+	if err := uploadsImage(up, img); err != nil {
+		return Image{}, err
+	}
+	return img, nil
+}
+
+// uploadsImage tells whether a cloud image is an upload's: it carries the
+// properties nodepool's builders (Python nodepool 10, and this builder) set on
+// what they upload: the build id, and the provider's name where it is set; and
+// the upload id, or, when the ids differ, the name the record gives it
+// (zookeeper-import numbers the uploads it copies anew). The error wraps
+// errNotOurs when it is not the upload's.
+func uploadsImage(up store.Upload, img Image) error {
 	p := img.Properties
 	if p[PropBuildID] != up.BuildID {
 		return fmt.Errorf("%w: the image's %s is %.80q, not the upload's build %s", errNotOurs, PropBuildID, p[PropBuildID], up.BuildID)
@@ -255,6 +262,14 @@ func (u *Uploader) checkOurs(ctx context.Context, cloud Cloud, up store.Upload) 
 		return fmt.Errorf("%w: the image's %s is %.80q, not %s", errNotOurs, PropProvider, name, up.Provider)
 	}
 	return nil
+}
+
+// leaveNotOurs logs, once per upload and image, that a cloud image is not the
+// upload's and is left where it is; what says what becomes of the record.
+func (u *Uploader) leaveNotOurs(up store.Upload, id string, err error, what string) {
+	if _, said := u.notOurs.LoadOrStore(up.String()+"@"+id, true); !said {
+		u.log.Warn(what, "upload", up.String(), "external_id", id, "reason", err)
+	}
 }
 
 // deleteBuild takes a deleting build's finished uploads with it (any builder

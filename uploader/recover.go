@@ -13,9 +13,12 @@ import (
 // another worker holds, of this builder or another, is left alone. An upload
 // whose cloud image is active becomes ready once it passes the checks and the
 // post-upload hook that it may not have passed before; anything else of it in
-// the cloud is deleted and the upload is tried again. It runs on every pass, so
-// an upload the cloud could not be asked about is settled once it can. Uploads
-// this builder is not responsible for are another builder's to settle.
+// the cloud is deleted and the upload is tried again. An image that is not the
+// upload's (see uploadsImage), whatever its record says, is neither adopted
+// nor deleted: it stays, and the upload is failed without it. It runs on every
+// pass, so an upload the cloud could not be asked about is settled once it
+// can. Uploads this builder is not responsible for are another builder's to
+// settle.
 func (u *Uploader) Recover(ctx context.Context) error {
 	ups, err := u.opts.Store.Uploads(ctx, store.UploadFilter{State: store.Uploading})
 	if err != nil || len(ups) == 0 {
@@ -71,12 +74,19 @@ func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
 	log := u.log.With("upload", up.String())
 	cctx, cancel := u.cloudCtx(ctx)
 	defer cancel()
+	// Only the upload's own image is adopted or deleted: the record may be
+	// forged, or wrong, and the image it names an operator's or another tool's.
 	var found []Image
+	var notOurs error
 	if up.ExternalID != "" {
-		img, err := cloud.Get(cctx, up.ExternalID)
+		img, err := recordedImage(cctx, cloud, up)
 		switch {
 		case err == nil:
 			found = append(found, img)
+		case errors.Is(err, errNotOurs):
+			notOurs = err
+			u.leaveNotOurs(up, up.ExternalID, err, "not adopting or deleting a cloud image that is not this upload's: the image stays, "+
+				"and the upload is failed without it; check who wrote the record")
 		case !errors.Is(err, ErrNotFound):
 			return fmt.Errorf("recover upload %s: %w", up, err)
 		}
@@ -91,10 +101,24 @@ func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
 		if err != nil {
 			return fmt.Errorf("recover upload %s: %w", up, err)
 		}
-		found = imgs
+		for _, img := range imgs {
+			err := uploadsImage(up, img)
+			if errors.Is(err, errNotOurs) {
+				u.leaveNotOurs(up, img.ID, err, "not adopting or deleting a cloud image that is not this upload's, found by its properties: "+
+					"the image stays; check who made it")
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("recover upload %s: %w", up, err)
+			}
+			found = append(found, img)
+		}
 	}
 	reason := "interrupted: the builder stopped during this upload"
-	if up.LastError != "" {
+	switch {
+	case notOurs != nil:
+		reason = fmt.Sprintf("interrupted; the image %.80q its record named was left in the cloud: %v", up.ExternalID, notOurs)
+	case up.LastError != "":
 		// A worker of an older version that failed and could not delete
 		// its image left it uploading, for us.
 		reason = up.LastError

@@ -67,8 +67,8 @@ type Uploader struct {
 	// heldBack are the builds and providers whose uploads kept being deleted,
 	// said once: "<build id>/<provider>".
 	heldBack sync.Map
-	// notOurs are the uploads whose cloud image was not deleted because it is
-	// not this upload's, said once: "<upload>@<external id>".
+	// notOurs are the cloud images left because they are not the upload's
+	// that names them, said once: "<upload>@<external id>".
 	notOurs sync.Map
 }
 

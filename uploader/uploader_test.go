@@ -930,6 +930,69 @@ func TestRecoverOnEveryPass(t *testing.T) {
 	}
 }
 
+// TestRecoverLeavesImagesNotOurs: uploading records that name cloud images not
+// theirs (an operator's active image whose data is the build's file, another
+// tool's queued image, an id that is no UUID) adopt none, delete none and run the
+// post-upload-hook on none: each image stays, each record's is said once,
+// and the records are failed without the ids, to be uploaded again.
+func TestRecoverLeavesImagesNotOurs(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	hook := filepath.Join(dir, "hook")
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\necho \"$@\" >> "+calls+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.cfg.Providers[0].PostUploadHook = hook
+	var logs testenv.Buffer
+	f.up = New(Options{Store: f.st, Config: f.cfg, Clouds: map[string]Cloud{"a": f.clouds["a"], "b": f.clouds["b"]},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), PollInterval: time.Millisecond, Now: f.clock.Now})
+	cloud := f.clouds["a"]
+	b := f.addBuild("debian", "qcow2")
+	data, err := os.ReadFile(mustPath(f.st.FilePath("debian", b.ID, "qcow2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden, _ := cloud.Create(ctx, ImageSpec{Name: "golden", DiskFormat: "qcow2"})
+	if err := cloud.Upload(ctx, golden, bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	queued, _ := cloud.Create(ctx, ImageSpec{Name: "another-tools"})
+	var names []string
+	for _, id := range []string{golden, queued, golden + "?x"} {
+		up, err := f.st.CreateUpload(ctx, &b, "a", "qcow2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		up.ExternalID = id
+		if err := f.raw.Write(ctx, store.PutUpload(&up)); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, id)
+	}
+
+	for range 2 {
+		if err := f.up.Recover(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := cloud.count(); n != 2 || len(cloud.deletes) != 0 {
+		t.Errorf("cloud holds %d images, deleted %v; want the 2 left", n, cloud.deletes)
+	}
+	if out, err := os.ReadFile(calls); err == nil {
+		t.Errorf("the post-upload-hook ran: %q", out)
+	}
+	for _, up := range f.uploads(store.UploadFilter{Provider: "a"}) {
+		if up.State != store.Failed || up.ExternalID != "" || !strings.Contains(up.LastError, "its record named was left in the cloud") {
+			t.Errorf("upload %s: %s naming %q (%s); want failed naming none, saying why", up.ID, up.State, up.ExternalID, up.LastError)
+		}
+	}
+	if n := strings.Count(logs.String(), "not adopting or deleting a cloud image that is not this upload's"); n != len(names) {
+		t.Errorf("%d lines say an image is not the upload's, want one for each of %v:\n%s", n, names, logs.String())
+	}
+}
+
 // TestJobFromAStalePlan: a job that waited for a worker reads the records again
 // and does nothing when an operator released its upload or its build meanwhile.
 func TestJobFromAStalePlan(t *testing.T) {
