@@ -510,6 +510,13 @@ func (ks *Keystone) NewAccount(t testing.TB) Account {
 	return a
 }
 
+// Grant gives the account's user a role in its project as well: "admin" makes
+// it an admin of the whole cloud, as Glance's default policy takes it.
+func (ks *Keystone) Grant(t testing.TB, a Account, role string) {
+	t.Helper()
+	ks.grant(t, a.ProjectID, a.UserID, role)
+}
+
 // grant gives the user the named role in the project.
 func (ks *Keystone) grant(t testing.TB, projectID, userID, role string) {
 	t.Helper()
