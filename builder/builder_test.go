@@ -125,6 +125,8 @@ func (c *gatedCloud) List(_ context.Context, match map[string]string) ([]uploade
 	return out, nil
 }
 
+func (c *gatedCloud) Project(context.Context) (string, error) { return "", nil }
+
 func (c *gatedCloud) Delete(ctx context.Context, id string) error {
 	c.mu.Lock()
 	hang := c.hangDeletes

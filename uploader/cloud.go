@@ -24,6 +24,9 @@ type Image struct {
 	Size       int64
 	Checksum   string // Glance's md5 of the stored data, when it reports one
 	Created    time.Time
+	// Owner is the project the image belongs to, as the cloud says; "" when
+	// it says none (a Glance without authentication).
+	Owner      string
 	Properties map[string]string
 }
 
@@ -46,4 +49,8 @@ type Cloud interface {
 	List(ctx context.Context, match map[string]string) ([]Image, error)
 	// Delete removes an image; deleting one that does not exist is not an error.
 	Delete(ctx context.Context, id string) error
+	// Project is the project the cloud's credentials act for, which owns the
+	// images they create; "" when there is none to tell (no authentication,
+	// credentials of no project).
+	Project(ctx context.Context) (string, error)
 }

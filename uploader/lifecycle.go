@@ -237,7 +237,7 @@ func recordedImage(ctx context.Context, cloud Cloud, up store.Upload) (Image, er
 	if err != nil {
 		return Image{}, fmt.Errorf("check whose image it is: %w", err)
 	}
-	if err := uploadsImage(up, img); err != nil {
+	if err := uploadsImage(ctx, cloud, up, img); err != nil {
 		return Image{}, err
 	}
 	return img, nil
@@ -247,9 +247,12 @@ func recordedImage(ctx context.Context, cloud Cloud, up store.Upload) (Image, er
 // properties nodepool's builders (Python nodepool 10, and this builder) set on
 // what they upload: the build id, and the provider's name where it is set; and
 // the upload id, or, when the ids differ, the name the record gives it
-// (zookeeper-import numbers the uploads it copies anew). The error wraps
+// (zookeeper-import numbers the uploads it copies anew). And it belongs to the
+// project the cloud's credentials act for, when the cloud tells both: anyone
+// may set properties on an image of theirs that the builder's credentials
+// reach (a shared or public image, or any image for an admin). The error wraps
 // errNotOurs when it is not the upload's.
-func uploadsImage(up store.Upload, img Image) error {
+func uploadsImage(ctx context.Context, cloud Cloud, up store.Upload, img Image) error {
 	p := img.Properties
 	if p[PropBuildID] != up.BuildID {
 		return fmt.Errorf("%w: the image's %s is %.80q, not the upload's build %s", errNotOurs, PropBuildID, p[PropBuildID], up.BuildID)
@@ -260,6 +263,31 @@ func uploadsImage(up store.Upload, img Image) error {
 	}
 	if name, ok := p[PropProvider]; ok && name != up.Provider {
 		return fmt.Errorf("%w: the image's %s is %.80q, not %s", errNotOurs, PropProvider, name, up.Provider)
+	}
+	err := ownedByProject(ctx, cloud, img)
+	if errors.Is(err, errOtherProject) {
+		return fmt.Errorf("%w: %w", errNotOurs, err)
+	}
+	return err
+}
+
+// errOtherProject: a cloud image belongs to a project other than the one the
+// cloud's credentials act for.
+var errOtherProject = errors.New("another project's image")
+
+// ownedByProject tells whether a cloud image belongs to the project the cloud's
+// credentials act for, when the cloud tells both; the error wraps
+// errOtherProject when it belongs to another.
+func ownedByProject(ctx context.Context, cloud Cloud, img Image) error {
+	if img.Owner == "" {
+		return nil
+	}
+	project, err := cloud.Project(ctx)
+	if err != nil {
+		return fmt.Errorf("find the project of the cloud's credentials: %w", err)
+	}
+	if project != "" && img.Owner != project {
+		return fmt.Errorf("%w: its owner is %.80q, the credentials' project %s", errOtherProject, img.Owner, project)
 	}
 	return nil
 }

@@ -102,7 +102,7 @@ func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
 			return fmt.Errorf("recover upload %s: %w", up, err)
 		}
 		for _, img := range imgs {
-			err := uploadsImage(up, img)
+			err := uploadsImage(cctx, cloud, up, img)
 			if errors.Is(err, errNotOurs) {
 				u.leaveNotOurs(up, img.ID, err, "not adopting or deleting a cloud image that is not this upload's, found by its properties: "+
 					"the image stays; check who made it")

@@ -102,9 +102,23 @@ func (u *Uploader) list(ctx context.Context, providers []*config.Provider) ([][]
 			for _, img := range imgs {
 				// Providers may share a cloud: each sweeps only the images
 				// made for it.
-				if i, ok := g.members[img.Properties[PropProvider]]; ok {
-					lists[i] = append(lists[i], img)
+				i, ok := g.members[img.Properties[PropProvider]]
+				if !ok {
+					continue
 				}
+				// Anyone may tag an image of theirs that the credentials
+				// reach with this builder's id: it is not the builder's.
+				if err := ownedByProject(cctx, g.cloud, img); errors.Is(err, errOtherProject) {
+					if _, said := u.notOurs.LoadOrStore("sweep@"+img.Properties[PropProvider]+"@"+img.ID, true); !said {
+						u.log.Warn("leaving a cloud image tagged with this builder's id that is not the builder's; check who made it",
+							"provider", img.Properties[PropProvider], "external_id", img.ID, "name", img.Name, "reason", err)
+					}
+					continue
+				} else if err != nil {
+					errs[i] = fmt.Errorf("list images of %s: %w", img.Properties[PropProvider], err)
+					continue
+				}
+				lists[i] = append(lists[i], img)
 			}
 		})
 	}

@@ -68,7 +68,8 @@ type Uploader struct {
 	// said once: "<build id>/<provider>".
 	heldBack sync.Map
 	// notOurs are the cloud images left because they are not the upload's
-	// that names them, said once: "<upload>@<external id>".
+	// that names them, "<upload>@<external id>", or not this builder's that
+	// the sweep found, "sweep@<provider>@<external id>": each said once.
 	notOurs sync.Map
 }
 

@@ -43,6 +43,9 @@ type fakeCloud struct {
 	deletes     []string
 	// sent, when set, is called once an upload's data has been read.
 	sent func()
+	// project is the project its credentials act for, which owns every image
+	// it creates; "" as in a Glance without authentication.
+	project string
 }
 
 func newFakeCloud() *fakeCloud {
@@ -65,7 +68,7 @@ func (c *fakeCloud) Create(_ context.Context, spec ImageSpec) (string, error) {
 		props[k] = v
 	}
 	c.images[id] = &Image{ID: id, Name: spec.Name, Status: "queued", DiskFormat: spec.DiskFormat, Properties: props,
-		Created: time.Date(2026, 1, 1, 0, 0, c.seq, 0, time.UTC)}
+		Created: time.Date(2026, 1, 1, 0, 0, c.seq, 0, time.UTC), Owner: c.project}
 	return id, nil
 }
 
@@ -146,6 +149,15 @@ func (c *fakeCloud) Delete(_ context.Context, id string) error {
 	delete(c.images, id)
 	c.deletes = append(c.deletes, id)
 	return nil
+}
+
+func (c *fakeCloud) Project(context.Context) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unreachable {
+		return "", errUnreachable
+	}
+	return c.project, nil
 }
 
 func (c *fakeCloud) count() int {
@@ -932,7 +944,8 @@ func TestRecoverOnEveryPass(t *testing.T) {
 
 // TestRecoverLeavesImagesNotOurs: uploading records that name cloud images not
 // theirs (an operator's active image whose data is the build's file, another
-// tool's queued image, an id that is no UUID) adopt none, delete none and run the
+// tool's queued image, an image of another project with the upload's own
+// properties, an id that is no UUID) adopt none, delete none and run the
 // post-upload-hook on none: each image stays, each record's is said once,
 // and the records are failed without the ids, to be uploaded again.
 func TestRecoverLeavesImagesNotOurs(t *testing.T) {
@@ -949,7 +962,9 @@ func TestRecoverLeavesImagesNotOurs(t *testing.T) {
 	f.up = New(Options{Store: f.st, Config: f.cfg, Clouds: map[string]Cloud{"a": f.clouds["a"], "b": f.clouds["b"]},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)), PollInterval: time.Millisecond, Now: f.clock.Now})
 	cloud := f.clouds["a"]
+	cloud.project = "the-builders-project"
 	b := f.addBuild("debian", "qcow2")
+	file, _ := b.File("qcow2")
 	data, err := os.ReadFile(mustPath(f.st.FilePath("debian", b.ID, "qcow2")))
 	if err != nil {
 		t.Fatal(err)
@@ -960,10 +975,16 @@ func TestRecoverLeavesImagesNotOurs(t *testing.T) {
 	}
 	queued, _ := cloud.Create(ctx, ImageSpec{Name: "another-tools"})
 	var names []string
-	for _, id := range []string{golden, queued, golden + "?x"} {
+	for _, id := range []string{golden, queued, "", golden + "?x"} {
 		up, err := f.st.CreateUpload(ctx, &b, "a", "qcow2")
 		if err != nil {
 			t.Fatal(err)
+		}
+		if id == "" {
+			// Of another project, with this upload's own properties.
+			id, _ = cloud.Create(ctx, ImageSpec{Name: "theirs", Properties: f.up.Properties(&f.cfg.Providers[0], b, file, up)})
+			cloud.Upload(ctx, id, bytes.NewReader(data), int64(len(data)))
+			cloud.images[id].Owner = "another-project"
 		}
 		up.ExternalID = id
 		if err := f.raw.Write(ctx, store.PutUpload(&up)); err != nil {
@@ -977,8 +998,8 @@ func TestRecoverLeavesImagesNotOurs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := cloud.count(); n != 2 || len(cloud.deletes) != 0 {
-		t.Errorf("cloud holds %d images, deleted %v; want the 2 left", n, cloud.deletes)
+	if n := cloud.count(); n != 3 || len(cloud.deletes) != 0 {
+		t.Errorf("cloud holds %d images, deleted %v; want the 3 left", n, cloud.deletes)
 	}
 	if out, err := os.ReadFile(calls); err == nil {
 		t.Errorf("the post-upload-hook ran: %q", out)
@@ -990,6 +1011,9 @@ func TestRecoverLeavesImagesNotOurs(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "not adopting or deleting a cloud image that is not this upload's"); n != len(names) {
 		t.Errorf("%d lines say an image is not the upload's, want one for each of %v:\n%s", n, names, logs.String())
+	}
+	if !strings.Contains(logs.String(), "another project's image") {
+		t.Errorf("the log does not say which image is another project's:\n%s", logs.String())
 	}
 }
 

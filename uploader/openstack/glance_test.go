@@ -48,6 +48,10 @@ func TestGlance(t *testing.T) {
 		if img.Status != "queued" || img.Name != "debian-bookworm-1700000000" || img.DiskFormat != "qcow2" {
 			t.Errorf("before upload: %+v, want queued qcow2 named as created", img)
 		}
+		// Without authentication there is no project to compare owners with.
+		if p, err := cloud.Project(ctx); err != nil || p != "" || img.Owner != "" {
+			t.Errorf("project %q (%v), owner %q; want none without authentication", p, err, img.Owner)
+		}
 
 		data := bytes.Repeat([]byte("not really a qcow2 "), 5000)
 		if err := cloud.Upload(ctx, id, bytes.NewReader(data), int64(len(data))); err != nil {

@@ -335,6 +335,7 @@ func toImage(img *images.Image) uploader.Image {
 		Size:       img.SizeBytes,
 		Checksum:   img.Checksum,
 		Created:    img.CreatedAt,
+		Owner:      img.Owner,
 		Properties: props,
 	}
 }

@@ -112,8 +112,9 @@ func (kc *keystoneCloud) cloudsFile(t *testing.T, extra string) string {
 }
 
 // roundTrip creates an image, uploads data into it, finds it by property and
-// deletes it: every call the uploader and the sweep make.
-func roundTrip(t *testing.T, c *Cloud) {
+// deletes it: every call the uploader and the sweep make. The image belongs to
+// project, the project of the cloud's credentials.
+func roundTrip(t *testing.T, c *Cloud, project string) {
 	t.Helper()
 	ctx := t.Context()
 	props := map[string]string{"case": t.Name()}
@@ -129,6 +130,9 @@ func roundTrip(t *testing.T, c *Cloud) {
 	sum := md5.Sum(data)
 	if err != nil || img.Status != "active" || img.Size != int64(len(data)) || img.Checksum != hex.EncodeToString(sum[:]) {
 		t.Fatalf("after upload: %+v, %v; want active with %d bytes", img, err, len(data))
+	}
+	if p, err := c.Project(ctx); err != nil || p != project || img.Owner != project {
+		t.Errorf("project of the credentials %q (%v), owner of the image %q; want both %s", p, err, img.Owner, project)
 	}
 	if ids := listIDs(t, c, props); len(ids) != 1 || ids[0] != id {
 		t.Errorf("list by property = %v, want [%s]", ids, id)
@@ -181,7 +185,7 @@ func TestKeystone(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tt.wantErr == nil {
-				roundTrip(t, c)
+				roundTrip(t, c, kc.account.ProjectID)
 				return
 			}
 			_, err = c.List(ctx, map[string]string{"case": "none"})

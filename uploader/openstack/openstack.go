@@ -15,6 +15,7 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
@@ -66,6 +67,9 @@ type Cloud struct {
 
 	mu      sync.Mutex
 	service *gophercloud.ServiceClient
+	// project is the id of the project the token is scoped to, known once
+	// logged in; "" without authentication or a project.
+	project string
 }
 
 // Cloud is what the uploader needs.
@@ -195,6 +199,7 @@ func (c *Cloud) imageService(ctx context.Context) (*gophercloud.ServiceClient, e
 	if err := openstack.Authenticate(ctx, provider, *c.auth); err != nil {
 		return nil, fmt.Errorf("authenticate to cloud %s: %w", c.name, c.identityError(err))
 	}
+	project := tokenProject(provider.GetAuthResult())
 	if c.override != "" {
 		c.service = c.serviceAt(provider, c.override)
 	} else {
@@ -215,8 +220,37 @@ func (c *Cloud) imageService(ctx context.Context) (*gophercloud.ServiceClient, e
 		}
 		c.service = sc
 	}
-	c.log.Debug("authenticated", "auth_url", c.authURL, "image_endpoint", redact.Userinfo(c.service.Endpoint))
+	c.project = project
+	c.log.Debug("authenticated", "auth_url", c.authURL, "image_endpoint", redact.Userinfo(c.service.Endpoint), "project_id", project)
 	return c.service, nil
+}
+
+// Project is the id of the project the cloud's token is scoped to, which Glance
+// makes the owner of the images it creates. It logs in first if no call has.
+// It is "" for auth_type none, and for a token scoped to no project.
+func (c *Cloud) Project(ctx context.Context) (string, error) {
+	if _, err := c.imageService(ctx); err != nil {
+		return "", err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.project, nil
+}
+
+// tokenProject is the project id of Keystone's answer to a login: a new token,
+// or the token given, read back. "" when it names none.
+func tokenProject(r gophercloud.AuthResult) string {
+	scoped, ok := r.(interface {
+		ExtractProject() (*tokens.Project, error)
+	})
+	if !ok {
+		return ""
+	}
+	p, err := scoped.ExtractProject()
+	if err != nil || p == nil {
+		return ""
+	}
+	return p.ID
 }
 
 // serviceAt is an image service client for a Glance root URL ending in "/".
