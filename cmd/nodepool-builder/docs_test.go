@@ -251,3 +251,175 @@ func TestDocsNamePackages(t *testing.T) {
 		}
 	}
 }
+
+// mdTable is a Markdown table: its header cells and its rows' cells, trimmed.
+type mdTable struct {
+	header []string
+	rows   [][]string
+}
+
+// markdownTables returns the tables of a Markdown text (fenced code left out):
+// a header line of cells, a |---| line, and the rows that follow it.
+func markdownTables(text string) []mdTable {
+	var out []mdTable
+	lines := strings.Split(stripCode(text), "\n")
+	for i := 0; i+1 < len(lines); i++ {
+		if !strings.HasPrefix(lines[i], "|") || !strings.HasPrefix(lines[i+1], "|---") {
+			continue
+		}
+		tb := mdTable{header: tableCells(lines[i])}
+		j := i + 2
+		for ; j < len(lines) && strings.HasPrefix(lines[j], "|"); j++ {
+			tb.rows = append(tb.rows, tableCells(lines[j]))
+		}
+		out = append(out, tb)
+		i = j - 1
+	}
+	return out
+}
+
+// tableCells splits a table row into its cells, trimmed: on the | that stand
+// outside code spans and are not escaped.
+func tableCells(line string) []string {
+	var cells []string
+	var cell strings.Builder
+	code := false
+	line = strings.TrimSpace(line)
+	line = strings.TrimPrefix(strings.TrimSuffix(line, "|"), "|")
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == '\\' && i+1 < len(line) && line[i+1] == '|':
+			cell.WriteByte('|')
+			i++
+		case c == '`':
+			code = !code
+			cell.WriteByte(c)
+		case c == '|' && !code:
+			cells = append(cells, strings.TrimSpace(cell.String()))
+			cell.Reset()
+		default:
+			cell.WriteByte(c)
+		}
+	}
+	return append(cells, strings.TrimSpace(cell.String()))
+}
+
+// codeSpanRE finds the code spans of a line of Markdown.
+var codeSpanRE = regexp.MustCompile("`([^`]+)`")
+
+// troubleshootingPrograms are the programs other than the builder whose
+// command lines docs/troubleshooting.md may give as what shows a symptom.
+var troubleshootingPrograms = []string{
+	"nodepool", "openstack", "journalctl", "systemctl", "sudo", "ls", "cat", "df", "ss", "openssl",
+	"curl", "command", "getent", "findmnt",
+}
+
+// builderCommand returns the command a nodepool-builder command line runs:
+// the first word that is not a flag or a flag's value; "" for none (--version).
+func builderCommand(args []string) string {
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-c" || a == "--config" || a == "-s" || a == "--secure" || a == "--builder-config":
+			i++
+		case strings.HasPrefix(a, "-"):
+		default:
+			return a
+		}
+	}
+	return ""
+}
+
+// TestDocsTroubleshootingNamesCommands keeps docs/troubleshooting.md a table
+// of symptom, command and fix: every table has a "command" column, and each
+// row names in it, as code, a command line an operator can run: one of the
+// builder's commands, which must exist, or one of the other programs the page
+// uses (nodepool's CLI, openstack, journalctl, ...).
+func TestDocsTroubleshootingNamesCommands(t *testing.T) {
+	app := newApp(io.Discard, io.Discard)
+	tables := markdownTables(readDoc(t, "docs/troubleshooting.md"))
+	if len(tables) < 6 {
+		t.Fatalf("docs/troubleshooting.md has %d tables; want one per kind of trouble, six or more", len(tables))
+	}
+	rows := 0
+	for _, tb := range tables {
+		col := slices.Index(tb.header, "command")
+		if col < 0 {
+			t.Errorf("docs/troubleshooting.md: the table with columns %q has no column \"command\"", tb.header)
+			continue
+		}
+		for _, row := range tb.rows {
+			rows++
+			if len(row) != len(tb.header) {
+				t.Errorf("docs/troubleshooting.md: row %q has %d cells, its table %d", row, len(row), len(tb.header))
+				continue
+			}
+			spans := codeSpanRE.FindAllStringSubmatch(row[col], -1)
+			if len(spans) == 0 {
+				t.Errorf("docs/troubleshooting.md: the row of %q names no command (write it as code in the command column)", row[0])
+				continue
+			}
+			for _, m := range spans {
+				words := strings.Fields(m[1])
+				switch prog := words[0]; {
+				case prog == "nodepool-builder":
+					name := builderCommand(words[1:])
+					if name == "" && !slices.Contains(words, "--version") {
+						t.Errorf("docs/troubleshooting.md: the row of %q runs %q, which names no command", row[0], m[1])
+					} else if name != "" && app.Command(name) == nil {
+						t.Errorf("docs/troubleshooting.md: the row of %q runs %q: the builder has no command %s", row[0], m[1], name)
+					}
+				case !slices.Contains(troubleshootingPrograms, prog):
+					t.Errorf("docs/troubleshooting.md: the row of %q runs %q: %s is neither nodepool-builder nor one of %q",
+						row[0], m[1], prog, troubleshootingPrograms)
+				}
+			}
+		}
+	}
+	if rows < 40 {
+		t.Errorf("docs/troubleshooting.md has %d symptom rows; the tables were not read whole", rows)
+	}
+}
+
+// TestDocsDifferencesNameRefusedFlags keeps the table of differences from
+// nodepool's builder, in docs/beside-nodepool.md, true to the flags the
+// builder refuses: each has its row, whose last cell says it is refused, and
+// no other row says a flag is.
+func TestDocsDifferencesNameRefusedFlags(t *testing.T) {
+	const heading = "## Differences from nodepool's builder"
+	sec, ok := testenv.MarkdownSection(readDoc(t, "docs/beside-nodepool.md"), heading)
+	if !ok {
+		t.Fatalf("docs/beside-nodepool.md has no heading %q", heading)
+	}
+	tables := markdownTables(sec)
+	if len(tables) != 1 {
+		t.Fatalf("docs/beside-nodepool.md, %s: %d tables, want one", heading, len(tables))
+	}
+	said := map[string]bool{} // flags whose row says they are refused
+	for _, row := range tables[0].rows {
+		refusedHere := strings.HasPrefix(row[len(row)-1], "refused")
+		for _, m := range codeSpanRE.FindAllStringSubmatch(row[0], -1) {
+			if !strings.HasPrefix(m[1], "-") {
+				continue
+			}
+			name := strings.TrimLeft(m[1], "-")
+			_, isRefused := refused[name]
+			switch {
+			case refusedHere && !isRefused:
+				t.Errorf("docs/beside-nodepool.md, %s: the row of %s says it is refused; the builder does not refuse it", heading, m[1])
+			case isRefused && !refusedHere:
+				t.Errorf("docs/beside-nodepool.md, %s: the row of %s does not begin its last cell with \"refused\"", heading, m[1])
+			}
+			said[name] = refusedHere
+		}
+	}
+	for name := range refused {
+		spelt := "--" + name
+		if len(name) == 1 {
+			spelt = "-" + name
+		}
+		if !said[name] {
+			t.Errorf("docs/beside-nodepool.md, %s: no row says that nodepool's %s is refused (write it as `%s` in the first cell)", heading, spelt, spelt)
+		}
+	}
+}
