@@ -483,6 +483,22 @@ func TestDueRebuildAge(t *testing.T) {
 	}
 }
 
+// TestDueRebuildAgeZero: rebuild-age 0 builds back to back: the next build is
+// due as soon as the last is ready, with no time passed.
+func TestDueRebuildAgeZero(t *testing.T) {
+	f := newFixture(t)
+	b := f.builder(f.diskimages(`
+  - name: debian
+    dib-cmd: {{DIB}}
+    elements: [debian-minimal]
+    rebuild-age: 0
+`))
+	f.build(context.Background(), b, "debian")
+	if got := due(t, b, "debian"); !strings.Contains(got, "(rebuild-age 0s)") {
+		t.Errorf("due right after a build with rebuild-age 0 = %q, want it due", got)
+	}
+}
+
 func TestDueNewestBuildLacksFormat(t *testing.T) {
 	f := newFixture(t)
 	const oneProvider = `

@@ -239,6 +239,42 @@ func TestPollTransientFailureRetriesNextPoll(t *testing.T) {
 	}
 }
 
+// TestPollArtifactNotFoundIsRetried: an artifact the object store refuses
+// (404 here, as for an object deleted or expired; 401 and 403 alike) fails
+// the poll's build with the store's answer as its reason, and does not settle
+// the Zuul build: the next poll asks for it again, and a newer Zuul build is
+// fetched as ever.
+func TestPollArtifactNotFoundIsRetried(t *testing.T) {
+	f := newFixture(t, "qcow2")
+	ctx := context.Background()
+	gone := f.publish(zuultest.ArtifactSpec{Name: "qcow2", Data: f.image("qcow2", "1"), Metadata: meta("qcow2"),
+		Publish: func(url string) string { return url + "-deleted" }})
+	for i := 1; i <= 2; i++ {
+		out, err := f.poll(ctx, "debian")
+		if err == nil || errors.Is(err, ErrRefused) || out.Ingested != nil || !strings.Contains(err.Error(), "server returned 404 Not Found") {
+			t.Fatalf("poll %d of a build whose artifact is gone = %+v, %v; want a failure saying what the server answered, not a refusal", i, out, err)
+		}
+		builds, _ := f.st.Builds(ctx, store.BuildFilter{Image: "debian"})
+		failed := 0
+		for _, b := range builds {
+			if b.State == store.Failed && b.Zuul.UUID == gone.UUID && strings.Contains(b.Reason, "server returned 404 Not Found") {
+				failed++
+			}
+		}
+		if failed != i {
+			t.Fatalf("after poll %d: builds %+v; want %d failed, their reason the server's answer", i, builds, i)
+		}
+		if cur, _ := f.st.Cursor(ctx, "debian"); cur.ZuulUUID == gone.UUID {
+			t.Fatalf("after poll %d the cursor settled the Zuul build: %+v", i, cur)
+		}
+	}
+	newer := f.publish(f.standard("2")...)
+	out, err := f.poll(ctx, "debian")
+	if err != nil || out.Ingested == nil || out.Ingested.Zuul.UUID != newer.UUID {
+		t.Fatalf("poll after a newer Zuul build = %+v, %v; want it fetched", out, err)
+	}
+}
+
 func TestPollChecksumMismatchRefused(t *testing.T) {
 	f := newFixture(t, "qcow2")
 	m := meta("qcow2")
