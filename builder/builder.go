@@ -490,7 +490,8 @@ func (b *Builder) warnLost(ctx context.Context, cfg *config.Config, l store.Lost
 	}
 	if l.ZuulUUID != "" {
 		args = append(args, "zuul_build", l.ZuulUUID)
-		cause += " That Zuul build is not fetched again on its own: the next one is, or image-build fetches it now."
+		cause += " That Zuul build is not fetched again on its own: the next one is, or a gearman image-build:" + l.Image +
+			" job fetches it now."
 	}
 	b.log.Warn("a build of this builder was deleted by another program, not by this builder: its files are removed. "+cause, args...)
 }

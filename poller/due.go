@@ -423,7 +423,7 @@ func (p *Poller) whyNotDue(f *fetch, cur store.Cursor, ready []store.Build) stri
 	}
 	if why == noNewBuild && cur.ZuulUUID == f.zb.UUID && cur.Outcome == store.OutcomeLost && len(ready) == 0 {
 		why = fmt.Sprintf("%s: the build Zuul's newest build %s became was deleted by another program (%s); it is "+
-			"fetched again when Zuul has a newer build, or now with image-build", noNewBuild, f.zb.UUID, cur.Reason)
+			"fetched again when Zuul has a newer build, or now by a gearman image-build:%s job", noNewBuild, f.zb.UUID, cur.Reason, cur.Image)
 	}
 	if why == noNewBuild && judge(cur, f.zb) == behind {
 		why = fmt.Sprintf("%s: Zuul's newest build %s (id %d) is behind the poll cursor (id %d); see zuul-cursor-reset",
