@@ -57,7 +57,9 @@ func (e *CheckError) Unwrap() []error { return append([]error{config.ErrUnusable
 // tools refuse), then what works but puts a credential at risk: a Zuul token or
 // an api-url's password, or a cloud's login, sent over plain http, a cloud
 // that checks no TLS certificate, and the MQTT broker's password sent over
-// plain mqtt://; each names its zuul-image, provider or section; and a file
+// plain mqtt://; a cloud's key that openstacksdk follows and the builder
+// ignores (image_api_use_tasks); each names its zuul-image, provider or
+// section; and a file
 // holding a secret that other users may read (secretFileWarnings). The
 // builder logs them when it opens the Zuul clients and the clouds, at start
 // and on every reload, and when it starts listening to the broker.

@@ -135,7 +135,8 @@ func TestCheckAnotherBuildersImagesDir(t *testing.T) {
 // TestCheckWarnings: what sends a credential over plain http, a Zuul token or
 // an api-url's password, or a cloud's login, is a warning, not a problem, and
 // names its zuul-image or provider; over https, or on a cloud without a login,
-// there is none, and a password never shows in one.
+// there is none, and a password never shows in one. A cloud key the builder
+// ignores though openstacksdk follows it, image_api_use_tasks, is one too.
 func TestCheckWarnings(t *testing.T) {
 	dir := t.TempDir()
 	clouds := filepath.Join(dir, "clouds.yaml")
@@ -145,6 +146,7 @@ func TestCheckWarnings(t *testing.T) {
     auth: {auth_url: 'http://keystone.example.org/v3', username: u, password: pw-c1, user_domain_name: Default, project_name: ci, project_domain_name: Default}
   tls:
     auth: {auth_url: 'https://keystone.example.org/v3', username: u, password: pw-c1, user_domain_name: Default, project_name: ci, project_domain_name: Default}
+  tasks: {auth_type: none, image_endpoint_override: 'http://127.0.0.1:9/', image_api_use_tasks: true}
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +163,9 @@ func TestCheckWarnings(t *testing.T) {
 			{Name: "https", APIURL: "https://ci:pw-z1@zuul.example.org/", AuthTokenFile: token},
 			{Name: "loopback", APIURL: "http://127.0.0.1:9000/"},
 		},
-		Providers: []config.Provider{{Name: "p-glance", Cloud: "glance"}, {Name: "p-plain", Cloud: "plain"}, {Name: "p-tls", Cloud: "tls"}},
-		Builder:   config.Builder{StateDB: filepath.Join(images, "builder.db")},
+		Providers: []config.Provider{{Name: "p-glance", Cloud: "glance"}, {Name: "p-plain", Cloud: "plain"}, {Name: "p-tls", Cloud: "tls"},
+			{Name: "p-tasks", Cloud: "tasks"}},
+		Builder: config.Builder{StateDB: filepath.Join(images, "builder.db")},
 	}
 	mqttPassword := filepath.Join(dir, "mqtt-password")
 	os.WriteFile(mqttPassword, []byte("pw-m1\n"), 0o600)
@@ -174,6 +177,7 @@ func TestCheckWarnings(t *testing.T) {
 	}
 	want := []string{
 		"provider p-plain (cloud plain): a login to this cloud sends auth.password over plain http://",
+		"provider p-tasks (cloud tasks): clouds.yaml sets image_api_use_tasks, which the builder ignores",
 		"zuul-image token-http: the Zuul token of auth-token-file is sent over plain http://",
 		"zuul-image password-http: the credentials in api-url (user:password@) are sent over plain http:// to http://zuul.example.org/",
 		"builder.zuul-mqtt: the password of password-file is sent over plain mqtt:// to mqtt://mqtt.example.org:1883",

@@ -32,6 +32,8 @@ type cloudEntry struct {
 	Key                   string    `yaml:"key"`
 	Profile               string    `yaml:"profile"`
 	LegacyProfile         string    `yaml:"cloud"`
+	// ImageAPIUseTasks is read only to warn that the builder ignores it.
+	ImageAPIUseTasks any `yaml:"image_api_use_tasks"`
 }
 
 // authEntry is the auth section of a cloud, with keystoneauth's key names.
@@ -431,6 +433,40 @@ func (e cloudEntry) plainHTTPWarnings() []string {
 	}
 	return []string{fmt.Sprintf("a login to this cloud sends %s over plain http:// to Keystone at %s, where anyone on "+
 		"the way can read it: use an https:// auth_url", strings.Join(sent, " and "), redact.Userinfo(e.Auth.AuthURL))}
+}
+
+// ignoredKeyWarnings says which keys of the cloud that change how openstacksdk
+// uploads an image the builder does not follow: image_api_use_tasks, with
+// which openstacksdk (and so nodepool's Python builder) uploads through a
+// Glance task, where the builder sends the data with a PUT.
+func (e cloudEntry) ignoredKeyWarnings() []string {
+	if !setTrue(e.ImageAPIUseTasks) {
+		return nil
+	}
+	return []string{"clouds.yaml sets image_api_use_tasks, which the builder ignores: it uploads an image's data to Glance " +
+		"with a PUT, never through a Glance task as openstacksdk does with this key; if this cloud takes images only through " +
+		"tasks, every upload to it fails: leave the cloud's images to a Python nodepool-builder, or remove the key if the cloud " +
+		"takes a PUT"}
+}
+
+// setTrue says whether a clouds.yaml value turns an option on: a true boolean,
+// a number other than 0, or a string other than the words YAML 1.1 (which
+// openstacksdk's parser speaks) and Python read as false.
+func setTrue(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return false
+	case bool:
+		return v
+	case int:
+		return v != 0
+	case float64:
+		return v != 0
+	case string:
+		return !slices.Contains([]string{"", "false", "no", "off"}, strings.ToLower(strings.TrimSpace(v)))
+	default:
+		return true
+	}
 }
 
 // availability maps clouds.yaml interface (or the older endpoint_type) to the catalog

@@ -53,7 +53,8 @@ type Cloud struct {
 	auth *gophercloud.AuthOptions
 	// authURL is auth_url as messages show it: without userinfo.
 	authURL string
-	// warnings say what in the cloud's settings puts its credentials at risk.
+	// warnings say what in the cloud's settings puts its credentials at risk,
+	// and which of its keys the builder ignores though openstacksdk follows them.
 	warnings []string
 	// authType is the keystoneauth plugin of auth, to say what to check when
 	// Keystone refuses it.
@@ -120,6 +121,7 @@ func newCloud(opts Options, entry cloudEntry) (*Cloud, error) {
 			"on the way can read its credentials and change the images; give it a cacert instead")
 	}
 	c.warnings = append(c.warnings, entry.plainHTTPWarnings()...)
+	c.warnings = append(c.warnings, entry.ignoredKeyWarnings()...)
 	for _, w := range c.warnings {
 		c.log.Warn(w)
 	}
@@ -171,7 +173,9 @@ func (c *Cloud) ImageFormat() string { return c.imageFormat }
 func (c *Cloud) Name() string { return c.name }
 
 // Warnings lists what in the cloud's clouds.yaml entry puts its credentials at
-// risk (verify: false, a password sent to an http:// auth_url); Open logs each.
+// risk (verify: false, a password sent to an http:// auth_url), and the keys
+// of it that openstacksdk follows and the builder ignores
+// (image_api_use_tasks); Open logs each.
 func (c *Cloud) Warnings() []string { return c.warnings }
 
 // imageService returns the Glance client, logging in first if this is the first use or

@@ -128,3 +128,48 @@ func TestPlainHTTPWarnings(t *testing.T) {
 		})
 	}
 }
+
+// TestIgnoredKeyWarnings: a cloud that turns on image_api_use_tasks, with
+// which openstacksdk uploads through a Glance task, is warned about, in the
+// log and by Warnings, since the builder uploads with a PUT whatever it says;
+// a cloud that turns it off, or does not set it, is not.
+func TestIgnoredKeyWarnings(t *testing.T) {
+	const glance = "    auth_type: none\n    image_endpoint_override: http://127.0.0.1:9292/\n"
+	tests := []struct {
+		value string // "" for no key
+		warn  bool
+	}{
+		{"true", true},
+		{"True", true},
+		{"yes", true},
+		{"'on'", true},
+		{"1", true},
+		{"false", false},
+		{"no", false},
+		{"'off'", false},
+		{"0", false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			cloud := glance
+			if tt.value != "" {
+				cloud += "    image-api-use-tasks: " + tt.value + "\n"
+			}
+			var logs bytes.Buffer
+			got := openWith(t, cloud, &logs).Warnings()
+			if !tt.warn {
+				if len(got) != 0 {
+					t.Errorf("Warnings() = %q, want none", got)
+				}
+				return
+			}
+			if len(got) != 1 || !strings.Contains(got[0], "image_api_use_tasks, which the builder ignores") {
+				t.Fatalf("Warnings() = %q, want one that image_api_use_tasks is ignored", got)
+			}
+			if !strings.Contains(logs.String(), "level=WARN msg=\""+got[0]) {
+				t.Errorf("warning %q not logged:\n%s", got[0], logs.String())
+			}
+		})
+	}
+}
