@@ -95,10 +95,12 @@ func TestDeb(t *testing.T) {
 	}
 }
 
-// TestDebKeepsAConfigDirInUse: an /etc/nodepool that already holds files,
-// a Python nodepool's read by another user, keeps its owner and mode when
-// the package is installed: closing it would lock that nodepool out.
-func TestDebKeepsAConfigDirInUse(t *testing.T) {
+// TestDebKeepsDirsInUse: a directory of the package's (/etc/nodepool,
+// /var/lib/nodepool, /var/log/nodepool) that already holds files, a Python
+// nodepool's read by another user, keeps its owner and mode when the package
+// is installed: closing its config would lock that nodepool out, and its
+// build logs the web server that publishes them.
+func TestDebKeepsDirsInUse(t *testing.T) {
 	deb := required(t, "PACKAGE_DEB")
 	if os.Getuid() != 0 {
 		testenv.Unavailable(t, "installing a package needs root")
@@ -107,27 +109,45 @@ func TestDebKeepsAConfigDirInUse(t *testing.T) {
 	if status(t) != "not-installed" {
 		t.Fatalf("nodepool-builder is already installed here (%s); the test installs its own: dpkg -P nodepool-builder first", status(t))
 	}
-	if _, err := os.Stat(configDir); err == nil {
-		t.Fatalf("%s exists: the test makes its own", configDir)
+	// Another user's, as a Python nodepool's directories are.
+	const owner = 4242
+	inUse := map[string]string{
+		configDir: "launcher.yaml",
+		stateDir:  "images/debian-0000000001.qcow2",
+		logDir:    "builds/debian-0000000001.log",
+	}
+	for dir := range inUse {
+		if _, err := os.Stat(dir); err == nil {
+			t.Fatalf("%s exists: the test makes its own", dir)
+		}
 	}
 	restoreMachine(t)
-	if err := os.Mkdir(configDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	launchers := filepath.Join(configDir, "launcher.yaml")
-	if err := os.WriteFile(launchers, []byte("labels: []\n"), 0o644); err != nil {
-		t.Fatal(err)
+	for dir, file := range inUse {
+		path := filepath.Join(dir, file)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte("Python nodepool's\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, owner, owner); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	run(t, dpkg, "-i", deb)
-	fi, err := os.Stat(configDir)
-	if err != nil {
-		t.Fatal(err)
+	for dir, file := range inUse {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); fi.Mode() != fs.ModeDir|0o755 || st.Uid != owner || st.Gid != owner {
+			t.Errorf("the install made %s, which held %s, mode %v owner %d:%d; want it left 0755 %d:%d",
+				dir, file, fi.Mode(), st.Uid, st.Gid, owner, owner)
+		}
 	}
-	if st := fi.Sys().(*syscall.Stat_t); fi.Mode() != fs.ModeDir|0o755 || st.Uid != 0 || st.Gid != 0 {
-		t.Errorf("the install made %s, which held %s, mode %v owner %d:%d; want it left 0755 root:root",
-			configDir, launchers, fi.Mode(), st.Uid, st.Gid)
-	}
-	os.Remove(launchers)
 }
 
 // TestLintian: Debian's package checker finds no error in the package.
