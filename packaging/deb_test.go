@@ -184,6 +184,7 @@ func checkInstalled(t *testing.T, deb string) {
 		{logDir, fs.ModeDir | 0o750, u.uid},
 		{filepath.Join(examplesDir, "nodepool.yaml"), 0o644, 0},
 		{filepath.Join(examplesDir, "nodepool-builder.yaml"), 0o644, 0},
+		{filepath.Join(examplesDir, "logrotate.d", "nodepool-builder"), 0o644, 0},
 		{"/usr/share/nodepool-builder/dib.conf", 0o644, 0},
 		{"/usr/share/doc/nodepool-builder/copyright", 0o644, 0},
 		{"/usr/share/doc/nodepool-builder/docs/installation.md.gz", 0o644, 0},

@@ -13,6 +13,7 @@
 # uwsgi that serves it (the tests run their own on a loopback port, not the service),
 # and the mosquitto MQTT broker with mosquitto_pub (the tests run their own broker,
 # not the service, and publish with the command as an independent client),
+# logrotate, which checks the example that rotates the cron example's log,
 # lintian, which checks the Debian package, and podman with runc and
 # mmdebstrap, which build and run the image (mmdebstrap makes its Debian base
 # where no registry is reachable); podman's containers.conf gets the setting it
@@ -67,6 +68,9 @@ if [ "${1:-demo}" = test ]; then
 	need mosquitto_pub mosquitto-clients
 	# A real browser renders the status page once (fonts so that it shows text).
 	need chromium chromium
+	# The logrotate example is rotated by the real thing (the tests give it a
+	# state file of their own; the host's rotations are not touched).
+	need logrotate logrotate
 	# make package-test: the package's checker (dpkg-deb builds it; sudo's
 	# visudo checks its sudoers drop-in).
 	need lintian lintian
