@@ -20,9 +20,21 @@ type Leak struct {
 	Image    Image
 }
 
+// ListError is a provider whose cloud images could not all be listed: the
+// leaks Leaks returns with it lack some or all of that provider's.
+type ListError struct {
+	Provider string
+	Err      error
+}
+
+func (e *ListError) Error() string { return fmt.Sprintf("list images of %s: %v", e.Provider, e.Err) }
+func (e *ListError) Unwrap() error { return e.Err }
+
 // Leaks lists, per provider (all when provider is empty; each cloud listed
 // once, the clouds in parallel), the cloud images this builder tagged whose
-// upload the store does not hold.
+// upload the store does not hold. A provider whose cloud cannot be listed is
+// a *ListError, joined with the others', and the leaks of the rest are still
+// returned.
 func (u *Uploader) Leaks(ctx context.Context, provider string) ([]Leak, error) {
 	// The clouds are listed before the store is read: an upload recorded while a
 	// listing runs is then seen as live, never as a leak.
@@ -96,7 +108,7 @@ func (u *Uploader) list(ctx context.Context, providers []*config.Provider) ([][]
 			imgs, err := g.cloud.List(cctx, match)
 			for name, i := range g.members {
 				if err != nil {
-					errs[i] = fmt.Errorf("list images of %s: %w", name, err)
+					errs[i] = &ListError{Provider: name, Err: err}
 				}
 			}
 			for _, img := range imgs {
@@ -115,7 +127,7 @@ func (u *Uploader) list(ctx context.Context, providers []*config.Provider) ([][]
 					}
 					continue
 				} else if err != nil {
-					errs[i] = fmt.Errorf("list images of %s: %w", img.Properties[PropProvider], err)
+					errs[i] = &ListError{Provider: img.Properties[PropProvider], Err: err}
 					continue
 				}
 				lists[i] = append(lists[i], img)

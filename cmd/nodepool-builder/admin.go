@@ -416,8 +416,21 @@ func alienImageList(c *cli.Context) error {
 		return withCode(exitUsage, err)
 	}
 	up := uploader.New(uploader.Options{Store: a.st, Config: a.cfg, Clouds: clouds, Logger: log})
-	leaks, lerr := up.Leaks(c.Context, provider)
-	// What could be listed is shown even when a cloud failed to answer.
+	leaks, err := up.Leaks(c.Context, provider)
+	// What could be listed is shown even when a cloud failed to answer; when
+	// anything else failed (the store), nothing is.
+	var notListed []string
+	var listErrs []error
+	if err != nil {
+		for _, e := range unjoin(err) {
+			var le *uploader.ListError
+			if !errors.As(e, &le) {
+				return withCode(exitFailed, fmt.Errorf("alien-image-list: %w", err))
+			}
+			notListed = append(notListed, le.Provider)
+			listErrs = append(listErrs, e)
+		}
+	}
 	if c.Bool("json") {
 		rows := make([]alienJSON, 0, len(leaks))
 		for _, l := range leaks {
@@ -433,11 +446,42 @@ func alienImageList(c *cli.Context) error {
 		}
 		t.Write(c.App.Writer)
 	}
-	if lerr != nil {
-		return withCode(exitFailed, fmt.Errorf("alien-image-list is incomplete: %w", lerr))
+	if len(notListed) > 0 {
+		return withCode(exitFailed, &listIncomplete{providers: notListed, errs: listErrs, err: err})
 	}
 	return nil
 }
+
+// listIncomplete is an alien-image-list printed without the images of the
+// providers whose clouds could not be listed.
+type listIncomplete struct {
+	providers []string
+	errs      []error
+	err       error
+}
+
+// Error names the providers missing from the list, then each one's error a
+// line, its control characters escaped.
+func (e *listIncomplete) Error() string {
+	which := "provider " + e.providers[0] + " are not in it: its cloud could not be listed; run it again once the cloud answers"
+	if len(e.providers) > 1 {
+		which = "providers " + strings.Join(e.providers, ", ") + " are not in it: their clouds could not be listed; " +
+			"run it again once the clouds answer"
+	}
+	lines := []string{e.head() + ": the images of " + which + ":"}
+	for _, err := range e.errs {
+		lines = append(lines, escape.Controls(err.Error()))
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (e *listIncomplete) head() string { return "alien-image-list is incomplete" }
+
+func (e *listIncomplete) record() (string, []any) {
+	return e.head(), []any{"providers_not_listed", e.providers, "errors", errorTexts(e.errs)}
+}
+
+func (e *listIncomplete) Unwrap() error { return e.err }
 
 // zuulCursorReset resets a zuul-image's poll cursor under the image's build
 // lock, the lock a poll takes to fetch: the next poll takes Zuul's newest

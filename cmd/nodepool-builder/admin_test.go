@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -482,4 +483,89 @@ func tableHeader(out string) []string {
 		}
 	}
 	return cells
+}
+
+// TestAlienImageListIncomplete: when a provider's cloud cannot be listed,
+// alien-image-list prints what the other clouds listed, in the shape it
+// always has, names the provider it lacks (as text, and in the JSON record
+// of --log-format json), and exits 1; listing that provider alone prints an
+// empty list that exits 1 too, never one that passes for "no alien images".
+func TestAlienImageListIncomplete(t *testing.T) {
+	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
+	// A cloud whose Glance is gone: its port is closed.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "http://" + l.Addr().String() + "/"
+	l.Close()
+	clouds, err := os.ReadFile(e.glance.CloudsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cloudsFile := filepath.Join(e.dir, "clouds.yaml")
+	clouds = append(clouds, "  down:\n    auth_type: none\n    image_endpoint_override: "+down+"\n"...)
+	if err := os.WriteFile(cloudsFile, clouds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OS_CLIENT_CONFIG_FILE", cloudsFile)
+	cfg, err := os.ReadFile(e.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withDown := strings.Replace(string(cfg), "builder:\n", "  - name: cloud-down\n    cloud: down\n    diskimages:\n      - name: debian\nbuilder:\n", 1)
+	if err := os.WriteFile(e.cfgPath, []byte(withDown), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A first run makes the images-dir and the builder's id; its leak sweep
+	// fails on the cloud that is down.
+	e.once(exitFailed)
+	id, err := os.ReadFile(filepath.Join(e.imagesDir(), "builder_id.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alien, err := e.cloud.Create(t.Context(), uploader.ImageSpec{Name: "debian-alien", DiskFormat: "qcow2", Properties: map[string]string{
+		uploader.PropBuilderID: strings.TrimSpace(string(id)), uploader.PropProvider: "cloud-q",
+		uploader.PropBuildID: "0123456789abcdef", uploader.PropUploadID: "0000000001",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lacks = "alien-image-list is incomplete: the images of provider cloud-down are not in it"
+
+	r := e.must(exitFailed, []string{"alien-image-list", "--json"}, lacks, "list images of cloud-down")
+	rows := decode[[]alienJSON](t, r)
+	if len(rows) != 1 || rows[0] != (alienJSON{"cloud-q", "debian-alien", alien}) {
+		t.Errorf("alien-image-list --json = %+v, want cloud-q's alien image %s alone", rows, alien)
+	}
+	if out := e.must(exitFailed, []string{"alien-image-list"}, lacks).stdout; !tableRowHas(out, "cloud-q", "debian-alien", alien) {
+		t.Errorf("alien-image-list table lacks cloud-q's alien image:\n%s", out)
+	}
+
+	r = e.must(exitFailed, []string{"--log-format", "json", "alien-image-list", "--json"})
+	var rec struct {
+		Msg       string   `json:"msg"`
+		NotListed []string `json:"providers_not_listed"`
+		Errors    []string `json:"errors"`
+		ExitCode  int      `json:"exit_code"`
+	}
+	last := strings.TrimSpace(r.stderr)
+	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
+		last = last[i+1:]
+	}
+	if err := json.Unmarshal([]byte(last), &rec); err != nil {
+		t.Fatalf("the last line of stderr is no JSON record: %v\n%s", err, r.stderr)
+	}
+	if rec.Msg != "alien-image-list is incomplete" || !slices.Equal(rec.NotListed, []string{"cloud-down"}) ||
+		len(rec.Errors) != 1 || !strings.Contains(rec.Errors[0], "list images of cloud-down") || rec.ExitCode != exitFailed {
+		t.Errorf("the JSON record of the exit = %+v, want the provider not listed and its error:\n%s", rec, r.stderr)
+	}
+	if rows := decode[[]alienJSON](t, r); len(rows) != 1 {
+		t.Errorf("alien-image-list --json with --log-format json = %+v, want cloud-q's alien image", rows)
+	}
+
+	r = e.must(exitFailed, []string{"alien-image-list", "--json", "cloud-down"}, lacks)
+	if rows := decode[[]alienJSON](t, r); len(rows) != 0 {
+		t.Errorf("alien-image-list --json cloud-down = %+v, want an empty list", rows)
+	}
 }

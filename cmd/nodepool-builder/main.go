@@ -81,9 +81,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
+// recorded is an error made of parts (the failed steps of a --once run, the
+// providers an incomplete listing lacks) that a JSON record gives as
+// attributes of their own beside its message.
+type recorded interface {
+	error
+	record() (msg string, attrs []any)
+}
+
 // reportExit writes the error that ends the program: text, or with
 // --log-format json one JSON log record, as the logs before it. The failures of
-// a --once run are listed in it. Errors carry what Zuul, clouds and the state
+// a --once run are listed in it, and the providers an incomplete
+// alien-image-list lacks. Errors carry what Zuul, clouds and the state
 // said: as text, their control characters are printed escaped, but for the
 // newlines that part an error's problems (a config's, say); a --once summary
 // has one line for each failed step, whatever its error holds. Like every log
@@ -98,13 +107,10 @@ func reportExit(w io.Writer, format string, code int, err error) {
 		return
 	}
 	log := slog.New(redact.Handler(slog.NewJSONHandler(w, nil)))
-	var failed *stepsFailed
-	if errors.As(err, &failed) {
-		msgs := make([]string, 0, len(failed.errs))
-		for _, e := range failed.errs {
-			msgs = append(msgs, e.Error())
-		}
-		log.Error(failed.head(), "errors", msgs, "exit_code", code)
+	var rec recorded
+	if errors.As(err, &rec) {
+		msg, attrs := rec.record()
+		log.Error(msg, append(attrs, "exit_code", code)...)
 		return
 	}
 	log.Error("nodepool-builder failed", "error", err.Error(), "exit_code", code)

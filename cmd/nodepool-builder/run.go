@@ -129,7 +129,18 @@ func (e *stepsFailed) head() string {
 	}
 	return strings.Join(head, ", ")
 }
+func (e *stepsFailed) record() (string, []any) { return e.head(), []any{"errors", errorTexts(e.errs)} }
+
 func (e *stepsFailed) Unwrap() error { return e.err }
+
+// errorTexts is the text of each error.
+func errorTexts(errs []error) []string {
+	texts := make([]string, 0, len(errs))
+	for _, e := range errs {
+		texts = append(texts, e.Error())
+	}
+	return texts
+}
 
 // unjoin lists the errors an errors.Join made.
 func unjoin(err error) []error {
