@@ -5,6 +5,16 @@ import (
 	"time"
 )
 
+// OwnPath is the file that holds the builder's own settings (builder,
+// zuul-images), as messages name it: nodepool-builder.yaml, or nodepool.yaml
+// in a one-file config.
+func (c *Config) OwnPath() string {
+	if c.BuilderPath != "" {
+		return c.BuilderPath
+	}
+	return c.Path
+}
+
 // DiskImage returns the concrete diskimage called name, or nil.
 func (c *Config) DiskImage(name string) *DiskImage {
 	for i := range c.DiskImages {

@@ -20,7 +20,7 @@ func serveWebapp(ctx context.Context, log *slog.Logger, cfg *config.Config, opts
 	if w == nil {
 		if cfg.LauncherWebapp != nil {
 			log.Info("status pages not served: the top-level webapp section is nodepool-launcher's; "+
-				"set builder.webapp to serve the builder's own", "config", cfg.Path,
+				"set builder.webapp to serve the builder's own", "config", cfg.Path, "builder_config", cfg.OwnPath(),
 				"default_port", config.DefaultBuilderWebappPort)
 		}
 		return func() {}, nil
@@ -30,7 +30,7 @@ func serveWebapp(ctx context.Context, log *slog.Logger, cfg *config.Config, opts
 	srv, err := webapp.Listen(addr, opts)
 	if err != nil {
 		return nil, unusable{fmt.Errorf("%w; stop what holds %s, or set builder.webapp.port (or builder.webapp.listen-address) in %s to a free one",
-			err, addr, cfg.Path)}
+			err, addr, cfg.OwnPath())}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -153,12 +153,12 @@ func (b *Build) SetState(st State, now time.Time) {
 
 // Why an image is paused.
 const (
-	PausedByConfig  = "config"      // pause: true in nodepool.yaml
+	PausedByConfig  = "config"      // pause: true in the config
 	PausedByCommand = "image-pause" // image-pause at run time
 )
 
 // PausedBy says what pauses an image: the config (inConfig: pause: true in
-// nodepool.yaml), then image-pause (paused: the images paused at run time, as
+// its diskimages or zuul-images entry), then image-pause (paused: the images paused at run time, as
 // Paused reads them). Empty when the image runs.
 func PausedBy(paused map[string]time.Time, image string, inConfig bool) []string {
 	var by []string

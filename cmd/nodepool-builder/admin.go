@@ -252,7 +252,12 @@ func unpauseHint(cfg *config.Config, name string, pausedBy []string) string {
 		case store.PausedByCommand:
 			do = append(do, "run image-unpause "+name)
 		case store.PausedByConfig:
-			do = append(do, fmt.Sprintf("set pause: false for %s in %s", name, cfg.Path))
+			// A zuul-image's pause is in its zuul-images entry, a diskimage's in nodepool.yaml.
+			file := cfg.Path
+			if cfg.ZuulImage(name) != nil {
+				file = cfg.OwnPath()
+			}
+			do = append(do, fmt.Sprintf("set pause: false for %s in %s", name, file))
 		}
 	}
 	return strings.Join(do, " and ")

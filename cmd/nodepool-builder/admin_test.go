@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -567,5 +568,28 @@ func TestAlienImageListIncomplete(t *testing.T) {
 	r = e.must(exitFailed, []string{"alien-image-list", "--json", "cloud-down"}, lacks)
 	if rows := decode[[]alienJSON](t, r); len(rows) != 0 {
 		t.Errorf("alien-image-list --json cloud-down = %+v, want an empty list", rows)
+	}
+}
+
+// TestUnpauseHintNamesTheFile: the pause of a zuul-image is lifted in its
+// zuul-images entry, in nodepool-builder.yaml (nodepool.yaml in a one-file
+// config); a diskimage's in nodepool.yaml.
+func TestUnpauseHintNamesTheFile(t *testing.T) {
+	two := &config.Config{Path: "/etc/nodepool/nodepool.yaml", BuilderPath: "/etc/nodepool/nodepool-builder.yaml",
+		DiskImages: []config.DiskImage{{Name: "dib", Pause: true}}, ZuulImages: []config.ZuulImage{{Name: "zuul", Pause: true}}}
+	one := *two
+	one.BuilderPath = ""
+	for _, tt := range []struct {
+		cfg         *config.Config
+		image, want string
+	}{
+		{two, "zuul", "set pause: false for zuul in /etc/nodepool/nodepool-builder.yaml"},
+		{two, "dib", "set pause: false for dib in /etc/nodepool/nodepool.yaml"},
+		{&one, "zuul", "set pause: false for zuul in /etc/nodepool/nodepool.yaml"},
+	} {
+		got := unpauseHint(tt.cfg, tt.image, []string{store.PausedByConfig, store.PausedByCommand})
+		if want := tt.want + " and run image-unpause " + tt.image; got != want {
+			t.Errorf("unpauseHint(%s, builder file %q) = %q, want %q", tt.image, tt.cfg.BuilderPath, got, want)
+		}
 	}
 }
