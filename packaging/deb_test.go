@@ -150,6 +150,43 @@ func TestDebKeepsDirsInUse(t *testing.T) {
 	}
 }
 
+// TestDebExamplesRunTheInstalledBinary: the examples the package ships in
+// its docs run the binary where the package puts it, /usr/bin, as the unit
+// it installs does: none names /usr/local/bin, where a binary built from
+// source goes, and the example unit is the installed one. It reads the
+// package's files without installing it.
+func TestDebExamplesRunTheInstalledBinary(t *testing.T) {
+	deb := required(t, "PACKAGE_DEB")
+	tree := t.TempDir()
+	run(t, "dpkg-deb", "-x", deb, tree)
+	examples := filepath.Join(tree, examplesDir)
+	found := 0
+	err := filepath.WalkDir(examples, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		found++
+		if data := readFile(t, path); strings.Contains(string(data), "/usr/local/bin") {
+			rel, _ := filepath.Rel(tree, path)
+			t.Errorf("/%s names /usr/local/bin; the package's binary is %s", rel, installedBinary)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found == 0 {
+		t.Fatalf("the package has no examples in %s", examplesDir)
+	}
+	unit := readFile(t, filepath.Join(tree, installedUnit))
+	if example := readFile(t, filepath.Join(examples, "nodepool-builder.service")); string(example) != string(unit) {
+		t.Errorf("the example unit differs from the installed %s:\n%s", installedUnit, example)
+	}
+	if !strings.Contains(string(unit), "\nExecStart="+installedBinary+" ") {
+		t.Errorf("the installed unit does not run %s:\n%s", installedBinary, unit)
+	}
+}
+
 // TestLintian: Debian's package checker finds no error in the package.
 func TestLintian(t *testing.T) {
 	deb := required(t, "PACKAGE_DEB")

@@ -20,12 +20,14 @@ install -D -m 0755 "$binary" "$root/usr/bin/nodepool-builder"
 
 # The example unit, running the installed binary, writing under /var/lib/nodepool
 # and /var/log/nodepool, both made by the package; and the drop-in a builder of
-# diskimages links beside it, kept in step with the unit by upgrades.
+# diskimages links beside it, kept in step with the unit by upgrades. The copy
+# among the examples is the same file, so that it runs what the package installs.
+unit=$root/lib/systemd/system/nodepool-builder.service
 install -d "$root/lib/systemd/system"
 sed -e 's|/usr/local/bin/nodepool-builder|/usr/bin/nodepool-builder|' \
-	-e '/^# Install: cp /d' \
-	examples/nodepool-builder.service >"$root/lib/systemd/system/nodepool-builder.service"
-chmod 0644 "$root/lib/systemd/system/nodepool-builder.service"
+	-e 's|^# Install: cp .*|# The package installs this unit as /lib/systemd/system/nodepool-builder.service;\n# change it with a drop-in in /etc/systemd/system/nodepool-builder.service.d/.|' \
+	examples/nodepool-builder.service >"$unit"
+chmod 0644 "$unit"
 install -D -m 0644 examples/dib.conf "$root/usr/share/nodepool-builder/dib.conf"
 
 # /etc/nodepool is given to root:nodepool, 0750, by postinst, once the group exists.
@@ -34,7 +36,7 @@ install -m 0440 "$src/sudoers" "$root/etc/sudoers.d/nodepool-builder"
 install -d -m 0755 "$root/var/lib/nodepool" "$root/var/log/nodepool"
 
 install -d "$root/$doc/examples/cron.d" "$root/$doc/examples/logrotate.d"
-install -m 0644 examples/nodepool.yaml examples/nodepool-builder.yaml examples/nodepool-builder.service "$root/$doc/examples/"
+install -m 0644 examples/nodepool.yaml examples/nodepool-builder.yaml "$unit" "$root/$doc/examples/"
 sed 's|/usr/local/bin/nodepool-builder|/usr/bin/nodepool-builder|' examples/cron.d/nodepool-builder >"$root/$doc/examples/cron.d/nodepool-builder"
 chmod 0644 "$root/$doc/examples/cron.d/nodepool-builder"
 install -m 0644 examples/logrotate.d/nodepool-builder "$root/$doc/examples/logrotate.d/"
