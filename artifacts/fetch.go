@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/internal/diskspace"
+	"github.com/nodepool-builder/nodepool-builder/internal/follow"
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 	"github.com/nodepool-builder/nodepool-builder/internal/partial"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
@@ -141,6 +142,11 @@ type Request struct {
 	// "<image>-<build_id>.<format>"; empty means the name of Files.Dest. Never the URL:
 	// it may carry a token or a signature.
 	Label string
+	// Follow, when set, is told where the uncompressed file is being written and how
+	// far, so that readers can follow it while it is (see package follow): the
+	// download itself for a plain artifact, the decompressed output for a compressed
+	// one. Fetch neither releases nor fails it: whoever checks the file does.
+	Follow *follow.File
 	// Hosts is what the download may reach: URL and every redirect must match it, and
 	// only hosts it names may be on internal addresses (see the rule in hosts.go). nil
 	// allows the host and port of URL alone, as named: right for a URL the caller chose
@@ -714,6 +720,9 @@ func (a *attempt) verifyPartial(size int64) (sums, error) {
 	if err := rm.check(); err != nil {
 		return sums{}, err
 	}
+	if a.d.comp == "" {
+		a.d.startFollow(a.d.dlPath, size)
+	}
 	s, err := a.d.pipe(a.ctx, size, nil, a.touch, rm)
 	if err != nil {
 		return sums{}, err
@@ -736,6 +745,13 @@ func (a *attempt) copy(resp *http.Response, offset int64) (sums, error) {
 	}
 	defer f.Close()
 	w, sparse := d.partialWriter(f, offset)
+	if sparse != nil {
+		// A plain artifact is the image: readers follow it as the sparse writer goes.
+		if d.req.Follow != nil {
+			d.startFollow(d.dlPath, offset)
+			sparse.written = d.req.Follow.Written
+		}
+	}
 
 	pr, pw := io.Pipe()
 	p := &pipeline{done: make(chan struct{})}
@@ -864,6 +880,19 @@ func (d *download) checkFed(s sums) error {
 		return fmt.Errorf("%w: file has %d bytes, processed %d", errInconsistent, fi.Size(), s.fed)
 	}
 	return nil
+}
+
+// startFollow tells Request.Follow, if any, that the image is being written
+// at path, its first written bytes there already. Readers that cannot follow
+// it fail; the download goes on.
+func (d *download) startFollow(path string, written int64) {
+	if d.req.Follow == nil {
+		return
+	}
+	if err := d.req.Follow.Start(path, written); err != nil {
+		d.log.Warn("the uploads that follow the download cannot read it; they fail, and are made once it is done", "error", err)
+		d.req.Follow.Fail(err)
+	}
 }
 
 // request builds a request for the artifact.

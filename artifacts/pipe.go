@@ -142,7 +142,11 @@ func (d *download) decompress(ctx context.Context, src *countReader, resumed boo
 		return 0, fmt.Errorf("create decompressed output: %w", err)
 	}
 	defer f.Close()
+	d.startFollow(d.outPath, 0)
 	out := newImageWriter(f)
+	if d.req.Follow != nil {
+		out.sparse.written = d.req.Follow.Written
+	}
 	img := &imageReader{limit: d.limit, bound: d.bound, room: rm}
 	// failed tells a corrupt stream from a broken input, a failed write, an image too
 	// large or too big for the disk, and a cancelled pipe.
@@ -335,6 +339,9 @@ type sparseWriter struct {
 	block []byte // the block being filled, up to sparseBlock bytes
 	zeros []byte
 	size  int64 // bytes taken so far, written or skipped
+	// written, when set, is told size each time it grows: the file holds that many
+	// bytes from its start (the skipped ones as holes, perhaps beyond its end).
+	written func(int64)
 }
 
 func newSparseWriter(f *os.File) *sparseWriter {
@@ -375,7 +382,15 @@ func (w *sparseWriter) put(b []byte) error {
 		return err
 	}
 	w.size += int64(len(b))
+	w.tell()
 	return nil
+}
+
+// tell tells written, if set, how much of the file is written.
+func (w *sparseWriter) tell() {
+	if w.written != nil {
+		w.written(w.size)
+	}
 }
 
 // flush writes the partial block as it is, so that the file holds every byte taken
@@ -389,6 +404,7 @@ func (w *sparseWriter) flush() error {
 	}
 	w.size += int64(len(w.block))
 	w.block = w.block[:0]
+	w.tell()
 	return nil
 }
 

@@ -415,6 +415,10 @@ func (d *download) ranged(ctx context.Context, st *rangeState, lead *http.Respon
 			cancel(p.err)
 		}
 	}()
+	if d.comp == "" {
+		// A plain artifact is the image: readers follow its front.
+		d.startFollow(d.dlPath, front)
+	}
 	var feeder sync.WaitGroup
 	feeder.Go(func() { r.feed(ctx, pw, front) })
 
@@ -591,6 +595,9 @@ func (r *rangeRun) feed(ctx context.Context, pw *io.PipeWriter, from int64) {
 			return // the pipeline failed and says why
 		}
 		pos += int64(n)
+		if r.d.comp == "" && r.d.req.Follow != nil {
+			r.d.req.Follow.Written(pos)
+		}
 	}
 	pw.Close()
 }

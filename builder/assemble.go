@@ -51,6 +51,17 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 			return nil, fmt.Errorf("%w: builder.%w", config.ErrUnusable, err)
 		}
 	}
+	up := uploader.New(uploader.Options{
+		Store:        b.store,
+		Config:       cfg,
+		Clouds:       clouds,
+		Logger:       b.log,
+		RetryBase:    b.opts.RetryBase,
+		CleanupGrace: b.opts.CleanupGrace,
+		OnSent:       b.uploadProgress,
+		Metrics:      b.opts.Metrics,
+		Progress:     b.opts.Progress,
+	})
 	return &parts{
 		cfg:  cfg,
 		mqtt: listener,
@@ -62,6 +73,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 				Clients:  clients,
 				Logger:   b.log,
 				Metrics:  b.opts.Metrics,
+				Streamer: streamer{b: b, up: up},
 			}),
 			store.SourceDIB: dib.New(dib.Options{
 				Store:         b.store,
@@ -72,17 +84,7 @@ func (b *Builder) assemble(ctx context.Context, cfg *config.Config) (*parts, err
 				Progress:      b.opts.Progress,
 			}),
 		},
-		uploader: uploader.New(uploader.Options{
-			Store:        b.store,
-			Config:       cfg,
-			Clouds:       clouds,
-			Logger:       b.log,
-			RetryBase:    b.opts.RetryBase,
-			CleanupGrace: b.opts.CleanupGrace,
-			OnSent:       b.uploadProgress,
-			Metrics:      b.opts.Metrics,
-			Progress:     b.opts.Progress,
-		}),
+		uploader: up,
 	}, nil
 }
 

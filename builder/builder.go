@@ -100,6 +100,8 @@ type Builder struct {
 	// listener to Zuul's MQTT reports, which wakes them.
 	sup  atomic.Pointer[supervisor]
 	mqtt atomic.Pointer[mqttService]
+	// streams are the uploads that follow downloads.
+	streams streams
 }
 
 // New assembles a builder for opts.Config. It fails, wrapping config.ErrUnusable, when
@@ -181,6 +183,10 @@ func (b *Builder) Once(ctx context.Context) error {
 	// whatever is left over now is a leftover, however young.
 	fail(b.tidy(ctx, b.store.Now()))
 
+	// The uploads that follow downloads fail --once as the planned ones do.
+	onErr := func(err error) { fail(err) }
+	b.onJobError.Store(&onErr)
+	b.streams.begin(ctx)
 	p := b.cur.Load()
 	var wg sync.WaitGroup
 	for _, src := range p.sources {
@@ -203,10 +209,9 @@ func (b *Builder) Once(ctx context.Context) error {
 	}
 	wg.Wait()
 
-	onErr := func(err error) { fail(err) }
-	b.onJobError.Store(&onErr)
 	fail(b.plan(ctx))
 	b.dispatch(ctx, true)
+	b.streams.wait()
 	b.onJobError.Store(nil)
 
 	fail(b.lifecycle(ctx))
@@ -234,6 +239,7 @@ func (b *Builder) Run(ctx context.Context) error {
 	if err := b.tidy(ctx, b.store.Now()); err != nil {
 		b.log.Error("tidy-up incomplete", "error", err)
 	}
+	b.streams.begin(ctx)
 	var wg sync.WaitGroup
 	sources := newSupervisor(b)
 	b.sup.Store(sources)
@@ -277,6 +283,7 @@ func (b *Builder) Run(ctx context.Context) error {
 	b.log.Info("stopping: waiting for the work under way to stop")
 	sources.stop()
 	wg.Wait()
+	b.streams.wait()
 	mqtt.wait()
 	return nil
 }

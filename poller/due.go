@@ -26,6 +26,9 @@ type fetch struct {
 	// the formats go into the ready build of zb rather than a new build.
 	cur  store.Cursor
 	into bool
+	// streams are the uploads that follow the downloads of a new build, to
+	// settle once its outcome is recorded.
+	streams []Streaming
 }
 
 // Due polls one zuul-image: when Zuul has a successful build newer than the
@@ -238,8 +241,17 @@ func (f *fetch) Cursor(b store.Build, err error) *store.Cursor {
 	return nil
 }
 
-// Done drops the image's partial downloads once its cursor has moved.
+// Done drops the image's partial downloads once its cursor has moved, and
+// tells the uploads that followed the downloads how the build ended.
 func (f *fetch) Done(_ context.Context, end source.End) error {
+	ready := end.Recorded && end.Build.State == store.Ready
+	why := end.Err
+	if !end.Recorded && why == nil {
+		why = errors.New("its outcome could not be recorded")
+	}
+	for _, s := range f.streams {
+		s.Settle(ready, why)
+	}
 	if !f.into && end.Recorded && (end.Build.State == store.Ready || errors.Is(end.Err, ErrRefused)) {
 		f.p.prunePartials(f.zi.Name)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/artifacts"
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/follow"
 	"github.com/nodepool-builder/nodepool-builder/internal/hostpattern"
 	"github.com/nodepool-builder/nodepool-builder/internal/redact"
 	"github.com/nodepool-builder/nodepool-builder/internal/untrusted"
@@ -46,6 +47,22 @@ type Options struct {
 	QemuImg string
 	// Metrics is told of polls and downloads; nil: nobody is.
 	Metrics *metrics.Metrics
+	// Streamer, when set, uploads a new build's format while it downloads.
+	Streamer Streamer
+}
+
+// Streamer starts the uploads of a format of a build being made that follow
+// its download (uploader.Stream): nil when no provider needs the format.
+type Streamer interface {
+	Stream(b store.Build, format string, declared store.File, src *follow.File) Streaming
+}
+
+// Streaming is the uploads that follow one download: told when the file is
+// verified, which lets them complete, and how the build ended, which makes
+// them ready or deletes their images.
+type Streaming interface {
+	Verified(f store.File) error
+	Settle(ready bool, why error)
 }
 
 // Poller ingests Zuul-built images into the store.
@@ -320,12 +337,12 @@ func (f *fetch) Make(ctx context.Context, w *store.BuildWriter) error {
 	if !f.into {
 		p.log.Info("new Zuul build", "image", f.zi.Name, "zuul_build", f.zb.UUID, "zuul_id", f.zb.ID,
 			"end_time", f.zb.EndTime, "formats", f.needed)
-		if err := p.fetch(ctx, f.zi, f.zb, w, f.needed); err != nil {
+		if err := p.fetch(ctx, f.zi, f.zb, w, f.needed, &f.streams); err != nil {
 			return fmt.Errorf("fetch Zuul build %s of %s: %w", f.zb.UUID, f.zi.Name, err)
 		}
 		return nil
 	}
-	err := p.fetch(ctx, f.zi, f.zb, w, f.needed)
+	err := p.fetch(ctx, f.zi, f.zb, w, f.needed, nil)
 	var rf *refusedFormat
 	if errors.As(err, &rf) {
 		// Recorded, so that the next poll does not fetch it again.
@@ -342,7 +359,10 @@ func (f *fetch) Make(ctx context.Context, w *store.BuildWriter) error {
 
 // fetch downloads each needed format once, verified and in place, and records it.
 // A format that is not published but can be converted from one that is, is.
-func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, w *store.BuildWriter, needed []string) error {
+// With streams set (a new build), the providers that need a format as it is
+// published upload it while it downloads (see stream), and streams gets them.
+func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, w *store.BuildWriter, needed []string,
+	streams *[]Streaming) error {
 	fetcher, ok := p.opts.Fetchers[zi.Name]
 	if !ok {
 		return fmt.Errorf("no downloader for zuul-image %s", zi.Name)
@@ -372,6 +392,15 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		if err != nil {
 			return err
 		}
+		declared := store.File{Format: format, SHA256: normalSum(sha), MD5: normalSum(md5), Size: declaredSize(c)}
+		var src *follow.File
+		var stream Streaming
+		if streams != nil {
+			src, stream = p.stream(b, declared)
+			if stream != nil {
+				*streams = append(*streams, stream)
+			}
+		}
 		began := time.Now()
 		res, err := fetcher.Fetch(ctx, artifacts.Request{
 			URL:    c.URL,
@@ -381,6 +410,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 			Size:   declaredSize(c),
 			Label:  b.Name() + "." + format,
 			Hosts:  hosts,
+			Follow: src,
 		})
 		p.opts.Metrics.Downloaded(b.Image, res.Downloaded, time.Since(began), err)
 		switch {
@@ -405,6 +435,13 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		if err := w.Add(f); err != nil {
 			return err
 		}
+		if stream != nil {
+			// Verified and in place: the uploads that followed the download
+			// send its end.
+			if err := stream.Verified(f); err != nil {
+				return fmt.Errorf("artifact %q (%s): the uploads that followed its download: %w", c.Name, format, err)
+			}
+		}
 		// Converted from where Add put it.
 		if img.Path, err = w.Path(format); err != nil {
 			return err
@@ -422,6 +459,28 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 	}
 	return nil
 }
+
+// stream starts the uploads of a format of new build b that follow its
+// download, when providers need the format as it is published: src is what
+// the download tells how far it has written. Only an artifact that declares
+// both its sha256 and its md5, as Zuul's image jobs publish them, is
+// uploaded while it downloads: its cloud images are tagged with them from
+// the start. Any other waits for its download, as a converted format does.
+func (p *Poller) stream(b store.Build, declared store.File) (*follow.File, Streaming) {
+	if p.opts.Streamer == nil || declared.SHA256 == "" || declared.MD5 == "" {
+		return nil, nil
+	}
+	src := follow.New()
+	s := p.opts.Streamer.Stream(b, declared.Format, declared, src)
+	if s == nil {
+		src.Close()
+		return nil, nil
+	}
+	return src, s
+}
+
+// normalSum is a declared hex digest as the download compares it.
+func normalSum(sum string) string { return strings.ToLower(strings.TrimSpace(sum)) }
 
 // artifactHosts is what the downloads of a build may reach: the zuul-image's
 // artifact-hosts, all named by the operator; or, without them, the api-url's host

@@ -260,6 +260,23 @@ func (s *Store) CreateUpload(ctx context.Context, b *Build, provider, format str
 	return u, nil
 }
 
+// CreateStreamUpload records a new upload of b to a provider in state
+// uploading, its first attempt under way, for an upload that follows the
+// download of a build this builder is making: b is building and the caller
+// holds the image's build lock, under which nothing but its writer changes the
+// build. Unlike CreateUpload it leaves the build's record alone, which the
+// build's writer goes on writing.
+func (s *Store) CreateStreamUpload(ctx context.Context, b Build, provider, format string) (Upload, error) {
+	if b.State != Building || b.BuilderID != s.builderID {
+		return Upload{}, fmt.Errorf("record upload of %s to %s: the build is not one this builder is making", b.Name(), provider)
+	}
+	u := s.newUpload(b, provider, format, 1)
+	if err := s.backend.Write(ctx, PutUpload(&u)); err != nil {
+		return Upload{}, fmt.Errorf("record upload of %s to %s: %w", b.Name(), provider, err)
+	}
+	return u, nil
+}
+
 // RequestBuild records a manual build request; requesting twice is once.
 func (s *Store) RequestBuild(ctx context.Context, image string) error {
 	return s.backend.RequestBuild(ctx, image)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -29,6 +30,9 @@ type attempt struct {
 	prev     *store.Upload // the failed upload this attempt retries, as it was; nil for a new one
 	log      *slog.Logger
 	created  bool // the cloud image exists (rec.ExternalID names it)
+	// stream, for an upload that follows the download of a build being made,
+	// feeds it; file is then the file as declared until it is verified.
+	stream *Streams
 }
 
 // run creates the image, records its id, streams the file, waits for Glance to
@@ -44,14 +48,12 @@ func (a *attempt) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(path)
+	data, size, err := a.open(ctx, path)
 	if err != nil {
-		return fmt.Errorf("open image file: %w", err)
+		return err
 	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("stat image file: %w", err)
+	if c, ok := data.(io.Closer); ok {
+		defer c.Close()
 	}
 
 	nameFormat := a.provider.ImageNameFormat
@@ -72,13 +74,28 @@ func (a *attempt) run(ctx context.Context) error {
 	if err := u.opts.Store.RecordUploadImage(ctx, rec, id, spec.Name); err != nil {
 		return err
 	}
-	a.log.Info("upload started", "external_id", id, "name", spec.Name, "format", a.file.Format, "bytes", info.Size())
+	if a.stream != nil {
+		a.log.Info("upload started, following the download", "external_id", id, "name", spec.Name, "format", a.file.Format,
+			"bytes", size)
+	} else {
+		a.log.Info("upload started", "external_id", id, "name", spec.Name, "format", a.file.Format, "bytes", size)
+	}
 	start := u.opts.Now()
-	task := u.opts.Progress.Start(progress.Upload, a.build.Name()+" to "+a.provider.Name, info.Size())
+	task := u.opts.Progress.Start(progress.Upload, a.build.Name()+" to "+a.provider.Name, max(size, 0))
 	defer task.End()
-	if err := a.cloud.Upload(ctx, id, &progressReader{r: f, size: info.Size(), now: u.opts.Now, task: task,
-		report: a.report()}, info.Size()); err != nil {
+	if err := a.cloud.Upload(ctx, id, &progressReader{r: data, size: size, now: u.opts.Now, task: task,
+		report: a.report()}, size); err != nil {
+		if a.stream != nil {
+			if serr := a.stream.src.Err(); serr != nil {
+				return &abandonedError{serr}
+			}
+		}
 		return fmt.Errorf("upload data: %w", waitErr(ctx, err, timeout))
+	}
+	if a.stream != nil {
+		// All of it was sent: the download was verified, and the file is the
+		// verified one.
+		a.file = a.stream.verified()
 	}
 	img, err := u.waitActive(ctx, a.cloud, id)
 	if err != nil {
@@ -95,6 +112,29 @@ func (a *attempt) run(ctx context.Context) error {
 		a.log.Info("post-upload hook passed", "external_id", id, "hook", hook)
 	}
 	return nil
+}
+
+// open opens the data to send: the build's file at path, or, for an upload
+// that follows the download, a reader of the file as it is written. size is
+// its length, -1 when unknown.
+func (a *attempt) open(ctx context.Context, path string) (io.Reader, int64, error) {
+	if a.stream != nil {
+		size := a.stream.declared.Size
+		if size <= 0 {
+			size = -1
+		}
+		return a.stream.src.NewReader(ctx), size, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("open image file: %w", err)
+	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("stat image file: %w", err)
+	}
+	return f, info.Size(), nil
 }
 
 // checkStored compares what the cloud stored with the file that was sent.
@@ -248,7 +288,7 @@ func (a *attempt) report() func(sent, total int64) {
 // progressReader counts the bytes sent on the attempt's task, and reports them
 // at most every second.
 type progressReader struct {
-	r    *os.File
+	r    io.Reader
 	size int64
 	done int64
 	now  func() time.Time
@@ -274,7 +314,11 @@ func (p *progressReader) Read(b []byte) (int, error) {
 // refused the token just as the upload began): it can then send all of it, and
 // the upload's task counts the bytes once.
 func (p *progressReader) Seek(offset int64, whence int) (int64, error) {
-	n, err := p.r.Seek(offset, whence)
+	s, ok := p.r.(io.Seeker)
+	if !ok {
+		return 0, errors.New("the data cannot be sent again")
+	}
+	n, err := s.Seek(offset, whence)
 	if err != nil {
 		return n, err
 	}

@@ -155,6 +155,11 @@ func (u *Uploader) adopt(ctx context.Context, up store.Upload, img Image) error 
 	if err != nil {
 		return err
 	}
+	if b.State != store.Ready {
+		// An upload that followed the download of a build that was never
+		// made ready: its image is of bytes nothing verified.
+		return fmt.Errorf("build %s is %s, not ready", b.Name(), b.State)
+	}
 	f, ok := b.File(up.Format)
 	if !ok {
 		return fmt.Errorf("build %s has no %s file", b.Name(), up.Format)
