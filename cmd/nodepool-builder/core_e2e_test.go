@@ -316,6 +316,7 @@ var lifecycleEvents = []string{
 	`msg="building image"`,
 	`msg="image build finished"`,
 	`msg="upload started"`,
+	`msg="upload started, following the download"`,
 	`msg="image active"`,
 	`msg="upload ready"`,
 	`msg="releasing upload"`,
