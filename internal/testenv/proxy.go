@@ -22,7 +22,10 @@ type Proxy struct {
 	ln    net.Listener
 	conns map[net.Conn]bool
 	rate  int64 // bytes per second each way and connection; 0: unlimited
-	wg    sync.WaitGroup
+	// link caps all connections together, to the target and back (see
+	// SetLinkRate); nil: unlimited.
+	link [2]*bucket
+	wg   sync.WaitGroup
 	// tap, when set, gets for each connection a writer that sees what the
 	// client sends, before the target does.
 	tap func() io.Writer
@@ -165,8 +168,8 @@ func (p *Proxy) pipe(c net.Conn) {
 		p.mu.Unlock()
 	}()
 	var wg sync.WaitGroup
-	copyHalf := func(dst io.Writer, src, dstConn net.Conn) {
-		p.copy(dst, src)
+	copyHalf := func(dst io.Writer, src, dstConn net.Conn, dir int) {
+		p.copy(dst, src, dir)
 		// The other half may still have an answer to deliver.
 		if cw, ok := dstConn.(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()
@@ -176,18 +179,19 @@ func (p *Proxy) pipe(c net.Conn) {
 	if p.tap != nil {
 		toTarget = io.MultiWriter(p.tap(), up)
 	}
-	wg.Go(func() { copyHalf(toTarget, c, up) })
-	wg.Go(func() { copyHalf(c, up, c) })
+	wg.Go(func() { copyHalf(toTarget, c, up, dirToTarget) })
+	wg.Go(func() { copyHalf(c, up, c, dirFromTarget) })
 	wg.Wait()
 }
 
-// copy moves bytes from src to dst at the proxy's rate.
-func (p *Proxy) copy(dst io.Writer, src io.Reader) {
+// copy moves bytes from src to dst at the proxy's rate and its link's in
+// direction dir.
+func (p *Proxy) copy(dst io.Writer, src io.Reader, dir int) {
 	buf := make([]byte, 16<<10)
 	start, sent := time.Now(), int64(0)
 	for {
 		p.mu.Lock()
-		rate := p.rate
+		rate, link := p.rate, p.link[dir]
 		p.mu.Unlock()
 		chunk := buf
 		if rate > 0 && int64(len(chunk)) > rate/10 {
@@ -195,6 +199,7 @@ func (p *Proxy) copy(dst io.Writer, src io.Reader) {
 		}
 		n, err := src.Read(chunk)
 		if n > 0 {
+			link.take(n)
 			if _, werr := dst.Write(chunk[:n]); werr != nil {
 				return
 			}
