@@ -110,9 +110,12 @@ stress: deps-test
 # ZooKeeper mode (TLS) at scale, 500 zuul-images × 20 providers and three
 # builders: a --once with nothing to do and a daemon's steady-state pass with
 # the three running, beside one client's full read of the tree (about two
-# minutes). Last, how long a new Zuul build waits for its download: reported
+# minutes). Then how long a new Zuul build waits for its download: reported
 # over MQTT, beside polling alone at the default 60 s (about five minutes, most
-# of it waiting for the polls).
+# of it waiting for the polls). Last, from a Zuul build's MQTT report to its
+# 512 MiB image active in three Glances, the artifact server capped at 12 MiB/s
+# and each Glance's link at 24 MiB/s, beside fetching alone and uploading alone
+# with curl and zstd through the same caps (about five minutes).
 bench:
 	$(GO) test -run '^$$' -bench 'BenchmarkFetchZst$$|BenchmarkUploadVsCurl$$' -benchtime 5x -benchmem ./artifacts/ ./uploader/
 	$(GO) test -run '^$$' -bench 'BenchmarkFetch$$|BenchmarkFetchRanges|BenchmarkUpload$$|BenchmarkZooKeeperStep' -benchmem \
@@ -120,6 +123,7 @@ bench:
 	$(GO) test -run '^$$' -bench BenchmarkOnceNoOp -benchtime 5x ./cmd/nodepool-builder/
 	$(GO) test -run '^$$' -bench BenchmarkZooKeeperNoOp -benchtime 3x -timeout 30m ./cmd/nodepool-builder/
 	$(GO) test -run '^$$' -bench BenchmarkNewBuildLatency -benchtime 5x -timeout 30m ./cmd/nodepool-builder/
+	$(GO) test -run '^$$' -bench BenchmarkReportToActive -benchtime 3x -timeout 30m ./cmd/nodepool-builder/
 
 # demo runs the main job end to end on this machine: a throwaway Glance, a
 # stand-in Zuul serving small generated images, one --once run, image-list.
