@@ -7,10 +7,10 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
-// streamProviders is a config of one zuul-image on four providers of the
+// streamConfig is a config of one zuul-image on four providers of the
 // env's Glance: three take raw, published as .raw.zst, one qcow2, published
 // plain; vhd, which no provider takes, is not fetched.
-const streamProviders = `images-dir: {{IMAGES}}
+const streamConfig = `images-dir: {{IMAGES}}
 zuul-images:
 {{DEBIAN}}providers:
   - name: cloud-q
@@ -44,7 +44,7 @@ builder:
 // upload is ready.
 func TestOnceUploadsWhileDownloading(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
-	e.writeYAML(streamProviders)
+	e.writeYAML(streamConfig)
 	img := e.makeImage(7)
 	zb := e.addBuild(img, zuultest.BuildSpec{})
 	r := e.once(0)
