@@ -30,7 +30,8 @@ const HoldBack = 64 << 10
 // is not usable: use New.
 type File struct {
 	mu      sync.Mutex
-	changed chan struct{} // closed and replaced at every change
+	changed chan struct{} // closed and replaced at a change a reader waits for
+	waiting int           // readers waiting on changed
 	f       *os.File      // opened for reading at Start; nil before
 	old     []*os.File    // opened by earlier Starts: a reader may still be in one
 	written int64         // bytes from the start that are in the file
@@ -44,10 +45,15 @@ func New() *File {
 	return &File{changed: make(chan struct{}), size: -1}
 }
 
-// notify wakes the readers; the caller holds mu.
+// notify wakes the readers that wait; the caller holds mu. A writer tells of
+// every block it writes: without a reader waiting, that costs nothing.
 func (f *File) notify() {
+	if f.waiting == 0 {
+		return
+	}
 	close(f.changed)
 	f.changed = make(chan struct{})
+	f.waiting = 0
 }
 
 // Start says that the file at path is being written from its start, and that
@@ -204,6 +210,7 @@ func (r *Reader) wait() (*os.File, int64, error) {
 			return f.f, limit - pos, nil
 		}
 		wait := f.changed
+		f.waiting++
 		f.mu.Unlock()
 		select {
 		case <-wait:
