@@ -61,7 +61,7 @@ type Streamer interface {
 // verified, which lets them complete, and how the build ended, which makes
 // them ready or deletes their images.
 type Streaming interface {
-	Verified(f store.File) error
+	Verified(f store.File)
 	Settle(ready bool, why error)
 }
 
@@ -438,9 +438,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		if stream != nil {
 			// Verified and in place: the uploads that followed the download
 			// send its end.
-			if err := stream.Verified(f); err != nil {
-				return fmt.Errorf("artifact %q (%s): the uploads that followed its download: %w", c.Name, format, err)
-			}
+			stream.Verified(f)
 		}
 		// Converted from where Add put it.
 		if img.Path, err = w.Path(format); err != nil {

@@ -263,6 +263,9 @@ func (r *Runner) make(ctx context.Context, image string, work Work) (*store.Buil
 			built.Name(), errors.Join(err, unknown))
 		return nil, errors.Join(err, job.Done(wctx, End{Build: built, Err: err}))
 	}
+	if err == nil {
+		r.log.Info("build ready", "image", image, "build", built.ID, "formats", built.Formats())
+	}
 	after := job.Done(wctx, End{Build: built, Err: err, Recorded: true})
 	switch {
 	case err != nil:

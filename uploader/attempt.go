@@ -74,12 +74,13 @@ func (a *attempt) run(ctx context.Context) error {
 	if err := u.opts.Store.RecordUploadImage(ctx, rec, id, spec.Name); err != nil {
 		return err
 	}
+	// from says whether the data comes from the file, or follows the
+	// download that writes it.
+	from := "file"
 	if a.stream != nil {
-		a.log.Info("upload started, following the download", "external_id", id, "name", spec.Name, "format", a.file.Format,
-			"bytes", size)
-	} else {
-		a.log.Info("upload started", "external_id", id, "name", spec.Name, "format", a.file.Format, "bytes", size)
+		from = "download"
 	}
+	a.log.Info("upload started", "external_id", id, "name", spec.Name, "format", a.file.Format, "bytes", size, "from", from)
 	start := u.opts.Now()
 	task := u.opts.Progress.Start(progress.Upload, a.build.Name()+" to "+a.provider.Name, max(size, 0))
 	defer task.End()

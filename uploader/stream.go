@@ -73,12 +73,17 @@ func (u *Uploader) Stream(ctx context.Context, b store.Build, format string, dec
 }
 
 // Verified says the download is whole and verified: it is f. The uploads
-// send the end of the file and wait for their images to be active.
-func (s *Streams) Verified(f store.File) error {
+// send the end of the file and wait for their images to be active. The
+// build goes on whatever became of them: an upload that could not follow
+// the download has failed on its own, and is retried from the file.
+func (s *Streams) Verified(f store.File) {
 	s.mu.Lock()
 	s.file = f
 	s.mu.Unlock()
-	return s.src.Release(f.Size)
+	if err := s.src.Release(f.Size); err != nil {
+		s.u.log.Debug("the uploads that followed the download had ended", "build", s.build.Name(), "format", s.format,
+			"error", err)
+	}
 }
 
 // verified is the file as Verified said it is.

@@ -121,10 +121,13 @@ func TestDaemonUploadsOnceGlanceIsBack(t *testing.T) {
 
 	d := startDaemon(t, e.cfgPath)
 	d.waitLog(t, 60*time.Second, "the cloud could not be reached")
-	b, ok := e.zuulBuildOf(zb.UUID)
-	if !ok || b.State != "ready" {
-		t.Fatalf("the Zuul build was not fetched while Glance was down: %+v", e.buildsJSON())
-	}
+	// The uploads that follow the download may fail before it ends.
+	var b listing.Build
+	testenv.WaitFor(t, 60*time.Second, "the Zuul build fetched while Glance is down", func() bool {
+		var ok bool
+		b, ok = e.zuulBuildOf(zb.UUID)
+		return ok && b.State == "ready"
+	}, func() string { return fmt.Sprintf("%+v\n%s", e.buildsJSON(), d.logs.String()) })
 	// image-list says why the upload failed.
 	testenv.WaitFor(t, 30*time.Second, "image-list to show the failed upload's reason", func() bool {
 		for _, u := range e.uploadsJSON() {
@@ -148,10 +151,12 @@ func TestDaemonUploadsOnceGlanceIsBack(t *testing.T) {
 	}
 	d.kill()
 
-	// A builder killed in the middle of an upload, restarted while Glance is down.
+	// A builder killed in the middle of an upload, restarted while Glance is
+	// down: the uploads follow the download, and are still under way once
+	// the build is ready, through a slow link.
 	glance.SetRate(256 << 10)
 	zb2 := e.addBuild(e.makeImage(2), zuultest.BuildSpec{})
-	killed := startMain(t, `msg="upload started"`, "-c", e.cfgPath)
+	killed := startMain(t, `msg="build ready"`, "-c", e.cfgPath)
 	select {
 	case <-killed.exited:
 	case <-time.After(60 * time.Second):
@@ -316,7 +321,7 @@ var lifecycleEvents = []string{
 	`msg="building image"`,
 	`msg="image build finished"`,
 	`msg="upload started"`,
-	`msg="upload started, following the download"`,
+	` from=download`, // an upload started that follows the download
 	`msg="image active"`,
 	`msg="upload ready"`,
 	`msg="releasing upload"`,

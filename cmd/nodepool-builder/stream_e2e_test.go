@@ -49,7 +49,7 @@ func TestOnceUploadsWhileDownloading(t *testing.T) {
 	zb := e.addBuild(img, zuultest.BuildSpec{})
 	r := e.once(0)
 	for _, p := range []string{"cloud-q", "raw-1", "raw-2", "raw-3"} {
-		if !containsLine(r.stderr, `msg="upload started, following the download"`, "provider="+p+" ") {
+		if !containsLine(r.stderr, `msg="upload started"`, "provider="+p+" ", " from=download") {
 			t.Errorf("the upload to %s did not follow the download:\n%s", p, r.stderr)
 		}
 		imgs := e.images(p)
