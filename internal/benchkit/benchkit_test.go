@@ -1,10 +1,17 @@
 package benchkit
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 )
 
 func TestMedian(t *testing.T) {
@@ -55,5 +62,51 @@ func TestWriteDiskImage(t *testing.T) {
 	}
 	if data < 50 || data > 90 {
 		t.Errorf("%d of 200 blocks hold data; want about 70 (35%%)", data)
+	}
+}
+
+func TestBusyTime(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice
+	got, err := busyTime("cpu  158806 7 31721 79833 4697 3 1745 1498 900 0")
+	if want := (158806 + 7 + 31721 + 3 + 1745 + 1498) * 10 * time.Millisecond; err != nil || got != want {
+		t.Errorf("busyTime = %v, %v; want %v", got, err, want)
+	}
+	for _, line := range []string{"", "intr 1 2 3 4 5 6 7 8", "cpu 1 2 3", "cpu 1 2 3 x 5 6 7 8"} {
+		if _, err := busyTime(line); err == nil {
+			t.Errorf("busyTime(%q) gave no error", line)
+		}
+	}
+}
+
+// TestOthers: a busy process beside this one shows as the rest of the machine
+// taking a core, and no longer once this process has waited for it: then it is
+// this process's child, whose time is the process's own.
+func TestOthers(t *testing.T) {
+	if _, ok := StartOthers().Cores(); !ok {
+		testenv.Unavailable(t, "the machine's CPU time cannot be read")
+	}
+	busy := exec.Command("sh", "-c", "while :; do :; done")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stop := sync.OnceFunc(func() {
+		busy.Process.Kill()
+		busy.Wait()
+	})
+	defer stop()
+	o := StartOthers()
+	start := time.Now()
+	var before float64
+	testenv.WaitFor(t, 30*time.Second, "a busy process to show as half a core or more, over a second at least", func() bool {
+		before, _ = o.Cores()
+		return time.Since(start) >= time.Second && before >= 0.5
+	}, func() string { return fmt.Sprintf("others at %.2f cores", before) })
+	if n := float64(runtime.NumCPU()); before > n+0.1 {
+		t.Fatalf("others at %.2f cores, on a machine of %v", before, n)
+	}
+	stop()
+	after, ok := o.Cores()
+	if !ok || after > before-0.25 {
+		t.Errorf("others at %.2f cores with the busy process running, %.2f once it was waited for (%v)", before, after, ok)
 	}
 }
