@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,13 +80,14 @@ func TestBusyTime(t *testing.T) {
 	}
 }
 
-// TestOthers: a busy process beside this one shows as the rest of the machine
-// taking a core, and no longer once this process has waited for it: then it is
-// this process's child, whose time is the process's own.
+// TestOthers: the CPU a busy process beside this one takes shows as the rest
+// of the machine's, and no longer once this process has waited for it: then it
+// is this process's child, whose time is the process's own.
 func TestOthers(t *testing.T) {
 	if _, ok := StartOthers().Cores(); !ok {
 		testenv.Unavailable(t, "the machine's CPU time cannot be read")
 	}
+	o := StartOthers()
 	busy := exec.Command("sh", "-c", "while :; do :; done")
 	if err := busy.Start(); err != nil {
 		t.Fatal(err)
@@ -94,19 +97,54 @@ func TestOthers(t *testing.T) {
 		busy.Wait()
 	})
 	defer stop()
-	o := StartOthers()
-	start := time.Now()
-	var before float64
-	testenv.WaitFor(t, 30*time.Second, "a busy process to show as half a core or more, over a second at least", func() bool {
-		before, _ = o.Cores()
-		return time.Since(start) >= time.Second && before >= 0.5
-	}, func() string { return fmt.Sprintf("others at %.2f cores", before) })
-	if n := float64(runtime.NumCPU()); before > n+0.1 {
-		t.Fatalf("others at %.2f cores, on a machine of %v", before, n)
+	var spent time.Duration
+	testenv.WaitFor(t, 30*time.Second, "the busy process to take half a second of CPU", func() bool {
+		spent = cpuOf(t, busy.Process.Pid)
+		return spent >= 500*time.Millisecond
+	})
+	// CPU seconds the rest of the machine took since o began.
+	others := func() float64 {
+		cores, ok := o.Cores()
+		if !ok {
+			t.Fatal("the machine's CPU time could be read, then not")
+		}
+		return cores * time.Since(o.at).Seconds()
+	}
+	before := others()
+	// The machine counts in ticks of 10 ms on each CPU; between two readings a
+	// few milliseconds apart, the rest of the machine adds little.
+	slack := 0.1
+	if n := float64(runtime.NumCPU()) * time.Since(o.at).Seconds(); before < spent.Seconds()-slack || before > n+slack {
+		t.Fatalf("the rest of the machine took %.2f s of CPU in %s, the busy process %s of it", before, time.Since(o.at), spent)
 	}
 	stop()
-	after, ok := o.Cores()
-	if !ok || after > before-0.25 {
-		t.Errorf("others at %.2f cores with the busy process running, %.2f once it was waited for (%v)", before, after, ok)
+	spent = busy.ProcessState.UserTime() + busy.ProcessState.SystemTime()
+	if after := others(); after > before-spent.Seconds()+slack {
+		t.Errorf("the rest of the machine took %.2f s of CPU with the busy process running, %.2f s once it was waited for, after it took %s", before, after, spent)
 	}
+}
+
+// cpuOf returns the CPU time of the process pid so far.
+func cpuOf(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pid (comm) state ppid ... utime stime: the 14th and 15th fields, the
+	// 12th and 13th after the command's name, which may hold spaces.
+	_, rest, _ := strings.Cut(string(data), ") ")
+	fields := strings.Fields(rest)
+	if len(fields) < 13 {
+		t.Fatalf("unexpected /proc/%d/stat: %q", pid, data)
+	}
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			t.Fatalf("unexpected /proc/%d/stat: %q", pid, data)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / userHZ
 }
