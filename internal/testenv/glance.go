@@ -54,12 +54,21 @@ var errPortTaken = errors.New("port already in use")
 // logw is not nil, to logw as well. ctx bounds the start only; the returned stop function
 // ends every process of this Glance and reports any that would not go away.
 func StartGlance(ctx context.Context, dir string, logw io.Writer) (*Glance, func() error, error) {
-	return startGlance(ctx, dir, logw, "")
+	return startGlance(ctx, dir, logw, glanceSetup{})
 }
 
-// startGlance is StartGlance with auth, a [keystone_authtoken] section, putting
-// Glance behind Keystone; without it Glance takes every request as the admin's.
-func startGlance(ctx context.Context, dir string, logw io.Writer, auth string) (*Glance, func() error, error) {
+// glanceSetup is what a Glance is started with beyond a standalone one.
+type glanceSetup struct {
+	// auth is a [keystone_authtoken] section, putting Glance behind Keystone;
+	// without it Glance takes every request as the admin's.
+	auth string
+	// imports, when set, is how it takes images by interoperable import;
+	// otherwise it offers Glance's default methods, with no plugin.
+	imports *GlanceImportOptions
+}
+
+// startGlance is StartGlance with the setup.
+func startGlance(ctx context.Context, dir string, logw io.Writer, setup glanceSetup) (*Glance, func() error, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start glance in %s: %w", dir, err)
@@ -91,7 +100,7 @@ func startGlance(ctx context.Context, dir string, logw io.Writer, auth string) (
 			logf.Close()
 			return nil, nil, fmt.Errorf("start glance: %w", err)
 		}
-		if err := os.WriteFile(conf, []byte(apiConfig(dir, port, auth)), 0o644); err != nil {
+		if err := os.WriteFile(conf, []byte(apiConfig(dir, port, setup)), 0o644); err != nil {
 			logf.Close()
 			return nil, nil, fmt.Errorf("start glance: write config: %w", err)
 		}
@@ -120,12 +129,16 @@ func startGlance(ctx context.Context, dir string, logw io.Writer, auth string) (
 	}
 }
 
-// apiConfig is a glance-api.conf for a standalone Glance that keeps everything under dir,
-// behind Keystone when auth is its [keystone_authtoken] section.
-func apiConfig(dir string, port int, auth string) string {
+// apiConfig is a glance-api.conf for a Glance that keeps everything under dir, set up
+// as setup says.
+func apiConfig(dir string, port int, setup glanceSetup) string {
 	flavor := ""
-	if auth != "" {
+	if setup.auth != "" {
 		flavor = "keystone"
+	}
+	var defaults, sections string
+	if setup.imports != nil {
+		defaults, sections = importConfig(*setup.imports)
 	}
 	// The paste pipeline without a flavor is Debian's unauthenticated one: every request
 	// runs as admin, which is what a test Glance wants. use_stderr with an empty log_file
@@ -139,7 +152,7 @@ debug = false
 use_stderr = true
 log_file =
 node_staging_uri = file://%[1]s/staging
-
+%[5]s
 [oslo_concurrency]
 lock_path = %[1]s/locks
 
@@ -154,7 +167,7 @@ connection = sqlite:///%[1]s/glance.sqlite
 stores = file
 default_store = file
 filesystem_store_datadir = %[1]s/images
-%[4]s`, dir, port, flavor, auth)
+%[4]s%[6]s`, dir, port, flavor, setup.auth, defaults, sections)
 }
 
 // dbSync creates Glance's database schema.

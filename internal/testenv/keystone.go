@@ -624,11 +624,18 @@ token_cache_time = -1
 // the catalog (AddService, AddEndpoint) or image_endpoint_override.
 func NewGlanceBehind(t testing.TB, ks *Keystone) *Glance {
 	t.Helper()
+	return ks.newGlance(t, nil)
+}
+
+// newGlance starts a Glance behind ks for the test, taking images by import
+// as imports says when it is not nil, and stops it when the test ends.
+func (ks *Keystone) newGlance(t testing.TB, imports *GlanceImportOptions) *Glance {
+	t.Helper()
 	RequireBinary(t, "glance-api")
 	RequireBinary(t, "glance-manage")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	g, stop, err := startGlance(ctx, t.TempDir(), nil, ks.authConfig(ks.service(t)))
+	g, stop, err := startGlance(ctx, t.TempDir(), nil, glanceSetup{auth: ks.authConfig(ks.service(t)), imports: imports})
 	if err != nil {
 		t.Fatalf("start glance behind keystone: %v", err)
 	}
