@@ -71,18 +71,24 @@ func (c *Cloud) Upload(ctx context.Context, id string, data io.Reader, size int6
 	if id == "" {
 		return fmt.Errorf("upload to cloud %s: no image id", c.name)
 	}
+	return c.sendData(ctx, id, "file", fmt.Sprintf("upload image %s to cloud %s", id, c.name), data, size)
+}
+
+// sendData PUTs size bytes of data to the image's data resource, "file" or
+// "stage", as Upload says; what names the call in its errors.
+func (c *Cloud) sendData(ctx context.Context, id, resource, what string, data io.Reader, size int64) error {
 	sc, err := c.imageService(ctx)
 	if err != nil {
-		return fmt.Errorf("upload image %s: %w", id, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	// An authenticated GET first: gophercloud renews an expired token on a request it can
 	// repeat, rather than on the PUT, whose body cannot be sent twice. It also reports a
 	// missing image before any data moves.
 	if _, err := images.Get(ctx, sc, id).Extract(); err != nil {
-		return fmt.Errorf("upload image %s to cloud %s: %w", id, c.name, c.getError(err))
+		return fmt.Errorf("%s: %w", what, c.getError(err))
 	}
 
-	target := sc.ServiceURL("images", id, "file")
+	target := sc.ServiceURL("images", id, resource)
 	// Where the data starts: when Glance refuses the token (it expired just as the
 	// PUT began), the data is sent again from there with a new one. A reader that
 	// cannot seek cannot be sent twice.
@@ -98,19 +104,19 @@ func (c *Cloud) Upload(ctx context.Context, id string, data io.Reader, size int6
 		token := sc.Token()
 		status, body, header, err := c.put(ctx, sc, target, data, size)
 		if err != nil {
-			return fmt.Errorf("upload image %s to cloud %s: %w", id, c.name, c.classify(err))
+			return fmt.Errorf("%s: %w", what, c.classify(err))
 		}
 		if status == http.StatusUnauthorized && c.auth != nil && sent == 1 {
 			if !canRewind {
-				return fmt.Errorf("upload image %s to cloud %s: Glance refused the token (HTTP 401) after the data had started, "+
-					"and this data cannot be sent again: the next try logs in again", id, c.name)
+				return fmt.Errorf("%s: Glance refused the token (HTTP 401) after the data had started, "+
+					"and this data cannot be sent again: the next try logs in again", what)
 			}
-			c.log.Debug("Glance refused the token of an upload; logging in again to send the data again", "id", id)
+			c.log.Debug("Glance refused the token of a PUT of image data; logging in again to send the data again", "id", id, "resource", resource)
 			if err := sc.Reauthenticate(ctx, token); err != nil {
-				return fmt.Errorf("upload image %s to cloud %s: log in again after Glance refused the token: %w", id, c.name, c.identityError(err))
+				return fmt.Errorf("%s: log in again after Glance refused the token: %w", what, c.identityError(err))
 			}
 			if _, err := seeker.Seek(from, io.SeekStart); err != nil {
-				return fmt.Errorf("upload image %s to cloud %s: rewind the data to send it again after Glance refused the token: %w", id, c.name, err)
+				return fmt.Errorf("%s: rewind the data to send it again after Glance refused the token: %w", what, err)
 			}
 			continue
 		}
@@ -123,11 +129,11 @@ func (c *Cloud) Upload(ctx context.Context, id string, data io.Reader, size int6
 				Body:           body,
 				ResponseHeader: header,
 			}
-			return fmt.Errorf("upload image %s to cloud %s: %w", id, c.name, c.getError(err))
+			return fmt.Errorf("%s: %w", what, c.getError(err))
 		}
 		break
 	}
-	c.log.Debug("uploaded image data", "id", id, "bytes", size, "duration", time.Since(start))
+	c.log.Debug("sent image data", "id", id, "resource", resource, "bytes", size, "duration", time.Since(start))
 	return nil
 }
 
