@@ -208,8 +208,8 @@ func TestKeystone(t *testing.T) {
 }
 
 // revokeOnPut is a transport that revokes the token of the first PUT of image
-// data before it sends it, so that Glance refuses the PUT as if its token had
-// expired just then.
+// data, uploaded or staged, before it sends it, so that Glance refuses the PUT
+// as if its token had expired just then.
 type revokeOnPut struct {
 	t    *testing.T
 	ks   *testenv.Keystone
@@ -218,7 +218,7 @@ type revokeOnPut struct {
 }
 
 func (r *revokeOnPut) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method == http.MethodPut && strings.HasSuffix(req.URL.Path, "/file") {
+	if req.Method == http.MethodPut && (strings.HasSuffix(req.URL.Path, "/file") || strings.HasSuffix(req.URL.Path, "/stage")) {
 		r.puts.Add(1)
 		if r.done.CompareAndSwap(false, true) {
 			r.ks.Revoke(r.t, req.Header.Get("X-Auth-Token"))
@@ -229,8 +229,9 @@ func (r *revokeOnPut) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // TestUploadTokenRefusedAtPut: Glance refuses the token of an upload's PUT, as
 // when the token expires just as the PUT starts. The upload logs in again and
-// sends the data again, all of it from where the reader stood; data that cannot
-// be sent again fails with an error that says so, and the next try succeeds.
+// sends the data again, all of it from where the reader stood, and so does a
+// stage for an import; data that cannot be sent again fails with an error that
+// says so, and the next try succeeds.
 func TestUploadTokenRefusedAtPut(t *testing.T) {
 	kc := newKeystoneCloud(t)
 	ctx := t.Context()
@@ -252,16 +253,16 @@ func TestUploadTokenRefusedAtPut(t *testing.T) {
 		}
 	}
 
-	t.Run("a file is sent again from where it stood", func(t *testing.T) {
-		c, rt := open(t)
-		id := create(t, c, map[string]string{"case": "refused-seekable"})
-		// The image's data follows a header the caller has read past already.
-		data := &noise{left: size, state: 3, sum: md5.New()}
+	// file is the image's data in a file, after a header the caller has
+	// read past already, and its md5.
+	file := func(t *testing.T, state uint64) (*os.File, []byte) {
+		t.Helper()
+		data := &noise{left: size, state: state, sum: md5.New()}
 		f, err := os.Create(filepath.Join(t.TempDir(), "image"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer f.Close()
+		t.Cleanup(func() { f.Close() })
 		const header = 4096
 		if _, err := f.Write(bytes.Repeat([]byte{'h'}, header)); err != nil {
 			t.Fatal(err)
@@ -272,13 +273,40 @@ func TestUploadTokenRefusedAtPut(t *testing.T) {
 		if _, err := f.Seek(header, io.SeekStart); err != nil {
 			t.Fatal(err)
 		}
+		return f, data.sum.Sum(nil)
+	}
+
+	t.Run("a file is sent again from where it stood", func(t *testing.T) {
+		c, rt := open(t)
+		id := create(t, c, map[string]string{"case": "refused-seekable"})
+		f, sum := file(t, 3)
 		if err := c.Upload(ctx, id, f, size); err != nil {
 			t.Fatalf("upload with its token refused once: %v", err)
 		}
 		if n := rt.puts.Load(); n != 2 {
 			t.Errorf("%d PUTs, want 2: the refused one and the one after the new login", n)
 		}
-		check(t, c, id, data.sum.Sum(nil))
+		check(t, c, id, sum)
+	})
+
+	t.Run("a staged file is sent again from where it stood", func(t *testing.T) {
+		c, rt := open(t)
+		id := create(t, c, map[string]string{"case": "refused-stage"})
+		f, sum := file(t, 6)
+		if err := c.Stage(ctx, id, f, size); err != nil {
+			t.Fatalf("stage with its token refused once: %v", err)
+		}
+		if n := rt.puts.Load(); n != 2 {
+			t.Errorf("%d PUTs, want 2: the refused one and the one after the new login", n)
+		}
+		if err := c.Import(ctx, id, GlanceDirect, ""); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, importTimeout, "the import of image "+id, func() bool {
+			img, err := c.Get(ctx, id)
+			return err == nil && img.Status == "active"
+		})
+		check(t, c, id, sum)
 	})
 
 	t.Run("a stream fails clearly and the retry succeeds", func(t *testing.T) {
