@@ -106,7 +106,7 @@ func (c *Cloud) Import(ctx context.Context, id, method, uri string) error {
 	}
 	err = imageimport.Create(ctx, sc, id, importRequest{method: method, uri: uri}).ExtractErr()
 	if err == nil {
-		c.log.Debug("import started", "id", id, "method", method, "uri", redact.Userinfo(uri))
+		c.log.Debug("import started", "id", id, "method", method, "uri", redact.URL(uri))
 		return nil
 	}
 	if gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
