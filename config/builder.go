@@ -1,6 +1,7 @@
 package config
 
 import (
+	"maps"
 	"math"
 	"net/netip"
 	"slices"
@@ -76,8 +77,11 @@ var builderKeys = []string{
 	"upload-attempts", "state-db", "gearman-servers", "leak-sweep", "max-image-size",
 	"gearman-unserved-after", "download-connections", "webapp",
 	"gearman-functions", "gearman-min-build-interval", "zuul-mqtt", "build-diskimages",
-	"nat64-prefixes",
+	"nat64-prefixes", "providers",
 }
+
+// builderProviderKeys are the keys of an entry of builder.providers.
+var builderProviderKeys = []string{"name", "upload-method"}
 
 var gearmanKeys = []string{"host", "port"}
 
@@ -137,7 +141,79 @@ func (p *parser) builder(n *yaml.Node, path string) Builder {
 	if n, ok := m.get("zuul-mqtt"); ok {
 		b.ZuulMQTT = p.zuulMQTT(n, m.sub("zuul-mqtt"))
 	}
+	b.Providers = p.builderProviders(m)
 	return b
+}
+
+// builderProviders reads builder.providers: the builder's own settings of
+// nodepool.yaml's providers, each named once. Whether each names a provider
+// nodepool.yaml has is checked once both files are read (checkBuilderProviders).
+func (p *parser) builderProviders(m *mapping) map[string]BuilderProvider {
+	const example = "[{name: cloud-a, upload-method: glance-direct}]"
+	items, _ := m.list("providers", "providers", example)
+	if len(items) == 0 {
+		return nil
+	}
+	out := map[string]BuilderProvider{}
+	methods := strings.Join(UploadMethods, ", ")
+	for i, item := range items {
+		path := indexPath(m.sub("providers"), i)
+		pm, ok := p.readMapping(item, path, "a provider's builder settings", builderProviderKeys, true)
+		if !ok {
+			continue
+		}
+		if !pm.require("name", "name the provider of nodepool.yaml these settings are for, e.g. name: cloud-a") {
+			continue
+		}
+		name, ok := pm.str("name")
+		if !ok || name == "" {
+			continue
+		}
+		bp := BuilderProvider{Name: name, UploadMethod: UploadPut, line: item.Line, path: pm.sub("name")}
+		if s, ok := pm.str("upload-method"); ok {
+			if s == UploadWebDownload {
+				n, _ := pm.get("upload-method")
+				p.errorf(n, pm.sub("upload-method"), "%s is not supported by this version yet; use %s", s, methods)
+				continue
+			}
+			if !slices.Contains(UploadMethods, s) {
+				n, _ := pm.get("upload-method")
+				p.errorf(n, pm.sub("upload-method"), "%q is not an upload method; they are %s", s, methods)
+				continue
+			}
+			bp.UploadMethod = s
+		}
+		if _, dup := out[name]; dup {
+			n, _ := pm.get("name")
+			p.errorf(n, pm.sub("name"), "provider %q is listed twice under builder.providers; give each its settings once", name)
+			continue
+		}
+		out[name] = bp
+	}
+	return out
+}
+
+// checkBuilderProviders refuses an entry of builder.providers that names no
+// provider of nodepool.yaml: most likely a misspelt name, whose settings
+// would otherwise be lost.
+func checkBuilderProviders(cfg *Config, np, op *parser) {
+	names := make([]string, 0, len(cfg.Providers))
+	for _, pr := range cfg.Providers {
+		names = append(names, pr.Name)
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Builder.Providers)) {
+		bp := cfg.Builder.Providers[name]
+		if slices.Contains(names, name) {
+			continue
+		}
+		hint := "; its providers are " + strings.Join(names, ", ")
+		if near, ok := nearestKey(name, names); ok {
+			hint = "; did you mean " + near + "?"
+		} else if len(names) == 0 {
+			hint = ", which lists none"
+		}
+		op.errorf(&yaml.Node{Line: bp.line}, bp.path, "%q is not a provider of %s%s", name, np.file, hint)
+	}
 }
 
 // gearmanFunctions reads builder.gearman-functions: the kinds of gearman

@@ -199,6 +199,45 @@ type Builder struct {
 	// ZuulMQTT is the broker the daemon listens to for Zuul's reports, which
 	// make it poll a zuul-image at once; nil listens to none.
 	ZuulMQTT *ZuulMQTT
+	// Providers are the builder's own settings of nodepool.yaml's providers
+	// (builder.providers), by provider name; a provider without is absent.
+	Providers map[string]BuilderProvider
+}
+
+// BuilderProvider is the builder's own settings of one of nodepool.yaml's
+// providers: builder.providers, which nodepool's schema has no key for.
+type BuilderProvider struct {
+	Name string
+	// UploadMethod is how images reach the provider's Glance: UploadPut
+	// (the default), UploadGlanceDirect or UploadWebDownload.
+	UploadMethod string
+
+	line int    // where the entry is, for the check that the provider exists
+	path string // its key path, for the same
+}
+
+// The upload methods of builder.providers[].upload-method.
+const (
+	// UploadPut sends the image in one PUT of the image's data.
+	UploadPut = "put"
+	// UploadGlanceDirect stages the image and has Glance import it, which
+	// converts it where the cloud converts on import.
+	UploadGlanceDirect = "glance-direct"
+	// UploadWebDownload has Glance fetch a Zuul-built image's artifact itself.
+	UploadWebDownload = "web-download"
+)
+
+// UploadMethods are the upload methods the builder takes. UploadWebDownload
+// is not one yet: it is refused with a message of its own.
+var UploadMethods = []string{UploadPut, UploadGlanceDirect}
+
+// UploadMethod is how images reach a provider's Glance: its
+// builder.providers entry's upload-method, UploadPut by default.
+func (b Builder) UploadMethod(provider string) string {
+	if bp, ok := b.Providers[provider]; ok && bp.UploadMethod != "" {
+		return bp.UploadMethod
+	}
+	return UploadPut
 }
 
 // ServesGearman tells whether the builder serves gearman functions of a kind

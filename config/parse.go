@@ -350,6 +350,7 @@ func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, has
 	cfg.DiskImages = np.diskImages(top, names, cfg.ZuulImages)
 	checkZuulImagesDeclared(cfg, names, np, op, oneFile)
 	cfg.Providers = np.providers(top, names)
+	checkBuilderProviders(cfg, np, op)
 	if secureRoot != nil {
 		sp.secure(secureRoot, cfg, zk, names, np.file)
 	}
