@@ -56,6 +56,12 @@ func (a *attempt) run(ctx context.Context) error {
 		defer c.Close()
 	}
 
+	method := u.opts.Config.Builder.UploadMethod(a.provider.Name)
+	importer, err := a.importer(ctx, method)
+	if err != nil {
+		return err // before the image is made: nothing is left half-made
+	}
+
 	nameFormat := a.provider.ImageNameFormat
 	if nameFormat == "" {
 		nameFormat = "{image_name}-{timestamp}"
@@ -80,11 +86,16 @@ func (a *attempt) run(ctx context.Context) error {
 	if a.stream != nil {
 		from = "download"
 	}
-	a.log.Info("upload started", "external_id", id, "name", spec.Name, "format", a.file.Format, "bytes", size, "from", from)
+	a.log.Info("upload started", "external_id", id, "name", spec.Name, "format", a.file.Format, "bytes", size, "from", from,
+		"method", method)
 	start := u.opts.Now()
 	task := u.opts.Progress.Start(progress.Upload, a.build.Name()+" to "+a.provider.Name, max(size, 0))
 	defer task.End()
-	if err := a.cloud.Upload(ctx, id, &progressReader{r: data, size: size, now: u.opts.Now, task: task,
+	send := a.cloud.Upload
+	if importer != nil {
+		send = importer.Stage
+	}
+	if err := send(ctx, id, &progressReader{r: data, size: size, now: u.opts.Now, task: task,
 		report: a.report()}, size); err != nil {
 		if a.stream != nil {
 			if serr := a.stream.src.Err(); serr != nil {
@@ -98,11 +109,22 @@ func (a *attempt) run(ctx context.Context) error {
 		// verified one.
 		a.file = a.stream.verified()
 	}
-	img, err := u.waitActive(ctx, a.cloud, id)
+	if importer != nil {
+		if err := importer.Import(ctx, id, method, ""); err != nil {
+			return fmt.Errorf("import: %w", waitErr(ctx, err, timeout))
+		}
+	}
+	img, err := u.waitActive(ctx, a.cloud, importer, id)
 	if err != nil {
 		return waitErr(ctx, err, timeout)
 	}
-	if err := checkStored(img, a.file); err != nil {
+	if importer != nil && !strings.EqualFold(img.DiskFormat, a.file.Format) {
+		// The cloud converted the image as it imported it: its checksum
+		// is of the converted bytes, and the staged bytes were the file's,
+		// as the stage's length said.
+		a.log.Info("the cloud converted the image as it imported it", "external_id", id, "from", a.file.Format,
+			"to", img.DiskFormat)
+	} else if err := checkStored(img, a.file); err != nil {
 		return err
 	}
 	a.log.Info("image active", "external_id", id, "seconds", int(u.opts.Now().Sub(start).Seconds()))
@@ -138,6 +160,26 @@ func (a *attempt) open(ctx context.Context, path string) (io.Reader, int64, erro
 	return f, info.Size(), nil
 }
 
+// importer is how the attempt reaches a provider whose upload-method is an
+// import: nil for a plain PUT. A cloud that cannot import, or does not offer
+// the method, is an error before anything is made in it.
+func (a *attempt) importer(ctx context.Context, method string) (Importer, error) {
+	if method == config.UploadPut {
+		return nil, nil
+	}
+	imp, ok := a.cloud.(Importer)
+	if !ok {
+		return nil, fmt.Errorf("upload-method %s: this provider's cloud client cannot import images", method)
+	}
+	cctx, cancel := a.u.cloudCtx(ctx)
+	defer cancel()
+	if err := imp.CheckImportMethod(cctx, method); err != nil {
+		return nil, fmt.Errorf("upload-method %s of provider %s (builder.providers in %s): %w", method, a.provider.Name,
+			config.BuilderFileName, err)
+	}
+	return imp, nil
+}
+
 // checkStored compares what the cloud stored with the file that was sent.
 func checkStored(img Image, f store.File) error {
 	if f.MD5 != "" && img.Checksum != "" && !strings.EqualFold(img.Checksum, f.MD5) {
@@ -146,7 +188,10 @@ func checkStored(img Image, f store.File) error {
 	return nil
 }
 
-func (u *Uploader) waitActive(ctx context.Context, cloud Cloud, id string) (Image, error) {
+// waitActive waits for the image to be active. For an import (importer
+// set), a failure of the import ends the wait with Glance's reason: a failed
+// import may leave the image importing, or send it back to queued.
+func (u *Uploader) waitActive(ctx context.Context, cloud Cloud, importer Importer, id string) (Image, error) {
 	for {
 		img, err := cloud.Get(ctx, id)
 		if err != nil {
@@ -157,6 +202,15 @@ func (u *Uploader) waitActive(ctx context.Context, cloud Cloud, id string) (Imag
 			return img, nil
 		case "killed", "deleted", "pending_delete", "deactivated":
 			return Image{}, fmt.Errorf("cloud put the image in state %q", img.Status)
+		}
+		if importer != nil {
+			why, err := importer.ImportFailure(ctx, id)
+			if err != nil {
+				return Image{}, fmt.Errorf("check the import: %w", err)
+			}
+			if why != "" {
+				return Image{}, fmt.Errorf("the cloud's import failed (image %s): %s", img.Status, why)
+			}
 		}
 		t := time.NewTimer(u.opts.PollInterval)
 		select {

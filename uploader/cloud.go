@@ -54,3 +54,20 @@ type Cloud interface {
 	// credentials of no project).
 	Project(ctx context.Context) (string, error)
 }
+
+// Importer is a Cloud that also takes images by Glance's interoperable
+// import, for a provider whose upload-method asks for it.
+type Importer interface {
+	// CheckImportMethod is nil when the cloud offers the import method, and
+	// an error that names what it offers when it does not.
+	CheckImportMethod(ctx context.Context, method string) error
+	// Stage streams size bytes of data into the image's staging area, as
+	// Upload does into the image (a negative size: unknown).
+	Stage(ctx context.Context, id string, data io.Reader, size int64) error
+	// Import has the cloud import the image by method: glance-direct for
+	// what Stage staged. It returns once the import is under way.
+	Import(ctx context.Context, id, method, uri string) error
+	// ImportFailure says why the image's last import failed, "" while it
+	// has not.
+	ImportFailure(ctx context.Context, id string) (string, error)
+}
