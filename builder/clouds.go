@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -48,4 +49,39 @@ func OpenClouds(ctx context.Context, providers []config.Provider, open OpenCloud
 		clouds[p.Name] = cloud
 	}
 	return clouds, nil
+}
+
+// CheckImportMethods asks the cloud of every provider whose upload-method is
+// an import whether it offers that method, as config-validate does when it can
+// reach the clouds (Check touches no network). A cloud that answers that it
+// does not is a problem, which names what it offers; one that cannot be asked
+// is a warning, since the builder asks again before each upload.
+func CheckImportMethods(ctx context.Context, cfg *config.Config, open OpenCloud) (problems []error, warnings []string) {
+	for i := range cfg.Providers {
+		p := &cfg.Providers[i]
+		method := cfg.Builder.UploadMethod(p.Name)
+		if method == config.UploadPut {
+			continue
+		}
+		cloud, err := open(ctx, p)
+		if err != nil {
+			continue // Check says what is wrong with the cloud's entry
+		}
+		imp, ok := cloud.(uploader.Importer)
+		if !ok {
+			problems = append(problems, fmt.Errorf("provider %s: upload-method %s: its cloud client cannot import images", p.Name, method))
+			continue
+		}
+		err = imp.CheckImportMethod(ctx, method)
+		var notOffered *openstack.ImportMethodError
+		switch {
+		case errors.As(err, &notOffered):
+			problems = append(problems, fmt.Errorf("provider %s: upload-method %s (builder.providers in %s): %w",
+				p.Name, method, config.BuilderFileName, notOffered))
+		case err != nil:
+			warnings = append(warnings, fmt.Sprintf("provider %s: could not ask its cloud whether it offers upload-method %s "+
+				"(the builder asks again before each upload): %v", p.Name, method, err))
+		}
+	}
+	return problems, warnings
 }

@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"errors"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/config"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
+	"github.com/nodepool-builder/nodepool-builder/uploader/openstack"
 )
 
 // formatCloud is a cloud whose clouds.yaml entry names an image format.
@@ -90,5 +92,55 @@ func TestOpenClouds(t *testing.T) {
 				t.Errorf("image formats %v, want %v", formats, tc.formats)
 			}
 		})
+	}
+}
+
+// importCloud is a cloud that answers whether it offers an import method.
+type importCloud struct {
+	*gatedCloud
+	answer error
+}
+
+func (c importCloud) CheckImportMethod(context.Context, string) error { return c.answer }
+func (c importCloud) Stage(context.Context, string, io.Reader, int64) error {
+	return errors.New("not staged here")
+}
+func (c importCloud) Import(context.Context, string, string, string) error { return errors.New("not imported here") }
+func (c importCloud) ImportFailure(context.Context, string) (string, error) { return "", nil }
+
+// TestCheckImportMethods: a cloud that answers that it does not offer a
+// provider's upload-method is a problem naming what it offers; one that
+// cannot be asked a warning; a provider that PUTs is not asked.
+func TestCheckImportMethods(t *testing.T) {
+	cfg := &config.Config{
+		Providers: []config.Provider{{Name: "offers", Cloud: "a"}, {Name: "refuses", Cloud: "b"}, {Name: "down", Cloud: "c"},
+			{Name: "puts", Cloud: "d"}},
+		Builder: config.Builder{Providers: map[string]config.BuilderProvider{
+			"offers":  {Name: "offers", UploadMethod: config.UploadGlanceDirect},
+			"refuses": {Name: "refuses", UploadMethod: config.UploadGlanceDirect},
+			"down":    {Name: "down", UploadMethod: config.UploadGlanceDirect},
+		}},
+	}
+	answers := map[string]error{
+		"a": nil,
+		"b": &openstack.ImportMethodError{Cloud: "b", Method: "glance-direct", Offered: []string{"web-download"}},
+		"c": errors.New("connection refused"),
+	}
+	var asked []string
+	open := func(_ context.Context, p *config.Provider) (uploader.Cloud, error) {
+		asked = append(asked, p.Name)
+		return importCloud{gatedCloud: &gatedCloud{}, answer: answers[p.Cloud]}, nil
+	}
+	problems, warnings := CheckImportMethods(t.Context(), cfg, open)
+	if want := []string{"offers", "refuses", "down"}; !slices.Equal(asked, want) {
+		t.Errorf("the clouds asked: %v; want %v", asked, want)
+	}
+	if len(problems) != 1 || !strings.Contains(problems[0].Error(),
+		`provider refuses: upload-method glance-direct (builder.providers in nodepool-builder.yaml): cloud b does not offer the image import method "glance-direct": it offers web-download`) {
+		t.Errorf("problems: %v", problems)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "provider down: could not ask its cloud") ||
+		!strings.Contains(warnings[0], "connection refused") {
+		t.Errorf("warnings: %q", warnings)
 	}
 }

@@ -258,6 +258,10 @@ func loadConfig(c *cli.Context) (*config.Config, error) {
 	return cfg, nil
 }
 
+// importCheckTimeout bounds config-validate's questions to the clouds of the
+// providers whose upload-method is an import.
+const importCheckTimeout = 30 * time.Second
+
 func configValidate(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
@@ -268,6 +272,17 @@ func configValidate(c *cli.Context) error {
 	}
 	// What the builder checks before its first step.
 	warnings, err := builder.Check(c.Context, cfg)
+	if err == nil {
+		// Then, of the clouds it can reach, whether they offer the import
+		// methods that providers ask for.
+		ctx, cancel := context.WithTimeout(c.Context, importCheckTimeout)
+		problems, more := builder.CheckImportMethods(ctx, cfg, builder.OpenStack(slog.New(slog.DiscardHandler)))
+		cancel()
+		warnings = append(warnings, more...)
+		if len(problems) > 0 {
+			err = &builder.CheckError{Path: cfg.Path, Problems: problems}
+		}
+	}
 	reportWarnings(c.App.ErrWriter, c.String("log-format"), warnings)
 	if err != nil {
 		return withCode(exitUsage, err)
