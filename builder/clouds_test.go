@@ -105,7 +105,9 @@ func (c importCloud) CheckImportMethod(context.Context, string) error { return c
 func (c importCloud) Stage(context.Context, string, io.Reader, int64) error {
 	return errors.New("not staged here")
 }
-func (c importCloud) Import(context.Context, string, string, string) error { return errors.New("not imported here") }
+func (c importCloud) Import(context.Context, string, string, string) error {
+	return errors.New("not imported here")
+}
 func (c importCloud) ImportFailure(context.Context, string) (string, error) { return "", nil }
 
 // TestCheckImportMethods: a cloud that answers that it does not offer a
