@@ -119,9 +119,9 @@ func (a *attempt) run(ctx context.Context) error {
 		return waitErr(ctx, err, timeout)
 	}
 	if importer != nil && !strings.EqualFold(img.DiskFormat, a.file.Format) {
-		// The cloud converted the image as it imported it: its checksum
-		// is of the converted bytes, and the staged bytes were the file's,
-		// as the stage's length said.
+		// The cloud converted the image as it imported it: its checksum is
+		// of the converted bytes. What was staged is the file, sent whole;
+		// the image carries the file's checksums as its properties.
 		a.log.Info("the cloud converted the image as it imported it", "external_id", id, "from", a.file.Format,
 			"to", img.DiskFormat)
 	} else if err := checkStored(img, a.file); err != nil {
