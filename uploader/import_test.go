@@ -26,17 +26,7 @@ func importGlance(t *testing.T, opts testenv.GlanceImportOptions) *openstack.Clo
 	g := testenv.NewGlanceWithImport(t, ks, opts)
 	a := ks.NewAccount(t)
 	clouds := filepath.Join(t.TempDir(), "clouds.yaml")
-	if err := os.WriteFile(clouds, fmt.Appendf(nil, `clouds:
-  import:
-    image_endpoint_override: %s
-    auth:
-      auth_url: %s/v3
-      username: %s
-      password: %s
-      project_name: %s
-      user_domain_name: Default
-      project_domain_name: Default
-`, g.Endpoint, ks.URL, a.User, a.Password, a.Project), 0o600); err != nil {
+	if err := os.WriteFile(clouds, []byte("clouds:\n"+ks.CloudEntry("import", g.Endpoint, a)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c, err := openstack.Open(t.Context(), openstack.Options{Cloud: "import", CloudsFile: clouds})

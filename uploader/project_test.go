@@ -2,7 +2,6 @@ package uploader_test
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -32,16 +31,7 @@ func TestImageOfAnotherProjectIsNotOurs(t *testing.T) {
 	var text strings.Builder
 	text.WriteString("clouds:\n")
 	for name, a := range map[string]testenv.Account{"ours": ours, "other": other} {
-		fmt.Fprintf(&text, `  %s:
-    image_endpoint_override: %s
-    auth:
-      auth_url: %s/v3
-      username: %s
-      password: %s
-      project_name: %s
-      user_domain_name: Default
-      project_domain_name: Default
-`, name, g.Endpoint, ks.URL, a.User, a.Password, a.Project)
+		text.WriteString(ks.CloudEntry(name, g.Endpoint, a))
 	}
 	if err := os.WriteFile(clouds, []byte(text.String()), 0o600); err != nil {
 		t.Fatal(err)

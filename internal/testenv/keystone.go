@@ -646,3 +646,19 @@ func (ks *Keystone) newGlance(t testing.TB, imports *GlanceImportOptions) *Glanc
 	})
 	return g
 }
+
+// CloudEntry is the clouds.yaml entry of a cloud name whose images are at
+// endpoint (image_endpoint_override) and whose login is account a of ks,
+// indented to go under "clouds:".
+func (ks *Keystone) CloudEntry(name, endpoint string, a Account) string {
+	return fmt.Sprintf(`  %s:
+    image_endpoint_override: %s
+    auth:
+      auth_url: %s/v3
+      username: %s
+      password: %s
+      project_name: %s
+      user_domain_name: Default
+      project_domain_name: Default
+`, name, endpoint, ks.URL, a.User, a.Password, a.Project)
+}

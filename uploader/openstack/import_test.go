@@ -40,17 +40,7 @@ func newImportCloud(t *testing.T, opts testenv.GlanceImportOptions) *importCloud
 	t.Helper()
 	ks := testenv.SharedKeystone(t)
 	ic := &importCloud{ks: ks, glance: testenv.NewGlanceWithImport(t, ks, opts), account: ks.NewAccount(t)}
-	clouds := writeFile(t, filepath.Join(t.TempDir(), "clouds.yaml"), fmt.Sprintf(`clouds:
-  import:
-    image_endpoint_override: %s
-    auth:
-      auth_url: %s/v3
-      username: %s
-      password: %s
-      project_name: %s
-      user_domain_name: Default
-      project_domain_name: Default
-`, ic.glance.Endpoint, ks.URL, ic.account.User, ic.account.Password, ic.account.Project))
+	clouds := writeFile(t, filepath.Join(t.TempDir(), "clouds.yaml"), "clouds:\n"+ks.CloudEntry("import", ic.glance.Endpoint, ic.account))
 	c, err := Open(t.Context(), Options{Cloud: "import", CloudsFile: clouds})
 	if err != nil {
 		t.Fatal(err)
