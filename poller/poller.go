@@ -5,6 +5,9 @@ package poller
 
 import (
 	"context"
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -392,7 +395,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		if err != nil {
 			return err
 		}
-		declared := store.File{Format: format, SHA256: normalSum(sha), MD5: normalSum(md5), Size: declaredSize(c)}
+		declared := store.File{Format: format, SHA256: sha, MD5: md5, Size: declaredSize(c)}
 		var src *follow.File
 		var stream Streaming
 		if streams != nil {
@@ -465,7 +468,9 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 // uploaded while it downloads: its cloud images are tagged with them from
 // the start. Any other waits for its download, as a converted format does.
 func (p *Poller) stream(b store.Build, declared store.File) (*follow.File, Streaming) {
-	if p.opts.Streamer == nil || declared.SHA256 == "" || declared.MD5 == "" {
+	// The digests are Zuul's answer, and tag the cloud images before the
+	// download is checked against them: only digests as they are written go.
+	if p.opts.Streamer == nil || !isDigest(declared.SHA256, sha256.Size) || !isDigest(declared.MD5, md5.Size) {
 		return nil, nil
 	}
 	src := follow.New()
@@ -477,8 +482,12 @@ func (p *Poller) stream(b store.Build, declared store.File) (*follow.File, Strea
 	return src, s
 }
 
-// normalSum is a declared hex digest as the download compares it.
-func normalSum(sum string) string { return strings.ToLower(strings.TrimSpace(sum)) }
+// isDigest tells whether s is a lower-case hex digest of size bytes, as
+// artifacts.Checksums returns one.
+func isDigest(s string, size int) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == size && s == strings.ToLower(s)
+}
 
 // artifactHosts is what the downloads of a build may reach: the zuul-image's
 // artifact-hosts, all named by the operator; or, without them, the api-url's host
