@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/listing"
+	"github.com/nodepool-builder/nodepool-builder/uploader"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
@@ -63,8 +65,14 @@ func TestZuulImageFetchedAgainAfterImageDelete(t *testing.T) {
 	if e.listed(first.BuildID) {
 		t.Fatalf("build %s still listed after image-delete", first.BuildID)
 	}
-	if imgs := e.images("cloud-q"); len(imgs) != 0 {
-		t.Fatalf("Glance still holds images after image-delete: %+v", imgs)
+	// Only the deleted build's images must be gone: the fetch again may
+	// already have begun the next build's upload, which follows its download.
+	imgs, err := e.cloud.List(context.Background(), map[string]string{uploader.PropProvider: "cloud-q", uploader.PropBuildID: first.BuildID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(imgs) != 0 {
+		t.Fatalf("Glance still holds images of build %s after image-delete: %+v", first.BuildID, imgs)
 	}
 
 	again := ready("the same Zuul build fetched and uploaded again", first.BuildID)
