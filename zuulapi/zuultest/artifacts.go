@@ -280,7 +280,7 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request, onStore bool)
 		return
 	}
 	rng := r.Header.Get("Range")
-	s.requests[p] = append(s.requests[p], RequestInfo{Method: r.Method, Range: rng})
+	s.requests[p] = append(s.requests[p], RequestInfo{Method: r.Method, Range: rng, UserAgent: r.UserAgent()})
 	limit := int64(-1)
 	if r.Method == http.MethodGet && rng == "" {
 		if n, ok := s.drops[p]; ok {

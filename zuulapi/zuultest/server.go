@@ -104,6 +104,9 @@ type Server struct {
 type RequestInfo struct {
 	Method string
 	Range  string // the Range header, "" when absent
+	// UserAgent is the User-Agent header, which tells the builder's
+	// downloads from a cloud's fetch of the artifact (web-download).
+	UserAgent string
 }
 
 // APICall is one request to a builds endpoint, as the server saw it, and

@@ -580,7 +580,7 @@ func TestArtifactRangeHeadAndCounters(t *testing.T) {
 	if got := s.BytesServed(a.URL); got != 10+int64(len(data)) {
 		t.Errorf("BytesServed by URL = %d", got)
 	}
-	want := []RequestInfo{{"GET", "bytes=10-19"}, {"HEAD", ""}, {"GET", ""}}
+	want := []RequestInfo{{"GET", "bytes=10-19", goAgent}, {"HEAD", "", goAgent}, {"GET", "", goAgent}}
 	if got := s.ArtifactRequests(a.Path); !slices.Equal(got, want) {
 		t.Errorf("ArtifactRequests = %v, want %v", got, want)
 	}
@@ -860,7 +860,7 @@ func TestObjectStore(t *testing.T) {
 			if n, want := s.BytesServed(a.Path), 10+5+a.ServedSize-5; n != want {
 				t.Errorf("BytesServed = %d, want %d", n, want)
 			}
-			want := []RequestInfo{{"GET", "bytes=0-9"}, {"HEAD", ""}, {"GET", ""}, {"GET", "bytes=5-"}}
+			want := []RequestInfo{{"GET", "bytes=0-9", goAgent}, {"HEAD", "", goAgent}, {"GET", "", goAgent}, {"GET", "bytes=5-", goAgent}}
 			if got := s.ArtifactRequests(a.URL); !slices.Equal(got, want) {
 				t.Errorf("ArtifactRequests = %v, want %v", got, want)
 			}
@@ -1037,3 +1037,6 @@ func TestMQTTReport(t *testing.T) {
 		t.Error("a report of a build the server does not have")
 	}
 }
+
+// goAgent is the User-Agent of Go's HTTP client, which the tests' requests carry.
+const goAgent = "Go-http-client/1.1"
