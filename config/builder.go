@@ -171,11 +171,6 @@ func (p *parser) builderProviders(m *mapping) map[string]BuilderProvider {
 		}
 		bp := BuilderProvider{Name: name, UploadMethod: UploadPut, line: item.Line, path: pm.sub("name")}
 		if s, ok := pm.str("upload-method"); ok {
-			if s == UploadWebDownload {
-				n, _ := pm.get("upload-method")
-				p.errorf(n, pm.sub("upload-method"), "%s is not supported by this version yet; use %s", s, methods)
-				continue
-			}
 			if !slices.Contains(UploadMethods, s) {
 				n, _ := pm.get("upload-method")
 				p.errorf(n, pm.sub("upload-method"), "%q is not an upload method; they are %s", s, methods)
@@ -213,6 +208,14 @@ func checkBuilderProviders(cfg *Config, np, op *parser) {
 			hint = ", which lists none"
 		}
 		op.errorf(&yaml.Node{Line: bp.line}, bp.path, "%q is not a provider of %s%s", name, np.file, hint)
+	}
+	for _, pr := range cfg.Providers {
+		bp, ok := cfg.Builder.Providers[pr.Name]
+		if ok && bp.UploadMethod == UploadWebDownload && pr.PostUploadHook != "" {
+			op.errorf(&yaml.Node{Line: bp.line}, bp.path, "provider %s has a post-upload-hook in %s, which is given the "+
+				"image's file, and upload-method web-download has the cloud fetch the image without one being downloaded; "+
+				"use glance-direct or put for it, or drop the hook", pr.Name, np.file)
+		}
 	}
 }
 

@@ -227,9 +227,8 @@ const (
 	UploadWebDownload = "web-download"
 )
 
-// UploadMethods are the upload methods the builder takes. UploadWebDownload
-// is not one yet: it is refused with a message of its own.
-var UploadMethods = []string{UploadPut, UploadGlanceDirect}
+// UploadMethods are the upload methods the builder takes.
+var UploadMethods = []string{UploadPut, UploadGlanceDirect, UploadWebDownload}
 
 // UploadMethod is how images reach a provider's Glance: its
 // builder.providers entry's upload-method, UploadPut by default.

@@ -91,6 +91,28 @@ func (c *Config) NeededFormats(image string) []string {
 	return slices.Compact(formats)
 }
 
+// FetchedByClouds tells whether a format of zuul-image image is needed only by
+// providers whose clouds fetch the image's artifact themselves (upload-method
+// web-download), paused ones included: not among the image's own formats, and
+// listed by at least one provider. Such a format need not be downloaded.
+func (c *Config) FetchedByClouds(image, format string) bool {
+	zi := c.ZuulImage(image)
+	if zi == nil || slices.Contains(zi.Formats, format) {
+		return false
+	}
+	any := false
+	for _, p := range c.ProvidersFor(image) {
+		if p.Format() != format {
+			continue
+		}
+		if c.Builder.UploadMethod(p.Name) != UploadWebDownload {
+			return false
+		}
+		any = true
+	}
+	return any
+}
+
 // Format is the disk format uploads to this provider use: image-format when
 // set, else qcow2.
 func (p *Provider) Format() string {
