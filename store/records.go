@@ -89,12 +89,15 @@ type ZuulRef struct {
 
 // File is one format of a build.
 type File struct {
-	Format  string
-	SHA256  string
-	MD5     string
-	Size    int64
-	URL     string // the artifact it came from, for Zuul builds
-	Present bool   // still on disk (false once removed after upload)
+	Format string
+	SHA256 string
+	MD5    string
+	Size   int64
+	URL    string // the artifact it came from, for Zuul builds
+	// Present: on disk. False once removed after upload, and for a Zuul
+	// build's format never downloaded, which the clouds that need it fetch
+	// at URL themselves (BuildWriter.AddAtURL).
+	Present bool
 }
 
 // Name is the build's nodepool-style name, <image>-<build_id>.

@@ -179,6 +179,24 @@ func (w *BuildWriter) Add(files ...File) error {
 	return fsync.Dir(w.s.dir)
 }
 
+// AddAtURL keeps, for the record, a format of a Zuul build that is not
+// downloaded: the clouds that need it fetch its artifact at f.URL
+// themselves, and f declares what the artifact holds. It is recorded not
+// present, as a file removed after its uploads is, so no upload reads it and
+// the build still counts as having the format. f.URL must be the artifact's
+// whole address and hold no secret: it is stored and handed to the clouds.
+func (w *BuildWriter) AddAtURL(f File) error {
+	if f.URL == "" {
+		return fmt.Errorf("add the %s format of %s at its URL: no URL", f.Format, w.build.Name())
+	}
+	next := own(w.build)
+	f.Present = false
+	next.SetFile(f)
+	w.build = next
+	w.unwritten = true
+	return nil
+}
+
 // place moves the file of f's format into place, with its sidecars.
 func (w *BuildWriter) place(f File) error {
 	from, ok := w.made[f.Format]
