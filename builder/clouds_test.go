@@ -101,6 +101,9 @@ type importCloud struct {
 	answer error
 }
 
+func (c importCloud) ImportMethods(context.Context) ([]string, error) {
+	return nil, errors.New("not asked here")
+}
 func (c importCloud) CheckImportMethod(context.Context, string) error { return c.answer }
 func (c importCloud) Stage(context.Context, string, io.Reader, int64) error {
 	return errors.New("not staged here")

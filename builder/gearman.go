@@ -402,7 +402,7 @@ func (g *gearmanService) upload(ctx context.Context, j *gearman.Job, id string) 
 			return "", fmt.Errorf("provider %s is paused for image %s (pause: true in its diskimages)", provider, bd.Image)
 		}
 		format := prov.Format()
-		if f, ok := bd.File(format); !ok || !f.Present {
+		if f, ok := bd.File(format); !ok || !g.b.cur.Load().uploader.Uploadable(provider, f) {
 			return "", fmt.Errorf("build %s has no %s file, which provider %s takes; it has: %s",
 				bd.Name(), format, provider, strings.Join(bd.Formats(), ", "))
 		}

@@ -33,14 +33,14 @@ type streamer struct {
 	up *uploader.Uploader
 }
 
-func (s streamer) Stream(b store.Build, format string, declared store.File, src *follow.File) poller.Streaming {
+func (s streamer) Stream(b store.Build, a poller.Artifact, src *follow.File) (poller.Streaming, bool) {
 	ctx := s.b.streams.ctx.Load()
 	if ctx == nil || (*ctx).Err() != nil {
-		return nil
+		return nil, true
 	}
-	st := s.up.Stream(*ctx, b, format, declared, src)
+	st, download := s.up.Stream(*ctx, b, uploader.Artifact(a), src)
 	if st == nil {
-		return nil // no provider needs the format: an untyped nil, which the poller tells
+		return nil, download // no upload begun: an untyped nil, which the poller tells
 	}
 	s.b.streams.wg.Go(func() {
 		st.Wait()
@@ -55,5 +55,5 @@ func (s streamer) Stream(b store.Build, format string, declared store.File, src 
 		default:
 		}
 	})
-	return st
+	return st, download
 }

@@ -447,17 +447,24 @@ func (p *Poller) whyNotDue(f *fetch, cur store.Cursor, ready []store.Build) stri
 // missing is the needed formats that this builder's build of the newest Zuul
 // build, among the image's ready builds, lacks and has not refused: they are
 // fetched into it. nil when it lacks none, or the newest build is another
-// builder's, whose files are on its host.
+// builder's, whose files are on its host. A format recorded at its URL only,
+// never downloaded, lacks nothing while only clouds that fetch it themselves
+// need it.
 func (p *Poller) missing(ready []store.Build, zb zuulapi.Build, needed []string) []string {
 	if len(ready) == 0 || ready[0].Zuul.UUID != zb.UUID || ready[0].BuilderID != p.opts.Store.BuilderID() {
 		return nil
 	}
+	b := ready[0]
 	var missing []string
 	for _, f := range needed {
-		if _, refused := ready[0].Refused[f]; refused {
+		if _, refused := b.Refused[f]; refused {
 			continue
 		}
-		if file, ok := ready[0].File(f); !ok || !file.Present {
+		file, ok := b.File(f)
+		switch {
+		case ok && file.Present:
+		case ok && file.URL != "" && p.opts.Config.FetchedByClouds(b.Image, f):
+		default:
 			missing = append(missing, f)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -54,10 +55,23 @@ type Options struct {
 	Streamer Streamer
 }
 
-// Streamer starts the uploads of a format of a build being made that follow
-// its download (uploader.Stream): nil when no provider needs the format.
+// Streamer starts the uploads of a format of a build being made as it is
+// fetched (uploader.Stream): those that follow its download from src (none
+// when src is nil), and those whose cloud fetches the artifact itself. It
+// returns nil when no provider begins one, and whether the format is to be
+// downloaded: false when only clouds that fetch it themselves need it.
 type Streamer interface {
-	Stream(b store.Build, format string, declared store.File, src *follow.File) Streaming
+	Stream(b store.Build, a Artifact, src *follow.File) (Streaming, bool)
+}
+
+// Artifact is a format of a Zuul build as its artifact publishes it, for the
+// Streamer.
+type Artifact struct {
+	// Declared is the file as the artifact declares it.
+	Declared store.File
+	// URL is where a cloud may fetch the image itself (web-download); ""
+	// when no cloud may, and NotWeb says why.
+	URL, NotWeb string
 }
 
 // Streaming is the uploads that follow one download: told when the file is
@@ -391,18 +405,29 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 		if sha == "" && zi.RequireChecksum {
 			return refuse(format, fmt.Errorf("artifact %q (%s) has no sha256 in its metadata and require-checksum is set", c.Name, format))
 		}
-		files, err := w.Download(format)
-		if err != nil {
-			return err
-		}
 		declared := store.File{Format: format, SHA256: sha, MD5: md5, Size: declaredSize(c)}
 		var src *follow.File
 		var stream Streaming
+		download := true
 		if streams != nil {
-			src, stream = p.stream(b, declared)
+			src, stream, download = p.stream(zi, b, c, declared)
 			if stream != nil {
 				*streams = append(*streams, stream)
 			}
+		}
+		if !download && !slices.Contains(slices.Collect(maps.Values(convert)), format) {
+			// Only clouds that fetch the artifact themselves need it.
+			declared.URL = redact.URL(c.URL) // as it is: stream saw no secret in it
+			if err := w.AddAtURL(declared); err != nil {
+				return err
+			}
+			p.log.Info("not downloading a format only clouds that fetch it themselves need (web-download)", "image", b.Image,
+				"build", b.ID, "format", format)
+			continue
+		}
+		files, err := w.Download(format)
+		if err != nil {
+			return err
 		}
 		began := time.Now()
 		res, err := fetcher.Fetch(ctx, artifacts.Request{
@@ -461,25 +486,62 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 	return nil
 }
 
-// stream starts the uploads of a format of new build b that follow its
-// download, when providers need the format as it is published: src is what
-// the download tells how far it has written. Only an artifact that declares
-// both its sha256 and its md5, as Zuul's image jobs publish them, is
-// uploaded while it downloads: its cloud images are tagged with them from
-// the start. Any other waits for its download, as a converted format does.
-func (p *Poller) stream(b store.Build, declared store.File) (*follow.File, Streaming) {
+// stream starts the uploads of a format of new build b as it is fetched:
+// those that follow its download, whose src is what the download tells how
+// far it has written, and those whose cloud fetches artifact c itself. Only
+// an artifact that declares both its sha256 and its md5, as Zuul's image
+// jobs publish them, is uploaded as it is fetched: its cloud images are
+// tagged with them from the start, and what a cloud fetched is checked
+// against them. Any other waits for its download, as a converted format
+// does. download is false when only clouds that fetch the artifact
+// themselves need the format.
+func (p *Poller) stream(zi *config.ZuulImage, b store.Build, c artifacts.Candidate, declared store.File) (*follow.File, Streaming, bool) {
+	if p.opts.Streamer == nil {
+		return nil, nil, true
+	}
+	a := Artifact{Declared: declared}
+	a.URL, a.NotWeb = webURL(zi, c)
+	var src *follow.File
 	// The digests are Zuul's answer, and tag the cloud images before the
 	// download is checked against them: only digests as they are written go.
-	if p.opts.Streamer == nil || !isDigest(declared.SHA256, sha256.Size) || !isDigest(declared.MD5, md5.Size) {
-		return nil, nil
+	if isDigest(declared.SHA256, sha256.Size) && isDigest(declared.MD5, md5.Size) {
+		src = follow.New()
+	} else if a.URL != "" {
+		a.URL, a.NotWeb = "", "the artifact does not declare both its sha256 and its md5, to check what the cloud fetched against"
 	}
-	src := follow.New()
-	s := p.opts.Streamer.Stream(b, declared.Format, declared, src)
-	if s == nil {
+	s, download := p.opts.Streamer.Stream(b, a, src)
+	if s == nil && src != nil {
 		src.Close()
-		return nil, nil
+		src = nil
 	}
-	return src, s
+	return src, s, download
+}
+
+// webURL is the address a cloud may fetch artifact c at itself
+// (web-download), or why no cloud may: the artifact must be the image as it
+// is (Glance does not decompress zstd, and decompresses gzip only with an
+// import plugin the builder cannot ask about), its URL must hold no secret
+// (the cloud keeps it in its import task, which the project's users read),
+// and its host must be one the operator named in artifact-hosts or api-url:
+// the cloud fetches from its own network, where the builder cannot check
+// the addresses a name resolves to, so a host the build's log_url alone
+// allows is not handed on.
+func webURL(zi *config.ZuulImage, c artifacts.Candidate) (string, string) {
+	if z := artifacts.Compression(c.URL); z != "" {
+		return "", fmt.Sprintf("the artifact is served compressed (%s), which a cloud's import does not undo", z)
+	}
+	if redact.URL(c.URL) != c.URL {
+		return "", "the artifact's URL holds credentials (userinfo or a query), which are not handed to the cloud"
+	}
+	named, err := namedHosts(zi)
+	if err != nil {
+		return "", err.Error()
+	}
+	if err := named.Check(c.URL); err != nil {
+		return "", "the artifact's host is not named in the zuul-image's artifact-hosts or api-url (the build's log_url " +
+			"allowed it): the cloud fetches from its own network, so only hosts named by the operator are handed to it"
+	}
+	return c.URL, ""
 }
 
 // isDigest tells whether s is a lower-case hex digest of size bytes, as
@@ -494,6 +556,22 @@ func isDigest(s string, size int) bool {
 // and port, named by the operator, and the build's log_url host on any port, which
 // Zuul's answer names and which may therefore not be on an internal address.
 func artifactHosts(zi *config.ZuulImage, zb zuulapi.Build) (*artifacts.Hosts, error) {
+	hosts, err := namedHosts(zi)
+	if err != nil || zi.ArtifactHosts != nil {
+		return hosts, err
+	}
+	if zb.LogURL != "" {
+		// A log_url that is no URL allows nothing more; its artifacts are refused.
+		if logs, err := hostpattern.FromURL(zb.LogURL, false); err == nil {
+			hosts.Allow(logs)
+		}
+	}
+	return hosts, nil
+}
+
+// namedHosts is the artifact hosts the operator named: the zuul-image's
+// artifact-hosts, or, without them, the api-url's host and port.
+func namedHosts(zi *config.ZuulImage) (*artifacts.Hosts, error) {
 	hosts := &artifacts.Hosts{}
 	if zi.ArtifactHosts != nil {
 		for _, p := range zi.ArtifactHosts {
@@ -506,12 +584,6 @@ func artifactHosts(zi *config.ZuulImage, zb zuulapi.Build) (*artifacts.Hosts, er
 		return nil, fmt.Errorf("api-url of zuul-image %s: %w", zi.Name, err)
 	}
 	hosts.Name(api)
-	if zb.LogURL != "" {
-		// A log_url that is no URL allows nothing more; its artifacts are refused.
-		if logs, err := hostpattern.FromURL(zb.LogURL, false); err == nil {
-			hosts.Allow(logs)
-		}
-	}
 	return hosts, nil
 }
 

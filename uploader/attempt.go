@@ -33,6 +33,10 @@ type attempt struct {
 	// stream, for an upload that follows the download of a build being made,
 	// feeds it; file is then the file as declared until it is verified.
 	stream *Streams
+	// uri, for an upload of a build being made whose cloud fetches the
+	// artifact itself (web-download), is its address; webWhy, for one of a
+	// web-download provider that does not, says why.
+	uri, webWhy string
 }
 
 // run creates the image, records its id, streams the file, waits for Glance to
@@ -44,22 +48,24 @@ func (a *attempt) run(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	path, err := u.opts.Store.FilePath(a.build.Image, a.build.ID, a.file.Format)
-	if err != nil {
-		return err
-	}
-	data, size, err := a.open(ctx, path)
-	if err != nil {
-		return err
-	}
-	if c, ok := data.(io.Closer); ok {
-		defer c.Close()
-	}
-
-	method := u.opts.Config.Builder.UploadMethod(a.provider.Name)
-	importer, err := a.importer(ctx, method)
+	how, err := a.how(ctx)
 	if err != nil {
 		return err // before the image is made: nothing is left half-made
+	}
+	importer := how.imp
+	var path string
+	var data io.Reader
+	size := a.file.Size
+	if how.uri == "" {
+		if path, err = u.opts.Store.FilePath(a.build.Image, a.build.ID, a.file.Format); err != nil {
+			return err
+		}
+		if data, size, err = a.open(ctx, path); err != nil {
+			return err
+		}
+		if c, ok := data.(io.Closer); ok {
+			defer c.Close()
+		}
 	}
 
 	nameFormat := a.provider.ImageNameFormat
@@ -80,37 +86,25 @@ func (a *attempt) run(ctx context.Context) error {
 	if err := u.opts.Store.RecordUploadImage(ctx, rec, id, spec.Name); err != nil {
 		return err
 	}
-	// from says whether the data comes from the file, or follows the
-	// download that writes it.
+	// from says whether the data comes from the file, follows the download
+	// that writes it, or is fetched by the cloud at the artifact's URL.
 	from := "file"
-	if a.stream != nil {
+	switch {
+	case how.uri != "":
+		from = "url"
+	case a.stream != nil:
 		from = "download"
 	}
 	a.log.Info("upload started", "external_id", id, "name", spec.Name, "format", a.file.Format, "bytes", size, "from", from,
-		"method", method)
+		"method", how.method)
 	start := u.opts.Now()
-	task := u.opts.Progress.Start(progress.Upload, a.build.Name()+" to "+a.provider.Name, max(size, 0))
-	defer task.End()
-	send := a.cloud.Upload
-	if importer != nil {
-		send = importer.Stage
-	}
-	if err := send(ctx, id, &progressReader{r: data, size: size, now: u.opts.Now, task: task,
-		report: a.report()}, size); err != nil {
-		if a.stream != nil {
-			if serr := a.stream.src.Err(); serr != nil {
-				return &abandonedError{serr}
-			}
+	if how.uri == "" {
+		if err := a.send(ctx, id, how, data, size); err != nil {
+			return err
 		}
-		return fmt.Errorf("upload data: %w", waitErr(ctx, err, timeout))
-	}
-	if a.stream != nil {
-		// All of it was sent: the download was verified, and the file is the
-		// verified one.
-		a.file = a.stream.verified()
 	}
 	if importer != nil {
-		if err := importer.Import(ctx, id, method, ""); err != nil {
+		if err := importer.Import(ctx, id, how.method, how.uri); err != nil {
 			return fmt.Errorf("import: %w", waitErr(ctx, err, timeout))
 		}
 	}
@@ -118,14 +112,21 @@ func (a *attempt) run(ctx context.Context) error {
 	if err != nil {
 		return waitErr(ctx, err, timeout)
 	}
-	if importer != nil && !strings.EqualFold(img.DiskFormat, a.file.Format) {
+	switch {
+	case importer != nil && !strings.EqualFold(img.DiskFormat, a.file.Format):
 		// The cloud converted the image as it imported it: its checksum is
 		// of the converted bytes. What was staged is the file, sent whole;
 		// the image carries the file's checksums as its properties.
 		a.log.Info("the cloud converted the image as it imported it", "external_id", id, "from", a.file.Format,
 			"to", img.DiskFormat)
-	} else if err := checkStored(img, a.file); err != nil {
-		return err
+	case how.uri != "":
+		if err := checkFetched(img, a.file); err != nil {
+			return err
+		}
+	default:
+		if err := checkStored(img, a.file); err != nil {
+			return err
+		}
 	}
 	a.log.Info("image active", "external_id", id, "seconds", int(u.opts.Now().Sub(start).Seconds()))
 	if hook := a.provider.PostUploadHook; hook != "" {
@@ -133,6 +134,32 @@ func (a *attempt) run(ctx context.Context) error {
 			return err
 		}
 		a.log.Info("post-upload hook passed", "external_id", id, "hook", hook)
+	}
+	return nil
+}
+
+// send sends the image's data into the cloud image id: by PUT, or staged
+// for an import.
+func (a *attempt) send(ctx context.Context, id string, how sending, data io.Reader, size int64) error {
+	task := a.u.opts.Progress.Start(progress.Upload, a.build.Name()+" to "+a.provider.Name, max(size, 0))
+	defer task.End()
+	send := a.cloud.Upload
+	if how.imp != nil {
+		send = how.imp.Stage
+	}
+	if err := send(ctx, id, &progressReader{r: data, size: size, now: a.u.opts.Now, task: task,
+		report: a.report()}, size); err != nil {
+		if a.stream != nil {
+			if serr := a.stream.src.Err(); serr != nil {
+				return &abandonedError{serr}
+			}
+		}
+		return fmt.Errorf("upload data: %w", waitErr(ctx, err, a.provider.UploadTimeout()))
+	}
+	if a.stream != nil {
+		// All of it was sent: the download was verified, and the file is the
+		// verified one.
+		a.file = a.stream.verified()
 	}
 	return nil
 }

@@ -58,6 +58,8 @@ type Cloud interface {
 // Importer is a Cloud that also takes images by Glance's interoperable
 // import, for a provider whose upload-method asks for it.
 type Importer interface {
+	// ImportMethods lists the methods of import the cloud offers.
+	ImportMethods(ctx context.Context) ([]string, error)
 	// CheckImportMethod is nil when the cloud offers the import method, and
 	// an error that names what it offers when it does not.
 	CheckImportMethod(ctx context.Context, method string) error
@@ -65,7 +67,8 @@ type Importer interface {
 	// Upload does into the image (a negative size: unknown).
 	Stage(ctx context.Context, id string, data io.Reader, size int64) error
 	// Import has the cloud import the image by method: glance-direct for
-	// what Stage staged. It returns once the import is under way.
+	// what Stage staged, web-download for what it fetches at uri itself. It
+	// returns once the import is under way.
 	Import(ctx context.Context, id, method, uri string) error
 	// ImportFailure says why the image's last import failed, "" while it
 	// has not.

@@ -13,9 +13,10 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
-// Streams are the uploads of one format of a build being made that follow
-// its download (see Stream): one per provider that needs the format, all fed
-// from the file on disk as it is written, read once from Zuul.
+// Streams are the uploads of one format of a build being made that begin as
+// it is fetched (see Stream): one per provider that needs the format, each
+// fed from the file on disk as it is written, read once from Zuul, or
+// fetched by the cloud itself at the artifact's URL (web-download).
 type Streams struct {
 	u        *Uploader
 	build    store.Build
@@ -32,44 +33,94 @@ type Streams struct {
 	errs    []error // of the uploads that failed
 }
 
-// Stream starts the uploads of build b's format, which the build's writer is
-// downloading into src, to every provider that needs it: each claims its
-// upload and creates its cloud image, then sends the file as src is written.
-// No upload completes before the download is verified (Verified): until
-// then src holds back the file's end. The uploads turn ready only once the
-// build is (Settle); a build that fails takes the images begun for it with
-// it. It returns nil when no provider needs the format. declared carries
-// the checksums and size the artifact declares, which the cloud image is
-// tagged with as it is created; the download must match them.
+// Stream starts the uploads of a format of build b, which is being fetched,
+// to every provider that needs it. A provider whose upload-method is
+// web-download has its cloud fetch the artifact at a.URL itself, when there
+// is one; the others claim their upload and create their cloud image, then
+// send the file as the build's writer downloads it into src. With src nil
+// the download is not followed: only the clouds that fetch it themselves
+// begin. It returns nil when no provider begins an upload, and whether the
+// file is to be downloaded at all: false only when every provider that
+// lists the image in this format is a web-download one whose cloud takes
+// a.URL, and the image has no format of its own to keep.
+//
+// No upload sent from the file completes before the download is verified
+// (Verified): until then src holds back the file's end. The uploads turn
+// ready only once the build is (Settle); a build that fails takes the
+// images begun for it with it. a.Declared carries the checksums and size
+// the artifact declares, which the cloud images are tagged with as they
+// are created; the download, or what a cloud fetched, must match them.
 //
 // The caller holds the image's build lock, and b is building; ctx bounds the
 // uploads, which outlive the call, and must not end with the build lock.
 // Wait waits for them.
-func (u *Uploader) Stream(ctx context.Context, b store.Build, format string, declared store.File, src *follow.File) *Streams {
-	var providers []*config.Provider
-	for i := range u.opts.Config.Providers {
-		p := &u.opts.Config.Providers[i]
-		pi := p.Image(b.Image)
-		if p.Format() != format || pi == nil || pi.Pause {
+func (u *Uploader) Stream(ctx context.Context, b store.Build, a Artifact, src *follow.File) (*Streams, bool) {
+	cfg, format := u.opts.Config, a.Declared.Format
+	download := !cfg.FetchedByClouds(b.Image, format)
+	type begin struct {
+		p           *config.Provider
+		uri, webWhy string
+	}
+	var begins []begin
+	for _, p := range cfg.ProvidersFor(b.Image) {
+		if p.Format() != format {
 			continue
 		}
-		if _, ok := u.opts.Clouds[p.Name]; !ok {
-			continue
+		_, hasCloud := u.opts.Clouds[p.Name]
+		pause := p.Image(b.Image).Pause || !hasCloud
+		web := cfg.Builder.UploadMethod(p.Name) == config.UploadWebDownload
+		why := ""
+		if web {
+			why = a.NotWeb
+			if why == "" && !pause {
+				why = u.webRefusal(ctx, p)
+			}
+			if why == "" {
+				if !pause {
+					begins = append(begins, begin{p: p, uri: a.URL})
+				}
+				continue
+			}
+			download = true // the provider is sent the file
 		}
-		providers = append(providers, p)
+		switch {
+		case !pause && src != nil:
+			begins = append(begins, begin{p: p, webWhy: why})
+		case web:
+			// Sent the file once the build is ready: why is said now.
+			u.sayFallback(p.Name, why, "")
+		}
 	}
-	if len(providers) == 0 {
-		return nil
+	if len(begins) == 0 {
+		return nil, download
 	}
-	s := &Streams{u: u, build: b, format: format, declared: declared, src: src, settled: make(chan struct{})}
-	for _, p := range providers {
-		s.wg.Go(func() { s.upload(ctx, p) })
+	s := &Streams{u: u, build: b, format: format, declared: a.Declared, src: src, settled: make(chan struct{})}
+	for _, bg := range begins {
+		s.wg.Go(func() { s.upload(ctx, bg.p, bg.uri, bg.webWhy) })
 	}
-	go func() {
-		s.wg.Wait()
-		src.Close()
-	}()
-	return s
+	if src != nil {
+		go func() {
+			s.wg.Wait()
+			src.Close()
+		}()
+	}
+	return s, download
+}
+
+// webRefusal says why the cloud of a web-download provider cannot fetch an
+// image itself now, "" when it can: it has no import, or does not offer
+// web-download.
+func (u *Uploader) webRefusal(ctx context.Context, p *config.Provider) string {
+	imp, ok := u.opts.Clouds[p.Name].(Importer)
+	if !ok {
+		return "this provider's cloud client cannot import images"
+	}
+	cctx, cancel := u.cloudCtx(ctx)
+	defer cancel()
+	if err := imp.CheckImportMethod(cctx, config.UploadWebDownload); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 // Verified says the download is whole and verified: it is f. The uploads
@@ -80,6 +131,9 @@ func (s *Streams) Verified(f store.File) {
 	s.mu.Lock()
 	s.file = f
 	s.mu.Unlock()
+	if s.src == nil {
+		return
+	}
 	if err := s.src.Release(f.Size); err != nil {
 		s.u.log.Debug("the uploads that followed the download had ended", "build", s.build.Name(), "format", s.format,
 			"error", err)
@@ -110,7 +164,9 @@ func (s *Streams) Settle(ready bool, why error) {
 			why = errors.New("the build was not made")
 		}
 		s.why = why
-		s.src.Fail(fmt.Errorf("the build failed: %w", why))
+		if s.src != nil {
+			s.src.Fail(fmt.Errorf("the build failed: %w", why))
+		}
 	}
 	close(s.settled)
 }
@@ -147,9 +203,11 @@ func (e *abandonedError) Error() string { return e.err.Error() }
 func (e *abandonedError) Unwrap() error { return e.err }
 
 // upload runs one provider's upload, under its upload lock, as Upload does a
-// job's; nothing of it is retried here: a failed one is retried by the plan,
-// from the file, once the build is ready.
-func (s *Streams) upload(ctx context.Context, p *config.Provider) {
+// job's: from the artifact's URL, fetched by the cloud, when uri is set;
+// else following the download (webWhy says why a web-download provider is
+// not fetching it). Nothing of it is retried here: a failed one is retried
+// by the plan once the build is ready.
+func (s *Streams) upload(ctx context.Context, p *config.Provider, uri, webWhy string) {
 	u, b := s.u, s.build
 	log := u.log.With("image", b.Image, "build", b.ID, "provider", p.Name)
 	ctx, unlock, err := u.opts.Store.Hold(ctx, store.LockKey{Image: b.Image, BuildID: b.ID, Provider: p.Name})
@@ -168,7 +226,10 @@ func (s *Streams) upload(ctx context.Context, p *config.Provider) {
 	log = log.With("upload", rec.ID)
 	u.countUpload(log, b, p.Name)
 	a := &attempt{u: u, job: Job{Build: b, Provider: p.Name, Format: s.format}, cloud: u.opts.Clouds[p.Name], provider: p,
-		build: b, file: s.declared, rec: &rec, log: log, stream: s}
+		build: b, file: s.declared, rec: &rec, log: log, uri: uri, webWhy: webWhy}
+	if uri == "" {
+		a.stream = s
+	}
 	began := time.Now()
 	err = a.run(ctx)
 	var abandoned *abandonedError
@@ -195,7 +256,7 @@ func (s *Streams) upload(ctx context.Context, p *config.Provider) {
 		u.opts.Metrics.Uploaded(b.Image, p.Name, a.file.Size, time.Since(began), err)
 	}
 	if ferr := u.failed(ctx, a, err); ferr != nil && !IsInterrupted(ferr) {
-		log.Error("upload while downloading failed; it is retried from the file once the build is ready", "error", ferr)
+		log.Error("upload begun as the build was fetched failed; it is retried once the build is ready", "error", ferr)
 		s.mu.Lock()
 		s.errs = append(s.errs, ferr)
 		s.mu.Unlock()

@@ -162,7 +162,7 @@ func TestStreamFollowsTheDownload(t *testing.T) {
 	s := newStreamSetup(t, size, time.Minute)
 	ctx := t.Context()
 	src := follow.New()
-	streams := s.up.Stream(ctx, s.build, "raw", s.declared, src)
+	streams, _ := s.up.Stream(ctx, s.build, uploader.Artifact{Declared: s.declared}, src)
 	if streams == nil {
 		t.Fatal("no uploads started for two providers that take the format")
 	}
@@ -233,7 +233,7 @@ func TestStreamOfAFailedBuild(t *testing.T) {
 	const size = 8 << 20
 	s := newStreamSetup(t, size, time.Minute)
 	src := follow.New()
-	streams := s.up.Stream(t.Context(), s.build, "raw", s.declared, src)
+	streams, _ := s.up.Stream(t.Context(), s.build, uploader.Artifact{Declared: s.declared}, src)
 	s.write(t, src, 0, size)
 	testenv.WaitFor(t, 30*time.Second, "both uploads at the held-back end", func() bool {
 		return s.sent("fast") == size-follow.HoldBack && s.sent("slow") == size-follow.HoldBack
@@ -265,7 +265,7 @@ func TestStreamWithAStalledProvider(t *testing.T) {
 	s := newStreamSetup(t, size, 10*time.Second)
 	ctx := t.Context()
 	src := follow.New()
-	streams := s.up.Stream(ctx, s.build, "raw", s.declared, src)
+	streams, _ := s.up.Stream(ctx, s.build, uploader.Artifact{Declared: s.declared}, src)
 	testenv.WaitFor(t, 30*time.Second, "both uploads started", func() bool {
 		return s.sent("fast") >= 0 && s.sent("slow") >= 0
 	})

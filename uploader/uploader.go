@@ -71,6 +71,9 @@ type Uploader struct {
 	// that names them, "<upload>@<external id>", or not this builder's that
 	// the sweep found, "sweep@<provider>@<external id>": each said once.
 	notOurs sync.Map
+	// fellBack are the web-download providers sent the file instead, and
+	// why, "<provider>\x00<reason>\x00<method>": each said once.
+	fellBack sync.Map
 }
 
 // New returns an Uploader.
@@ -168,7 +171,13 @@ func (u *Uploader) Plan(ctx context.Context) ([]Job, error) {
 			if j.Retry == nil && u.uploadsGone(*newest, p.Name) {
 				continue
 			}
-			if !file.Present {
+			if !u.Uploadable(p.Name, file) && file.URL != "" {
+				// Never downloaded: the poller fetches it into the build.
+				u.log.Debug("not uploading yet: the build's file was not downloaded, since only clouds that fetch it "+
+					"themselves needed it", "image", pi.Name, "build", newest.ID, "provider", p.Name, "format", format)
+				continue
+			}
+			if !u.Uploadable(p.Name, file) {
 				// Removed after its uploads: a provider that wants it now needs a new build.
 				u.log.Warn("cannot upload: the build's file was removed after upload (delete-after-upload)",
 					"image", pi.Name, "build", newest.ID, "provider", p.Name, "format", format)
@@ -347,7 +356,7 @@ func (u *Uploader) claim(ctx context.Context, j Job) (store.Upload, *store.Uploa
 		if b.State != store.Ready {
 			return store.Upload{}, nil, b, fmt.Errorf("upload %s: %w: the build is %s", j, ErrDropped, b.State)
 		}
-		if f, ok := b.File(j.Format); !ok || !f.Present {
+		if f, ok := b.File(j.Format); !ok || !u.Uploadable(j.Provider, f) {
 			return store.Upload{}, nil, b, fmt.Errorf("upload %s: %w: the build has no %s file", j, ErrDropped, j.Format)
 		}
 		ups, err := st.Uploads(ctx, store.UploadFilter{BuildID: b.ID, Provider: j.Provider})
