@@ -99,6 +99,16 @@ func (s *webSetup) ready(t *testing.T, url string) {
 	}
 }
 
+// job is the one upload the uploader plans.
+func (s *webSetup) job(t *testing.T) uploader.Job {
+	t.Helper()
+	jobs, err := s.up.Plan(t.Context())
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("plan: %v, %v; want one job", jobs, err)
+	}
+	return jobs[0]
+}
+
 // upload is the build's one upload record.
 func (s *webSetup) upload(t *testing.T) store.Upload {
 	t.Helper()
@@ -168,11 +178,7 @@ func TestWebDownload(t *testing.T) {
 	t.Run("later, from the URL the build records", func(t *testing.T) {
 		s := newWebSetup(t, cloud)
 		s.ready(t, s.art.URL+"/image.raw")
-		jobs, err := s.up.Plan(t.Context())
-		if err != nil || len(jobs) != 1 {
-			t.Fatalf("plan: %v, %v; want the upload of the format never downloaded", jobs, err)
-		}
-		up, err := s.up.Upload(t.Context(), jobs[0])
+		up, err := s.up.Upload(t.Context(), s.job(t)) // of the format never downloaded
 		if err != nil || up.State != store.Ready {
 			t.Fatalf("upload: %+v, %v; want ready", up, err)
 		}
@@ -185,11 +191,7 @@ func TestWebDownload(t *testing.T) {
 		s := newWebSetup(t, cloud)
 		s.declared.MD5 = strings.Repeat("0", 32)
 		s.ready(t, s.art.URL+"/image.raw")
-		jobs, err := s.up.Plan(t.Context())
-		if err != nil || len(jobs) != 1 {
-			t.Fatalf("plan: %v, %v; want one job", jobs, err)
-		}
-		up, err := s.up.Upload(t.Context(), jobs[0])
+		up, err := s.up.Upload(t.Context(), s.job(t))
 		if err == nil || !strings.Contains(err.Error(), "not the one declared") {
 			t.Fatalf("upload of an artifact that is not what it declares: %v", err)
 		}
@@ -204,11 +206,7 @@ func TestWebDownload(t *testing.T) {
 	t.Run("an import the cloud fails", func(t *testing.T) {
 		s := newWebSetup(t, cloud)
 		s.ready(t, s.art.URL+"/missing.raw")
-		jobs, err := s.up.Plan(t.Context())
-		if err != nil || len(jobs) != 1 {
-			t.Fatalf("plan: %v, %v; want one job", jobs, err)
-		}
-		up, err := s.up.Upload(t.Context(), jobs[0])
+		up, err := s.up.Upload(t.Context(), s.job(t))
 		if err == nil || !strings.Contains(err.Error(), "import failed") {
 			t.Fatalf("upload of a missing artifact: %v; want the cloud's import failed", err)
 		}
@@ -228,11 +226,7 @@ func TestWebDownload(t *testing.T) {
 			return os.WriteFile(path, bytes.Repeat([]byte{7}, 1<<20), 0o644)
 		})
 		for range 2 {
-			jobs, err := s.up.Plan(t.Context())
-			if err != nil || len(jobs) != 1 {
-				t.Fatalf("plan: %v, %v; want one job", jobs, err)
-			}
-			up, err := s.up.Upload(t.Context(), jobs[0])
+			up, err := s.up.Upload(t.Context(), s.job(t))
 			if err != nil || up.State != store.Ready {
 				t.Fatalf("upload: %+v, %v; want ready", up, err)
 			}
