@@ -22,13 +22,40 @@ type fetch struct {
 	zb     zuulapi.Build
 	needed []string // the formats to fetch
 	asked  bool     // an operator asked for a build
-	// Found under the image's build lock: the cursor as read, and whether
-	// the formats go into the ready build of zb rather than a new build.
-	cur  store.Cursor
-	into bool
-	// streams are the uploads that follow the downloads of a new build, to
+	// Found under the image's build lock: the cursor as read, whether the
+	// formats go into the ready build of zb rather than a new build, and the
+	// downloads that make them, or why zb cannot be planned (a refusal).
+	cur     store.Cursor
+	into    bool
+	plan    downloads
+	refusal error
+	// streams are the uploads that begin as a new build is fetched, to
 	// settle once its outcome is recorded.
 	streams []Streaming
+}
+
+// state is what the image's state says of Zuul's newest build: the cursor,
+// how the build compares with it, the ready builds, whether it is fetched
+// again though the cursor settled it, and the formats the ready build of it
+// lacks.
+type state struct {
+	cur     store.Cursor
+	verdict verdict
+	ready   []store.Build
+	again   bool
+	missing []string
+}
+
+// fetches tells whether a new build is made of Zuul's newest build.
+func (s state) fetches() bool { return s.verdict == newer || s.again }
+
+// marks tells whether the cursor's mark of Zuul being behind it is not what
+// the verdict says: it is to be set, moved or cleared.
+func (s state) marks(zb zuulapi.Build) bool {
+	if s.verdict == behind {
+		return s.cur.BehindID != zb.ID
+	}
+	return s.cur.BehindID != 0
 }
 
 // Due polls one zuul-image: when Zuul has a successful build newer than the
@@ -47,17 +74,55 @@ func (p *Poller) Due(ctx context.Context, image string, look source.Look) (sourc
 	switch {
 	case err != nil:
 		return source.Work{}, err
-	case f != nil:
-		return p.due(ctx, f, false)
-	case look.Asked:
+	case f == nil && look.Asked:
 		return source.Work{}, fmt.Errorf("fetch %s: %s", image, why)
+	case f == nil:
+		return source.NotDue(why), nil
 	}
-	return source.NotDue(why), nil
+	// Before the image's build lock, only whether there may be work: one
+	// builder fetches a Zuul build, under the lock, and the others find it
+	// settled when they get the lock.
+	s, err := p.read(ctx, f, false)
+	switch {
+	case err != nil:
+		return source.Work{}, err
+	case s.fetches() || s.marks(f.zb) || s.missing != nil:
+		return source.Work{Reason: "Zuul build " + f.zb.UUID, Job: f}, nil
+	}
+	return p.notDue(f, s)
 }
 
 // Recheck is Due under the image's build lock, for the Zuul build the look
-// before the lock found.
-func (f *fetch) Recheck(ctx context.Context) (source.Work, error) { return f.p.due(ctx, f, true) }
+// before the lock found: it reads afresh what the cache may not show yet,
+// records on the cursor what it finds (Zuul behind it, a build waiting for
+// a host), plans the downloads and says the work, which carries the plan.
+func (f *fetch) Recheck(ctx context.Context) (source.Work, error) {
+	p := f.p
+	s, err := p.read(ctx, f, true)
+	if err != nil {
+		return source.Work{}, err
+	}
+	if s.fetches() {
+		return p.newBuild(ctx, f, s)
+	}
+	if s.marks(f.zb) {
+		if err := p.markBehind(ctx, s, f.zb); err != nil {
+			return source.Work{}, err
+		}
+	}
+	if s.missing == nil {
+		return p.notDue(f, s)
+	}
+	// Formats newly needed, fetched into the build that is there.
+	job, err := p.prepare(ctx, f, s.cur, s.missing)
+	if err != nil {
+		return source.Work{}, err
+	}
+	job.into = true
+	b := s.ready[0]
+	p.log.Info("fetching formats newly needed", "image", f.zi.Name, "build", b.ID, "formats", s.missing)
+	return source.Work{Reason: "formats newly needed: " + strings.Join(s.missing, ", "), Into: &b, Job: job}, nil
+}
 
 // poll asks Zuul for the image's newest successful build it may fetch: a
 // fetch of it, or why there is none.
@@ -104,70 +169,40 @@ func (p *Poller) poll(ctx context.Context, image string, asked bool) (*fetch, st
 	return &fetch{p: p, zi: zi, zb: zb, needed: needed, asked: asked}, "", nil
 }
 
-// due judges Zuul's newest build f.zb against the image's cursor and builds.
-// Before the image's build lock (locked false) it only tells whether there
-// may be work: one builder fetches a Zuul build, under the lock, and the
-// others find it settled when they get the lock. Under the lock it reads
-// afresh what the cache may not show yet, records on the cursor what it
-// finds (Zuul behind it, a build waiting for a host), and says the work.
-func (p *Poller) due(ctx context.Context, f *fetch, locked bool) (source.Work, error) {
+// read reads the image's cursor and ready builds and judges Zuul's newest
+// build f.zb against them, once. Under the image's build lock (locked), a
+// fetch again is confirmed from the build the cursor names, read afresh.
+func (p *Poller) read(ctx context.Context, f *fetch, locked bool) (state, error) {
 	image, zb := f.zi.Name, f.zb
 	cur, err := p.opts.Store.Cursor(ctx, image)
 	if err != nil {
-		return source.Work{}, err
+		return state{}, err
 	}
-	v := judge(cur, zb)
-	if v == newer {
-		return p.newBuild(ctx, f, cur, v, locked)
+	s := state{cur: cur, verdict: judge(cur, zb)}
+	if s.verdict == newer {
+		return s, nil
 	}
-	ready, err := p.opts.Store.Builds(ctx, store.BuildFilter{Image: image, State: store.Ready})
-	if err != nil {
-		return source.Work{}, err
+	if s.ready, err = p.opts.Store.Builds(ctx, store.BuildFilter{Image: image, State: store.Ready}); err != nil {
+		return state{}, err
 	}
-	again := fetchAgain(cur, zb, ready, f.asked)
-	if again && locked {
-		if again, err = p.gone(ctx, cur); err != nil {
-			return source.Work{}, err
+	s.again = fetchAgain(cur, zb, s.ready, f.asked)
+	if s.again && locked {
+		if s.again, err = p.gone(ctx, cur); err != nil {
+			return state{}, err
 		}
 	}
-	if again {
-		return p.newBuild(ctx, f, cur, v, locked)
+	if !s.again {
+		s.missing = p.missing(s.ready, zb, f.needed)
 	}
-	missing := p.missing(ready, zb, f.needed)
-	if !locked {
-		if marks(cur, zb) || missing != nil {
-			return source.Work{Reason: "Zuul build " + zb.UUID, Job: f}, nil
-		}
-		return p.notDue(f, cur, ready)
-	}
-	if marks(cur, zb) {
-		if err := p.markBehind(ctx, cur, zb); err != nil {
-			return source.Work{}, err
-		}
-	}
-	if missing == nil {
-		return p.notDue(f, cur, ready)
-	}
-	if _, err := p.waitForHosts(ctx, cur, f.zi, zb, missing); err != nil {
-		return source.Work{}, err
-	}
-	// Formats newly needed, fetched into the build that is there.
-	b := ready[0]
-	p.log.Info("fetching formats newly needed", "image", image, "build", b.ID, "formats", missing)
-	return source.Work{Reason: "formats newly needed: " + strings.Join(missing, ", "), Into: &b,
-		Job: &fetch{p: p, zi: f.zi, zb: zb, needed: missing, cur: cur, into: true}}, nil
+	return s, nil
 }
 
-// newBuild is the work of fetching Zuul build f.zb into a new build; v is
-// what judge made of it against the cursor cur. Under the image's lock, the
-// hosts of its artifacts are checked first.
-func (p *Poller) newBuild(ctx context.Context, f *fetch, cur store.Cursor, v verdict, locked bool) (source.Work, error) {
-	image, zb := f.zi.Name, f.zb
-	if !locked {
-		return source.Work{Reason: "Zuul build " + zb.UUID, Job: f}, nil
-	}
+// newBuild is the work of fetching Zuul build f.zb into a new build, under
+// the image's lock, as s found it against the cursor.
+func (p *Poller) newBuild(ctx context.Context, f *fetch, s state) (source.Work, error) {
+	image, zb, cur := f.zi.Name, f.zb, s.cur
 	switch {
-	case v != newer:
+	case s.verdict != newer:
 		p.log.Info("the zuul-image has no ready build: fetching Zuul's newest build again", "image", image,
 			"zuul_build", zb.UUID, "zuul_id", zb.ID)
 	case zb.ID < cur.ZuulID:
@@ -176,12 +211,10 @@ func (p *Poller) newBuild(ctx context.Context, f *fetch, cur store.Cursor, v ver
 			"fetched; Zuul's database was rebuilt, or the cursor came from a hostile answer", "image", image,
 			"zuul_build", zb.UUID, "zuul_id", zb.ID, "cursor_build", cur.ZuulUUID, "cursor_id", cur.ZuulID)
 	}
-	cur, err := p.waitForHosts(ctx, cur, f.zi, zb, f.needed)
+	job, err := p.prepare(ctx, f, cur, f.needed)
 	if err != nil {
 		return source.Work{}, err
 	}
-	job := *f
-	job.cur = cur
 	zi := f.zi
 	return source.Work{
 		Reason: "new Zuul build " + zb.UUID,
@@ -193,22 +226,22 @@ func (p *Poller) newBuild(ctx context.Context, f *fetch, cur store.Cursor, v ver
 			Zuul:     store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: redact.URL(zb.LogURL)},
 			Username: zi.Username, PythonPath: zi.PythonPath, ShellType: zi.ShellType,
 		},
-		Job: &job,
+		Job: job,
 	}, nil
 }
 
 // notDue says why nothing is fetched for Zuul's newest build f.zb, which the
-// cursor cur has settled. An operator's request is answered with the ready
-// build of that Zuul build, or an error saying why there is none.
-func (p *Poller) notDue(f *fetch, cur store.Cursor, ready []store.Build) (source.Work, error) {
+// cursor has settled, as s found it. An operator's request is answered with
+// the ready build of that Zuul build, or an error saying why there is none.
+func (p *Poller) notDue(f *fetch, s state) (source.Work, error) {
 	if !f.asked {
-		return source.NotDue(p.whyNotDue(f, cur, ready)), nil
+		return source.NotDue(p.whyNotDue(f, s)), nil
 	}
-	image := f.zi.Name
+	image, cur := f.zi.Name, s.cur
 	if cur.Outcome != string(store.Ready) {
 		return source.Work{}, fmt.Errorf("fetch %s: Zuul's newest build %s was refused: %s", image, cur.ZuulUUID, cur.Reason)
 	}
-	for _, b := range ready {
+	for _, b := range s.ready {
 		if b.Zuul.UUID == cur.ZuulUUID {
 			return source.Work{Have: &b}, nil
 		}
@@ -258,30 +291,36 @@ func (f *fetch) Done(_ context.Context, end source.End) error {
 	return nil
 }
 
-// waitForHosts checks, under the image's lock, that the artifacts of Zuul
-// build zb that make the needed formats are on hosts the zuul-image allows.
-// When one is not, the build waits: the poll cursor says why (it stays where
-// it is otherwise) and the error is a *WaitingForHost. A cursor that said so
-// of a wait that is over says so no more. It returns the cursor as it now is.
-func (p *Poller) waitForHosts(ctx context.Context, cur store.Cursor, zi *config.ZuulImage, zb zuulapi.Build, needed []string) (store.Cursor, error) {
+// prepare plans, under the image's lock, the downloads of Zuul build f.zb
+// that make the needed formats, once, and checks that their artifacts are on
+// hosts the zuul-image allows. When one is not, the build waits: the poll
+// cursor says why (it stays where it is otherwise) and the error is a
+// *WaitingForHost. A cursor that said so of a wait that is over says so no
+// more. The job it returns carries the cursor as it now is and the plan, or
+// the plan's refusal, which its fetch returns.
+func (p *Poller) prepare(ctx context.Context, f *fetch, cur store.Cursor, needed []string) (*fetch, error) {
+	zi, zb := f.zi, f.zb
 	wait := ""
-	if d, err := planDownloads(zi, zb, needed); err == nil {
-		// A build that cannot be planned is refused by its fetch, as ever.
+	d, refusal := planDownloads(zi, zb, needed)
+	if refusal == nil {
+		var err error
 		if wait, err = checkHosts(zi, zb, d); err != nil {
-			return cur, err
+			return nil, err
 		}
 	}
 	if wait != cur.Waiting {
 		cur.Image = zi.Name
 		if err := p.opts.Store.SetCursorWaiting(ctx, cur, wait); err != nil {
-			return cur, fmt.Errorf("poll %s: Zuul build %s: %w", zi.Name, zb.UUID, err)
+			return nil, fmt.Errorf("poll %s: Zuul build %s: %w", zi.Name, zb.UUID, err)
 		}
 		cur.Waiting = wait
 	}
 	if wait != "" {
-		return cur, &WaitingForHost{Image: zi.Name, Reason: wait}
+		return nil, &WaitingForHost{Image: zi.Name, Reason: wait}
 	}
-	return cur, nil
+	job := *f
+	job.cur, job.needed, job.plan, job.refusal = cur, needed, d, refusal
+	return &job, nil
 }
 
 // verdict is what a poll makes of Zuul's newest build against the cursor.
@@ -370,20 +409,12 @@ func (p *Poller) gone(ctx context.Context, cur store.Cursor) (bool, error) {
 	return b.State != store.Ready, nil
 }
 
-// marks tells whether the cursor's mark of Zuul being behind it is not what
-// Zuul's newest build zb says: it is to be set, moved or cleared.
-func marks(cur store.Cursor, zb zuulapi.Build) bool {
-	if judge(cur, zb) == behind {
-		return cur.BehindID != zb.ID
-	}
-	return cur.BehindID != 0
-}
-
 // markBehind records on the cursor, under the image's build lock, whether
-// Zuul's newest build zb is behind it, and logs the change once.
-func (p *Poller) markBehind(ctx context.Context, cur store.Cursor, zb zuulapi.Build) error {
+// Zuul's newest build zb is behind it, as s judged, and logs the change once.
+func (p *Poller) markBehind(ctx context.Context, s state, zb zuulapi.Build) error {
+	cur := s.cur
 	var behindID int64
-	if judge(cur, zb) == behind {
+	if s.verdict == behind {
 		behindID = zb.ID
 		p.log.Warn("Zuul's newest build is behind the poll cursor: its id is below the cursor's and it ended no later, "+
 			"so it is not fetched; builds that end later are. If Zuul's database was rebuilt or restored, or the cursor "+
@@ -420,7 +451,8 @@ func (p *Poller) prunePartials(image string) {
 
 // whyNotDue says why nothing is fetched for Zuul's newest build zb, which the
 // cursor has settled, and the image's builds lack nothing they can have.
-func (p *Poller) whyNotDue(f *fetch, cur store.Cursor, ready []store.Build) string {
+func (p *Poller) whyNotDue(f *fetch, s state) string {
+	cur, ready := s.cur, s.ready
 	why := noNewBuild
 	if len(ready) > 0 && ready[0].Zuul.UUID == f.zb.UUID && ready[0].BuilderID == p.opts.Store.BuilderID() {
 		var refused []string
@@ -437,7 +469,7 @@ func (p *Poller) whyNotDue(f *fetch, cur store.Cursor, ready []store.Build) stri
 		why = fmt.Sprintf("%s: the build Zuul's newest build %s became was deleted by another program (%s); it is "+
 			"fetched again when Zuul has a newer build, or now by a gearman image-build:%s job", noNewBuild, f.zb.UUID, cur.Reason, cur.Image)
 	}
-	if why == noNewBuild && judge(cur, f.zb) == behind {
+	if why == noNewBuild && s.verdict == behind {
 		why = fmt.Sprintf("%s: Zuul's newest build %s (id %d) is behind the poll cursor (id %d); see zuul-cursor-reset",
 			noNewBuild, f.zb.UUID, f.zb.ID, cur.ZuulID)
 	}

@@ -354,12 +354,12 @@ func (f *fetch) Make(ctx context.Context, w *store.BuildWriter) error {
 	if !f.into {
 		p.log.Info("new Zuul build", "image", f.zi.Name, "zuul_build", f.zb.UUID, "zuul_id", f.zb.ID,
 			"end_time", f.zb.EndTime, "formats", f.needed)
-		if err := p.fetch(ctx, f.zi, f.zb, w, f.needed, &f.streams); err != nil {
+		if err := f.fetch(ctx, w, &f.streams); err != nil {
 			return fmt.Errorf("fetch Zuul build %s of %s: %w", f.zb.UUID, f.zi.Name, err)
 		}
 		return nil
 	}
-	err := p.fetch(ctx, f.zi, f.zb, w, f.needed, nil)
+	err := f.fetch(ctx, w, nil)
 	var rf *refusedFormat
 	if errors.As(err, &rf) {
 		// Recorded, so that the next poll does not fetch it again.
@@ -374,12 +374,16 @@ func (f *fetch) Make(ctx context.Context, w *store.BuildWriter) error {
 	return nil
 }
 
-// fetch downloads each needed format once, verified and in place, and records it.
-// A format that is not published but can be converted from one that is, is.
-// With streams set (a new build), the providers that need a format as it is
-// published upload it while it downloads (see stream), and streams gets them.
-func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Build, w *store.BuildWriter, needed []string,
-	streams *[]Streaming) error {
+// fetch downloads each needed format once, as the job's plan says, verified
+// and in place, and records it. A format that is not published but can be
+// converted from one that is, is. With streams set (a new build), the
+// providers that need a format as it is published upload it while it
+// downloads (see stream), and streams gets them.
+func (f *fetch) fetch(ctx context.Context, w *store.BuildWriter, streams *[]Streaming) error {
+	p, zi, zb := f.p, f.zi, f.zb
+	if f.refusal != nil {
+		return f.refusal
+	}
 	fetcher, ok := p.opts.Fetchers[zi.Name]
 	if !ok {
 		return fmt.Errorf("no downloader for zuul-image %s", zi.Name)
@@ -392,11 +396,7 @@ func (p *Poller) fetch(ctx context.Context, zi *config.ZuulImage, zb zuulapi.Bui
 	if limit <= 0 {
 		limit = untrusted.DefaultMaxSize
 	}
-	d, err := planDownloads(zi, zb, needed)
-	if err != nil {
-		return err
-	}
-	plan, matched, convert := d.plan, d.matched, d.convert
+	plan, matched, convert := f.plan.plan, f.plan.matched, f.plan.convert
 	b := w.Build()
 	inspected := map[string]qemuimg.Image{}
 	for _, format := range plan {
