@@ -108,12 +108,12 @@ func (d *dirSource) due(ctx context.Context, image string, look source.Look, loc
 			return source.NotDue("unchanged since " + newest.Name()), nil
 		}
 	}
-	return source.Work{
+	return source.Do(source.Todo{
 		Reason: reason,
 		Slot:   true,
 		New:    store.Build{Image: image, Source: sourceDir},
 		Job:    &dirJob{d: d, image: image, look: look, sha256: sha},
-	}, nil
+	}), nil
 }
 
 // Make copies the image's file into the build, and checks that what it copied

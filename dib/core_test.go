@@ -54,5 +54,8 @@ func (c core) Due(ctx context.Context, image string) (string, error) {
 	if errors.As(err, &back) {
 		return "", nil
 	}
-	return w.Reason, err
+	if w.Todo == nil {
+		return "", err
+	}
+	return w.Todo.Reason, err
 }

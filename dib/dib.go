@@ -128,14 +128,14 @@ func (b *Source) due(ctx context.Context, image string, look source.Look, locked
 		}
 		reason = why
 	}
-	return source.Work{
+	return source.Do(source.Todo{
 		Reason: reason,
 		Slot:   true,
 		// The builder's own pid until DIB has one: the record must name a live process.
 		New: store.Build{Image: image, Source: store.SourceDIB, PID: os.Getpid(),
 			Username: img.Username, PythonPath: img.PythonPath, ShellType: img.ShellType},
 		Job: &build{src: b, img: img, look: look, formats: buildFormats(b.opts.Config, image)},
-	}, nil
+	}), nil
 }
 
 func (b *Source) checkAt(ctx context.Context, image string, locked bool) (string, *HeldBack, error) {

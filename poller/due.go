@@ -87,7 +87,7 @@ func (p *Poller) Due(ctx context.Context, image string, look source.Look) (sourc
 	case err != nil:
 		return source.Work{}, err
 	case s.fetches() || s.marks(f.zb) || s.missing != nil:
-		return source.Work{Reason: "Zuul build " + f.zb.UUID, Job: f}, nil
+		return source.Do(source.Todo{Reason: "Zuul build " + f.zb.UUID, Job: f}), nil
 	}
 	return p.notDue(f, s)
 }
@@ -121,7 +121,7 @@ func (f *fetch) Recheck(ctx context.Context) (source.Work, error) {
 	job.into = true
 	b := s.ready[0]
 	p.log.Info("fetching formats newly needed", "image", f.zi.Name, "build", b.ID, "formats", s.missing)
-	return source.Work{Reason: "formats newly needed: " + strings.Join(s.missing, ", "), Into: &b, Job: job}, nil
+	return source.Do(source.Todo{Reason: "formats newly needed: " + strings.Join(s.missing, ", "), Into: &b, Job: job}), nil
 }
 
 // poll asks Zuul for the image's newest successful build it may fetch: a
@@ -216,7 +216,7 @@ func (p *Poller) newBuild(ctx context.Context, f *fetch, s state) (source.Work, 
 		return source.Work{}, err
 	}
 	zi := f.zi
-	return source.Work{
+	return source.Do(source.Todo{
 		Reason: "new Zuul build " + zb.UUID,
 		// The connection settings of the image's declaration in nodepool.yaml:
 		// the upload records carry them to nodepool-launcher.
@@ -227,7 +227,7 @@ func (p *Poller) newBuild(ctx context.Context, f *fetch, s state) (source.Work, 
 			Username: zi.Username, PythonPath: zi.PythonPath, ShellType: zi.ShellType,
 		},
 		Job: job,
-	}, nil
+	}), nil
 }
 
 // notDue says why nothing is fetched for Zuul's newest build f.zb, which the
@@ -243,7 +243,7 @@ func (p *Poller) notDue(f *fetch, s state) (source.Work, error) {
 	}
 	for _, b := range s.ready {
 		if b.Zuul.UUID == cur.ZuulUUID {
-			return source.Work{Have: &b}, nil
+			return source.Answer(b), nil
 		}
 	}
 	return source.Work{}, fmt.Errorf("fetch %s: Zuul's newest build %s was fetched, but its build is no longer ready", image, cur.ZuulUUID)

@@ -21,7 +21,7 @@ type Options struct {
 	// reload pauses and unpauses images.
 	Config func() *config.Config
 	Logger *slog.Logger // default slog.Default()
-	// Slots bounds the work that takes a build slot (Work.Slot) at once:
+	// Slots bounds the work that takes a build slot (Todo.Slot) at once:
 	// builder.build-workers. Nil: no bound.
 	Slots chan struct{}
 	Now   func() time.Time // default time.Now
@@ -117,10 +117,10 @@ func (r *Runner) run(ctx context.Context, src Source, image string, look Look) (
 		return Result{Skipped: why}, nil
 	}
 	work, err := src.Due(ctx, image, look)
-	if err != nil || !work.due() {
-		return r.notDue(work), err
+	if err != nil || work.Todo == nil {
+		return result(work), err
 	}
-	if work.Slot && r.opts.Slots != nil {
+	if work.Todo.Slot && r.opts.Slots != nil {
 		select {
 		case r.opts.Slots <- struct{}{}:
 			defer func() { <-r.opts.Slots }()
@@ -148,12 +148,15 @@ func (r *Runner) run(ctx context.Context, src Source, image string, look Look) (
 	if res, stop, err := r.pausedStop(ctx, image, look); stop {
 		return res, err
 	}
-	if work, err = work.Job.Recheck(ctx); err == nil && work.due() {
+	var made *store.Build
+	if work, err = work.Todo.Job.Recheck(ctx); err == nil && work.Todo != nil {
+		todo := *work.Todo
 		if look.Asked {
 			// So that the same request made again finds the build.
-			work.New.Request = look.Request
+			todo.New.Request = look.Request
 		}
-		work.Have, err = r.make(ctx, image, work)
+		made, err = r.make(ctx, image, todo)
+		work = Work{Have: made}
 	}
 	if errors.Is(err, diskspace.ErrNoSpace) {
 		wait := r.space.fail(image, r.opts.Now())
@@ -161,12 +164,12 @@ func (r *Runner) run(ctx context.Context, src Source, image string, look Look) (
 	} else if err == nil {
 		r.space.clear(image)
 	}
-	return r.notDue(work), err
+	return result(work), err
 }
 
-// notDue is the result of work that was not made here: nothing, or a build
-// that is there.
-func (r *Runner) notDue(work Work) Result {
+// result is what a step on an image returns of its work: why nothing was
+// due, or the build that is there or was made.
+func result(work Work) Result {
 	return Result{Build: work.Have, Skipped: work.Skip}
 }
 
@@ -208,7 +211,7 @@ func (r *Runner) paused(ctx context.Context, image string) (string, error) {
 // lost) leaves the build as recorded, building, for recovery, which takes the
 // lock again. It returns the build the work made ready, if any: a new build
 // may come with a failure of the housekeeping after it.
-func (r *Runner) make(ctx context.Context, image string, work Work) (*store.Build, error) {
+func (r *Runner) make(ctx context.Context, image string, work Todo) (*store.Build, error) {
 	st, job := r.opts.Store, work.Job
 	// The image is being built, as nodepool's builder says from the moment it
 	// holds the lock and found the build due until its outcome is recorded.

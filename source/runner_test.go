@@ -84,7 +84,7 @@ func (f *fake) look(ctx context.Context, image string, look fakeLook) (Work, err
 
 // Recheck looks again, with the work of the look before.
 func (j *fakeJob) Recheck(ctx context.Context) (Work, error) {
-	seen := Work{Job: j}
+	seen := Do(Todo{Job: j})
 	return j.f.look(ctx, j.image, fakeLook{Look: j.look, Seen: &seen})
 }
 
@@ -124,11 +124,11 @@ func (j *fakeJob) Done(_ context.Context, end End) error {
 
 // work is a new build of image, due, by a job of the look.
 func (f *fake) work(image string, look fakeLook) Work {
-	return Work{
+	return Do(Todo{
 		Reason: "the test asks",
 		New:    store.Build{Image: image, Source: store.SourceDIB},
 		Job:    &fakeJob{f: f, image: image, look: look.Look},
-	}
+	})
 }
 
 func (f *fake) setDue(due func(ctx context.Context, image string, look fakeLook) (Work, error)) {
@@ -443,7 +443,7 @@ func TestDueAgainUnderLock(t *testing.T) {
 	f.src.setDue(func(ctx context.Context, image string, look fakeLook) (Work, error) {
 		if look.Seen == nil {
 			w := f.src.work(image, look)
-			w.Job.(*fakeJob).tag = "first look"
+			w.Todo.Job.(*fakeJob).tag = "first look"
 			return w, nil
 		}
 		held, err := f.st.TryLock(ctx, store.LockKey{Image: image})
@@ -459,7 +459,7 @@ func TestDueAgainUnderLock(t *testing.T) {
 	}
 	f.noneBegun("debian", "a step whose second look found nothing due")
 	looks := f.src.looksOf("debian")
-	if len(looks) != 2 || looks[0].Seen != nil || looks[1].Seen == nil || looks[1].Seen.Job.(*fakeJob).tag != "first look" {
+	if len(looks) != 2 || looks[0].Seen != nil || looks[1].Seen == nil || looks[1].Seen.Todo.Job.(*fakeJob).tag != "first look" {
 		t.Fatalf("looks: %+v; want the second with the first's work", looks)
 	}
 	if !errors.Is(lockedLook, store.ErrHeld) {
@@ -469,9 +469,9 @@ func TestDueAgainUnderLock(t *testing.T) {
 	// Other work under the lock: the second look's is what is made.
 	f.src.setDue(func(_ context.Context, image string, look fakeLook) (Work, error) {
 		w := f.src.work(image, look)
-		w.New.Request = "first"
+		w.Todo.New.Request = "first"
 		if look.Locked() {
-			w.New.Request = "second"
+			w.Todo.New.Request = "second"
 		}
 		return w, nil
 	})
@@ -710,7 +710,7 @@ func TestSlots(t *testing.T) {
 		f.newRunner(slots)
 		f.src.setDue(func(_ context.Context, image string, look fakeLook) (Work, error) {
 			w := f.src.work(image, look)
-			w.Slot = image != "c"
+			w.Todo.Slot = image != "c"
 			return w, nil
 		})
 		entered, release := make(chan struct{}), make(chan struct{})
@@ -769,8 +769,7 @@ func TestBuildNow(t *testing.T) {
 			if !look.Asked {
 				return NotDue("not asked"), nil
 			}
-			b := have
-			return Work{Have: &b}, nil
+			return Answer(have), nil
 		})
 		got, err := f.run.BuildNow(context.Background(), f.src, "debian", "req-7", nil)
 		if err != nil || got.ID != have.ID {
@@ -836,7 +835,7 @@ func TestInto(t *testing.T) {
 	f.src.setDue(func(_ context.Context, image string, look fakeLook) (Work, error) {
 		w := f.src.work(image, look)
 		b := have
-		w.Into = &b
+		w.Todo.Into = &b
 		return w, nil
 	})
 	f.src.setMake(func(ctx context.Context, w *store.BuildWriter) error {
@@ -877,7 +876,7 @@ func TestIntoFailureKeepsFilesAdded(t *testing.T) {
 	f.src.setDue(func(_ context.Context, image string, look fakeLook) (Work, error) {
 		w := f.src.work(image, look)
 		b := have
-		w.Into = &b
+		w.Todo.Into = &b
 		return w, nil
 	})
 	failure := errors.New("download artifact \"vhd\": server returned 503")

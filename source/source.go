@@ -65,22 +65,25 @@ type Job interface {
 type Look struct {
 	// Asked: an operator asked for a build (a gearman image-build job), which
 	// is made whatever the schedule says; or, for a source that fetches,
-	// answered with the build that is there already (Work.Have). Request,
+	// answered with the build that is there already (Answer). Request,
 	// when not empty, names the asking; the core records it on a new build,
 	// so that the same request made again finds it.
 	Asked   bool
 	Request string
 }
 
-// Work is what a look found: nothing due (Skip), a build that answers an
-// operator's request as it is (Have), or a build to make: a new one (New) or
-// files to add to one that is there (Into), by Job.
+// Work is what a look found, one of three: nothing is due, and why (Skip,
+// made by NotDue); an operator's request is answered with a build that is
+// there (Have, made by Answer); or a build is to be made (Todo, made by Do).
 type Work struct {
-	// Skip says why nothing is due.
 	Skip string
-	// Have answers an operator's request with a build that is there.
 	Have *store.Build
+	Todo *Todo
+}
 
+// Todo is a build to make: a new one (New), or files to add to one that is
+// there (Into), by Job.
+type Todo struct {
 	// Reason says why the work is due, for the log.
 	Reason string
 	// New is the record a new build begins with: its image, source and what
@@ -96,11 +99,15 @@ type Work struct {
 	Job Job
 }
 
-// due tells whether the work is to be made.
-func (w Work) due() bool { return w.Skip == "" && w.Have == nil && w.Job != nil }
-
 // NotDue is the work of an image that needs none, and why.
 func NotDue(why string) Work { return Work{Skip: why} }
+
+// Answer is the work of an operator's request that build b, which is there,
+// answers.
+func Answer(b store.Build) Work { return Work{Have: &b} }
+
+// Do is the work of making a build as t says.
+func Do(t Todo) Work { return Work{Todo: &t} }
 
 // End is how a piece of work ended.
 type End struct {
