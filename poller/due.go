@@ -89,7 +89,7 @@ func (p *Poller) Due(ctx context.Context, image string, look source.Look) (sourc
 	case s.fetches() || s.marks(f.zb) || s.missing != nil:
 		return source.Do(source.Todo{Reason: "Zuul build " + f.zb.UUID, Job: f}), nil
 	}
-	return p.notDue(f, s)
+	return p.nothingNew(f, s)
 }
 
 // Recheck is Due under the image's build lock, for the Zuul build the look
@@ -111,7 +111,7 @@ func (f *fetch) Recheck(ctx context.Context) (source.Work, error) {
 		}
 	}
 	if s.missing == nil {
-		return p.notDue(f, s)
+		return p.nothingNew(f, s)
 	}
 	// Formats newly needed, fetched into the build that is there.
 	job, err := p.prepare(ctx, f, s.cur, s.missing)
@@ -230,10 +230,10 @@ func (p *Poller) newBuild(ctx context.Context, f *fetch, s state) (source.Work, 
 	}), nil
 }
 
-// notDue says why nothing is fetched for Zuul's newest build f.zb, which the
+// nothingNew says why nothing is fetched for Zuul's newest build f.zb, which the
 // cursor has settled, as s found it. An operator's request is answered with
 // the ready build of that Zuul build, or an error saying why there is none.
-func (p *Poller) notDue(f *fetch, s state) (source.Work, error) {
+func (p *Poller) nothingNew(f *fetch, s state) (source.Work, error) {
 	if !f.asked {
 		return source.NotDue(p.whyNotDue(f, s)), nil
 	}
