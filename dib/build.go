@@ -133,7 +133,7 @@ func (b *Source) run(ctx context.Context, img *config.DiskImage, w *store.BuildW
 		fmt.Fprintf(f, "%v\nExit code: %d\n", err, code)
 		return runResult{err: fmt.Errorf("%w; log: %s", err, logFile)}
 	}
-	if err := w.Update(ctx, func(b *store.Build) { b.PID = p.pid() }); err != nil {
+	if err := w.SetPID(ctx, p.pid()); err != nil {
 		b.log.Warn("cannot record the pid of a build", "build", rec.Name(), "pid", p.pid(), "err", err)
 	}
 	task := b.opts.Progress.Start(progress.Build, rec.Name(), 0)

@@ -363,8 +363,7 @@ func (f *fetch) Make(ctx context.Context, w *store.BuildWriter) error {
 	var rf *refusedFormat
 	if errors.As(err, &rf) {
 		// Recorded, so that the next poll does not fetch it again.
-		refuse := func(b *store.Build) { b.Refuse(rf.format, rf.err.Error()) }
-		if werr := w.Update(context.WithoutCancel(ctx), refuse); werr != nil {
+		if werr := w.Refuse(context.WithoutCancel(ctx), rf.format, rf.err.Error()); werr != nil {
 			err = errors.Join(err, werr)
 		}
 	}

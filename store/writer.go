@@ -252,10 +252,23 @@ func removeSidecars(m made) error {
 	return nil
 }
 
-// Update writes a change of the record the source makes while it makes the
-// build (the pid of its process, a format refused), compare-and-set, with
-// the files added so far.
-func (w *BuildWriter) Update(ctx context.Context, change func(*Build)) error {
+// SetPID records the pid of the process the source runs to make the build
+// (DIB's), which recovery stops if a builder that is gone left it running:
+// compare-and-set, with the files added so far.
+func (w *BuildWriter) SetPID(ctx context.Context, pid int) error {
+	return w.update(ctx, func(b *Build) { b.PID = pid })
+}
+
+// Refuse records that the build's file of format was refused for good, and
+// why, so that it is not fetched again: compare-and-set, with the files added
+// so far.
+func (w *BuildWriter) Refuse(ctx context.Context, format, reason string) error {
+	return w.update(ctx, func(b *Build) { b.Refuse(format, reason) })
+}
+
+// update writes a change of the record the source makes while it makes the
+// build, compare-and-set, with the files added so far.
+func (w *BuildWriter) update(ctx context.Context, change func(*Build)) error {
 	next := own(w.build)
 	change(&next)
 	if err := w.s.backend.Write(ctx, PutBuild(&next)); err != nil {

@@ -90,6 +90,7 @@ func Run(t *testing.T, open Opener, opts Options) {
 		{"ImageNames", func(t *testing.T, open Opener) { testImageNames(t, open, opts.Shared) }},
 		{"BuildWriterCommit", testBuildWriterCommit},
 		{"BuildWriterAbort", testBuildWriterAbort},
+		{"BuildWriterRecordsAsItGoes", testBuildWriterRecordsAsItGoes},
 	}
 	if opts.Shared {
 		tests = append(tests, []struct {

@@ -235,3 +235,57 @@ func testBuildWriterAbort(t *testing.T, open Opener) {
 		t.Fatalf("a file made and not added left by the abort of its build: %v", err)
 	}
 }
+
+// testBuildWriterRecordsAsItGoes: what a source learns while it makes a build
+// (the pid of its process, a format refused for good) is written at once,
+// compare-and-set, with the files added so far; a write that conflicts
+// changes neither the record nor the writer's copy of it.
+func testBuildWriterRecordsAsItGoes(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	w, err := s.BeginBuild(ctx, store.Build{Image: "debian", Source: store.SourceDIB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Add(writeFile(t, w, "qcow2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.SetPID(ctx, 4242); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Build(ctx, w.Build().ID)
+	if f, ok := b.File("qcow2"); err != nil || b.PID != 4242 || b.State != store.Building || !ok || !f.Present {
+		t.Fatalf("after SetPID: %+v, %v; want the pid and the qcow2 file added so far, still building", b, err)
+	}
+	if w.Build().Version != b.Version || w.Build().PID != 4242 {
+		t.Fatalf("the writer's record after SetPID: %+v; want the one written, version %d", w.Build(), b.Version)
+	}
+	if err := w.Refuse(ctx, "raw", "sha256 does not match"); err != nil {
+		t.Fatal(err)
+	}
+	b, err = s.Build(ctx, w.Build().ID)
+	if err != nil || b.Refused["raw"] != "sha256 does not match" || len(b.Refused) != 1 || b.PID != 4242 {
+		t.Fatalf("after Refuse: %+v, %v; want raw refused and the pid kept", b, err)
+	}
+
+	// Someone else changed the record: neither change is written, and the
+	// writer keeps the record as it last wrote it.
+	touched := w.Build()
+	if err := s.raw.SetBuildState(ctx, &touched, store.Building, "touched"); err != nil {
+		t.Fatal(err)
+	}
+	was := w.Build()
+	if err := w.SetPID(ctx, 99); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("SetPID on a changed record: %v, want ErrConflict", err)
+	}
+	if err := w.Refuse(ctx, "vhd", "backing file"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("Refuse on a changed record: %v, want ErrConflict", err)
+	}
+	b, _ = s.Build(ctx, w.Build().ID)
+	if b.PID != 4242 || len(b.Refused) != 1 || b.Reason != "touched" {
+		t.Fatalf("the record after conflicting changes: %+v; want it as the other writer left it", b)
+	}
+	if got := w.Build(); got.PID != was.PID || got.Version != was.Version || len(got.Refused) != 1 {
+		t.Fatalf("the writer's record after conflicting changes: %+v; want it as it last wrote it", got)
+	}
+}
