@@ -210,13 +210,27 @@ func (s *Store) DropFiles(ctx context.Context, b *Build, formats []string) error
 // build, zuul-cursor-reset), so the last writer wins and no other is running.
 
 // ResetCursor forgets how far the poller got with a zuul-image, as an operator
-// asks: its next poll fetches Zuul's newest build. The caller holds the image's
-// build lock.
-func (s *Store) ResetCursor(ctx context.Context, image, reason string) error {
-	if err := s.backend.Write(ctx, PutCursor(Cursor{Image: image, Outcome: OutcomeReset, Reason: reason, Time: s.now()})); err != nil {
-		return fmt.Errorf("reset poll cursor of %s: %w", image, err)
+// asks: its next poll fetches Zuul's newest build. It takes the image's build
+// lock, the lock a poll takes to fetch, without waiting (an error wrapping
+// ErrHeld while a builder holds it), and returns the cursor it replaced, read
+// under the lock. A cursor the store refuses is what a reset is for: it is
+// replaced, and refused says why it was refused.
+func (s *Store) ResetCursor(ctx context.Context, image, reason string) (was Cursor, refused, err error) {
+	ctx, unlock, err := s.Hold(ctx, LockKey{Image: image})
+	if err != nil {
+		return Cursor{}, nil, err
 	}
-	return nil
+	defer unlock()
+	was, err = s.Cursor(ctx, image)
+	if errors.Is(err, ErrRefusedRecord) {
+		was, refused = Cursor{}, err
+	} else if err != nil {
+		return Cursor{}, nil, err
+	}
+	if err := s.backend.Write(ctx, PutCursor(Cursor{Image: image, Outcome: OutcomeReset, Reason: reason, Time: s.now()})); err != nil {
+		return was, refused, fmt.Errorf("reset poll cursor of %s: %w", image, err)
+	}
+	return was, refused, nil
 }
 
 // MarkZuulBehind records on a cursor, as read, the id of Zuul's newest build

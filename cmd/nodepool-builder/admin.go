@@ -488,9 +488,9 @@ func (e *listIncomplete) record() (string, []any) {
 
 func (e *listIncomplete) Unwrap() error { return e.err }
 
-// zuulCursorReset resets a zuul-image's poll cursor under the image's build
-// lock, the lock a poll takes to fetch: the next poll takes Zuul's newest
-// successful build as new.
+// zuulCursorReset resets a zuul-image's poll cursor (the store takes the
+// image's build lock, the lock a poll takes to fetch): the next poll takes
+// Zuul's newest successful build as new.
 func zuulCursorReset(c *cli.Context) error {
 	a, name, src, err := openImage(c, "the name of a zuul-image")
 	if err != nil {
@@ -501,7 +501,7 @@ func zuulCursorReset(c *cli.Context) error {
 	if src != store.SourceZuul || zi == nil {
 		return withCode(exitUsage, fmt.Errorf("zuul-cursor-reset: %s is a diskimage, not a zuul-image: it has no poll cursor", name))
 	}
-	ctx, unlock, err := a.st.Hold(c.Context, store.LockKey{Image: name})
+	was, refused, err := a.st.ResetCursor(c.Context, name, "reset by zuul-cursor-reset")
 	if errors.Is(err, store.ErrHeld) {
 		return withCode(exitFailed, fmt.Errorf("zuul-cursor-reset: %s's build lock is held: a builder is fetching it; "+
 			"try again when the fetch is done (image-status shows it)", name))
@@ -509,20 +509,10 @@ func zuulCursorReset(c *cli.Context) error {
 	if err != nil {
 		return withCode(exitFailed, fmt.Errorf("zuul-cursor-reset: %w", err))
 	}
-	defer unlock()
-	// A cursor the store refuses is what a reset is for: it is replaced.
-	was, err := a.st.Cursor(ctx, name)
-	refused := errors.Is(err, store.ErrRefusedRecord)
-	if err != nil && !refused {
-		return withCode(exitFailed, err)
-	}
-	if err := a.st.ResetCursor(ctx, name, "reset by zuul-cursor-reset"); err != nil {
-		return withCode(exitFailed, fmt.Errorf("zuul-cursor-reset: %w", err))
-	}
 	w := c.App.Writer
 	switch {
-	case refused:
-		fmt.Fprintf(w, "poll cursor of %s reset; the one it replaced was refused: %s\n", name, escape.Controls(err.Error()))
+	case refused != nil:
+		fmt.Fprintf(w, "poll cursor of %s reset; the one it replaced was refused: %s\n", name, escape.Controls(refused.Error()))
 	case was.ZuulUUID == "":
 		fmt.Fprintf(w, "poll cursor of %s reset; it had settled no Zuul build\n", name)
 	default:

@@ -79,6 +79,7 @@ func Run(t *testing.T, open Opener, opts Options) {
 		{"ConcurrentWritersLoseNoChange", testConcurrentWritersLoseNoChange},
 		{"CreateUploadChangesItsBuild", testCreateUploadChangesItsBuild},
 		{"Cursor", testCursor},
+		{"ResetCursor", testResetCursor},
 		{"BuildRequestsAndPauses", testBuildRequestsAndPauses},
 		{"LeakMarks", testLeakMarks},
 		{"ReleaseBuild", testReleaseBuild},
@@ -511,6 +512,61 @@ func testCursor(t *testing.T, open Opener) {
 	}
 	if other, _ := s.Cursor(ctx, "fedora"); other.ZuulID != 0 {
 		t.Fatalf("another image's cursor = %+v", other)
+	}
+}
+
+// testResetCursor: a reset takes the image's build lock itself and waits for
+// nobody (ErrHeld while it is held, the cursor left as it was); it says what
+// it replaced, a cursor the store refuses too, and lets the lock go.
+func testResetCursor(t *testing.T, open Opener) {
+	ctx := context.Background()
+	s := openStore(t, open, NewClock())
+	at := s.Now()
+	set := store.Cursor{Image: "debian", ZuulID: 9, ZuulUUID: "def", Outcome: "ready", Time: at, BehindID: 3}
+	if err := s.raw.Write(ctx, store.PutCursor(set)); err != nil {
+		t.Fatal(err)
+	}
+	key := store.LockKey{Image: "debian"}
+	held, err := s.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.ResetCursor(ctx, "debian", "by hand"); !errors.Is(err, store.ErrHeld) {
+		t.Fatalf("reset while the image's lock is held: %v, want ErrHeld", err)
+	}
+	if c, err := s.Cursor(ctx, "debian"); err != nil || c.ZuulID != 9 || c.BehindID != 3 {
+		t.Fatalf("the cursor after a reset refused for the lock: %+v, %v; want it as it was", c, err)
+	}
+	held.Release()
+
+	was, refused, err := s.ResetCursor(ctx, "debian", "by hand")
+	if err != nil || refused != nil || was.ZuulID != 9 || was.ZuulUUID != "def" || was.BehindID != 3 {
+		t.Fatalf("reset = %+v, %v, %v; want the cursor it replaced", was, refused, err)
+	}
+	c, err := s.Cursor(ctx, "debian")
+	if err != nil || c.ZuulID != 0 || c.ZuulUUID != "" || c.BehindID != 0 || c.Outcome != store.OutcomeReset || c.Reason != "by hand" {
+		t.Fatalf("cursor after a reset = %+v, %v", c, err)
+	}
+	if h, err := s.TryLock(ctx, key); err != nil {
+		t.Fatalf("the image's lock after a reset: %v; want it let go", err)
+	} else {
+		h.Release()
+	}
+
+	// One the store refuses is replaced all the same.
+	if err := s.raw.Write(ctx, store.PutCursor(store.Cursor{Image: "debian", ZuulID: 3, ZuulUUID: "x", Outcome: "ready",
+		Time: at, Build: "../../elsewhere"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Cursor(ctx, "debian"); !errors.Is(err, store.ErrRefusedRecord) {
+		t.Fatalf("a cursor with a path for its build read as %v; want it refused", err)
+	}
+	was, refused, err = s.ResetCursor(ctx, "debian", "by hand")
+	if err != nil || !errors.Is(refused, store.ErrRefusedRecord) || was.ZuulID != 0 {
+		t.Fatalf("reset of a refused cursor = %+v, %v, %v; want it replaced, saying why it was refused", was, refused, err)
+	}
+	if c, err := s.Cursor(ctx, "debian"); err != nil || c.Outcome != store.OutcomeReset {
+		t.Fatalf("cursor after resetting a refused one = %+v, %v", c, err)
 	}
 }
 
