@@ -170,9 +170,6 @@ func (s *Store) BuilderID() string { return s.builderID }
 // Dir is the images-dir.
 func (s *Store) Dir() string { return s.dir }
 
-// Hostname is the host this builder records on the builds it makes.
-func (s *Store) Hostname() string { return s.hostname }
-
 // Now is the store's clock.
 func (s *Store) Now() time.Time { return s.now() }
 

@@ -37,6 +37,30 @@ func TestBuilderIDPersists(t *testing.T) {
 	}
 }
 
+// TestBuildsRecordTheHostname: a build records the host the store was opened
+// with, or this host's name when it was given none.
+func TestBuildsRecordTheHostname(t *testing.T) {
+	ctx := context.Background()
+	host, err := os.Hostname()
+	if err != nil {
+		t.Skipf("this host has no name: %v", err)
+	}
+	for _, tt := range []struct{ given, want string }{{"builder-7.example.org", "builder-7.example.org"}, {"", host}} {
+		s, err := Open(ctx, Options{ImagesDir: t.TempDir(), Access: Create, Hostname: tt.given})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		b, err := s.CreateBuild(ctx, Build{Image: "debian", Source: SourceDIB})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Build(ctx, b.ID); err != nil || got.Hostname != tt.want {
+			t.Errorf("hostname %q given: the build records %q, %v; want %q", tt.given, got.Hostname, err, tt.want)
+		}
+	}
+}
+
 func TestLockExcludesSecondHolder(t *testing.T) {
 	dir := t.TempDir()
 	l, err := LockDir(dir)

@@ -971,7 +971,7 @@ func testNodepoolFields(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	got, err := s.Build(ctx, b.ID)
-	if err != nil || got.Hostname != s.Hostname() || got.Username != "ubuntu" || got.PythonPath != "/usr/bin/python3" || got.ShellType != "sh" {
+	if err != nil || got.Hostname == "" || got.Hostname != b.Hostname || got.Username != "ubuntu" || got.PythonPath != "/usr/bin/python3" || got.ShellType != "sh" {
 		t.Fatalf("build read back = %+v, %v", got, err)
 	}
 	u, err := s.CreateUpload(ctx, &got, "cloud-a", "qcow2")
