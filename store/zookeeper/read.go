@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"path"
 	"slices"
 	"strconv"
 	"time"
@@ -67,29 +66,6 @@ func (b *Backend) findBuild(id string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// flag creates a flag node (pause, request-build) and records it in the cache.
-// nodepool makes these nodes empty and takes their ctime, the server's clock, as
-// when they were made; ours hold our clock's time in milliseconds, so that
-// comparing them with the times of our builds does not depend on clock skew.
-func (b *Backend) flag(p string) error {
-	if err := b.ensure(path.Dir(p)); err != nil {
-		return err
-	}
-	ms := strconv.FormatInt(b.now().UnixMilli(), 10)
-	if _, err := b.create(p, []byte(ms), 0); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-		return err
-	}
-	data, stat, err := b.get(p)
-	if errors.Is(err, zk.ErrNoNode) {
-		return nil // cleared meanwhile
-	}
-	if err != nil {
-		return err
-	}
-	b.cache.put(written{p, data, *stat})
-	return nil
 }
 
 // flagTime is when a flag node was made: the time it holds, or its ctime for
@@ -161,25 +137,6 @@ func (b *Backend) Uploads(_ context.Context, f store.UploadFilter) ([]store.Uplo
 	return out, nil
 }
 
-// cursorJSON is a poll cursor in our own root.
-type cursorJSON struct {
-	ZuulID   int64   `json:"zuul_id"`
-	ZuulUUID string  `json:"zuul_uuid"`
-	Outcome  string  `json:"outcome"`
-	Reason   string  `json:"reason,omitempty"`
-	Time     float64 `json:"time"`
-	// Added later: a cursor without them reads as one with none.
-	ZuulEndTime float64 `json:"zuul_end_time,omitempty"`
-	BehindID    int64   `json:"behind_id,omitempty"`
-	Build       string  `json:"build_id,omitempty"`
-	Waiting     string  `json:"waiting,omitempty"`
-}
-
-func encodeCursor(c store.Cursor) ([]byte, error) {
-	return json.Marshal(cursorJSON{c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, seconds(c.Time), seconds(c.ZuulEndTime), c.BehindID, c.Build,
-		c.Waiting})
-}
-
 // Cursor reads an image's poll cursor.
 func (b *Backend) Cursor(_ context.Context, image string) (store.Cursor, error) {
 	c := store.Cursor{Image: image}
@@ -197,14 +154,6 @@ func (b *Backend) Cursor(_ context.Context, image string) (store.Cursor, error) 
 	c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, c.Time = j.ZuulID, j.ZuulUUID, j.Outcome, j.Reason, fromSeconds(j.Time)
 	c.ZuulEndTime, c.BehindID, c.Build, c.Waiting = fromSeconds(j.ZuulEndTime), j.BehindID, j.Build, j.Waiting
 	return c, store.RefuseCursor(c)
-}
-
-// RequestBuild creates nodepool's request-build node of the image.
-func (b *Backend) RequestBuild(_ context.Context, image string) error {
-	if err := b.flag(requestPath(image)); err != nil {
-		return fmt.Errorf("record build request for %s: %w", image, err)
-	}
-	return nil
 }
 
 // BuildRequests returns the images with a request-build node, with when it was
@@ -225,42 +174,6 @@ func (b *Backend) BuildRequest(_ context.Context, image string) (time.Time, bool
 	return flagTime(data, *stat), true, nil
 }
 
-// ClearBuildRequest deletes an image's request-build node made at or before asOf.
-func (b *Backend) ClearBuildRequest(_ context.Context, image string, asOf time.Time) error {
-	data, stat, err := b.get(requestPath(image))
-	if errors.Is(err, zk.ErrNoNode) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("clear build request for %s: %w", image, err)
-	}
-	if flagTime(data, *stat).After(asOf) {
-		return nil
-	}
-	if err := b.delete(requestPath(image), stat.Version); err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return fmt.Errorf("clear build request for %s: %w", image, err)
-	}
-	b.cache.drop(requestPath(image))
-	return nil
-}
-
-// SetPaused creates or deletes nodepool's pause node of the image.
-func (b *Backend) SetPaused(_ context.Context, image string, paused bool) error {
-	var err error
-	if paused {
-		err = b.flag(pausePath(image))
-	} else if err = b.delete(pausePath(image), -1); errors.Is(err, zk.ErrNoNode) {
-		err = nil
-	}
-	if err != nil {
-		return fmt.Errorf("set pause of %s: %w", image, err)
-	}
-	if !paused {
-		b.cache.drop(pausePath(image))
-	}
-	return nil
-}
-
 // Paused returns the images with a pause node, with when it was made.
 func (b *Backend) Paused(context.Context) (map[string]time.Time, error) {
 	return b.cache.flags("pause"), nil
@@ -270,46 +183,4 @@ func (b *Backend) Paused(context.Context) (map[string]time.Time, error) {
 // getImageNames does: an image keeps its node once it has one.
 func (b *Backend) ImageNames(context.Context) ([]string, error) {
 	return b.cache.imageNames(), nil
-}
-
-// LeakMark records the first sighting of a leaked image under our root.
-func (b *Backend) LeakMark(_ context.Context, provider, externalID string) (time.Time, error) {
-	p := leakPath(provider, externalID)
-	if err := b.ensure(ourRoot + "/leaks/" + provider); err != nil {
-		return time.Time{}, err
-	}
-	now := b.now()
-	_, err := b.create(p, []byte(strconv.FormatInt(now.UnixNano(), 10)), 0)
-	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-		return time.Time{}, fmt.Errorf("record leaked image %s in %s: %w", externalID, provider, err)
-	}
-	data, _, err := b.get(p)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("read leaked image %s in %s: %w", externalID, provider, err)
-	}
-	n, err := strconv.ParseInt(string(data), 10, 64)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("read leaked image %s in %s: %w", externalID, provider, err)
-	}
-	return time.Unix(0, n).UTC(), nil
-}
-
-// ClearLeakMarks forgets a provider's marks except keep.
-func (b *Backend) ClearLeakMarks(_ context.Context, provider string, keep map[string]bool) error {
-	kids, _, err := b.children(ourRoot + "/leaks/" + provider)
-	if errors.Is(err, zk.ErrNoNode) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("list leak marks of %s: %w", provider, err)
-	}
-	for _, id := range kids {
-		if keep[id] {
-			continue
-		}
-		if err := b.delete(leakPath(provider, id), -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return fmt.Errorf("clear leak mark %s in %s: %w", id, provider, err)
-		}
-	}
-	return nil
 }

@@ -281,3 +281,22 @@ func decodeUpload(image, build, provider, id string, data []byte, stat *zk.Stat,
 	}
 	return u, nil
 }
+
+// cursorJSON is a poll cursor in our own root.
+type cursorJSON struct {
+	ZuulID   int64   `json:"zuul_id"`
+	ZuulUUID string  `json:"zuul_uuid"`
+	Outcome  string  `json:"outcome"`
+	Reason   string  `json:"reason,omitempty"`
+	Time     float64 `json:"time"`
+	// Added later: a cursor without them reads as one with none.
+	ZuulEndTime float64 `json:"zuul_end_time,omitempty"`
+	BehindID    int64   `json:"behind_id,omitempty"`
+	Build       string  `json:"build_id,omitempty"`
+	Waiting     string  `json:"waiting,omitempty"`
+}
+
+func encodeCursor(c store.Cursor) ([]byte, error) {
+	return json.Marshal(cursorJSON{c.ZuulID, c.ZuulUUID, c.Outcome, c.Reason, seconds(c.Time), seconds(c.ZuulEndTime), c.BehindID, c.Build,
+		c.Waiting})
+}
