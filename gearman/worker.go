@@ -94,11 +94,6 @@ const (
 	dialTimeout = 10 * time.Second
 	// writeTimeout bounds a write; a server that takes nothing for that long is dead.
 	writeTimeout = 10 * time.Second
-	// stableAfter is how long a connection must last for the next failure to start
-	// over: the backoff returns to MinBackoff and the failure is logged again.
-	stableAfter = time.Minute
-	// failLogEvery is how often a server that keeps failing is logged again.
-	failLogEvery = 5 * time.Minute
 	// maxFunctionName is gearmand's limit on a function name.
 	maxFunctionName = 512
 )
@@ -293,9 +288,9 @@ func (w *Worker) Run(ctx context.Context) error {
 // serve keeps a connection to server i until ctx ends; its jobs get jobCtx.
 func (w *Worker) serve(ctx, jobCtx context.Context, i int) {
 	addr := w.opts.Servers[i].String()
-	streak := reconnect.Streak{Min: w.opts.MinBackoff, Max: w.opts.MaxBackoff, StableAfter: stableAfter, LogEvery: failLogEvery}
+	streak := reconnect.New(w.opts.MinBackoff, w.opts.MaxBackoff)
 	// The first connection of a streak is logged too, so the recovery shows;
-	// then one every failLogEvery while the streak goes on.
+	// then one every LogEvery of the streak while it goes on.
 	var (
 		connLogged  bool
 		lastConnLog time.Time
@@ -308,7 +303,7 @@ func (w *Worker) serve(ctx, jobCtx context.Context, i int) {
 			started := time.Now()
 			err = w.runConn(ctx, jobCtx, i, addr, conn, func(registered int) {
 				w.setServer(i, true, nil)
-				if streak.Failures() == 0 || !connLogged || time.Since(lastConnLog) >= failLogEvery {
+				if streak.Failures() == 0 || !connLogged || time.Since(lastConnLog) >= streak.LogEvery {
 					w.log.Info("connected to gearman server", "address", addr, "functions", registered)
 					connLogged, lastConnLog = true, time.Now()
 				}

@@ -74,11 +74,6 @@ const (
 	// doubles, with jitter, while connecting keeps failing (reconnect.Streak).
 	minBackoff = 500 * time.Millisecond
 	maxBackoff = 10 * time.Second
-	// stableAfter is how long a connection must last for the next failure to
-	// start the backoff from minBackoff again.
-	stableAfter = time.Minute
-	// failLogEvery is how often a failure streak is logged after its first failure.
-	failLogEvery = 5 * time.Minute
 	// queueLen is how many received reports wait to be read, and
 	// queueBytes how many bytes they may hold together: a flood of large
 	// messages is dropped rather than held.
@@ -305,7 +300,7 @@ func (l *Listener) Run(ctx context.Context) error {
 
 // connectLoop keeps a connection until ctx ends.
 func (l *Listener) connectLoop(ctx context.Context) {
-	streak := reconnect.Streak{Min: minBackoff, Max: maxBackoff, StableAfter: stableAfter, LogEvery: failLogEvery}
+	streak := reconnect.New(minBackoff, maxBackoff)
 	for ctx.Err() == nil {
 		connectedAt, err := l.session(ctx)
 		if ctx.Err() != nil {

@@ -22,6 +22,19 @@ type Streak struct {
 	lastLog  time.Time
 }
 
+// The builder's connections start a new streak after one that lasted a
+// minute, and log a streak that goes on every five minutes.
+const (
+	DefaultStableAfter = time.Minute
+	DefaultLogEvery    = 5 * time.Minute
+)
+
+// New is a Streak whose wait goes from min up to max, with the builder's
+// StableAfter and LogEvery.
+func New(min, max time.Duration) *Streak {
+	return &Streak{Min: min, Max: max, StableAfter: DefaultStableAfter, LogEvery: DefaultLogEvery}
+}
+
 // Failed records a failed or lost connection; lasted is how long it was up,
 // zero when it never was. It returns the wait before the next try and whether
 // this failure is to be logged.
