@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nodepool-builder/nodepool-builder/internal/defaults"
 	"github.com/nodepool-builder/nodepool-builder/internal/reconnect"
 )
 
@@ -120,28 +121,14 @@ type Worker struct {
 
 // New makes a worker with no functions; it does nothing until Run.
 func New(opts Options) *Worker {
-	if opts.MaxJobs <= 0 {
-		opts.MaxJobs = defaultMaxJobs
-	}
-	if opts.MinBackoff <= 0 {
-		opts.MinBackoff = defaultMinBackoff
-	}
-	if opts.MaxBackoff <= 0 {
-		opts.MaxBackoff = defaultMaxBackoff
-	}
+	opts.MaxJobs = defaults.Positive(opts.MaxJobs, defaultMaxJobs)
+	opts.MinBackoff = defaults.Positive(opts.MinBackoff, defaultMinBackoff)
+	opts.MaxBackoff = defaults.Positive(opts.MaxBackoff, defaultMaxBackoff)
 	opts.MaxBackoff = max(opts.MaxBackoff, opts.MinBackoff)
-	if opts.UnservedAfter <= 0 {
-		opts.UnservedAfter = defaultUnservedAfter
-	}
-	if opts.UnservedCheck <= 0 {
-		opts.UnservedCheck = defaultUnservedCheck
-	}
-	if opts.PingIdle <= 0 {
-		opts.PingIdle = defaultPingIdle
-	}
-	if opts.PingTimeout <= 0 {
-		opts.PingTimeout = defaultPingTimeout
-	}
+	opts.UnservedAfter = defaults.Positive(opts.UnservedAfter, defaultUnservedAfter)
+	opts.UnservedCheck = defaults.Positive(opts.UnservedCheck, defaultUnservedCheck)
+	opts.PingIdle = defaults.Positive(opts.PingIdle, defaultPingIdle)
+	opts.PingTimeout = defaults.Positive(opts.PingTimeout, defaultPingTimeout)
 	opts.Servers = slices.Clone(opts.Servers)
 	log := opts.Logger
 	if log == nil {

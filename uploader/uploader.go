@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/defaults"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -81,18 +82,10 @@ func New(opts Options) *Uploader {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.RetryBase <= 0 {
-		opts.RetryBase = DefaultRetryBase
-	}
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = DefaultPollInterval
-	}
-	if opts.CloudTimeout <= 0 {
-		opts.CloudTimeout = DefaultCloudTimeout
-	}
-	if opts.CleanupGrace <= 0 {
-		opts.CleanupGrace = DefaultCleanupGrace
-	}
+	opts.RetryBase = defaults.Positive(opts.RetryBase, DefaultRetryBase)
+	opts.PollInterval = defaults.Positive(opts.PollInterval, DefaultPollInterval)
+	opts.CloudTimeout = defaults.Positive(opts.CloudTimeout, DefaultCloudTimeout)
+	opts.CleanupGrace = defaults.Positive(opts.CleanupGrace, DefaultCleanupGrace)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

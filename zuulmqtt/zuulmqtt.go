@@ -26,6 +26,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/internal/defaults"
 	"github.com/nodepool-builder/nodepool-builder/internal/escape"
 	"github.com/nodepool-builder/nodepool-builder/internal/ratelimit"
 	"github.com/nodepool-builder/nodepool-builder/internal/reconnect"
@@ -162,12 +163,8 @@ func New(cfg config.ZuulMQTT, opts Options) (*Listener, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.HintBurst <= 0 {
-		opts.HintBurst = DefaultHintBurst
-	}
-	if opts.HintInterval <= 0 {
-		opts.HintInterval = DefaultHintInterval
-	}
+	opts.HintBurst = defaults.Positive(opts.HintBurst, DefaultHintBurst)
+	opts.HintInterval = defaults.Positive(opts.HintInterval, DefaultHintInterval)
 	if cfg.Host == "" || cfg.Port == 0 {
 		return nil, fmt.Errorf("zuul-mqtt: no broker host and port in %q", cfg.URL)
 	}
