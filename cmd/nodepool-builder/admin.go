@@ -99,9 +99,12 @@ func openAdmin(c *cli.Context, access store.Access) (*adminSession, error) {
 	return openSession(c, access, false)
 }
 
-// openListing is openAdmin for the listings, which read records only: in
-// ZooKeeper they need no images-dir on this host.
+// openListing is openAdmin for the listings, which take no arguments and read
+// records only: in ZooKeeper they need no images-dir on this host.
 func openListing(c *cli.Context) (*adminSession, error) {
+	if err := noArgs(c); err != nil {
+		return nil, err
+	}
 	return openSession(c, store.ReadOnly, true)
 }
 

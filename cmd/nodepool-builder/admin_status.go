@@ -24,9 +24,6 @@ func (a *adminSession) status(c *cli.Context, name string) (listing.Image, error
 
 // imageStatus prints nodepool's image-status columns, then ours.
 func imageStatus(c *cli.Context) error {
-	if err := noArgs(c); err != nil {
-		return err
-	}
 	a, err := openListing(c)
 	if err != nil {
 		return err

@@ -25,9 +25,6 @@ func dibImageList(c *cli.Context) error {
 // list prints the rows a listing reads from the state: as a table, or with
 // --json as JSON.
 func list[R any](c *cli.Context, read func(context.Context, *store.Store) ([]R, error), write func(io.Writer, []R)) error {
-	if err := noArgs(c); err != nil {
-		return err
-	}
 	a, err := openListing(c)
 	if err != nil {
 		return err

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -20,14 +19,7 @@ import (
 // under its builder id become this builder's, and the files no build of it
 // records stay as they are.
 func takeOverImagesDir(c *cli.Context) error {
-	if err := noArgs(c); err != nil {
-		return err
-	}
-	log, err := newLogger(c)
-	if err != nil {
-		return err
-	}
-	cfg, err := loadConfig(c)
+	log, cfg, err := startOffline(c)
 	if err != nil {
 		return err
 	}
@@ -38,11 +30,8 @@ func takeOverImagesDir(c *cli.Context) error {
 	}
 	defer lock.Unlock()
 	st, err := state.Open(c.Context, cfg, state.Options{Access: store.Create, Logger: log, TakeOver: true})
-	switch {
-	case errors.Is(err, config.ErrUnusable), errors.Is(err, store.ErrOtherBuilder):
-		return withCode(exitUsage, fmt.Errorf("take-over-images-dir: %w", err))
-	case err != nil:
-		return withCode(exitFailed, fmt.Errorf("take-over-images-dir: %w", err))
+	if err != nil {
+		return offlineError("take-over-images-dir", err)
 	}
 	defer st.Close()
 	builds, err := st.Builds(c.Context, store.BuildFilter{})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -16,14 +17,7 @@ import (
 // zookeeperImport copies the images-dir's SQLite state into the config's
 // ZooKeeper, under the images-dir lock, and prints what it did.
 func zookeeperImport(c *cli.Context) error {
-	if err := noArgs(c); err != nil {
-		return err
-	}
-	log, err := newLogger(c)
-	if err != nil {
-		return err
-	}
-	cfg, err := loadConfig(c)
+	log, cfg, err := startOffline(c)
 	if err != nil {
 		return err
 	}
@@ -36,11 +30,8 @@ func zookeeperImport(c *cli.Context) error {
 	}
 	defer lock.Unlock()
 	r, err := state.ImportToZooKeeper(c.Context, cfg, state.Options{Logger: log})
-	switch {
-	case errors.Is(err, config.ErrUnusable), errors.Is(err, store.ErrNotInitialized), errors.Is(err, store.ErrOtherBuilder):
-		return withCode(exitUsage, fmt.Errorf("zookeeper-import: %w", err))
-	case err != nil:
-		return withCode(exitFailed, fmt.Errorf("zookeeper-import: %w", err))
+	if err != nil {
+		return offlineError("zookeeper-import", err)
 	}
 	printImport(c.App.Writer, r, cfg.Files.Flags())
 	return nil
@@ -78,6 +69,34 @@ func printImport(w io.Writer, r state.ImportReport, flags string) {
 	fmt.Fprintf(w, "The SQLite state is marked moved, and the builder now keeps its state in ZooKeeper: start it "+
 		"(nodepool-builder %s) with this images-dir and its builder_id.txt. The SQLite file is not used any more.\n",
 		flags)
+}
+
+// startOffline starts a command that runs with the builder stopped and takes
+// no arguments: its logger, and the config.
+func startOffline(c *cli.Context) (*slog.Logger, *config.Config, error) {
+	if err := noArgs(c); err != nil {
+		return nil, nil, err
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return log, cfg, nil
+}
+
+// offlineError is the exit of a command that runs with the builder stopped
+// and could not open or copy the state: a config, images-dir or state it
+// cannot use is a usage error, anything else a failure.
+func offlineError(command string, err error) error {
+	err = fmt.Errorf("%s: %w", command, err)
+	if errors.Is(err, config.ErrUnusable) || errors.Is(err, store.ErrNotInitialized) || errors.Is(err, store.ErrOtherBuilder) {
+		return withCode(exitUsage, err)
+	}
+	return withCode(exitFailed, err)
 }
 
 // lockImagesDir takes the images-dir lock for a command that must run with the
