@@ -312,16 +312,13 @@ func WriteImageStatusText(w io.Writer, st *store.Store, cfg *config.Config, imag
 // Zuul's MQTT reports: the broker, the connection, the last message and
 // error, and the messages used and ignored.
 func WriteZuulMQTTStatus(w io.Writer, ms *status.ZuulMQTT, now time.Time) {
-	fmt.Fprintln(w)
+	const part = "Zuul MQTT reports"
 	if ms == nil {
-		fmt.Fprintln(w, "Zuul MQTT reports: no status yet; the daemon writes it once it runs with builder.zuul-mqtt.")
+		writeNoStatus(w, part, "builder.zuul-mqtt")
 		return
 	}
-	if ms.Stale(now) {
-		fmt.Fprintf(w, "Zuul MQTT reports: the daemon is not listening; what it last said, %s ago:\n", Age(ms.Updated))
-	} else {
-		fmt.Fprintf(w, "Zuul MQTT reports (daemon pid %d, %d messages used, %d polls asked for):\n", ms.PID, ms.Used, ms.Polls)
-	}
+	writeHeading(w, part, ms.Stamp, ms.Stale(now), "not listening",
+		fmt.Sprintf("%d messages used, %d polls asked for", ms.Used, ms.Polls))
 	t := Table{Header: []string{"Broker", "Topics", "Connected", "Since", "Last Message", "Used", "Ignored", "Last Error", "Error Age"}}
 	connected, since, last, errAge := "no", "", "never", ""
 	if ms.Connected && !ms.Stale(now) {
@@ -339,6 +336,25 @@ func WriteZuulMQTTStatus(w io.Writer, ms *status.ZuulMQTT, now time.Time) {
 	t.Add(ms.URL, strings.Join(ms.Topics, " "), connected, since, last, fmt.Sprint(ms.Used), IgnoredCounts(ms.Ignored),
 		Shorten(ms.LastError, ReasonWidth), errAge)
 	t.Write(w)
+}
+
+// writeNoStatus prints, over the place of a part of the daemon's status, that
+// the daemon has not written it: it does once it runs with setting.
+func writeNoStatus(w io.Writer, part, setting string) {
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%s: no status yet; the daemon writes it once it runs with %s.\n", part, setting)
+}
+
+// writeHeading prints the line over what the daemon last said of one of its
+// parts: while it runs the part, its pid and counts; once stale, that it is
+// notDoing the part, and how long ago it said what follows.
+func writeHeading(w io.Writer, part string, said status.Stamp, stale bool, notDoing, counts string) {
+	fmt.Fprintln(w)
+	if stale {
+		fmt.Fprintf(w, "%s: the daemon is %s; what it last said, %s ago:\n", part, notDoing, Age(said.Updated))
+		return
+	}
+	fmt.Fprintf(w, "%s (daemon pid %d, %s):\n", part, said.PID, counts)
 }
 
 // IgnoredCounts says how many messages were ignored and why, as "malformed 2,
@@ -378,16 +394,13 @@ func WriteProgress(w io.Writer, ps *status.Progress, now time.Time) {
 
 // WriteGearmanStatus prints what the daemon last said of its gearman worker.
 func WriteGearmanStatus(w io.Writer, gs *status.Gearman, now time.Time) {
-	fmt.Fprintln(w)
+	const part = "Gearman"
 	if gs == nil {
-		fmt.Fprintln(w, "Gearman: no status yet; the daemon writes it once it runs with gearman-servers.")
+		writeNoStatus(w, part, "gearman-servers")
 		return
 	}
-	if gs.Stale(now) {
-		fmt.Fprintf(w, "Gearman: the daemon is not running; what it last said, %s ago:\n", Age(gs.Updated))
-	} else {
-		fmt.Fprintf(w, "Gearman (daemon pid %d, %d functions, %d jobs served, %d failed):\n", gs.PID, gs.Functions, gs.Served, gs.Failed)
-	}
+	writeHeading(w, part, gs.Stamp, gs.Stale(now), "not running",
+		fmt.Sprintf("%d functions, %d jobs served, %d failed", gs.Functions, gs.Served, gs.Failed))
 	t := Table{Header: []string{"Server", "Connected", "Since", "Functions", "Last Error"}}
 	for _, s := range gs.Servers {
 		connected := "no"
