@@ -133,6 +133,26 @@ func (p *problems) field(name string, err error) {
 	}
 }
 
+// state notes a state that is not one of those the record may be in.
+func (p *problems) state(s State, states ...State) {
+	if slices.Contains(states, s) {
+		return
+	}
+	names := make([]string, len(states))
+	for i, known := range states {
+		names[i] = string(known)
+	}
+	*p = append(*p, fmt.Errorf("state %.40q is not one of %s", s, strings.Join(names, ", ")))
+}
+
+// launcher notes the problems of what nodepool records on a build and on its
+// uploads for the launcher, which logs in to the nodes with them.
+func (p *problems) launcher(username, pythonPath, shellType string) {
+	p.field("username", checkText(username))
+	p.field("python_path", checkText(pythonPath))
+	p.field("shell_type", checkText(shellType))
+}
+
 // CheckBuild tells whether a build record read from the state is one the
 // builder may act on; the error says which field is not.
 func CheckBuild(b Build) error {
@@ -140,19 +160,13 @@ func CheckBuild(b Build) error {
 	field := errs.field
 	field("image", CheckName(b.Image))
 	field("id", CheckID(b.ID))
-	switch b.State {
-	case Building, Ready, Deleting, Failed:
-	default:
-		errs = append(errs, fmt.Errorf("state %.40q is not one of building, ready, deleting, failed", b.State))
-	}
+	errs.state(b.State, Building, Ready, Deleting, Failed)
 	if !sourcePattern.MatchString(string(b.Source)) {
 		errs = append(errs, fmt.Errorf("source %.40q is not a source's name (a lowercase word, such as dib or zuul)", b.Source))
 	}
 	field("builder_id", checkText(b.BuilderID))
 	field("builder", checkText(b.Hostname))
-	field("username", checkText(b.Username))
-	field("python_path", checkText(b.PythonPath))
-	field("shell_type", checkText(b.ShellType))
+	errs.launcher(b.Username, b.PythonPath, b.ShellType)
 	field("request", checkText(b.Request))
 	field("zuul log_url", checkText(b.Zuul.LogURL))
 	if b.Zuul.UUID != "" {
@@ -190,19 +204,13 @@ func CheckUpload(u Upload) error {
 	field("build id", CheckID(u.BuildID))
 	field("provider", CheckName(u.Provider))
 	field("id", CheckID(u.ID))
-	switch u.State {
-	case Uploading, Ready, Deleting, Failed:
-	default:
-		errs = append(errs, fmt.Errorf("state %.40q is not one of uploading, ready, deleting, failed", u.State))
-	}
+	errs.state(u.State, Uploading, Ready, Deleting, Failed)
 	if u.Format != "" {
 		field("format", CheckFormat(u.Format))
 	}
 	field("external_id", checkText(u.ExternalID))
 	field("external_name", checkText(u.ExternalName))
-	field("username", checkText(u.Username))
-	field("python_path", checkText(u.PythonPath))
-	field("shell_type", checkText(u.ShellType))
+	errs.launcher(u.Username, u.PythonPath, u.ShellType)
 	if u.Attempts < 0 {
 		errs = append(errs, errors.New("attempts is negative"))
 	}
