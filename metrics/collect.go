@@ -41,15 +41,20 @@ var (
 	uploadStates = []store.State{store.Uploading, store.Ready, store.Deleting, store.Failed}
 )
 
+// describe is a collector's Describe: it sends the descriptions of every
+// metric the collector may send.
+func describe(ch chan<- *prometheus.Desc, descs ...*prometheus.Desc) {
+	for _, d := range descs {
+		ch <- d
+	}
+}
+
 // stateCollector reads the builds and uploads at every scrape: the gauges are
 // those of the state now, whoever changed it.
 type stateCollector struct{ m *Metrics }
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- buildsDesc
-	ch <- uploadsDesc
-	ch <- uploadAgeDesc
-	ch <- stateUpDesc
+	describe(ch, buildsDesc, uploadsDesc, uploadAgeDesc, stateUpDesc)
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -118,12 +123,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 type linkCollector struct{ m *Metrics }
 
 func (c linkCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- gearmanDesc
-	ch <- zookeeperDesc
-	ch <- mqttConnectedDesc
-	ch <- mqttLastMessageDesc
-	ch <- mqttMessagesDesc
-	ch <- mqttPollsDesc
+	describe(ch, gearmanDesc, zookeeperDesc, mqttConnectedDesc, mqttLastMessageDesc, mqttMessagesDesc, mqttPollsDesc)
 }
 
 func (c linkCollector) Collect(ch chan<- prometheus.Metric) {
