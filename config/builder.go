@@ -289,12 +289,7 @@ func (p *parser) builderWebapp(n *yaml.Node, path string) *Webapp {
 	if !ok {
 		return w
 	}
-	if s, ok := m.str("listen-address"); ok {
-		w.ListenAddress = s
-	}
-	if v, ok := m.integer("port", 1, 65535, "a TCP port number from 1 to 65535"); ok {
-		w.Port = v
-	}
+	m.listen(w, "listen-address")
 	if names, ok := m.strList("host-names", "host names the pages answer to", "[builder.example.com]"); ok {
 		items, _ := m.get("host-names")
 		for i, name := range names {
@@ -329,13 +324,7 @@ func hostName(s string) bool {
 // section's, or nodepool's old top-level one.
 func (p *parser) gearmanServers(m *mapping) []GearmanServer {
 	var out []GearmanServer
-	items, _ := m.list("gearman-servers", "gearman servers", "[{host: gearman.example.com, port: 4730}]")
-	for i, item := range items {
-		gpath := indexPath(m.sub("gearman-servers"), i)
-		gm, ok := p.readMapping(item, gpath, "a gearman server", gearmanKeys, true)
-		if !ok {
-			continue
-		}
+	for gm := range m.mappings("gearman-servers", "gearman servers", "[{host: gearman.example.com, port: 4730}]", "a gearman server", gearmanKeys) {
 		var g GearmanServer
 		g.Host, g.Port = gm.hostPort(DefaultGearmanPort, "name the gearman server's host, e.g. host: gearman.example.com")
 		if g.Host != "" {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"iter"
 	"math"
 	"regexp"
 	"slices"
@@ -411,6 +412,21 @@ func (m *mapping) list(key, what, example string) ([]*yaml.Node, bool) {
 		return nil, false
 	}
 	return n.Content, true
+}
+
+// mappings reads a list of mappings (what and example as for list) and
+// yields each item that is a mapping with known keys only, read as it is
+// yielded; item names one in messages.
+func (m *mapping) mappings(key, what, example, item string, known []string) iter.Seq[*mapping] {
+	items, _ := m.list(key, what, example)
+	return func(yield func(*mapping) bool) {
+		for i, n := range items {
+			im, ok := m.p.readMapping(n, indexPath(m.sub(key), i), item, known, true)
+			if ok && !yield(im) {
+				return
+			}
+		}
+	}
 }
 
 // strList reads a list of non-empty strings.

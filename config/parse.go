@@ -523,15 +523,20 @@ var webappKeys = []string{"listen_address", "port"}
 // schema says; the builder serves nothing there.
 func (p *parser) webapp(n *yaml.Node, path string) *Webapp {
 	w := &Webapp{ListenAddress: DefaultWebappAddress, Port: DefaultWebappPort}
-	m, ok := p.readMapping(n, path, "the webapp section", webappKeys, true)
-	if !ok {
-		return w
+	if m, ok := p.readMapping(n, path, "the webapp section", webappKeys, true); ok {
+		m.listen(w, "listen_address")
 	}
-	if s, ok := m.str("listen_address"); ok {
+	return w
+}
+
+// listen reads where a webapp listens into w: the address, under addressKey
+// (nodepool's file spells it listen_address, the builder's own
+// listen-address), and the port.
+func (m *mapping) listen(w *Webapp, addressKey string) {
+	if s, ok := m.str(addressKey); ok {
 		w.ListenAddress = s
 	}
 	if v, ok := m.integer("port", 1, 65535, "a TCP port number from 1 to 65535"); ok {
 		w.Port = v
 	}
-	return w
 }

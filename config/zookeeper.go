@@ -81,15 +81,9 @@ func (p *parser) zookeeper(m *mapping) *ZooKeeper {
 
 // zookeeperServers reads a mapping's zookeeper-servers list.
 func (p *parser) zookeeperServers(m *mapping) []ZooKeeperServer {
-	items, _ := m.list("zookeeper-servers", "ZooKeeper servers", "[{host: zk.example.com, port: 2281}]")
 	var servers []ZooKeeperServer
 	chroot := ""
-	for i, item := range items {
-		path := indexPath(m.sub("zookeeper-servers"), i)
-		sm, ok := p.readMapping(item, path, "a ZooKeeper server", zkServerKeys, true)
-		if !ok {
-			continue
-		}
+	for sm := range m.mappings("zookeeper-servers", "ZooKeeper servers", "[{host: zk.example.com, port: 2281}]", "a ZooKeeper server", zkServerKeys) {
 		var s ZooKeeperServer
 		s.Host, s.Port = sm.hostPort(DefaultZooKeeperPort, "name the ZooKeeper server, e.g. host: zk.example.com")
 		if c, ok := sm.str("chroot"); ok {
