@@ -56,6 +56,10 @@ func (f *File) notify() {
 	f.waiting = 0
 }
 
+// settled tells whether the file was released or failed: nothing changes it
+// any more. The caller holds mu.
+func (f *File) settled() bool { return f.size >= 0 || f.err != nil }
+
 // Start says that the file at path is being written from its start, and that
 // its first written bytes are there already (a resumed download's). A later
 // Start, for a write that starts over, replaces the one before: readers go on
@@ -69,7 +73,7 @@ func (f *File) Start(path string, written int64) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.size >= 0 || f.err != nil || f.closed {
+	if f.settled() || f.closed {
 		r.Close() // settled: no reader reads on
 		return nil
 	}
@@ -87,7 +91,7 @@ func (f *File) Start(path string, written int64) error {
 func (f *File) Written(n int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.size >= 0 || f.err != nil || n <= f.written {
+	if f.settled() || n <= f.written {
 		return
 	}
 	f.written = n
@@ -117,7 +121,7 @@ func (f *File) Release(size int64) error {
 func (f *File) Fail(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.size >= 0 || f.err != nil {
+	if f.settled() {
 		return
 	}
 	f.err = err
