@@ -62,7 +62,7 @@ func isBuildFile(name, build string, inPartial bool) bool {
 // out of the images-dir is an error.
 func (s *Store) FilePath(image, buildID, format string) (string, error) {
 	if !safePart(format) {
-		return "", fmt.Errorf("format %q of build %s-%s names no file of the images-dir: the record is refused", format, image, buildID)
+		return "", fmt.Errorf("format %q of build %s names no file of the images-dir: the record is refused", format, BuildName(image, buildID))
 	}
 	return s.inDir(image, buildID, "."+format)
 }
@@ -76,7 +76,7 @@ func (s *Store) BuildPath(image, buildID string) (string, error) {
 // image or id is no safe part of a name, or the name is no file right in the
 // images-dir.
 func (s *Store) inDir(image, buildID, suffix string) (string, error) {
-	name := image + "-" + buildID + suffix
+	name := BuildName(image, buildID) + suffix
 	p := filepath.Join(s.dir, name)
 	if !safePart(image) || !safePart(buildID) || !filepath.IsLocal(name) || filepath.Dir(p) != filepath.Clean(s.dir) {
 		return "", fmt.Errorf("build %q of image %q names no file of the images-dir: the record is refused", buildID, image)
@@ -208,7 +208,7 @@ func (s *Store) RemoveBuildFiles(image, buildID string) error {
 	if _, err := s.BuildPath(image, buildID); err != nil {
 		return fmt.Errorf("remove files: %w", err)
 	}
-	build := image + "-" + buildID
+	build := BuildName(image, buildID)
 	for _, dir := range []string{s.dir, s.PartialDir()} {
 		entries, err := os.ReadDir(dir)
 		if errors.Is(err, os.ErrNotExist) && dir != s.dir {
@@ -222,7 +222,7 @@ func (s *Store) RemoveBuildFiles(image, buildID string) error {
 				continue
 			}
 			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-				return fmt.Errorf("remove files of %s-%s: %w", image, buildID, err)
+				return fmt.Errorf("remove files of %s: %w", build, err)
 			}
 		}
 	}

@@ -18,7 +18,7 @@ import (
 func buildFilesOnDisk(t *testing.T, s *Store, image, id string) []string {
 	t.Helper()
 	base := mustPath(s.BuildPath(image, id))
-	tmp := filepath.Join(s.PartialDir(), image+"-"+id+".raw")
+	tmp := filepath.Join(s.PartialDir(), BuildName(image, id)+".raw")
 	files := []string{base + ".qcow2", base + ".qcow2.sha256", base + ".qcow2.md5", base + ".squash", base + ".d", tmp}
 	for _, suffix := range partial.Suffixes {
 		files = append(files, tmp+suffix)

@@ -124,7 +124,7 @@ func (s *Store) RemoveLeftovers(ctx context.Context, l Leftovers) ([]string, err
 			continue
 		}
 		if bm := buildFileName.FindStringSubmatch(m[1]); bm != nil {
-			if ours[bm[1]+"-"+bm[2]] && !busy(bm[1], bm[2]) {
+			if ours[BuildName(bm[1], bm[2])] && !busy(bm[1], bm[2]) {
 				remove(filepath.Join(s.dir, e.Name()), e, false)
 			}
 		} else if ownFile(m[1]) {

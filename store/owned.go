@@ -25,17 +25,17 @@ const ownedDirName = ".builds"
 var ownedName = regexp.MustCompile(`^(.+)-([0-9a-f]{32})$`)
 
 func (s *Store) ownedPath(image, buildID string) string {
-	return filepath.Join(s.dir, ownedDirName, image+"-"+buildID)
+	return filepath.Join(s.dir, ownedDirName, BuildName(image, buildID))
 }
 
 // markOwned records that this builder made a build, once its record exists.
 func (s *Store) markOwned(image, buildID string) error {
 	if err := os.MkdirAll(filepath.Join(s.dir, ownedDirName), 0o750); err != nil {
-		return fmt.Errorf("mark build %s-%s as this builder's: %w", image, buildID, err)
+		return fmt.Errorf("mark build %s as this builder's: %w", BuildName(image, buildID), err)
 	}
 	f, err := os.OpenFile(s.ownedPath(image, buildID), os.O_CREATE|os.O_WRONLY, 0o640)
 	if err != nil {
-		return fmt.Errorf("mark build %s-%s as this builder's: %w", image, buildID, err)
+		return fmt.Errorf("mark build %s as this builder's: %w", BuildName(image, buildID), err)
 	}
 	return f.Close()
 }
@@ -43,7 +43,7 @@ func (s *Store) markOwned(image, buildID string) error {
 // unmarkOwned drops a build's marker: this builder released or failed it.
 func (s *Store) unmarkOwned(image, buildID string) error {
 	if err := os.Remove(s.ownedPath(image, buildID)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("unmark build %s-%s: %w", image, buildID, err)
+		return fmt.Errorf("unmark build %s: %w", BuildName(image, buildID), err)
 	}
 	return nil
 }
@@ -63,11 +63,11 @@ func (s *Store) readMarks(image, buildID string) (marks, bool, error) {
 		return m, false, nil
 	}
 	if err != nil {
-		return m, false, fmt.Errorf("read the marks of build %s-%s: %w", image, buildID, err)
+		return m, false, fmt.Errorf("read the marks of build %s: %w", BuildName(image, buildID), err)
 	}
 	if len(data) > 0 {
 		if err := json.Unmarshal(data, &m); err != nil {
-			return m, true, fmt.Errorf("read the marks of build %s-%s: %w", image, buildID, err)
+			return m, true, fmt.Errorf("read the marks of build %s: %w", BuildName(image, buildID), err)
 		}
 	}
 	return m, true, nil
@@ -250,7 +250,7 @@ func (s *Store) settleLost(ctx context.Context, image, id string) (*LostBuild, e
 		cur.Reason = fmt.Sprintf("its build %s was deleted by another program, not by this builder", id)
 		cur.Time = s.now()
 		if err := s.backend.Write(lctx, PutCursor(cur)); err != nil {
-			return nil, fmt.Errorf("record build %s-%s lost on the poll cursor: %w", image, id, err)
+			return nil, fmt.Errorf("record build %s lost on the poll cursor: %w", BuildName(image, id), err)
 		}
 		l.ZuulUUID = cur.ZuulUUID
 	}

@@ -128,7 +128,7 @@ func (s *Store) Unrecorded(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, name := range files {
-		if m := buildFileName.FindStringSubmatch(name); !ours[m[1]+"-"+m[2]] {
+		if m := buildFileName.FindStringSubmatch(name); !ours[BuildName(m[1], m[2])] {
 			out = append(out, name)
 		}
 	}

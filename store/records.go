@@ -101,7 +101,7 @@ type File struct {
 }
 
 // Name is the build's nodepool-style name, <image>-<build_id>.
-func (b Build) Name() string { return b.Image + "-" + b.ID }
+func (b Build) Name() string { return BuildName(b.Image, b.ID) }
 
 // File returns the build's file of a format.
 func (b Build) File(format string) (File, bool) {
@@ -225,7 +225,7 @@ type Upload struct {
 
 // String names an upload for messages.
 func (u Upload) String() string {
-	return fmt.Sprintf("%s-%s/%s/%s", u.Image, u.BuildID, u.Provider, u.ID)
+	return fmt.Sprintf("%s/%s/%s", BuildName(u.Image, u.BuildID), u.Provider, u.ID)
 }
 
 // SetState moves the upload to a state; the state time changes only with the state.
@@ -452,6 +452,10 @@ type Held interface {
 	// that expired): work done under it must stop before it writes again.
 	Lost() <-chan struct{}
 }
+
+// BuildName is the nodepool-style name of a build of image: <image>-<build_id>.
+// Its files in the images-dir, its marker and its build log are named by it.
+func BuildName(image, id string) string { return image + "-" + id }
 
 // ParseBuildName splits a build's name, <image>-<build_id>, into its parts.
 func ParseBuildName(name string) (image, id string, ok bool) {
