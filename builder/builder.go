@@ -474,7 +474,7 @@ const nodepoolKeepBuilds = 2
 // this builder would, and may do so first. That is no loss, unless keep-builds
 // asks for more builds than nodepool keeps.
 func (b *Builder) warnLost(ctx context.Context, cfg *config.Config, l store.LostBuild) {
-	args := []any{"image", l.Image, "build", l.Image + "-" + l.ID}
+	args := []any{"image", l.Image, "build", store.BuildName(l.Image, l.ID)}
 	ready, err := b.store.Builds(ctx, store.BuildFilter{Image: l.Image, State: store.Ready})
 	if err == nil && l.ZuulUUID == "" && len(ready) >= nodepoolKeepBuilds {
 		if keep := cfg.Builder.KeepBuilds; keep > nodepoolKeepBuilds {

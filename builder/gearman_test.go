@@ -314,7 +314,7 @@ func TestGearmanBuildJobsInARow(t *testing.T) {
 		t.Fatalf("the first image-build: %v", err)
 	}
 	_, err = call(g, FnBuild+"dimg", "")
-	wantErr(t, "a second image-build at once", err, "image-build dimg refused", "dimg-"+first,
+	wantErr(t, "a second image-build at once", err, "image-build dimg refused", store.BuildName("dimg", first),
 		"younger than builder.gearman-min-build-interval (1h0m0s)", "ask again after")
 	if err := r.b.lifecycle(ctx); err != nil {
 		t.Fatal(err)

@@ -56,7 +56,7 @@ func TestWarnLost(t *testing.T) {
 			b.warnLost(ctx, cfg, c.lost)
 			line := logs.String()
 			if !strings.Contains(line, c.level) || !strings.Contains(line, c.says) ||
-				!strings.Contains(line, "build="+c.lost.Image+"-"+c.lost.ID) {
+				!strings.Contains(line, "build="+store.BuildName(c.lost.Image, c.lost.ID)) {
 				t.Errorf("logged %q; want %s saying %q", line, c.level, c.says)
 			}
 		})

@@ -129,7 +129,7 @@ func TestImageStatus(t *testing.T) {
 	}
 	var b bytes.Buffer
 	WriteImageStatus(&b, images)
-	for _, w := range []string{"| dib-image | True ", "config,image-pause", "| other-" + newest.ID + " |", "zb1 (failed)"} {
+	for _, w := range []string{"| dib-image | True ", "config,image-pause", "| " + newest.Name() + " |", "zb1 (failed)"} {
 		if !strings.Contains(b.String(), w) {
 			t.Errorf("image-status table lacks %q:\n%s", w, b.String())
 		}

@@ -453,14 +453,14 @@ func (u *Uploader) failed(ctx context.Context, a *attempt, err error) error {
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCleanupGrace)
 	defer wcancel()
 	if uerr := u.opts.Store.MarkUploadFailed(wctx, rec, reason, retryAt); uerr != nil {
-		return errors.Join(fmt.Errorf("upload %s-%s to %s: %w", a.build.Image, a.build.ID, a.provider.Name, err), uerr)
+		return errors.Join(fmt.Errorf("upload %s to %s: %w", a.build.Name(), a.provider.Name, err), uerr)
 	}
 	if interrupted {
-		return &interruptedError{fmt.Errorf("upload %s-%s to %s interrupted (%v), not failed; %s: %w",
-			a.build.Image, a.build.ID, a.provider.Name, context.Cause(ctx), next, err)}
+		return &interruptedError{fmt.Errorf("upload %s to %s interrupted (%v), not failed; %s: %w",
+			a.build.Name(), a.provider.Name, context.Cause(ctx), next, err)}
 	}
-	return fmt.Errorf("upload %s-%s to %s failed (attempt %d of %d; %s): %w",
-		a.build.Image, a.build.ID, a.provider.Name, rec.Attempts, u.maxAttempts(), next, err)
+	return fmt.Errorf("upload %s to %s failed (attempt %d of %d; %s): %w",
+		a.build.Name(), a.provider.Name, rec.Attempts, u.maxAttempts(), next, err)
 }
 
 // interrupted settles an attempt the builder stopped (it was stopping, the
@@ -478,11 +478,11 @@ func (u *Uploader) interrupted(ctx context.Context, a *attempt, err error) error
 	defer wcancel()
 	if uerr := u.opts.Store.UnclaimUpload(wctx, *rec, a.prev); uerr != nil {
 		// Left uploading, with no image in the cloud: recovery settles it.
-		return errors.Join(fmt.Errorf("upload %s-%s to %s interrupted (%v): %w", a.build.Image, a.build.ID, a.provider.Name, cause, err), uerr)
+		return errors.Join(fmt.Errorf("upload %s to %s interrupted (%v): %w", a.build.Name(), a.provider.Name, cause, err), uerr)
 	}
 	log.Info("upload interrupted; it is no failed attempt and is made again on the next pass", "cause", cause, "error", err)
-	return &interruptedError{fmt.Errorf("upload %s-%s to %s interrupted (%v), not failed: it is made again on the next pass: %w",
-		a.build.Image, a.build.ID, a.provider.Name, cause, err)}
+	return &interruptedError{fmt.Errorf("upload %s to %s interrupted (%v), not failed: it is made again on the next pass: %w",
+		a.build.Name(), a.provider.Name, cause, err)}
 }
 
 // interruptedError is the error of an upload the builder interrupted: due work

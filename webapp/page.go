@@ -234,7 +234,7 @@ func imageRows(images []listing.Image, builds []store.Build, ups []store.Upload,
 			cell := uploadCell{Provider: p.Name}
 			if u, ok := newestUp[[2]string{s.Name, p.Name}]; ok {
 				t := at(u.StateTime, now)
-				cell.State, cell.Build, cell.ExternalID, cell.At = string(u.State), u.Image+"-"+u.BuildID, u.ExternalID, &t
+				cell.State, cell.Build, cell.ExternalID, cell.At = string(u.State), store.BuildName(u.Image, u.BuildID), u.ExternalID, &t
 			}
 			row.Uploads = append(row.Uploads, cell)
 		}
@@ -264,7 +264,7 @@ func failureRows(images []listing.Image, builds []store.Build, ups []store.Uploa
 	n = 0
 	for _, u := range ups {
 		if u.State == store.Failed && n < maxFailures {
-			rows = append(rows, failureRow{What: "upload to " + u.Provider, Subject: u.Image + "-" + u.BuildID + " upload " + u.ID,
+			rows = append(rows, failureRow{What: "upload to " + u.Provider, Subject: store.BuildName(u.Image, u.BuildID) + " upload " + u.ID,
 				Reason: listing.UploadReason(u), At: at(u.StateTime, now)})
 			n++
 		}

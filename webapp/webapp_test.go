@@ -101,7 +101,7 @@ func newFixture(t *testing.T) *fixture {
 		Reason: "checksum mismatch " + evil, Time: time.Now(), Waiting: "Zuul build zb3 is not fetched: add objects " + evil})); err != nil {
 		t.Fatal(err)
 	}
-	up := f.tracker.Start(progress.Upload, "debian-"+ready.ID+" to cloud-b", 4096)
+	up := f.tracker.Start(progress.Upload, ready.Name()+" to cloud-b", 4096)
 	up.Add(1024)
 	t.Cleanup(up.End)
 	bd := f.tracker.Start(progress.Build, "dib-image-next", 0)
@@ -157,7 +157,7 @@ func TestListings(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &builds); err != nil || code != 200 || ctype != "application/json" {
 		t.Fatalf("/dib-image-list.json: %d %s %v", code, ctype, err)
 	}
-	if len(builds) != 2 || builds[0].Image != "dib-image" || builds[0].State != "failed" || builds[1].ID != "debian-"+f.ready.ID {
+	if len(builds) != 2 || builds[0].Image != "dib-image" || builds[0].State != "failed" || builds[1].ID != f.ready.Name() {
 		t.Errorf("/dib-image-list.json = %s", body)
 	}
 
@@ -166,7 +166,7 @@ func TestListings(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &status); err != nil || code != 200 {
 		t.Fatalf("/image-status.json: %d %v", code, err)
 	}
-	if len(status) != 2 || status[1].Image != "debian" || status[1].NewestBuild == nil || *status[1].NewestBuild != "debian-"+f.ready.ID ||
+	if len(status) != 2 || status[1].Image != "debian" || status[1].NewestBuild == nil || *status[1].NewestBuild != f.ready.Name() ||
 		status[1].LastZuulOutcome == nil || *status[1].LastZuulOutcome != "failed" {
 		t.Errorf("/image-status.json = %s", body)
 	}
@@ -177,7 +177,7 @@ func TestListings(t *testing.T) {
 
 	for path, want := range map[string][]string{
 		"/image-list":     {"| Build ID ", "| cloud-b ", "| failed ", "glance said " + evil},
-		"/dib-image-list": {"| ID ", "| dib-image-" + builds[0].BuildID + " ", "| debian-" + f.ready.ID + " "},
+		"/dib-image-list": {"| ID ", "| " + store.BuildName("dib-image", builds[0].BuildID) + " ", "| " + f.ready.Name() + " "},
 		"/image-status":   {"| Image ", "| debian ", "zb2 (failed)", "| dib-image ", "Last build failures", f.failed.Name()},
 	} {
 		code, ctype, body := get(t, srv.URL+path)
@@ -205,10 +205,10 @@ func TestPage(t *testing.T) {
 	for _, w := range []string{
 		`<meta http-equiv="refresh" content="30">`,
 		`<td class="name">debian</td>`, `<td class="name">dib-image</td>`,
-		"debian-" + f.ready.ID, // newest ready build
+		f.ready.Name(), // newest ready build
 		// The newest upload per provider.
-		`cloud-a: <span class="state ok" title="debian-` + f.ready.ID + `: ext-cloud-a">ready</span>`,
-		`cloud-b: <span class="state bad" title="debian-` + f.ready.ID + `">failed</span>`,
+		`cloud-a: <span class="state ok" title="` + f.ready.Name() + `: ext-cloud-a">ready</span>`,
+		`cloud-b: <span class="state bad" title="` + f.ready.Name() + `">failed</span>`,
 		`last Zuul build zb2 <span class="state bad">failed</span>`,
 		"Zuul build refused", "checksum mismatch &lt;script&gt;", // the cursor's refusal
 		// What Zuul's newest build waits for.

@@ -360,8 +360,8 @@ func imageDelete(c *cli.Context) error {
 	if c.Bool("json") {
 		return writeJSON(c.App.Writer, listing.NewUpload(u))
 	}
-	fmt.Fprintf(c.App.Writer, "upload %s of %s-%s to %s (cloud image %s) marked deleting; the builder deletes it in the cloud "+
-		"on its next pass\n", uploadID, image, buildID, provider, orNone(u.ExternalID))
+	fmt.Fprintf(c.App.Writer, "upload %s of %s to %s (cloud image %s) marked deleting; the builder deletes it in the cloud "+
+		"on its next pass\n", uploadID, store.BuildName(image, buildID), provider, orNone(u.ExternalID))
 	if a.cfg.Provider(provider) == nil {
 		fmt.Fprintf(c.App.Writer, "note: provider %s is not in %s, so the builder cannot reach its cloud until it is added back\n",
 			provider, a.cfg.Path)

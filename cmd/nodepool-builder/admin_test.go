@@ -233,7 +233,7 @@ func TestAdminCommandsWhileDaemonRuns(t *testing.T) {
 		{[]string{"dib-image-delete"}, exitUsage, []string{"needs"}},
 		{[]string{"dib-image-delete", "debian-0123456789abcdef"}, exitUsage, []string{"no build", "dib-image-list"}},
 		{[]string{"dib-image-delete", "nodash"}, exitUsage, []string{"<image>-<build_id>"}},
-		{[]string{"dib-image-delete", "dib-image-" + oldest.BuildID}, exitUsage, []string{"no build"}},
+		{[]string{"dib-image-delete", store.BuildName("dib-image", oldest.BuildID)}, exitUsage, []string{"no build"}},
 		{[]string{"image-delete", "--provider", "cloud-r"}, exitUsage, []string{"--image, --build-id, --upload-id"}},
 		{[]string{"image-delete", "--provider", "cloud-r", "--image", "debian", "--build-id", newest.BuildID, "--upload-id", "0000000099"},
 			exitUsage, []string{"no upload", "image-list"}},

@@ -202,7 +202,7 @@ func TestOnceDIBBuildsFollowTheLifecycle(t *testing.T) {
 	}
 	b := builds[0]
 	if b.Source != "dib" || b.Image != "dib-image" || b.State != "ready" || strings.Join(b.Formats, ",") != "qcow2,raw" ||
-		b.ID != "dib-image-"+b.BuildID || b.ZuulBuildUUID != "" {
+		b.ID != store.BuildName("dib-image", b.BuildID) || b.ZuulBuildUUID != "" {
 		t.Fatalf("dib-image-list = %+v, want a ready dib build in qcow2 and raw", b)
 	}
 	e.checkUploaded("cloud-q", b, "qcow2")
@@ -441,8 +441,8 @@ func TestOnceZuulAndDIBImagesWithPostUploadHook(t *testing.T) {
 func describeUploads(ups []store.Upload) string {
 	var out []string
 	for _, u := range ups {
-		out = append(out, fmt.Sprintf("{%s-%s %s/%s %s attempts=%d external_id=%q last_error=%q}",
-			u.Image, u.BuildID, u.Provider, u.ID, u.State, u.Attempts, u.ExternalID, u.LastError))
+		out = append(out, fmt.Sprintf("{%s %s/%s %s attempts=%d external_id=%q last_error=%q}",
+			store.BuildName(u.Image, u.BuildID), u.Provider, u.ID, u.State, u.Attempts, u.ExternalID, u.LastError))
 	}
 	return "[" + strings.Join(out, " ") + "]"
 }

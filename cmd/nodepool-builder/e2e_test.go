@@ -284,7 +284,7 @@ func TestOnceUploadsEachProviderItsFormat(t *testing.T) {
 	}
 	builds := e.buildsJSON()
 	if len(builds) != 1 || builds[0].Source != "zuul" || builds[0].ZuulBuildUUID != zb.UUID ||
-		strings.Join(builds[0].Formats, ",") != "qcow2,raw" || builds[0].ID != "debian-"+builds[0].BuildID {
+		strings.Join(builds[0].Formats, ",") != "qcow2,raw" || builds[0].ID != store.BuildName("debian", builds[0].BuildID) {
 		t.Fatalf("dib-image-list = %+v", builds)
 	}
 	// The files on disk carry DIB-style checksum sidecars.

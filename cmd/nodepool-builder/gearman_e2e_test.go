@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/listing"
+	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
 
@@ -263,7 +264,7 @@ func TestGearmanFunctions(t *testing.T) {
 
 	// image-delete: uploads, files and records go; its functions are dropped.
 	name := gearmanJob(t, gd, "image-delete:"+first.BuildID, "").ok(t, "image-delete")
-	if name != "dib-image-"+first.BuildID {
+	if name != store.BuildName("dib-image", first.BuildID) {
 		t.Errorf("image-delete answered %q", name)
 	}
 	if e.listed(first.BuildID) {
@@ -319,7 +320,7 @@ func TestGearmanOnlyListedFunctions(t *testing.T) {
 
 	// image-build right after the build: refused, and no new build.
 	gearmanJob(t, gd, "image-build:dib-image", "").failed(t, "image-build at once",
-		"image-build dib-image refused", "dib-image-"+first.BuildID, "gearman-min-build-interval")
+		"image-build dib-image refused", store.BuildName("dib-image", first.BuildID), "gearman-min-build-interval")
 	if builds := e.buildsOf("dib-image"); len(builds) != 1 || builds[0].BuildID != first.BuildID {
 		t.Errorf("builds after a refused image-build: %+v; want %s alone", builds, first.BuildID)
 	}

@@ -493,10 +493,10 @@ func TestPythonBuilderBesideOurs(t *testing.T) {
 		py, ours := len(filesOf(t, b.pyDir, id)) > 0, len(filesOf(t, e.imagesDir(), id)) > 0
 		switch {
 		case who == "":
-			t.Fatalf("%s-%s was made by builder %q, neither of the two", image, id, builderOf(v, image, id))
+			t.Fatalf("%s was made by builder %q, neither of the two", store.BuildName(image, id), builderOf(v, image, id))
 		case who == "our builder" && (py || !ours), who == "the Python builder" && (!py || ours):
-			t.Fatalf("%s-%s was made by %s, but its files are in the Python builder's images-dir: %v, in ours: %v",
-				image, id, who, filesOf(t, b.pyDir, id), filesOf(t, e.imagesDir(), id))
+			t.Fatalf("%s was made by %s, but its files are in the Python builder's images-dir: %v, in ours: %v",
+				store.BuildName(image, id), who, filesOf(t, b.pyDir, id), filesOf(t, e.imagesDir(), id))
 		}
 		return who
 	}
@@ -504,7 +504,7 @@ func TestPythonBuilderBesideOurs(t *testing.T) {
 	pythonMade := func(v launcherView, id string) {
 		t.Helper()
 		if who := madeBy(v, "dib-image", id); who != "the Python builder" {
-			t.Fatalf("dib-image-%s is %s's: ours leaves the diskimages to the Python builder", id, who)
+			t.Fatalf("%s is %s's: ours leaves the diskimages to the Python builder", store.BuildName("dib-image", id), who)
 		}
 	}
 	v := made(z1, "the first builds of both images, uploaded everywhere")
@@ -602,7 +602,7 @@ func TestPythonBuilderBesideOurs(t *testing.T) {
 	v = b.sample()
 	for _, id := range builds(v, "zuul-image", "") {
 		if builderOf(v, "zuul-image", id) == pyID {
-			t.Errorf("zuul-image-%s was made by the Python builder", id)
+			t.Errorf("%s was made by the Python builder", store.BuildName("zuul-image", id))
 		}
 	}
 	pyLog := b.py.Log()
@@ -637,11 +637,11 @@ func besideSettled(t *testing.T, b *beside, v launcherView, keep map[string][]st
 		}
 		for _, id := range ids {
 			if v.Builds[image+"/"+id]["state"][1] != "ready" {
-				return fmt.Sprintf("%s-%s is %v", image, id, v.Builds[image+"/"+id]["state"][1])
+				return fmt.Sprintf("%s is %v", store.BuildName(image, id), v.Builds[image+"/"+id]["state"][1])
 			}
 			ups := uploads(v, image, id)
 			if len(ups) != len(besideProviders) || !uploadedEverywhere(v, image, id) {
-				return fmt.Sprintf("%s-%s has uploads %v, want one ready in each provider", image, id, ups)
+				return fmt.Sprintf("%s has uploads %v, want one ready in each provider", store.BuildName(image, id), ups)
 			}
 			for key, f := range ups {
 				ext, _ := f["external_id"][1].(string)

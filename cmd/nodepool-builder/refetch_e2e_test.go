@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/listing"
+	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 	"github.com/nodepool-builder/nodepool-builder/zuulapi/zuultest"
 )
@@ -59,8 +60,8 @@ func TestZuulImageFetchedAgainAfterImageDelete(t *testing.T) {
 	first := ready("the Zuul build fetched and uploaded", "")
 
 	waitWorkers(t, gd, d, "image-delete:"+first.BuildID, 1)
-	if name := gearmanJob(t, gd, "image-delete:"+first.BuildID, "").ok(t, "image-delete"); name != "debian-"+first.BuildID {
-		t.Fatalf("image-delete answered %q, want debian-%s", name, first.BuildID)
+	if name := gearmanJob(t, gd, "image-delete:"+first.BuildID, "").ok(t, "image-delete"); name != store.BuildName("debian", first.BuildID) {
+		t.Fatalf("image-delete answered %q, want %s", name, store.BuildName("debian", first.BuildID))
 	}
 	if e.listed(first.BuildID) {
 		t.Fatalf("build %s still listed after image-delete", first.BuildID)
