@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/diskimage"
 	"github.com/nodepool-builder/nodepool-builder/internal/perm"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/progress"
@@ -44,7 +45,7 @@ func (d *build) Recheck(ctx context.Context) (source.Work, error) {
 func (d *build) Make(ctx context.Context, w *store.BuildWriter) error {
 	b, rec := d.src, w.Build()
 	d.began = time.Now()
-	d.logFile = logPath(b.opts.Config.BuildLogDir, rec.Image, rec.ID)
+	d.logFile = diskimage.LogPath(b.opts.Config.BuildLogDir, rec.Image, rec.ID)
 	b.log.Info("building image", "image", rec.Image, "build_id", rec.ID, "formats", d.formats, "log", d.logFile)
 	if d.res = b.run(ctx, d.img, w, d.formats, d.logFile); d.res.err != nil {
 		return d.res.err

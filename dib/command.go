@@ -9,10 +9,6 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/config"
 )
 
-// defaultFormat is what nodepool builds for an image that no provider lists and
-// that names no formats of its own.
-const defaultFormat = "qcow2"
-
 // qemuImgCompat is the qcow2 compatibility level nodepool asks DIB for: some clouds
 // cannot read newer qcow2 files, and 0.10 works everywhere.
 const qemuImgCompat = "compat=0.10"
@@ -80,17 +76,6 @@ func command(img *config.DiskImage, formats []string, out, elementsDir string, e
 	held = slices.DeleteFunc(held, func(k string) bool { _, set := img.EnvVars[k]; return set })
 	slices.Sort(held)
 	return invocation{Args: argv, Env: env.list(), Held: slices.Compact(held)}, nil
-}
-
-// buildFormats is the formats a build of image is made in: every format the
-// config needs, or qcow2 when it needs none. They are sorted; DIB makes them in
-// an order of its own (raw last), so the order on the command line does not matter.
-func buildFormats(cfg *config.Config, image string) []string {
-	formats := cfg.NeededFormats(image)
-	if len(formats) == 0 {
-		return []string{defaultFormat}
-	}
-	return formats
 }
 
 // fileSuffix is the suffix of the file DIB writes for a format. DIB names its

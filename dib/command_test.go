@@ -128,41 +128,6 @@ func TestQuoteCommandRoundTrips(t *testing.T) {
 	}
 }
 
-func TestBuildFormats(t *testing.T) {
-	cfg, err := config.Parse("nodepool.yaml", []byte(`
-images-dir: /images
-diskimages:
-  - name: lonely
-    elements: [e]
-  - name: tarred
-    elements: [e]
-    formats: [tar]
-  - name: shared
-    elements: [e]
-    formats: [vhd]
-providers:
-  - name: a
-    cloud: a
-    diskimages: [{name: shared}]
-  - name: b
-    cloud: b
-    image-format: raw
-    diskimages: [{name: shared, pause: true}]
-`), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for image, want := range map[string][]string{
-		"lonely": {"qcow2"},
-		"tarred": {"tar"},
-		"shared": {"qcow2", "raw", "vhd"},
-	} {
-		if got := buildFormats(cfg, image); !slices.Equal(got, want) {
-			t.Errorf("buildFormats(%s) = %q, want %q", image, got, want)
-		}
-	}
-}
-
 func TestFileSuffix(t *testing.T) {
 	for format, want := range map[string]string{"qcow2": "qcow2", "raw": "raw", "vhd": "vhd", "tar": "tar", "squashfs": "squash"} {
 		if got := fileSuffix(format); got != want {

@@ -8,11 +8,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/diskimage"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/source"
@@ -21,9 +20,8 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultFailureBackoff = 10 * time.Minute
-	DefaultKillGrace      = 30 * time.Second
-	DefaultCheckInterval  = 10 * time.Second
+	DefaultKillGrace     = 30 * time.Second
+	DefaultCheckInterval = 10 * time.Second
 )
 
 // ErrUnknownImage is returned (wrapped) for an image that is not a diskimage of the config.
@@ -69,7 +67,7 @@ func New(opts Options) *Source {
 		opts.Now = time.Now
 	}
 	if opts.FailureBackoff <= 0 {
-		opts.FailureBackoff = DefaultFailureBackoff
+		opts.FailureBackoff = diskimage.DefaultFailureBackoff
 	}
 	if opts.KillGrace <= 0 {
 		opts.KillGrace = DefaultKillGrace
@@ -134,7 +132,7 @@ func (b *Source) due(ctx context.Context, image string, look source.Look, locked
 		// The builder's own pid until DIB has one: the record must name a live process.
 		New: store.Build{Image: image, Source: store.SourceDIB, PID: os.Getpid(),
 			Username: img.Username, PythonPath: img.PythonPath, ShellType: img.ShellType},
-		Job: &build{src: b, img: img, look: look, formats: buildFormats(b.opts.Config, image)},
+		Job: &build{src: b, img: img, look: look, formats: diskimage.Formats(b.opts.Config, image)},
 	}), nil
 }
 
@@ -171,44 +169,15 @@ func (b *Source) checkAt(ctx context.Context, image string, locked bool) (string
 		}
 	}
 	now := b.opts.Now()
-	reason := dueReason(cfg, img, builds, now)
+	reason := diskimage.DueReason(cfg, img, builds, now)
 	if reason == "" {
 		return "", nil, nil
 	}
 	// A build that failed since the newest ready one: give whatever broke it
 	// time to mend rather than building again and again. A build the builder
 	// stopped did not fail, and holds nothing back.
-	if f := LastFailure(cfg, image, builds, b.opts.FailureBackoff); f != nil && now.Before(f.NextAttempt) {
+	if f := diskimage.LastFailure(cfg, image, builds, b.opts.FailureBackoff); f != nil && now.Before(f.NextAttempt) {
 		return "", &HeldBack{Image: image, Failure: *f, Backoff: b.opts.FailureBackoff}, nil
 	}
 	return reason, nil, nil
-}
-
-// dueReason says why an image needs a build at a time, from its builds (newest
-// first), failures and requests aside; "" when it does not.
-func dueReason(cfg *config.Config, img *config.DiskImage, builds []store.Build, now time.Time) string {
-	image := img.Name
-	newest := store.NewestReady(builds, image)
-	if newest == nil {
-		return "no ready build"
-	}
-	if age := now.Sub(newest.StateTime); age >= img.RebuildAge {
-		return fmt.Sprintf("newest build %s is %s old (rebuild-age %s)", newest.Name(), age.Round(time.Second), img.RebuildAge)
-	}
-	// A build's recorded formats count even when a file was removed after
-	// upload (keep-formats, delete-after-upload), as in nodepool.
-	var have []string
-	for _, f := range newest.Files {
-		have = append(have, f.Format)
-	}
-	var missing []string
-	for _, f := range buildFormats(cfg, image) {
-		if !slices.Contains(have, f) {
-			missing = append(missing, f)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Sprintf("newest build %s lacks %s", newest.Name(), strings.Join(missing, ", "))
-	}
-	return ""
 }

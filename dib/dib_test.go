@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/diskimage"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/metrics"
 	"github.com/nodepool-builder/nodepool-builder/source"
@@ -152,7 +153,7 @@ func (f *fixture) lastLog(image string) string {
 	if err != nil || len(bs) == 0 {
 		return "(no build)"
 	}
-	data, err := os.ReadFile(logPath(f.logs, image, bs[0].ID))
+	data, err := os.ReadFile(diskimage.LogPath(f.logs, image, bs[0].ID))
 	if err != nil {
 		return err.Error()
 	}
@@ -555,7 +556,7 @@ func TestFailedBuildCleanup(t *testing.T) {
 	if len(bs) != 1 || bs[0].State != store.Failed {
 		t.Fatalf("builds = %+v, want one failed", bs)
 	}
-	lp := logPath(f.logs, "debian", bs[0].ID)
+	lp := diskimage.LogPath(f.logs, "debian", bs[0].ID)
 	if r := bs[0].Reason; !strings.Contains(r, "exited with code 3") || !strings.Contains(r, lp) {
 		t.Errorf("reason = %q, want the exit code and the log %s", r, lp)
 	}
@@ -812,8 +813,8 @@ func TestFailureBackoff(t *testing.T) {
 	if !errors.As(err, &back) {
 		t.Fatalf("step within the backoff: %v, want a HeldBack", err)
 	}
-	log := logPath(f.logs, "debian", bs[0].ID)
-	next := failedAt.Add(DefaultFailureBackoff)
+	log := diskimage.LogPath(f.logs, "debian", bs[0].ID)
+	next := failedAt.Add(diskimage.DefaultFailureBackoff)
 	if back.Failure.Build.ID != bs[0].ID || back.Failure.Log != log || !back.Failure.NextAttempt.Equal(next) {
 		t.Errorf("held back by %+v, want build %s, log %s, next attempt %s", back.Failure, bs[0].ID, log, next)
 	}
@@ -1077,72 +1078,6 @@ func TestStatsdNames(t *testing.T) {
 	got = sd.Wait(t, 5*time.Second, want...)
 	if extra := sd.Quiet(200 * time.Millisecond); len(got) != len(want) || len(extra) > 0 {
 		t.Errorf("statsd lines of a failed build = %q then %q, want one each of %q and no size", got, extra, want)
-	}
-}
-
-// TestLastFailure: what holds a diskimage's next build back is its newest
-// failed build since its newest ready one, unless the builder stopped that
-// build; the next attempt is when the backoff has passed, or, when the image has
-// a fresh ready build (an operator asked for the build that failed), when that
-// build is rebuild-age old.
-func TestLastFailure(t *testing.T) {
-	f := newFixture(t)
-	cfg := f.diskimages(`
-  - name: debian
-    elements: [debian-minimal]
-    formats: [raw]
-    rebuild-age: 3600
-`)
-	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	build := func(id string, state store.State, reason string, age time.Duration, formats ...string) store.Build {
-		b := store.Build{ID: id, Image: "debian", State: state, Reason: reason, StateTime: at.Add(-age)}
-		for _, ft := range formats {
-			b.SetFile(store.File{Format: ft, Present: true})
-		}
-		return b
-	}
-	if err := os.MkdirAll(f.logs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(logPath(f.logs, "debian", id1), []byte("Exit code: 1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	backoff := 10 * time.Minute
-	for _, tc := range []struct {
-		name   string
-		builds []store.Build // newest first
-		want   string        // the failed build's id; "" for none
-		next   time.Time     // the next attempt
-	}{
-		{"none", nil, "", time.Time{}},
-		{"ready", []store.Build{build(id1, store.Ready, "", 0, "raw")}, "", time.Time{}},
-		{"failed", []store.Build{build(id1, store.Failed, "exited with code 1", time.Minute)}, id1, at.Add(9 * time.Minute)},
-		{"failed before the newest ready", []store.Build{build(id2, store.Ready, "", 0, "raw"), build(id1, store.Failed, "x", time.Hour)}, "", time.Time{}},
-		{"building after a failure", []store.Build{build(id2, store.Building, "", 0), build(id1, store.Failed, "x", time.Minute)}, id1, at.Add(9 * time.Minute)},
-		{"interrupted", []store.Build{build(id1, store.Failed, source.InterruptedReason+": DIB was cancelled", time.Minute)}, "", time.Time{}},
-		{"interrupted after a failure", []store.Build{build(id2, store.Failed, source.InterruptedReason, 0), build(id1, store.Failed, "x", time.Minute)}, id1, at.Add(9 * time.Minute)},
-		{"another image", []store.Build{{ID: id2, Image: "fedora", State: store.Failed, StateTime: at}}, "", time.Time{}},
-		{"failed after an old ready build", []store.Build{build(id1, store.Failed, "x", time.Minute), build(id2, store.Ready, "", 2*time.Hour, "raw")}, id1, at.Add(9 * time.Minute)},
-		{"failed after a fresh ready build", []store.Build{build(id1, store.Failed, "x", time.Minute), build(id2, store.Ready, "", 20*time.Minute, "raw")}, id1, at.Add(40 * time.Minute)},
-		{"failed after a fresh build that lacks a format", []store.Build{build(id1, store.Failed, "x", time.Minute), build(id2, store.Ready, "", 20*time.Minute, "qcow2")}, id1, at.Add(9 * time.Minute)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := LastFailure(cfg, "debian", tc.builds, backoff)
-			switch {
-			case tc.want == "" && got != nil:
-				t.Fatalf("LastFailure = %+v, want none", got)
-			case tc.want == "":
-				return
-			case got == nil || got.Build.ID != tc.want:
-				t.Fatalf("LastFailure = %+v, want build %s", got, tc.want)
-			}
-			if !got.NextAttempt.Equal(tc.next) {
-				t.Errorf("next attempt %s, want %s", got.NextAttempt, tc.next)
-			}
-			if want := logPath(f.logs, "debian", id1); got.Log != want {
-				t.Errorf("log %q, want %q", got.Log, want)
-			}
-		})
 	}
 }
 

@@ -13,11 +13,6 @@ import (
 // buildIDLen is the length of a build id: a uuid4 in hex.
 const buildIDLen = 32
 
-// logPath is where the log of a build goes: <build-log-dir>/<image>-<build_id>.log.
-func logPath(dir, image, buildID string) string {
-	return filepath.Join(dir, image+"-"+buildID+".log")
-}
-
 // isImageLog tells whether name is the log of a build of image. The build id
 // must be 32 hex digits, so that image "fedora" never claims "fedora-40"'s logs.
 func isImageLog(name, image string) bool {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
+	"github.com/nodepool-builder/nodepool-builder/diskimage"
 	"github.com/nodepool-builder/nodepool-builder/internal/testenv"
 	"github.com/nodepool-builder/nodepool-builder/store"
 	"github.com/nodepool-builder/nodepool-builder/uploader"
@@ -106,7 +107,7 @@ providers:
 	if info.Format != "qcow2" || info.FormatSpecific.Data.Compat != "0.10" {
 		t.Errorf("qemu-img info: format %q compat %q, want qcow2 0.10 (nodepool's --qemu-img-options)", info.Format, info.FormatSpecific.Data.Compat)
 	}
-	logData, err := os.ReadFile(logPath(logs, bd.Image, bd.ID))
+	logData, err := os.ReadFile(diskimage.LogPath(logs, bd.Image, bd.ID))
 	if err != nil {
 		t.Fatal(err)
 	}

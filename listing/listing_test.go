@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
-	"github.com/nodepool-builder/nodepool-builder/dib"
+	"github.com/nodepool-builder/nodepool-builder/diskimage"
 	"github.com/nodepool-builder/nodepool-builder/source"
 	"github.com/nodepool-builder/nodepool-builder/status"
 	"github.com/nodepool-builder/nodepool-builder/store"
@@ -217,7 +217,7 @@ zuul-images:
 		r, b := rows[tc.image], failed[tc.image]
 		next := "<null>"
 		if tc.next {
-			next = b.StateTime.Add(dib.DefaultFailureBackoff).Format(time.RFC3339)
+			next = b.StateTime.Add(diskimage.DefaultFailureBackoff).Format(time.RFC3339)
 		}
 		if str(r.LastFailure) != b.Name() || str(r.LastFailureTime) != b.StateTime.Format(time.RFC3339) ||
 			str(r.LastFailureReason) != b.Reason || str(r.LastFailureLog) != tc.log || str(r.NextAttempt) != next {
@@ -237,7 +237,7 @@ zuul-images:
 	if !slices.Contains(strings.Fields(strings.SplitN(out.String(), "\n", 3)[1]), "Attempt") {
 		t.Errorf("image-status table has no Next Attempt column:\n%s", out.String())
 	}
-	next := failed["failed"].StateTime.Add(dib.DefaultFailureBackoff).Format(time.RFC3339)
+	next := failed["failed"].StateTime.Add(diskimage.DefaultFailureBackoff).Format(time.RFC3339)
 	for _, w := range []string{next, "Last build failures", failed["failed"].Name(), filepath.Join(logs, failed["failed"].Name()+".log"),
 		"disk-image-create exited with code 1", "| nolog", "(none)"} {
 		if !strings.Contains(out.String(), w) {

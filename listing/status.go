@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
-	"github.com/nodepool-builder/nodepool-builder/dib"
+	"github.com/nodepool-builder/nodepool-builder/diskimage"
 	"github.com/nodepool-builder/nodepool-builder/status"
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
@@ -34,7 +34,7 @@ type Image struct {
 	Cursor *store.Cursor
 	// Failure is, for a diskimage, its newest build since the newest ready
 	// one if that failed: what holds its next build back, and until when.
-	Failure *dib.Failure
+	Failure *diskimage.Failure
 }
 
 // ImageJSON is an image-status row in --json output. The first four fields
@@ -180,7 +180,7 @@ func ImageStatusOf(ctx context.Context, st *store.Store, cfg *config.Config, bui
 		s := Image{Name: name, PausedBy: store.PausedBy(paused, name, cfg.PausedInConfig(name))}
 		if di := cfg.DiskImage(name); di != nil {
 			s.Source = store.SourceDIB
-			s.Failure = dib.LastFailure(cfg, name, builds, dib.DefaultFailureBackoff)
+			s.Failure = diskimage.LastFailure(cfg, name, builds, diskimage.DefaultFailureBackoff)
 		} else {
 			s.Source = store.SourceZuul
 			cur, err := st.Cursor(ctx, name)

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/nodepool-builder/nodepool-builder/config"
-	"github.com/nodepool-builder/nodepool-builder/dib"
+	"github.com/nodepool-builder/nodepool-builder/diskimage"
 	"github.com/nodepool-builder/nodepool-builder/listing"
 	"github.com/nodepool-builder/nodepool-builder/progress"
 	"github.com/nodepool-builder/nodepool-builder/status"
@@ -170,7 +170,7 @@ func TestListings(t *testing.T) {
 		status[1].LastZuulOutcome == nil || *status[1].LastZuulOutcome != "failed" {
 		t.Errorf("/image-status.json = %s", body)
 	}
-	if next := f.failed.StateTime.Add(dib.DefaultFailureBackoff).Format(time.RFC3339); status[0].LastFailure == nil ||
+	if next := f.failed.StateTime.Add(diskimage.DefaultFailureBackoff).Format(time.RFC3339); status[0].LastFailure == nil ||
 		*status[0].LastFailure != f.failed.Name() || status[0].NextAttempt == nil || *status[0].NextAttempt != next {
 		t.Errorf("/image-status.json does not show dib-image's failed build and next attempt %s: %s", next, body)
 	}
@@ -220,7 +220,7 @@ func TestPage(t *testing.T) {
 		`title="` + f.ready.StateTime.UTC().Format(time.RFC3339) + `"`,
 		// The diskimage whose build failed: when, and when it is next built.
 		`<span class="state bad">last build failed</span>`,
-		`; next attempt <span title="` + f.failed.StateTime.Add(dib.DefaultFailureBackoff).UTC().Format(time.RFC3339) + `">in `,
+		`; next attempt <span title="` + f.failed.StateTime.Add(diskimage.DefaultFailureBackoff).UTC().Format(time.RFC3339) + `">in `,
 	} {
 		if !strings.Contains(body, w) {
 			t.Errorf("the page lacks %q", w)
