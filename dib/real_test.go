@@ -56,6 +56,10 @@ diskimages:
     env-vars:
       DIB_DEBIAN_SECURITY_MIRROR: http://deb.debian.org/debian-security
       DIB_DEBIAN_SECURITY_SUBPATH: -security
+      # DIB shares its apt archives between builds on the host; apt-get of
+      # another build running on it (another test run) holds their lock,
+      # and fails this one with exit 100.
+      DIB_APT_LOCAL_CACHE: "0"
 providers:
   - name: glance
     cloud: ` + g.Cloud + `
