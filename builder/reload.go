@@ -414,15 +414,12 @@ func (b *Builder) reload(ctx context.Context, sources *supervisor, snap *config.
 	if err != nil {
 		return confirmation{}, err
 	}
-	if old := b.cur.Load().cfg; !slices.Equal(old.Builder.GearmanServers, cfg.Builder.GearmanServers) {
-		b.log.Warn("gearman-servers changed; the builder keeps the servers it started with until it is restarted")
+	for _, msg := range b.cur.Load().cfg.Restarts(cfg) {
+		b.log.Warn(msg)
 	}
 	if old := b.cur.Load().cfg.ZooKeeper; !old.Equal(cfg.ZooKeeper) {
 		b.log.Warn("the ZooKeeper settings changed (zookeeper-servers, zookeeper-tls or zookeeper-timeout); the builder " +
 			"keeps its state where it opened it until it is restarted")
-	}
-	if old, now := b.cur.Load().cfg.Builder.Webapp, cfg.Builder.Webapp; !old.Equal(now) {
-		b.log.Warn("builder.webapp changed; the status pages stay where they are until the builder is restarted")
 	}
 	b.cur.Store(p)
 	sources.reconcile(ctx)

@@ -57,133 +57,182 @@ const (
 // GearmanFunctionKinds are the kinds of gearman functions there are.
 var GearmanFunctionKinds = []string{GearmanBuild, GearmanUpload, GearmanDelete}
 
-func defaultBuilder() Builder {
-	return Builder{
-		PollInterval:   DefaultPollInterval,
-		UploadWorkers:  DefaultUploadWorkers,
-		KeepBuilds:     DefaultKeepBuilds,
-		KeepUploads:    DefaultKeepUploads,
-		UploadAttempts: DefaultUploadAttempts,
-		LeakSweep:      true,
-		MaxImageSize:   DefaultMaxImageSize,
-
-		GearmanUnservedAfter:    DefaultGearmanUnservedAfter,
-		GearmanMinBuildInterval: DefaultGearmanMinBuildInterval,
-	}
+// builderTable is the builder section. It is ours, so unknown keys are
+// errors: they are most likely misspelt settings that would otherwise be lost.
+// Every change of it is held until the reload signal confirms it.
+var builderTable = []spec[Builder]{
+	{key: "poll-interval", reload: held,
+		init: func(b *Builder) { b.PollInterval = DefaultPollInterval },
+		read: func(r reader, b *Builder) { r.seconds(&b.PollInterval, false) }},
+	{key: "upload-workers", reload: held,
+		init: func(b *Builder) { b.UploadWorkers = DefaultUploadWorkers },
+		read: func(r reader, b *Builder) {
+			r.integer(&b.UploadWorkers, 1, math.MaxInt, "a number of concurrent uploads, 1 or more")
+		}},
+	{key: "keep-builds", reload: held,
+		init: func(b *Builder) { b.KeepBuilds = DefaultKeepBuilds },
+		read: func(r reader, b *Builder) {
+			r.integer(&b.KeepBuilds, 1, math.MaxInt, "a number of ready builds to keep per image, 1 or more")
+		}},
+	{key: "keep-uploads", reload: held,
+		init: func(b *Builder) { b.KeepUploads = DefaultKeepUploads },
+		read: func(r reader, b *Builder) {
+			r.integer(&b.KeepUploads, 1, math.MaxInt, "a number of ready uploads to keep per image and provider, 1 or more")
+		}},
+	{key: "upload-attempts", reload: held,
+		init: func(b *Builder) { b.UploadAttempts = DefaultUploadAttempts },
+		read: func(r reader, b *Builder) {
+			r.integer(&b.UploadAttempts, 1, math.MaxInt, "a number of tries per upload, 1 or more")
+		}},
+	// Its default is beside images-dir, set once both are read.
+	{key: "state-db", reload: held,
+		read: func(r reader, b *Builder) { r.str(&b.StateDB) }},
+	{key: "gearman-servers", reload: held,
+		read:    func(r reader, b *Builder) { b.GearmanServers = r.m.p.gearmanServers(r) },
+		restart: "gearman-servers changed; the builder keeps the servers it started with until it is restarted",
+		changed: func(old, next *Builder) bool { return !slices.Equal(old.GearmanServers, next.GearmanServers) }},
+	{key: "leak-sweep", reload: held,
+		init: func(b *Builder) { b.LeakSweep = true },
+		read: func(r reader, b *Builder) { r.boolean(&b.LeakSweep) }},
+	{key: "max-image-size", reload: held,
+		init: func(b *Builder) { b.MaxImageSize = DefaultMaxImageSize },
+		read: func(r reader, b *Builder) { r.byteSize(&b.MaxImageSize) }},
+	{key: "gearman-unserved-after", reload: held,
+		init: func(b *Builder) { b.GearmanUnservedAfter = DefaultGearmanUnservedAfter },
+		read: func(r reader, b *Builder) { r.seconds(&b.GearmanUnservedAfter, false) }},
+	{key: "download-connections", reload: held,
+		read: func(r reader, b *Builder) {
+			r.integer(&b.DownloadConnections, 1, 64, "a number of connections per download, 1 to 64")
+		}},
+	// Unlike nodepool's sections, the key with no value counts: "webapp:"
+	// alone serves the pages on the defaults.
+	{key: "webapp", reload: held,
+		read: func(r reader, b *Builder) {
+			if f, ok := r.m.fields[r.key]; ok {
+				b.Webapp = r.m.p.builderWebapp(f.val, r.path())
+			}
+		},
+		restart: "builder.webapp changed; the status pages stay where they are until the builder is restarted",
+		changed: func(old, next *Builder) bool { return !old.Webapp.Equal(next.Webapp) }},
+	{key: "gearman-functions", reload: held,
+		read: func(r reader, b *Builder) {
+			if fns, ok := r.m.p.gearmanFunctions(r); ok {
+				b.GearmanFunctions = fns
+			}
+		}},
+	{key: "gearman-min-build-interval", reload: held,
+		init: func(b *Builder) { b.GearmanMinBuildInterval = DefaultGearmanMinBuildInterval },
+		read: func(r reader, b *Builder) { r.seconds(&b.GearmanMinBuildInterval, true) }},
+	{key: "zuul-mqtt", reload: held,
+		read: func(r reader, b *Builder) {
+			if n, ok := r.node(); ok {
+				b.ZuulMQTT = r.m.p.zuulMQTT(n, r.path())
+			}
+		}},
+	{key: "build-diskimages", reload: held,
+		read: func(r reader, b *Builder) {
+			build := !b.LeaveDiskImages
+			r.boolean(&build)
+			b.LeaveDiskImages = !build
+		}},
+	{key: "nat64-prefixes", reload: held,
+		read: func(r reader, b *Builder) { b.NAT64Prefixes = r.m.p.nat64Prefixes(r) }},
+	{key: "providers", reload: held,
+		read: func(r reader, b *Builder) { b.Providers = r.m.p.builderProviders(r) }},
 }
 
-var builderKeys = []string{
-	"poll-interval", "upload-workers", "keep-builds", "keep-uploads",
-	"upload-attempts", "state-db", "gearman-servers", "leak-sweep", "max-image-size",
-	"gearman-unserved-after", "download-connections", "webapp",
-	"gearman-functions", "gearman-min-build-interval", "zuul-mqtt", "build-diskimages",
-	"nat64-prefixes", "providers",
+// builderProviderTable is an entry of builder.providers.
+var builderProviderTable = []spec[BuilderProvider]{
+	{key: keyName, need: "name the provider of nodepool.yaml these settings are for, e.g. name: cloud-a",
+		read: func(r reader, bp *BuilderProvider) {
+			r.str(&bp.Name)
+			bp.path = r.path()
+		}},
+	{key: "upload-method",
+		init: func(bp *BuilderProvider) { bp.UploadMethod = UploadPut },
+		read: func(r reader, bp *BuilderProvider) {
+			// An entry without a usable name is left out unchecked.
+			s, ok := r.m.str(r.key)
+			if !ok || bp.Name == "" {
+				return
+			}
+			if !slices.Contains(UploadMethods, s) {
+				r.errorf("%q is not an upload method; they are %s", s, strings.Join(UploadMethods, ", "))
+				return
+			}
+			bp.UploadMethod = s
+		}},
 }
-
-// builderProviderKeys are the keys of an entry of builder.providers.
-var builderProviderKeys = []string{"name", "upload-method"}
 
 var gearmanKeys = []string{"host", "port"}
 
-// builderWebappKeys are the keys of builder.webapp; dashed, as the rest of
-// the builder section.
-var builderWebappKeys = []string{"listen-address", "port", "host-names"}
+// builderWebappTable is builder.webapp; dashed, as the rest of the builder
+// section.
+var builderWebappTable = []spec[Webapp]{
+	{key: "listen-address",
+		init: func(w *Webapp) { w.ListenAddress = DefaultBuilderWebappAddress },
+		read: func(r reader, w *Webapp) { r.str(&w.ListenAddress) }},
+	{key: "port",
+		init: func(w *Webapp) { w.Port = DefaultBuilderWebappPort },
+		read: func(r reader, w *Webapp) { r.integer(&w.Port, 1, 65535, "a TCP port number from 1 to 65535") }},
+	{key: "host-names",
+		read: func(r reader, w *Webapp) {
+			names, ok := r.m.strList(r.key, "host names the pages answer to", "[builder.example.com]")
+			if !ok {
+				return
+			}
+			items, _ := r.node()
+			for i, name := range names {
+				if !hostName(name) {
+					r.m.p.errorf(items.Content[i], indexPath(r.path(), i),
+						"%q is not a host name; write the name alone, as in builder.example.com, without a scheme, port or path", name)
+					continue
+				}
+				w.HostNames = append(w.HostNames, name)
+			}
+		}},
+}
 
-// builder reads the builder section. It is ours, so unknown keys are errors:
-// they are most likely misspelt settings that would otherwise be lost.
+func defaultBuilder() Builder { return defaults(builderTable) }
+
+// builder reads the builder section.
 func (p *parser) builder(n *yaml.Node, path string) Builder {
 	b := defaultBuilder()
-	m, ok := p.readMapping(n, path, "the builder section", builderKeys, true)
-	if !ok {
-		return b
+	if m, ok := p.readMapping(n, path, "the builder section", keys(builderTable), true); ok {
+		readInto(m, builderTable, &b)
 	}
-	if v, ok := m.seconds("poll-interval", false); ok {
-		b.PollInterval = v
-	}
-	count := func(key string, dst *int, rule string) {
-		if v, ok := m.integer(key, 1, math.MaxInt, rule); ok {
-			*dst = v
-		}
-	}
-	count("upload-workers", &b.UploadWorkers, "a number of concurrent uploads, 1 or more")
-	count("keep-builds", &b.KeepBuilds, "a number of ready builds to keep per image, 1 or more")
-	count("keep-uploads", &b.KeepUploads, "a number of ready uploads to keep per image and provider, 1 or more")
-	count("upload-attempts", &b.UploadAttempts, "a number of tries per upload, 1 or more")
-	if s, ok := m.str("state-db"); ok {
-		b.StateDB = s
-	}
-	if v, ok := m.boolean("leak-sweep"); ok {
-		b.LeakSweep = v
-	}
-	if v, ok := m.boolean("build-diskimages"); ok {
-		b.LeaveDiskImages = !v
-	}
-	if v, ok := m.byteSize("max-image-size"); ok {
-		b.MaxImageSize = v
-	}
-	b.NAT64Prefixes = p.nat64Prefixes(m)
-	b.GearmanServers = p.gearmanServers(m)
-	if v, ok := m.integer("download-connections", 1, 64, "a number of connections per download, 1 to 64"); ok {
-		b.DownloadConnections = v
-	}
-	if v, ok := m.seconds("gearman-unserved-after", false); ok {
-		b.GearmanUnservedAfter = v
-	}
-	if v, ok := m.seconds("gearman-min-build-interval", true); ok {
-		b.GearmanMinBuildInterval = v
-	}
-	if fns, ok := p.gearmanFunctions(m); ok {
-		b.GearmanFunctions = fns
-	}
-	if f, ok := m.fields["webapp"]; ok {
-		b.Webapp = p.builderWebapp(f.val, m.sub("webapp"))
-	}
-	if n, ok := m.get("zuul-mqtt"); ok {
-		b.ZuulMQTT = p.zuulMQTT(n, m.sub("zuul-mqtt"))
-	}
-	b.Providers = p.builderProviders(m)
 	return b
 }
 
 // builderProviders reads builder.providers: the builder's own settings of
 // nodepool.yaml's providers, each named once. Whether each names a provider
 // nodepool.yaml has is checked once both files are read (checkBuilderProviders).
-func (p *parser) builderProviders(m *mapping) map[string]BuilderProvider {
+// An entry with a wrong value is left out.
+func (p *parser) builderProviders(r reader) map[string]BuilderProvider {
 	const example = "[{name: cloud-a, upload-method: glance-direct}]"
-	items, _ := m.list("providers", "providers", example)
+	items, _ := r.m.list(r.key, "providers", example)
 	if len(items) == 0 {
 		return nil
 	}
 	out := map[string]BuilderProvider{}
-	methods := strings.Join(UploadMethods, ", ")
 	for i, item := range items {
-		path := indexPath(m.sub("providers"), i)
-		pm, ok := p.readMapping(item, path, "a provider's builder settings", builderProviderKeys, true)
+		pm, ok := p.readMapping(item, indexPath(r.path(), i), "a provider's builder settings", keys(builderProviderTable), true)
 		if !ok {
 			continue
 		}
-		if !pm.require("name", "name the provider of nodepool.yaml these settings are for, e.g. name: cloud-a") {
+		errs := len(p.errs)
+		bp := defaults(builderProviderTable)
+		readInto(pm, builderProviderTable, &bp)
+		if len(p.errs) > errs || bp.Name == "" {
 			continue
 		}
-		name, ok := pm.str("name")
-		if !ok || name == "" {
+		bp.line = item.Line
+		if _, dup := out[bp.Name]; dup {
+			n, _ := pm.get(keyName)
+			p.errorf(n, bp.path, "provider %q is listed twice under builder.providers; give each its settings once", bp.Name)
 			continue
 		}
-		bp := BuilderProvider{Name: name, UploadMethod: UploadPut, line: item.Line, path: pm.sub("name")}
-		if s, ok := pm.str("upload-method"); ok {
-			if !slices.Contains(UploadMethods, s) {
-				n, _ := pm.get("upload-method")
-				p.errorf(n, pm.sub("upload-method"), "%q is not an upload method; they are %s", s, methods)
-				continue
-			}
-			bp.UploadMethod = s
-		}
-		if _, dup := out[name]; dup {
-			n, _ := pm.get("name")
-			p.errorf(n, pm.sub("name"), "provider %q is listed twice under builder.providers; give each its settings once", name)
-			continue
-		}
-		out[name] = bp
+		out[bp.Name] = bp
 	}
 	return out
 }
@@ -221,23 +270,22 @@ func checkBuilderProviders(cfg *Config, np, op *parser) {
 
 // gearmanFunctions reads builder.gearman-functions: the kinds of gearman
 // functions the builder serves. ok is false when the key is absent or wrong.
-func (p *parser) gearmanFunctions(m *mapping) ([]string, bool) {
+func (p *parser) gearmanFunctions(r reader) ([]string, bool) {
 	const example = "[image-build, image-upload]"
-	items, ok := m.list("gearman-functions", "gearman function kinds", example)
+	items, ok := r.m.list(r.key, "gearman function kinds", example)
 	if !ok {
 		return nil, false
 	}
 	known := strings.Join(GearmanFunctionKinds, ", ")
 	if len(items) == 0 {
-		n, _ := m.get("gearman-functions")
-		p.errorf(n, m.sub("gearman-functions"), "lists no gearman function; list one or more of %s, or leave out gearman-servers to serve none", known)
+		r.errorf("lists no gearman function; list one or more of %s, or leave out gearman-servers to serve none", known)
 		return nil, false
 	}
 	out := []string{}
 	good := true
 	for i, item := range items {
 		item = resolve(item)
-		path := indexPath(m.sub("gearman-functions"), i)
+		path := indexPath(r.path(), i)
 		if isNull(item) || item.Kind != yaml.ScalarNode || !slices.Contains(GearmanFunctionKinds, item.Value) {
 			p.errorf(item, path, "%s is not a gearman function of the builder; they are %s", p.describe(item), known)
 			good = false
@@ -252,13 +300,13 @@ func (p *parser) gearmanFunctions(m *mapping) ([]string, bool) {
 
 // nat64Prefixes reads builder.nat64-prefixes: the prefixes of the network's
 // NAT64 translators, besides the well-known one. nil when absent.
-func (p *parser) nat64Prefixes(m *mapping) []netip.Prefix {
+func (p *parser) nat64Prefixes(r reader) []netip.Prefix {
 	const example = "['2001:db8:64::/96']"
-	items, _ := m.list("nat64-prefixes", "IPv6 prefixes", example)
+	items, _ := r.m.list(r.key, "IPv6 prefixes", example)
 	var out []netip.Prefix
 	for i, item := range items {
 		item = resolve(item)
-		path := indexPath(m.sub("nat64-prefixes"), i)
+		path := indexPath(r.path(), i)
 		if isNull(item) || item.Kind != yaml.ScalarNode || item.ShortTag() != "!!str" {
 			p.errorf(item, path, "expected an IPv6 prefix like %s; this entry is %s", example, p.describe(item))
 			continue
@@ -278,30 +326,16 @@ func (p *parser) nat64Prefixes(m *mapping) []netip.Prefix {
 	return out
 }
 
-// builderWebapp reads builder.webapp. Unlike nodepool's sections, the key
-// with no value counts: "webapp:" alone serves the pages on the defaults.
+// builderWebapp reads builder.webapp: the defaults when it has no value.
 func (p *parser) builderWebapp(n *yaml.Node, path string) *Webapp {
-	w := &Webapp{ListenAddress: DefaultBuilderWebappAddress, Port: DefaultBuilderWebappPort}
+	w := defaults(builderWebappTable)
 	if isNull(n) {
-		return w
+		return &w
 	}
-	m, ok := p.readMapping(n, path, "the builder's webapp section", builderWebappKeys, true)
-	if !ok {
-		return w
+	if m, ok := p.readMapping(n, path, "the builder's webapp section", keys(builderWebappTable), true); ok {
+		readInto(m, builderWebappTable, &w)
 	}
-	m.listen(w, "listen-address")
-	if names, ok := m.strList("host-names", "host names the pages answer to", "[builder.example.com]"); ok {
-		items, _ := m.get("host-names")
-		for i, name := range names {
-			if !hostName(name) {
-				p.errorf(items.Content[i], indexPath(m.sub("host-names"), i),
-					"%q is not a host name; write the name alone, as in builder.example.com, without a scheme, port or path", name)
-				continue
-			}
-			w.HostNames = append(w.HostNames, name)
-		}
-	}
-	return w
+	return &w
 }
 
 // hostName tells whether s is a DNS name: dot-separated labels of letters,
@@ -320,11 +354,11 @@ func hostName(s string) bool {
 	return true
 }
 
-// gearmanServers reads a gearman-servers list of a mapping: the builder
-// section's, or nodepool's old top-level one.
-func (p *parser) gearmanServers(m *mapping) []GearmanServer {
+// gearmanServers reads a gearman-servers list: the builder section's, or
+// nodepool's old top-level one.
+func (p *parser) gearmanServers(r reader) []GearmanServer {
 	var out []GearmanServer
-	for gm := range m.mappings("gearman-servers", "gearman servers", "[{host: gearman.example.com, port: 4730}]", "a gearman server", gearmanKeys) {
+	for gm := range r.m.mappings(r.key, "gearman servers", "[{host: gearman.example.com, port: 4730}]", "a gearman server", gearmanKeys) {
 		var g GearmanServer
 		g.Host, g.Port = gm.hostPort(DefaultGearmanPort, "name the gearman server's host, e.g. host: gearman.example.com")
 		if g.Host != "" {

@@ -33,7 +33,8 @@ func ownSettings(settings *mapping) map[string]any {
 // zuul-images[debian].branch; a zuul-image that comes or goes is
 // zuul-images[debian]. Values are never named: they may be secrets. A key
 // written with its default value differs from one left out, and comments and
-// the layout of the text make no difference.
+// the layout of the text make no difference. A key is listed when its row in
+// the section's table says a reload holds its changes.
 func (c *Config) OwnSettingsChanged(next *Config) []string {
 	var out []string
 	for _, key := range ownKeys {
@@ -48,9 +49,19 @@ func (c *Config) OwnSettingsChanged(next *Config) []string {
 		if b == nil {
 			b = map[string]any{}
 		}
-		out = append(out, changedValues(key, a, b)...)
+		for _, path := range changedValues(key, a, b) {
+			if heldPath(builderTable, path) {
+				out = append(out, path)
+			}
+		}
 	}
 	return out
+}
+
+// Restarts says what changed from c to next that the running daemon keeps
+// until it restarts, one sentence for each key.
+func (c *Config) Restarts(next *Config) []string {
+	return restarts(builderTable, &c.Builder, &next.Builder)
 }
 
 // changedImages lists what differs between two zuul-images lists, entries

@@ -34,9 +34,10 @@ func TestDocsNameEveryKey(t *testing.T) {
 		{"## The secure file", slices.Concat(secureKeys, secureDiskImageKeys)},
 		{"## `zuul-images`", zuulImageKeys},
 		{"### `artifacts`", artifactKeys},
-		{"## `builder`", builderKeys},
+		{"## `builder`", keys(builderTable)},
 		{"### `builder.gearman-servers`", gearmanKeys},
-		{"### `builder.webapp`", builderWebappKeys},
+		{"### `builder.providers`", keys(builderProviderTable)},
+		{"### `builder.webapp`", keys(builderWebappTable)},
 		{"### `builder.zuul-mqtt`", zuulMQTTKeys},
 	}
 	for _, s := range sections {

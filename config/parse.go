@@ -421,7 +421,7 @@ func (p *parser) readTopLevel(cfg *Config, top *mapping) {
 // the builder section's, with a warning: they still work, but nodepool 10's
 // config-validate refuses them.
 func (p *parser) mergeOldGearmanServers(top *mapping, b *Builder) {
-	old := p.gearmanServers(top)
+	old := p.gearmanServers(reader{m: top, key: "gearman-servers"})
 	if len(old) == 0 {
 		return
 	}

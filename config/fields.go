@@ -1,0 +1,235 @@
+package config
+
+import (
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// keyName is the key that names an entry of a list, in every section that
+// has one; the checks that a name is given once look it up by it.
+const keyName = "name"
+
+// A spec is one key of a section whose entries are read into a T: a row of
+// the section's table. The table is the one place a key is spelt: the keys a
+// mapping may hold, the defaults, the reading, the inheritance of diskimages,
+// what a reload does with a change and the docs test all go by it. Checks
+// that span keys stay as code beside the table.
+type spec[T any] struct {
+	key   string
+	owner owner
+	// need, for a required key, says what to write when it is missing.
+	need string
+	// init sets the key's default, where an entry starts; nil when the
+	// default is the zero value.
+	init func(v *T)
+	// read reads the key, when it has a value, into v with its check; a
+	// wrong value is reported and leaves v as it was. nil for nodepool's keys
+	// the builder accepts and ignores.
+	read func(r reader, v *T)
+	// lay lays an entry's value of the key over the value it inherits
+	// (diskimages' parents), when the entry sets the key; nil for a key that
+	// is not inherited.
+	lay func(into, own *T)
+	// declares tells a key a diskimage that declares a zuul-image to
+	// nodepool may hold.
+	declares bool
+	reload   reload
+	// restart, for a key the running daemon keeps until it restarts, is what
+	// a reload that changes it says; changed tells whether it did.
+	restart string
+	changed func(old, next *T) bool
+}
+
+// owner says whose schema a key is of.
+type owner uint8
+
+const (
+	// ours is a key of the builder's own: nodepool's schema has none like it.
+	ours owner = iota
+	// nodepools is a key of nodepool's schema.
+	nodepools
+	// older is an older nodepool's key, which nodepool 10 reads nowhere.
+	older
+)
+
+// reload says what a reload does with a changed key.
+type reload uint8
+
+const (
+	// applied: a reload applies the change.
+	applied reload = iota
+	// held: a file change alone does not apply the change; the reload
+	// signal must confirm it. A key written with its default value differs
+	// from one left out.
+	held
+	// heldRemoved: the key taken away (changed says when) is held as held is.
+	heldRemoved
+)
+
+// keys lists the keys of a table, in its order: the keys a mapping of the
+// section may hold, as messages name them.
+func keys[T any](table []spec[T]) []string {
+	out := make([]string, len(table))
+	for i, s := range table {
+		out[i] = s.key
+	}
+	return out
+}
+
+// keysWhere lists the keys of a table for which keep is true.
+func keysWhere[T any](table []spec[T], keep func(spec[T]) bool) []string {
+	var out []string
+	for _, s := range table {
+		if keep(s) {
+			out = append(out, s.key)
+		}
+	}
+	return out
+}
+
+// defaults is an entry of a table's section before any key is read.
+func defaults[T any](table []spec[T]) T {
+	var v T
+	for _, s := range table {
+		if s.init != nil {
+			s.init(&v)
+		}
+	}
+	return v
+}
+
+// readInto reads every key of the table that m holds into v, in the table's
+// order; a required key that is missing is reported.
+func readInto[T any](m *mapping, table []spec[T], v *T) {
+	for _, s := range table {
+		if s.need != "" && !m.require(s.key, s.need) {
+			continue
+		}
+		if s.read != nil {
+			s.read(reader{m: m, key: s.key}, v)
+		}
+	}
+}
+
+// specOf is the row of key in table; false when there is none.
+func specOf[T any](table []spec[T], key string) (spec[T], bool) {
+	for _, s := range table {
+		if s.key == key {
+			return s, true
+		}
+	}
+	return spec[T]{}, false
+}
+
+// restarts lists what a reload says of the keys of table that changed from
+// old to next and that the running daemon keeps until it restarts.
+func restarts[T any](table []spec[T], old, next *T) []string {
+	var out []string
+	for _, s := range table {
+		if s.restart != "" && s.changed(old, next) {
+			out = append(out, s.restart)
+		}
+	}
+	return out
+}
+
+// heldPath tells whether a change at path (a key path under a section of
+// the table, as builder.keep-builds or zuul-images[debian].branch) is held
+// by its key's row. A change of a key no row lists is held: it does not load.
+func heldPath[T any](table []spec[T], path string) bool {
+	_, rest, ok := strings.Cut(path, ".")
+	if !ok {
+		return true // a whole entry comes or goes
+	}
+	key, _, _ := strings.Cut(rest, ".")
+	key, _, _ = strings.Cut(key, "[")
+	s, ok := specOf(table, key)
+	return !ok || s.reload != applied
+}
+
+// A reader reads one key of a mapping into a destination, when the key has a
+// value and it passes the check; a wrong value is reported at its line and
+// leaves the destination as it was.
+type reader struct {
+	m   *mapping
+	key string
+}
+
+// node is the key's value; false when it is absent or empty.
+func (r reader) node() (*yaml.Node, bool) { return r.m.get(r.key) }
+
+// path is the key path of the key.
+func (r reader) path() string { return r.m.sub(r.key) }
+
+// errorf reports a problem of the key's value.
+func (r reader) errorf(format string, args ...any) {
+	n, _ := r.node()
+	r.m.p.errorf(n, r.path(), format, args...)
+}
+
+// warnf reports what loads but should change of the key's value.
+func (r reader) warnf(format string, args ...any) {
+	n, _ := r.node()
+	r.m.p.warnf(n, r.path(), format, args...)
+}
+
+func (r reader) str(dst *string) {
+	if v, ok := r.m.str(r.key); ok {
+		*dst = v
+	}
+}
+
+func (r reader) boolean(dst *bool) {
+	if v, ok := r.m.boolean(r.key); ok {
+		*dst = v
+	}
+}
+
+// integer reads a whole number from lowest to highest; rule says what is allowed.
+func (r reader) integer(dst *int, lowest, highest int, rule string) {
+	if v, ok := r.m.integer(r.key, lowest, highest, rule); ok {
+		*dst = v
+	}
+}
+
+func (r reader) number(dst *float64, rule string) {
+	if v, ok := r.m.number(r.key, rule); ok {
+		*dst = v
+	}
+}
+
+func (r reader) seconds(dst *time.Duration, allowZero bool) {
+	if v, ok := r.m.seconds(r.key, allowZero); ok {
+		*dst = v
+	}
+}
+
+func (r reader) byteSize(dst *int64) {
+	if v, ok := r.m.byteSize(r.key); ok {
+		*dst = v
+	}
+}
+
+// strList reads a list of non-empty strings; what and example shape the
+// message of a wrong one. The entries that are right are kept.
+func (r reader) strList(dst *[]string, what, example string) {
+	if _, ok := r.node(); ok {
+		*dst, _ = r.m.strList(r.key, what, example)
+	}
+}
+
+// formats reads a list of image formats; the entries that are right are kept.
+func (r reader) formats(dst *[]string) {
+	if _, ok := r.node(); ok {
+		*dst, _ = r.m.formats(r.key)
+	}
+}
+
+// strMap reads a mapping of names to values; the entries that are right are kept.
+func (r reader) strMap(dst *map[string]string, example string) {
+	if _, ok := r.node(); ok {
+		*dst, _ = r.m.strMap(r.key, example)
+	}
+}
