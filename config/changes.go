@@ -49,11 +49,7 @@ func (c *Config) OwnSettingsChanged(next *Config) []string {
 		if b == nil {
 			b = map[string]any{}
 		}
-		for _, path := range changedValues(key, a, b) {
-			if heldPath(builderTable, path) {
-				out = append(out, path)
-			}
-		}
+		out = append(out, changedValues(key, heldOnly(builderTable, a), heldOnly(builderTable, b))...)
 	}
 	return out
 }
@@ -91,7 +87,7 @@ func changedImages(path string, a, b any) []string {
 			out = append(out, at)
 			continue
 		}
-		out = append(out, changedValues(at, ia, ib)...)
+		out = append(out, changedValues(at, heldOnly(zuulImageTable, ia), heldOnly(zuulImageTable, ib))...)
 	}
 	return out
 }

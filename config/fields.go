@@ -1,7 +1,6 @@
 package config
 
 import (
-	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -135,18 +134,21 @@ func restarts[T any](table []spec[T], old, next *T) []string {
 	return out
 }
 
-// heldPath tells whether a change at path (a key path under a section of
-// the table, as builder.keep-builds or zuul-images[debian].branch) is held
-// by its key's row. A change of a key no row lists is held: it does not load.
-func heldPath[T any](table []spec[T], path string) bool {
-	_, rest, ok := strings.Cut(path, ".")
+// heldOnly is v, a mapping of a section of the table as decoded, without
+// the keys whose changes a reload applies: what a change is held for. A key
+// no row lists is kept (it does not load), and so is anything but a mapping.
+func heldOnly[T any](table []spec[T], v any) any {
+	m, ok := v.(map[string]any)
 	if !ok {
-		return true // a whole entry comes or goes
+		return v
 	}
-	key, _, _ := strings.Cut(rest, ".")
-	key, _, _ = strings.Cut(key, "[")
-	s, ok := specOf(table, key)
-	return !ok || s.reload != applied
+	out := map[string]any{}
+	for k, val := range m {
+		if s, known := specOf(table, k); !known || s.reload != applied {
+			out[k] = val
+		}
+	}
+	return out
 }
 
 // A reader reads one key of a mapping into a destination, when the key has a

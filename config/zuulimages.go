@@ -8,17 +8,83 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-var zuulImageKeys = []string{
-	"name", "api-url", "tenant", "project", "branch", "pipelines", "job",
-	"poll-interval", "auth-token-file", "ca-cert", "require-checksum",
-	"formats", "artifacts", "pause", "metadata", "allow-unmerged-changes",
-	"artifact-hosts",
+// zuulImageTable is a zuul-images entry. The section is ours, so unknown
+// keys are errors; every change of it is held until the reload signal
+// confirms it.
+var zuulImageTable = []spec[ZuulImage]{
+	{key: keyName, reload: held, need: "give every zuul-image the name providers refer to it by",
+		read: func(r reader, z *ZuulImage) { r.str(&z.Name) }},
+	{key: "api-url", reload: held, need: "set it to the Zuul web root, e.g. https://zuul.example.com/",
+		read: func(r reader, z *ZuulImage) {
+			s, ok := r.m.str(r.key)
+			if !ok {
+				return
+			}
+			if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				r.errorf("%q is not an http or https URL; write the Zuul web root like https://zuul.example.com/", s)
+				return
+			}
+			z.APIURL = s
+		}},
+	{key: "tenant", reload: held,
+		read: func(r reader, z *ZuulImage) { r.str(&z.Tenant) }},
+	{key: "project", reload: held, need: "name the project whose job builds the image, e.g. org/images",
+		read: func(r reader, z *ZuulImage) { r.str(&z.Project) }},
+	{key: "branch", reload: held,
+		read: func(r reader, z *ZuulImage) { r.str(&z.Branch) }},
+	{key: "pipelines", reload: held,
+		read: func(r reader, z *ZuulImage) { r.strList(&z.Pipelines, "pipeline names", "[periodic, post]") }},
+	{key: "job", reload: held, need: "name the Zuul job that builds the image",
+		read: func(r reader, z *ZuulImage) { r.str(&z.Job) }},
+	// Its default is the builder's poll-interval, which zuulImages gives.
+	{key: "poll-interval", reload: held,
+		read: func(r reader, z *ZuulImage) { r.seconds(&z.PollInterval, false) }},
+	{key: "auth-token-file", reload: held,
+		read: func(r reader, z *ZuulImage) { r.str(&z.AuthTokenFile) }},
+	{key: "ca-cert", reload: held,
+		read: func(r reader, z *ZuulImage) { r.str(&z.CACert) }},
+	{key: "require-checksum", reload: held,
+		read: func(r reader, z *ZuulImage) { r.boolean(&z.RequireChecksum) }},
+	{key: "formats", reload: held,
+		read: func(r reader, z *ZuulImage) { r.formats(&z.Formats) }},
+	{key: "artifacts", reload: held,
+		read: func(r reader, z *ZuulImage) { z.Artifacts = r.m.p.artifactMappings(r) }},
+	{key: "pause", reload: held,
+		read: func(r reader, z *ZuulImage) { r.boolean(&z.Pause) }},
+	{key: "metadata", reload: held,
+		read: func(r reader, z *ZuulImage) { r.strMap(&z.Metadata, "os_distro: debian") }},
+	{key: "allow-unmerged-changes", reload: held,
+		read: func(r reader, z *ZuulImage) { r.boolean(&z.AllowUnmergedChanges) }},
+	{key: "artifact-hosts", reload: held,
+		read: func(r reader, z *ZuulImage) { z.ArtifactHosts = r.m.p.artifactHosts(r) }},
 }
 
-var artifactKeys = []string{"format", "type", "name"}
+// artifactEntry is an artifacts entry as read, with where its format is
+// written, for the check that each format is mapped once.
+type artifactEntry struct {
+	ArtifactMapping
+	formatAt   *yaml.Node
+	formatPath string
+}
+
+// artifactTable is an artifacts entry.
+var artifactTable = []spec[artifactEntry]{
+	{key: "format", need: "name the format this artifact holds, e.g. format: qcow2",
+		read: func(r reader, a *artifactEntry) {
+			n, _ := r.node()
+			if f, ok := r.m.p.checkFormat(n, r.path()); ok {
+				a.Format, a.formatAt, a.formatPath = f, n, r.path()
+			}
+		}},
+	{key: "type", need: "give the artifact metadata.type to match, e.g. type: image-qcow",
+		read: func(r reader, a *artifactEntry) { r.str(&a.Type) }},
+	{key: keyName,
+		read: func(r reader, a *artifactEntry) { r.str(&a.Name) }},
+}
 
 // zuulImages reads the zuul-images list: of the builder's own file, or of a
-// one-file nodepool.yaml. The section is ours, so unknown keys are errors. pollInterval is the builder's, the default for each entry.
+// one-file nodepool.yaml. pollInterval is the builder's, the default for each
+// entry.
 func (p *parser) zuulImages(top *mapping, names imageNames, pollInterval time.Duration) []ZuulImage {
 	items, ok := top.list("zuul-images", "zuul-images", "[{name: debian, api-url: https://zuul.example.com/, project: org/images, job: build-debian}]")
 	if !ok {
@@ -27,79 +93,40 @@ func (p *parser) zuulImages(top *mapping, names imageNames, pollInterval time.Du
 	var out []ZuulImage
 	for i, item := range items {
 		path := indexPath(top.sub("zuul-images"), i)
-		m, ok := p.readMapping(item, path, "a zuul-images entry", zuulImageKeys, true)
+		m, ok := p.readMapping(item, path, "a zuul-images entry", keys(zuulImageTable), true)
 		if !ok {
 			continue
 		}
-		z, ok := p.zuulImage(m, pollInterval)
-		if !ok {
+		z := defaults(zuulImageTable)
+		z.PollInterval, z.Username, z.PythonPath = pollInterval, DefaultUsername, DefaultPythonPath
+		readInto(m, zuulImageTable, &z)
+		if z.Name == "" {
 			continue
 		}
-		nameNode, _ := m.get("name")
-		if p.claim(names, nameNode, m.sub("name"), z.Name, "zuul-image") {
+		nameNode, _ := m.get(keyName)
+		if p.claim(names, nameNode, m.sub(keyName), z.Name, "zuul-image") {
 			out = append(out, z)
 		}
 	}
 	return out
 }
 
-// zuulImage reads one entry; false means it has no usable name.
-func (p *parser) zuulImage(m *mapping, pollInterval time.Duration) (ZuulImage, bool) {
-	z := ZuulImage{PollInterval: pollInterval, Username: DefaultUsername, PythonPath: DefaultPythonPath}
-	if m.require("name", "give every zuul-image the name providers refer to it by") {
-		z.Name, _ = m.str("name")
-	}
-	if m.require("api-url", "set it to the Zuul web root, e.g. https://zuul.example.com/") {
-		if s, ok := m.str("api-url"); ok {
-			if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				n, _ := m.get("api-url")
-				p.errorf(n, m.sub("api-url"), "%q is not an http or https URL; write the Zuul web root like https://zuul.example.com/", s)
-			} else {
-				z.APIURL = s
-			}
-		}
-	}
-	z.Tenant, _ = m.str("tenant")
-	if m.require("project", "name the project whose job builds the image, e.g. org/images") {
-		z.Project, _ = m.str("project")
-	}
-	z.Branch, _ = m.str("branch")
-	z.Pipelines, _ = m.strList("pipelines", "pipeline names", "[periodic, post]")
-	if m.require("job", "name the Zuul job that builds the image") {
-		z.Job, _ = m.str("job")
-	}
-	if v, ok := m.seconds("poll-interval", false); ok {
-		z.PollInterval = v
-	}
-	z.AuthTokenFile, _ = m.str("auth-token-file")
-	z.CACert, _ = m.str("ca-cert")
-	z.RequireChecksum, _ = m.boolean("require-checksum")
-	z.AllowUnmergedChanges, _ = m.boolean("allow-unmerged-changes")
-	z.Formats, _ = m.formats("formats")
-	z.Pause, _ = m.boolean("pause")
-	z.Metadata, _ = m.strMap("metadata", "os_distro: debian")
-	z.Artifacts = p.artifactMappings(m)
-	z.ArtifactHosts = p.artifactHosts(m)
-	return z, z.Name != ""
-}
-
 // artifactHosts reads artifact-hosts: the hosts artifacts may be fetched from.
 // nil when absent.
-func (p *parser) artifactHosts(m *mapping) []hostpattern.Pattern {
+func (p *parser) artifactHosts(r reader) []hostpattern.Pattern {
 	const example = "[logs.example.com, '*.swift.example.com', '192.0.2.7:8080']"
-	items, ok := m.list("artifact-hosts", "host names or addresses", example)
+	items, ok := r.m.list(r.key, "host names or addresses", example)
 	if !ok {
 		return nil
 	}
 	if len(items) == 0 {
-		n, _ := m.get("artifact-hosts")
-		p.errorf(n, m.sub("artifact-hosts"), "is empty, so no artifact could be fetched; list the hosts, or remove the key to allow the api-url's host and the builds' log hosts")
+		r.errorf("is empty, so no artifact could be fetched; list the hosts, or remove the key to allow the api-url's host and the builds' log hosts")
 		return nil
 	}
 	out := make([]hostpattern.Pattern, 0, len(items))
 	for i, item := range items {
 		item = resolve(item)
-		path := indexPath(m.sub("artifact-hosts"), i)
+		path := indexPath(r.path(), i)
 		if isNull(item) || item.Kind != yaml.ScalarNode || item.ShortTag() != "!!str" || item.Value == "" {
 			p.errorf(item, path, "expected a host name or address like %s; this entry is %s", example, p.describe(item))
 			continue
@@ -114,35 +141,31 @@ func (p *parser) artifactHosts(m *mapping) []hostpattern.Pattern {
 	return out
 }
 
-// artifactMappings reads the artifacts list: which artifact holds which format.
-func (p *parser) artifactMappings(m *mapping) []ArtifactMapping {
-	items, _ := m.list("artifacts", "artifact mappings", "[{format: qcow2, type: image-qcow}]")
+// artifactMappings reads the artifacts list: which artifact holds which
+// format. An entry with a wrong value is left out.
+func (p *parser) artifactMappings(r reader) []ArtifactMapping {
+	items, _ := r.m.list(r.key, "artifact mappings", "[{format: qcow2, type: image-qcow}]")
 	var out []ArtifactMapping
 	seen := map[string]int{}
 	for i, item := range items {
-		path := indexPath(m.sub("artifacts"), i)
-		am, ok := p.readMapping(item, path, "an artifacts entry", artifactKeys, true)
+		am, ok := p.readMapping(item, indexPath(r.path(), i), "an artifacts entry", keys(artifactTable), true)
 		if !ok {
 			continue
 		}
-		var a ArtifactMapping
-		good := am.require("format", "name the format this artifact holds, e.g. format: qcow2")
-		if n, ok := am.get("format"); ok {
-			a.Format, ok = p.checkFormat(n, am.sub("format"))
-			good = good && ok
-			if line, dup := seen[a.Format]; ok && dup {
-				p.errorf(n, am.sub("format"), "%s is mapped twice (first on line %d); keep one mapping per format", a.Format, line)
+		errs := len(p.errs)
+		var a artifactEntry
+		readInto(am, artifactTable, &a)
+		good := len(p.errs) == errs
+		if a.formatAt != nil {
+			if line, dup := seen[a.Format]; dup {
+				p.errorf(a.formatAt, a.formatPath, "%s is mapped twice (first on line %d); keep one mapping per format", a.Format, line)
 				good = false
-			} else if ok {
-				seen[a.Format] = n.Line
+			} else {
+				seen[a.Format] = a.formatAt.Line
 			}
 		}
-		if am.require("type", "give the artifact metadata.type to match, e.g. type: image-qcow") {
-			a.Type, _ = am.str("type")
-		}
-		a.Name, _ = am.str("name")
 		if good && a.Type != "" {
-			out = append(out, a)
+			out = append(out, a.ArtifactMapping)
 		}
 	}
 	return out
