@@ -312,13 +312,7 @@ func (c confirmation) none() bool { return len(c.changes) == 0 && len(c.drops) =
 // changes by themselves; the secure file holds the ZooKeeper settings, which
 // apply at the next start only, and diskimages' secrets.
 func toConfirm(running, next *config.Config) confirmation {
-	c := confirmation{changes: running.OwnSettingsChanged(next), drops: dropsToConfirm(running, next)}
-	for _, p := range running.Providers {
-		if np := next.Provider(p.Name); p.PostUploadHook != "" && np != nil && np.PostUploadHook == "" {
-			c.changes = append(c.changes, fmt.Sprintf("providers[%s].post-upload-hook", p.Name))
-		}
-	}
-	return c
+	return confirmation{changes: running.HeldChanges(next), drops: dropsToConfirm(running, next)}
 }
 
 // heldError is a reload held back until the operator confirms it.

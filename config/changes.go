@@ -54,6 +54,27 @@ func (c *Config) OwnSettingsChanged(next *Config) []string {
 	return out
 }
 
+// HeldChanges lists what differs from c to next that a file change alone
+// does not apply: the reload signal must confirm it. It is what
+// OwnSettingsChanged lists, and a key of a provider of both taken away when
+// its row holds that, as providers[cloud-a].post-upload-hook.
+func (c *Config) HeldChanges(next *Config) []string {
+	out := c.OwnSettingsChanged(next)
+	for _, p := range c.Providers {
+		np := next.Provider(p.Name)
+		if np == nil {
+			continue
+		}
+		old, now := &providerEntry{Provider: p}, &providerEntry{Provider: *np}
+		for _, s := range providerTable {
+			if s.reload == heldRemoved && s.changed(old, now) {
+				out = append(out, fmt.Sprintf("providers[%s].%s", p.Name, s.key))
+			}
+		}
+	}
+	return out
+}
+
 // Restarts says what changed from c to next that the running daemon keeps
 // until it restarts, one sentence for each key.
 func (c *Config) Restarts(next *Config) []string {

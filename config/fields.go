@@ -47,9 +47,14 @@ type owner uint8
 const (
 	// ours is a key of the builder's own: nodepool's schema has none like it.
 	ours owner = iota
-	// nodepools is a key of nodepool's schema.
+	// nodepools is a key of nodepool's schema that the builder reads.
 	nodepools
-	// older is an older nodepool's key, which nodepool 10 reads nowhere.
+	// launchers is a key of nodepool's schema that only nodepool's launcher
+	// reads: accepted and ignored.
+	launchers
+	// older is an older nodepool's key, which nodepool 10 reads nowhere
+	// and its config-validate refuses: accepted with a warning, as a file
+	// that older nodepools read may still hold it.
 	older
 )
 
@@ -87,6 +92,10 @@ func keysWhere[T any](table []spec[T], keep func(spec[T]) bool) []string {
 	}
 	return out
 }
+
+// readByBuilder tells a key the builder reads: its own, or nodepool's that
+// it reads.
+func readByBuilder[T any](s spec[T]) bool { return s.owner == ours || s.owner == nodepools }
 
 // defaults is an entry of a table's section before any key is read.
 func defaults[T any](table []spec[T]) T {
