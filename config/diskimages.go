@@ -57,22 +57,100 @@ func (p *parser) claim(names imageNames, n *yaml.Node, path, name, kind string) 
 	return true
 }
 
-// diskImageKeys are the keys of a diskimages entry: every key of nodepool 10's
-// schema for it (its Configuration documentation, diskimages), all read here.
-var diskImageKeys = []string{
-	"name", "abstract", "parent", "elements", "env-vars", "formats", "keep-formats",
-	"delete-after-upload", "release", "rebuild-age", "build-timeout", "pause",
-	"dib-cmd", "username", "python-path", "shell-type", "metadata",
+// diskImageTable is a diskimages entry: every key of nodepool 10's schema
+// for it (its Configuration documentation, diskimages), all read here. An
+// entry is read as written; what it inherits of its parent is laid over by
+// each key's row.
+var diskImageTable = []spec[diskImageEntry]{
+	{key: keyName, owner: nodepools, declares: true, need: "give every diskimage a name",
+		read: func(r reader, e *diskImageEntry) {
+			r.str(&e.Name)
+			e.nameNode, _ = r.node()
+		}},
+	{key: "abstract", owner: nodepools,
+		read: func(r reader, e *diskImageEntry) { r.boolean(&e.abstract) }},
+	{key: "parent", owner: nodepools,
+		read: func(r reader, e *diskImageEntry) {
+			if n, ok := r.node(); ok {
+				r.str(&e.Parent)
+				e.parentNode, e.parentPath = n, r.path()
+			}
+		}},
+	{key: "elements", owner: nodepools,
+		read: func(r reader, e *diskImageEntry) {
+			r.strList(&e.Elements, "diskimage-builder elements", "[debian-minimal, vm]")
+		},
+		lay: func(into, e *diskImageEntry) { into.Elements = append(slices.Clone(into.Elements), e.Elements...) }},
+	{key: "env-vars", owner: nodepools,
+		read: func(r reader, e *diskImageEntry) { r.strMap(&e.EnvVars, "DIB_RELEASE: bookworm") },
+		// The entry's variables win over those it inherits.
+		lay: func(into, e *diskImageEntry) {
+			merged := maps.Clone(into.EnvVars)
+			if merged == nil {
+				merged = map[string]string{}
+			}
+			maps.Copy(merged, e.EnvVars)
+			into.EnvVars = merged
+		}},
+	{key: "formats", owner: nodepools,
+		read: func(r reader, e *diskImageEntry) { r.formats(&e.Formats) },
+		lay:  func(into, e *diskImageEntry) { into.Formats = slices.Clone(e.Formats) }},
+	{key: "keep-formats", owner: nodepools,
+		read: func(r reader, e *diskImageEntry) { r.formats(&e.KeepFormats) },
+		lay:  func(into, e *diskImageEntry) { into.KeepFormats = slices.Clone(e.KeepFormats) }},
+	{key: "delete-after-upload", owner: nodepools,
+		read: func(r reader, e *diskImageEntry) { r.boolean(&e.DeleteAfterUpload) },
+		lay:  func(into, e *diskImageEntry) { into.DeleteAfterUpload = e.DeleteAfterUpload }},
+	{key: "release", owner: nodepools,
+		read: func(r reader, e *diskImageEntry) { r.m.p.release(r, &e.Release) },
+		lay:  func(into, e *diskImageEntry) { into.Release = e.Release }},
+	{key: "rebuild-age", owner: nodepools,
+		init: func(e *diskImageEntry) { e.RebuildAge = DefaultRebuildAge },
+		read: func(r reader, e *diskImageEntry) { r.seconds(&e.RebuildAge, true) },
+		lay:  func(into, e *diskImageEntry) { into.RebuildAge = e.RebuildAge }},
+	{key: "build-timeout", owner: nodepools,
+		init: func(e *diskImageEntry) { e.BuildTimeout = DefaultBuildTimeout },
+		read: func(r reader, e *diskImageEntry) { r.seconds(&e.BuildTimeout, false) },
+		lay:  func(into, e *diskImageEntry) { into.BuildTimeout = e.BuildTimeout }},
+	{key: "pause", owner: nodepools, declares: true,
+		read: func(r reader, e *diskImageEntry) { r.boolean(&e.Pause) },
+		lay:  func(into, e *diskImageEntry) { into.Pause = e.Pause }},
+	{key: "dib-cmd", owner: nodepools,
+		init: func(e *diskImageEntry) { e.DIBCmd = DefaultDIBCmd },
+		read: func(r reader, e *diskImageEntry) { r.str(&e.DIBCmd) },
+		lay:  func(into, e *diskImageEntry) { into.DIBCmd = e.DIBCmd }},
+	{key: "username", owner: nodepools, declares: true,
+		init: func(e *diskImageEntry) { e.Username = DefaultUsername },
+		read: func(r reader, e *diskImageEntry) { r.str(&e.Username) },
+		lay:  func(into, e *diskImageEntry) { into.Username = e.Username }},
+	{key: "python-path", owner: nodepools, declares: true,
+		init: func(e *diskImageEntry) { e.PythonPath = DefaultPythonPath },
+		read: func(r reader, e *diskImageEntry) { r.str(&e.PythonPath) },
+		lay:  func(into, e *diskImageEntry) { into.PythonPath = e.PythonPath }},
+	{key: "shell-type", owner: nodepools, declares: true,
+		read: func(r reader, e *diskImageEntry) {
+			if v, ok := r.m.str(r.key); ok {
+				e.ShellType = v
+				r.warnf("nodepool's launcher reads it, but nodepool 10's config-validate refuses it " +
+					"(its schema lacks the key): leave it out where that check runs on this file")
+			}
+		},
+		lay: func(into, e *diskImageEntry) { into.ShellType = e.ShellType }},
+	{key: "metadata", owner: nodepools,
+		read: func(r reader, e *diskImageEntry) { r.strMap(&e.Metadata, "os_distro: debian") },
+		lay:  func(into, e *diskImageEntry) { into.Metadata = maps.Clone(e.Metadata) }},
 }
 
 // diskImageEntry is one diskimages entry as written, before inheritance.
 type diskImageEntry struct {
-	own        DiskImage       // the values written in this entry
-	set        map[string]bool // which keys were written
-	abstract   bool
-	path       string
-	nameNode   *yaml.Node
+	DiskImage                 // the values written in this entry
+	set       map[string]bool // which keys were written
+	abstract  bool
+	path      string
+	nameNode  *yaml.Node
+	// parentNode and parentPath are where the parent is named.
 	parentNode *yaml.Node
+	parentPath string
 }
 
 // diskImages reads the diskimages list and applies parent/abstract
@@ -91,22 +169,22 @@ func (p *parser) diskImages(top *mapping, names imageNames, zuul []ZuulImage) []
 		if e == nil {
 			continue
 		}
-		if def, ok := names[e.own.Name]; ok && def.kind == "zuul-image" {
-			if zi := zuulImageNamed(zuul, e.own.Name); zi != nil {
+		if def, ok := names[e.Name]; ok && def.kind == "zuul-image" {
+			if zi := zuulImageNamed(zuul, e.Name); zi != nil {
 				p.declaration(e, zi, names)
 			}
 			continue
 		}
 		entries = append(entries, e)
-		if e.own.Name == "" {
+		if e.Name == "" {
 			continue
 		}
 		kind := "diskimage"
 		if e.abstract {
 			kind = "abstract diskimage"
 		}
-		if p.claim(names, e.nameNode, childPath(e.path, "name"), e.own.Name, kind) {
-			byName[e.own.Name] = e
+		if p.claim(names, e.nameNode, childPath(e.path, keyName), e.Name, kind) {
+			byName[e.Name] = e
 		}
 	}
 	return p.inherit(entries, byName, names)
@@ -121,37 +199,27 @@ func zuulImageNamed(zuul []ZuulImage, name string) *ZuulImage {
 	return nil
 }
 
-// declarationKeys are the keys a zuul-image's declaration may hold: its name,
-// nodepool's pause, and how nodepool-launcher connects to the nodes it boots
-// from the image, which the upload records carry to it.
-var declarationKeys = []string{"name", "pause", "username", "python-path", "shell-type"}
-
 // declaration checks a diskimages entry named after a zuul-image, which
 // declares it to nodepool: it holds no diskimage-builder settings, and pause:
 // true keeps every Python nodepool-builder reading the file from building it.
 // Its connection settings are recorded on the zuul-image.
 func (p *parser) declaration(e *diskImageEntry, zi *ZuulImage, names imageNames) {
 	def := names[zi.Name]
-	at := childPath(e.path, "name")
+	at := childPath(e.path, keyName)
 	if def.declared != 0 {
 		p.errorf(e.nameNode, at, "zuul-image %q is declared twice (first on line %d); keep one entry", zi.Name, def.declared)
 		return
 	}
 	def.declared = e.nameNode.Line
 	names[zi.Name] = def
-	var dib []string
-	for _, key := range diskImageKeys {
-		if e.set[key] && !slices.Contains(declarationKeys, key) {
-			dib = append(dib, key)
-		}
-	}
+	dib := keysWhere(diskImageTable, func(s spec[diskImageEntry]) bool { return e.set[s.key] && !s.declares })
 	if len(dib) > 0 {
 		p.errorf(e.nameNode, at, "%q is a zuul-image (defined %s), so this entry declares it to nodepool, but it also holds "+
 			"diskimage-builder settings (%s): whether the image is built here or fetched from Zuul would be unclear. "+
 			"Remove them (a zuul-image's formats and metadata are set on the zuul-image), or rename one of the two",
 			zi.Name, def.where(p), strings.Join(dib, ", "))
 	}
-	if !e.own.Pause {
+	if !e.Pause {
 		p.errorf(e.nameNode, at, "declares zuul-image %q to nodepool, and needs pause: true so that a Python "+
 			"nodepool-builder reading this file never builds it with diskimage-builder; add pause: true (the "+
 			"zuul-image's own pause is its key in %s, or image-pause)", zi.Name, def.file)
@@ -163,44 +231,16 @@ func (p *parser) declaration(e *diskImageEntry, zi *ZuulImage, names imageNames)
 }
 
 func (p *parser) diskImageEntry(item *yaml.Node, path string) *diskImageEntry {
-	m, ok := p.readMapping(item, path, "a diskimage", diskImageKeys, true)
+	m, ok := p.readMapping(item, path, "a diskimage", keys(diskImageTable), true)
 	if !ok {
 		return nil
 	}
 	e := &diskImageEntry{path: path, set: map[string]bool{}}
-	d := &e.own
-	if m.require("name", "give every diskimage a name") {
-		d.Name, _ = m.str("name")
-		e.nameNode, _ = m.get("name")
-	}
-	e.abstract, _ = m.boolean("abstract")
-	if n, ok := m.get("parent"); ok {
-		d.Parent, _ = m.str("parent")
-		e.parentNode = n
-	}
-	d.Elements, _ = m.strList("elements", "diskimage-builder elements", "[debian-minimal, vm]")
-	d.EnvVars, _ = m.strMap("env-vars", "DIB_RELEASE: bookworm")
-	d.Formats, _ = m.formats("formats")
-	d.KeepFormats, _ = m.formats("keep-formats")
-	d.DeleteAfterUpload, _ = m.boolean("delete-after-upload")
-	d.Release, _ = p.release(m)
-	d.RebuildAge, _ = m.seconds("rebuild-age", true)
-	d.BuildTimeout, _ = m.seconds("build-timeout", false)
-	d.Pause, _ = m.boolean("pause")
-	d.DIBCmd, _ = m.str("dib-cmd")
-	d.Username, _ = m.str("username")
-	d.PythonPath, _ = m.str("python-path")
-	if v, ok := m.str("shell-type"); ok {
-		d.ShellType = v
-		n, _ := m.get("shell-type")
-		p.warnf(n, m.sub("shell-type"), "nodepool's launcher reads it, but nodepool 10's config-validate refuses it "+
-			"(its schema lacks the key): leave it out where that check runs on this file")
-	}
-	d.Metadata, _ = m.strMap("metadata", "os_distro: debian")
+	readInto(m, diskImageTable, e)
 	// A key with a bad value counts as set: its error already fails the load.
-	for _, key := range diskImageKeys {
-		if m.has(key) {
-			e.set[key] = true
+	for _, s := range diskImageTable {
+		if m.has(s.key) {
+			e.set[s.key] = true
 		}
 	}
 	return e
@@ -208,29 +248,21 @@ func (p *parser) diskImageEntry(item *yaml.Node, path string) *diskImageEntry {
 
 // release accepts a name or a number, as nodepool does: "release: 9" is
 // common and must reach DIB_RELEASE as the text 9.
-func (p *parser) release(m *mapping) (string, bool) {
-	n, ok := m.get("release")
+func (p *parser) release(r reader, dst *string) {
+	n, ok := r.node()
 	if !ok {
-		return "", false
+		return
 	}
 	tag := n.ShortTag()
 	if n.Kind != yaml.ScalarNode || (tag != "!!str" && tag != "!!int" && tag != "!!float") {
-		p.errorf(n, m.sub("release"), "expected a release name or number like bookworm or 12, not %s", p.describe(n))
-		return "", false
+		r.errorf("expected a release name or number like bookworm or 12, not %s", p.describe(n))
+		return
 	}
-	return n.Value, true
+	*dst = n.Value
 }
 
 // baseDiskImage holds nodepool's defaults, where an image without a parent starts.
-func baseDiskImage() DiskImage {
-	return DiskImage{
-		RebuildAge:   DefaultRebuildAge,
-		BuildTimeout: DefaultBuildTimeout,
-		DIBCmd:       DefaultDIBCmd,
-		Username:     DefaultUsername,
-		PythonPath:   DefaultPythonPath,
-	}
-}
+func baseDiskImage() DiskImage { return defaults(diskImageTable).DiskImage }
 
 // cloneDiskImage copies d so that a child's slices and maps are its own.
 func cloneDiskImage(d DiskImage) DiskImage {
@@ -242,39 +274,17 @@ func cloneDiskImage(d DiskImage) DiskImage {
 	return d
 }
 
-// applyTo lays the entry over d, which holds its parent's resolved values:
-// elements append, env-vars merge with the entry winning, the rest replace.
+// applyTo lays the entry over d, which holds its parent's resolved values,
+// as each key's row lays it. The name and the parent are the entry's own.
 func (e *diskImageEntry) applyTo(d *DiskImage) {
-	d.Name = e.own.Name
-	d.Parent = e.own.Parent
-	if e.set["elements"] {
-		d.Elements = append(slices.Clone(d.Elements), e.own.Elements...)
-	}
-	if e.set["env-vars"] {
-		merged := maps.Clone(d.EnvVars)
-		if merged == nil {
-			merged = map[string]string{}
-		}
-		maps.Copy(merged, e.own.EnvVars)
-		d.EnvVars = merged
-	}
-	replace := func(key string, apply func()) {
-		if e.set[key] {
-			apply()
+	into := diskImageEntry{DiskImage: *d}
+	into.Name, into.Parent = e.Name, e.Parent
+	for _, s := range diskImageTable {
+		if s.lay != nil && e.set[s.key] {
+			s.lay(&into, e)
 		}
 	}
-	replace("formats", func() { d.Formats = slices.Clone(e.own.Formats) })
-	replace("keep-formats", func() { d.KeepFormats = slices.Clone(e.own.KeepFormats) })
-	replace("delete-after-upload", func() { d.DeleteAfterUpload = e.own.DeleteAfterUpload })
-	replace("release", func() { d.Release = e.own.Release })
-	replace("rebuild-age", func() { d.RebuildAge = e.own.RebuildAge })
-	replace("build-timeout", func() { d.BuildTimeout = e.own.BuildTimeout })
-	replace("pause", func() { d.Pause = e.own.Pause })
-	replace("dib-cmd", func() { d.DIBCmd = e.own.DIBCmd })
-	replace("username", func() { d.Username = e.own.Username })
-	replace("python-path", func() { d.PythonPath = e.own.PythonPath })
-	replace("shell-type", func() { d.ShellType = e.own.ShellType })
-	replace("metadata", func() { d.Metadata = maps.Clone(e.own.Metadata) })
+	*d = into.DiskImage
 }
 
 // inherit resolves every entry against its parent chain and returns the
@@ -297,26 +307,26 @@ func (p *parser) inherit(entries []*diskImageEntry, byName map[string]*diskImage
 		case failed:
 			return false
 		case visiting:
-			cycle := append(chain[slices.Index(chain, e.own.Name):], e.own.Name)
-			p.errorf(e.parentNode, childPath(e.path, "parent"), "parents form a cycle (%s); one image in it must have no parent", strings.Join(cycle, " -> "))
+			cycle := append(chain[slices.Index(chain, e.Name):], e.Name)
+			p.errorf(e.parentNode, e.parentPath, "parents form a cycle (%s); one image in it must have no parent", strings.Join(cycle, " -> "))
 			state[e] = failed
 			return false
 		}
 		state[e] = visiting
 		d := baseDiskImage()
-		if e.own.Parent != "" {
-			parent, ok := byName[e.own.Parent]
-			if def := names[e.own.Parent]; !ok && def.kind == "zuul-image" {
-				p.errorf(e.parentNode, childPath(e.path, "parent"), "%q is a zuul-image, which is fetched from Zuul and cannot be a parent; name a diskimage, or remove parent", e.own.Parent)
+		if e.Parent != "" {
+			parent, ok := byName[e.Parent]
+			if def := names[e.Parent]; !ok && def.kind == "zuul-image" {
+				p.errorf(e.parentNode, e.parentPath, "%q is a zuul-image, which is fetched from Zuul and cannot be a parent; name a diskimage, or remove parent", e.Parent)
 				state[e] = failed
 				return false
 			}
 			if !ok {
-				p.errorf(e.parentNode, childPath(e.path, "parent"), "%q is not a diskimage; name one defined under diskimages, or remove parent", e.own.Parent)
+				p.errorf(e.parentNode, e.parentPath, "%q is not a diskimage; name one defined under diskimages, or remove parent", e.Parent)
 				state[e] = failed
 				return false
 			}
-			if !resolveEntry(parent, append(chain, e.own.Name)) {
+			if !resolveEntry(parent, append(chain, e.Name)) {
 				state[e] = failed
 				return false
 			}
@@ -330,7 +340,7 @@ func (p *parser) inherit(entries []*diskImageEntry, byName map[string]*diskImage
 
 	var out []DiskImage
 	for _, e := range entries {
-		if byName[e.own.Name] != e {
+		if byName[e.Name] != e {
 			continue // unnamed or a duplicate: already reported
 		}
 		if resolveEntry(e, nil) && !e.abstract {

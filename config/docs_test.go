@@ -25,8 +25,8 @@ func TestDocsNameEveryKey(t *testing.T) {
 	}{
 		{"## `nodepool.yaml` top level", slices.Concat(topKeys, topNodepoolKeys)},
 		{"### `webapp`", webappKeys},
-		{"## `diskimages`", diskImageKeys},
-		{"### Declaring a zuul-image", declarationKeys},
+		{"## `diskimages`", keys(diskImageTable)},
+		{"### Declaring a zuul-image", keysWhere(diskImageTable, func(s spec[diskImageEntry]) bool { return s.declares })},
 		{"## `providers`", keys(providerTable)},
 		{"### A provider's `diskimages`", keys(providerImageTable)},
 		{"### `zookeeper-servers`", zkServerKeys},

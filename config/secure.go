@@ -53,7 +53,7 @@ func (p *parser) secureDiskImage(item *yaml.Node, path string, cfg *Config, name
 	if !ok {
 		return
 	}
-	p.ignoredKeys(m, "a diskimage of the secure file", secureDiskImageKeys, diskImageKeys,
+	p.ignoredKeys(m, "a diskimage of the secure file", secureDiskImageKeys, keys(diskImageTable),
 		"nodepool reads only the name and env-vars of a diskimage from the secure file, and ignores this key there, as "+
 			"the builder does: set it in the diskimage's entry in "+nodepoolFile+", or remove it")
 	var name string

@@ -97,8 +97,10 @@ func (p *parser) zuulImages(top *mapping, names imageNames, pollInterval time.Du
 		if !ok {
 			continue
 		}
-		z := defaults(zuulImageTable)
-		z.PollInterval, z.Username, z.PythonPath = pollInterval, DefaultUsername, DefaultPythonPath
+		// Username and PythonPath are its declaration's, nodepool's defaults
+		// until one is read.
+		d, z := baseDiskImage(), defaults(zuulImageTable)
+		z.PollInterval, z.Username, z.PythonPath = pollInterval, d.Username, d.PythonPath
 		readInto(m, zuulImageTable, &z)
 		if z.Name == "" {
 			continue
