@@ -123,7 +123,14 @@ type mapping struct {
 	node   *yaml.Node
 	path   string
 	fields map[string]field
+	// known are the keys the mapping may hold: the only ones worth reading.
+	known []string
 }
+
+// unlistedRead, when set, is told of a key read from a mapping whose known
+// keys do not list it: a reader's mistake, which reads nothing. The tests set
+// it; a key is to be listed in its section's table before it is read.
+var unlistedRead func(path, key string)
 
 // maxMergeDepth bounds "<<" merges that refer to each other.
 const maxMergeDepth = 32
@@ -137,7 +144,7 @@ const maxMergeDepth = 32
 // messages.
 func (p *parser) readMapping(n *yaml.Node, path, what string, known []string, strict bool) (*mapping, bool) {
 	n = resolve(n)
-	m := &mapping{p: p, node: n, path: path, fields: map[string]field{}}
+	m := &mapping{p: p, node: n, path: path, fields: map[string]field{}, known: known}
 	if n == nil || n.Kind != yaml.MappingNode {
 		p.errorf(n, path, "expected %s (a mapping of keys like %s), not %s", what, strings.Join(known[:min(2, len(known))], ", "), p.describe(n))
 		return m, false
@@ -215,6 +222,9 @@ func (m *mapping) sub(key string) string { return childPath(m.path, key) }
 
 // get returns the value of key, or false when the key is absent or empty.
 func (m *mapping) get(key string) (*yaml.Node, bool) {
+	if unlistedRead != nil && !slices.Contains(m.known, key) {
+		unlistedRead(m.path, key)
+	}
 	f, ok := m.fields[key]
 	if !ok || isNull(f.val) {
 		return nil, false

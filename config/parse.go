@@ -486,7 +486,7 @@ func requireImagesDir(np *parser, top *mapping, sp *parser, settings *mapping) {
 // mapping. false means it is not a mapping, which is reported.
 func (p *parser) topMapping(root *yaml.Node, what string, known []string) (*mapping, bool) {
 	if isNull(root) {
-		return &mapping{p: p, fields: map[string]field{}}, true
+		return &mapping{p: p, fields: map[string]field{}, known: known}, true
 	}
 	return p.readMapping(root, "", what, known, true)
 }
@@ -495,7 +495,7 @@ func (p *parser) topMapping(root *yaml.Node, what string, known []string) (*mapp
 // nodepool's is refused with where it belongs.
 func (p *parser) ownMapping(root *yaml.Node, nodepoolFile string) (*mapping, bool) {
 	if isNull(root) {
-		return &mapping{p: p, fields: map[string]field{}}, true
+		return &mapping{p: p, fields: map[string]field{}, known: ownKeys}, true
 	}
 	m, ok := p.readMapping(root, "", "the builder's config", ownKeys, false)
 	if !ok {
