@@ -26,7 +26,7 @@ import (
 type gatedCloud struct {
 	mu      sync.Mutex
 	seq     int
-	images  map[string]uploader.Image
+	images  map[string]uploader.CloudImage
 	gate    chan struct{} // nil: uploads pass
 	started chan string   // receives the id of each upload that begins
 	creates int
@@ -39,7 +39,7 @@ type gatedCloud struct {
 }
 
 func newGatedCloud() *gatedCloud {
-	return &gatedCloud{images: map[string]uploader.Image{}, started: make(chan string, 16)}
+	return &gatedCloud{images: map[string]uploader.CloudImage{}, started: make(chan string, 16)}
 }
 
 // hold makes uploads block until release.
@@ -65,7 +65,7 @@ func (c *gatedCloud) Create(_ context.Context, spec uploader.ImageSpec) (string,
 	c.creates++
 	// Shaped as Glance makes them: the uploader deletes no other.
 	id := fmt.Sprintf("00000000-0000-4000-8000-%012d", c.seq)
-	c.images[id] = uploader.Image{ID: id, Name: spec.Name, Status: "queued", Properties: spec.Properties}
+	c.images[id] = uploader.CloudImage{ID: id, Name: spec.Name, Status: "queued", Properties: spec.Properties}
 	return id, nil
 }
 
@@ -98,21 +98,21 @@ func (c *gatedCloud) Upload(ctx context.Context, id string, r io.Reader, size in
 	return nil
 }
 
-func (c *gatedCloud) Get(_ context.Context, id string) (uploader.Image, error) {
+func (c *gatedCloud) Get(_ context.Context, id string) (uploader.CloudImage, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	img, ok := c.images[id]
 	if !ok {
-		return uploader.Image{}, fmt.Errorf("image %s: %w", id, uploader.ErrNotFound)
+		return uploader.CloudImage{}, fmt.Errorf("image %s: %w", id, uploader.ErrNotFound)
 	}
 	return img, nil
 }
 
-func (c *gatedCloud) List(_ context.Context, match map[string]string) ([]uploader.Image, error) {
+func (c *gatedCloud) List(_ context.Context, match map[string]string) ([]uploader.CloudImage, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lists++
-	var out []uploader.Image
+	var out []uploader.CloudImage
 	for _, img := range c.images {
 		ok := true
 		for k, v := range match {
@@ -546,7 +546,7 @@ func TestStopInterruptsUploadsWithinTheGrace(t *testing.T) {
 // wait for a leak sweep to list it.
 type listingCloud struct{ *gatedCloud }
 
-func (c listingCloud) List(ctx context.Context, match map[string]string) ([]uploader.Image, error) {
+func (c listingCloud) List(ctx context.Context, match map[string]string) ([]uploader.CloudImage, error) {
 	c.release()
 	return c.gatedCloud.List(ctx, match)
 }

@@ -208,7 +208,7 @@ func (a *attempt) importer(ctx context.Context, method string) (Importer, error)
 }
 
 // checkStored compares what the cloud stored with the file that was sent.
-func checkStored(img Image, f store.File) error {
+func checkStored(img CloudImage, f store.File) error {
 	if f.MD5 != "" && img.Checksum != "" && !strings.EqualFold(img.Checksum, f.MD5) {
 		return fmt.Errorf("cloud stored md5 %s but the file's md5 is %s", img.Checksum, f.MD5)
 	}
@@ -218,25 +218,25 @@ func checkStored(img Image, f store.File) error {
 // waitActive waits for the image to be active. For an import (importer
 // set), a failure of the import ends the wait with Glance's reason: a failed
 // import may leave the image importing, or send it back to queued.
-func (u *Uploader) waitActive(ctx context.Context, cloud Cloud, importer Importer, id string) (Image, error) {
+func (u *Uploader) waitActive(ctx context.Context, cloud Cloud, importer Importer, id string) (CloudImage, error) {
 	for {
 		img, err := cloud.Get(ctx, id)
 		if err != nil {
-			return Image{}, fmt.Errorf("check image status: %w", err)
+			return CloudImage{}, fmt.Errorf("check image status: %w", err)
 		}
 		switch img.Status {
 		case "active":
 			return img, nil
 		case "killed", "deleted", "pending_delete", "deactivated":
-			return Image{}, fmt.Errorf("cloud put the image in state %q", img.Status)
+			return CloudImage{}, fmt.Errorf("cloud put the image in state %q", img.Status)
 		}
 		if importer != nil {
 			why, err := importer.ImportFailure(ctx, id)
 			if err != nil {
-				return Image{}, fmt.Errorf("check the import: %w", err)
+				return CloudImage{}, fmt.Errorf("check the import: %w", err)
 			}
 			if why != "" {
-				return Image{}, fmt.Errorf("the cloud's import failed (image %s): %s", img.Status, why)
+				return CloudImage{}, fmt.Errorf("the cloud's import failed (image %s): %s", img.Status, why)
 			}
 		}
 		t := time.NewTimer(u.opts.PollInterval)
@@ -244,7 +244,7 @@ func (u *Uploader) waitActive(ctx context.Context, cloud Cloud, importer Importe
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return Image{}, fmt.Errorf("image still %q: %w", img.Status, ctx.Err())
+			return CloudImage{}, fmt.Errorf("image still %q: %w", img.Status, ctx.Err())
 		}
 	}
 }

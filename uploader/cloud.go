@@ -15,8 +15,8 @@ var ErrNotFound = errors.New("image not found")
 // HTTP 5xx): the request may well succeed later, unchanged.
 var ErrUnavailable = errors.New("cloud unavailable")
 
-// Image is a cloud image as the uploader sees it.
-type Image struct {
+// CloudImage is a cloud image as the uploader sees it.
+type CloudImage struct {
 	ID         string
 	Name       string
 	Status     string // Glance status: queued, saving, active, killed, deleted, ...
@@ -44,9 +44,9 @@ type Cloud interface {
 	// Upload streams size bytes of data into the image created by Create.
 	Upload(ctx context.Context, id string, data io.Reader, size int64) error
 	// Get returns one image; ErrNotFound when it does not exist.
-	Get(ctx context.Context, id string) (Image, error)
+	Get(ctx context.Context, id string) (CloudImage, error)
 	// List returns every image whose properties include all of match.
-	List(ctx context.Context, match map[string]string) ([]Image, error)
+	List(ctx context.Context, match map[string]string) ([]CloudImage, error)
 	// Delete removes an image; deleting one that does not exist is not an error.
 	Delete(ctx context.Context, id string) error
 	// Project is the project the cloud's credentials act for, which owns the

@@ -229,16 +229,16 @@ var glanceID = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 // another's. The id must be a UUID before the cloud is asked about it. The
 // error wraps ErrNotFound when the image is gone, and errNotOurs when it is
 // not the upload's.
-func recordedImage(ctx context.Context, cloud Cloud, up store.Upload) (Image, error) {
+func recordedImage(ctx context.Context, cloud Cloud, up store.Upload) (CloudImage, error) {
 	if !glanceID.MatchString(up.ExternalID) {
-		return Image{}, fmt.Errorf("%w: external id %.80q is not an image id as Glance makes them (a UUID)", errNotOurs, up.ExternalID)
+		return CloudImage{}, fmt.Errorf("%w: external id %.80q is not an image id as Glance makes them (a UUID)", errNotOurs, up.ExternalID)
 	}
 	img, err := cloud.Get(ctx, up.ExternalID)
 	if err != nil {
-		return Image{}, fmt.Errorf("check whose image it is: %w", err)
+		return CloudImage{}, fmt.Errorf("check whose image it is: %w", err)
 	}
 	if err := uploadsImage(ctx, cloud, up, img); err != nil {
-		return Image{}, err
+		return CloudImage{}, err
 	}
 	return img, nil
 }
@@ -252,7 +252,7 @@ func recordedImage(ctx context.Context, cloud Cloud, up store.Upload) (Image, er
 // may set properties on an image of theirs that the builder's credentials
 // reach (a shared or public image, or any image for an admin). The error wraps
 // errNotOurs when it is not the upload's.
-func uploadsImage(ctx context.Context, cloud Cloud, up store.Upload, img Image) error {
+func uploadsImage(ctx context.Context, cloud Cloud, up store.Upload, img CloudImage) error {
 	p := img.Properties
 	if p[PropBuildID] != up.BuildID {
 		return fmt.Errorf("%w: the image's %s is %.80q, not the upload's build %s", errNotOurs, PropBuildID, p[PropBuildID], up.BuildID)
@@ -278,7 +278,7 @@ var errOtherProject = errors.New("another project's image")
 // ownedByProject tells whether a cloud image belongs to the project the cloud's
 // credentials act for, when the cloud tells both; the error wraps
 // errOtherProject when it belongs to another.
-func ownedByProject(ctx context.Context, cloud Cloud, img Image) error {
+func ownedByProject(ctx context.Context, cloud Cloud, img CloudImage) error {
 	if img.Owner == "" {
 		return nil
 	}

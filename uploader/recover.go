@@ -76,7 +76,7 @@ func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
 	defer cancel()
 	// Only the upload's own image is adopted or deleted: the record may be
 	// forged, or wrong, and the image it names an operator's or another tool's.
-	var found []Image
+	var found []CloudImage
 	var notOurs error
 	if up.ExternalID != "" {
 		img, err := recordedImage(cctx, cloud, up)
@@ -149,7 +149,7 @@ func (u *Uploader) recoverUpload(ctx context.Context, up store.Upload) error {
 // adopt runs the checks an upload passes before it is ready on the image an
 // interrupted upload made: what the cloud stored is the build's file, and the
 // provider's post-upload hook passes.
-func (u *Uploader) adopt(ctx context.Context, up store.Upload, img Image) error {
+func (u *Uploader) adopt(ctx context.Context, up store.Upload, img CloudImage) error {
 	st := u.opts.Store
 	b, err := st.Build(ctx, up.BuildID)
 	if err != nil {

@@ -143,7 +143,7 @@ func (s *streamSetup) uploads(t *testing.T) map[string]store.Upload {
 }
 
 // images are the build's images in Glance.
-func (s *streamSetup) images(t *testing.T) []uploader.Image {
+func (s *streamSetup) images(t *testing.T) []uploader.CloudImage {
 	t.Helper()
 	imgs, err := s.clouds["fast"].List(t.Context(), map[string]string{uploader.PropBuildID: s.build.ID})
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 // Leak is a cloud image tagged with this builder's id that the store does not hold.
 type Leak struct {
 	Provider string
-	Image    Image
+	Image    CloudImage
 }
 
 // ListError is a provider whose cloud images could not all be listed: the
@@ -71,7 +71,7 @@ func (u *Uploader) Leaks(ctx context.Context, provider string) ([]Leak, error) {
 // the clouds in parallel. Providers that share a cloud client share one
 // listing of it, whose images go to the provider each names; with one
 // provider on a cloud, the cloud filters by provider itself.
-func (u *Uploader) list(ctx context.Context, providers []*config.Provider) ([][]Image, []error) {
+func (u *Uploader) list(ctx context.Context, providers []*config.Provider) ([][]CloudImage, []error) {
 	type group struct {
 		cloud   Cloud
 		members map[string]int // provider name: index in providers
@@ -92,7 +92,7 @@ func (u *Uploader) list(ctx context.Context, providers []*config.Provider) ([][]
 			shared[c] = g
 		}
 	}
-	lists := make([][]Image, len(providers))
+	lists := make([][]CloudImage, len(providers))
 	errs := make([]error, len(providers))
 	var wg sync.WaitGroup
 	for _, g := range groups {
@@ -230,7 +230,7 @@ func (u *Uploader) lastImages(ctx context.Context, leaks []Leak) (map[string]boo
 	for _, up := range ready {
 		served[up.Provider+"\x00"+up.Image] = true
 	}
-	newest := map[string]Image{}
+	newest := map[string]CloudImage{}
 	for _, l := range leaks {
 		k := l.Provider + "\x00" + l.Image.Properties[PropImage]
 		if served[k] || l.Image.Status != "active" {

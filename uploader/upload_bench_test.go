@@ -173,7 +173,7 @@ func (c *timedCloud) Upload(ctx context.Context, id string, data io.Reader, size
 	return c.Cloud.Upload(ctx, id, data, size)
 }
 
-func (c *timedCloud) Get(ctx context.Context, id string) (uploader.Image, error) {
+func (c *timedCloud) Get(ctx context.Context, id string) (uploader.CloudImage, error) {
 	img, err := c.Cloud.Get(ctx, id)
 	if err == nil && img.Status == "active" {
 		c.mu.Lock()

@@ -31,7 +31,7 @@ import (
 type fakeCloud struct {
 	mu         sync.Mutex
 	seq        int
-	images     map[string]*Image
+	images     map[string]*CloudImage
 	data       map[string][]byte
 	failUpload int  // fail this many uploads
 	neverReady bool // images stay "saving"
@@ -49,7 +49,7 @@ type fakeCloud struct {
 }
 
 func newFakeCloud() *fakeCloud {
-	return &fakeCloud{images: map[string]*Image{}, data: map[string][]byte{}}
+	return &fakeCloud{images: map[string]*CloudImage{}, data: map[string][]byte{}}
 }
 
 var errUnreachable = fmt.Errorf("%w: connection refused", ErrUnavailable)
@@ -67,7 +67,7 @@ func (c *fakeCloud) Create(_ context.Context, spec ImageSpec) (string, error) {
 	for k, v := range spec.Properties {
 		props[k] = v
 	}
-	c.images[id] = &Image{ID: id, Name: spec.Name, Status: "queued", DiskFormat: spec.DiskFormat, Properties: props,
+	c.images[id] = &CloudImage{ID: id, Name: spec.Name, Status: "queued", DiskFormat: spec.DiskFormat, Properties: props,
 		Created: time.Date(2026, 1, 1, 0, 0, c.seq, 0, time.UTC), Owner: c.project}
 	return id, nil
 }
@@ -105,27 +105,27 @@ func (c *fakeCloud) Upload(_ context.Context, id string, r io.Reader, size int64
 	return nil
 }
 
-func (c *fakeCloud) Get(_ context.Context, id string) (Image, error) {
+func (c *fakeCloud) Get(_ context.Context, id string) (CloudImage, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.unreachable {
-		return Image{}, errUnreachable
+		return CloudImage{}, errUnreachable
 	}
 	img, ok := c.images[id]
 	if !ok {
-		return Image{}, fmt.Errorf("image %s: %w", id, ErrNotFound)
+		return CloudImage{}, fmt.Errorf("image %s: %w", id, ErrNotFound)
 	}
 	return *img, nil
 }
 
-func (c *fakeCloud) List(_ context.Context, match map[string]string) ([]Image, error) {
+func (c *fakeCloud) List(_ context.Context, match map[string]string) ([]CloudImage, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lists++
 	if c.unreachable {
 		return nil, errUnreachable
 	}
-	var out []Image
+	var out []CloudImage
 	for _, img := range c.images {
 		ok := true
 		for k, v := range match {

@@ -126,7 +126,7 @@ func (u *Uploader) Uploadable(provider string, f store.File) bool {
 // checkFetched compares what the cloud stored from a web-download with what
 // the artifact declares: its md5 and its size. Glance's other digest
 // (os_hash_value) is of its own algorithm, sha512 by default.
-func checkFetched(img Image, f store.File) error {
+func checkFetched(img CloudImage, f store.File) error {
 	if err := checkStored(img, f); err != nil {
 		return fmt.Errorf("the artifact the cloud fetched is not the one declared: %w", err)
 	}

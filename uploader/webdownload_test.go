@@ -120,7 +120,7 @@ func (s *webSetup) upload(t *testing.T) store.Upload {
 }
 
 // images are the images of the build in the cloud.
-func (s *webSetup) images(t *testing.T) []uploader.Image {
+func (s *webSetup) images(t *testing.T) []uploader.CloudImage {
 	t.Helper()
 	imgs, err := s.cloud.List(t.Context(), map[string]string{uploader.PropBuildID: s.build.ID})
 	if err != nil {

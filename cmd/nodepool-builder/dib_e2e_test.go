@@ -147,9 +147,9 @@ func (e *env) storeUploads(f store.UploadFilter) []store.Upload {
 
 // checkUploaded fails the test unless the provider holds exactly one active
 // Glance image of the build, in format, whose data is the build's file.
-func (e *env) checkUploaded(provider string, b listing.Build, format string) uploader.Image {
+func (e *env) checkUploaded(provider string, b listing.Build, format string) uploader.CloudImage {
 	e.t.Helper()
-	var mine []uploader.Image
+	var mine []uploader.CloudImage
 	for _, img := range e.images(provider) {
 		if img.Properties[uploader.PropBuildID] == b.BuildID {
 			mine = append(mine, img)

@@ -178,7 +178,7 @@ func (e *env) artifact(b zuultest.Build, name string) zuultest.Artifact {
 }
 
 // images returns the Glance images a provider holds, by our properties.
-func (e *env) images(provider string) []uploader.Image {
+func (e *env) images(provider string) []uploader.CloudImage {
 	e.t.Helper()
 	imgs, err := e.cloud.List(context.Background(), map[string]string{uploader.PropProvider: provider})
 	if err != nil {
@@ -312,7 +312,7 @@ func TestOnceUploadsEachProviderItsFormat(t *testing.T) {
 
 func TestOnceRotatesUploads(t *testing.T) {
 	e := newEnv(t, zuultest.ServerOptions{Tenant: "example"})
-	var first []uploader.Image
+	var first []uploader.CloudImage
 	var firstBuild string
 	for i := int64(1); i <= 4; i++ {
 		e.addBuild(e.makeImage(i), zuultest.BuildSpec{})

@@ -542,7 +542,7 @@ func TestZooKeeperTwoHosts(t *testing.T) {
 			t.Fatalf("build %s is on no host", bj.ID)
 		}
 		for _, p := range providers {
-			var mine []uploader.Image
+			var mine []uploader.CloudImage
 			for _, img := range e.images(p) {
 				if img.Properties[uploader.PropBuildID] == bj.BuildID {
 					mine = append(mine, img)

@@ -165,24 +165,24 @@ func (c *Cloud) put(ctx context.Context, sc *gophercloud.ServiceClient, target s
 }
 
 // Get returns the image; the error wraps uploader.ErrNotFound when Glance has no such image.
-func (c *Cloud) Get(ctx context.Context, id string) (uploader.Image, error) {
+func (c *Cloud) Get(ctx context.Context, id string) (uploader.CloudImage, error) {
 	if id == "" {
-		return uploader.Image{}, fmt.Errorf("get image from cloud %s: no image id", c.name)
+		return uploader.CloudImage{}, fmt.Errorf("get image from cloud %s: no image id", c.name)
 	}
 	sc, err := c.imageService(ctx)
 	if err != nil {
-		return uploader.Image{}, fmt.Errorf("get image %s: %w", id, err)
+		return uploader.CloudImage{}, fmt.Errorf("get image %s: %w", id, err)
 	}
 	img, err := images.Get(ctx, sc, id).Extract()
 	if err != nil {
-		return uploader.Image{}, fmt.Errorf("get image %s from cloud %s: %w", id, c.name, c.getError(err))
+		return uploader.CloudImage{}, fmt.Errorf("get image %s from cloud %s: %w", id, c.name, c.getError(err))
 	}
 	return toImage(img), nil
 }
 
 // List returns every image whose properties include all of match, following Glance's
 // pages to the end.
-func (c *Cloud) List(ctx context.Context, match map[string]string) ([]uploader.Image, error) {
+func (c *Cloud) List(ctx context.Context, match map[string]string) ([]uploader.CloudImage, error) {
 	for k := range match {
 		if slices.Contains(coreAttributes, k) || slices.Contains(listParams, k) {
 			return nil, fmt.Errorf("list images in cloud %s: %q is not a property Glance can filter on", c.name, k)
@@ -192,7 +192,7 @@ func (c *Cloud) List(ctx context.Context, match map[string]string) ([]uploader.I
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", err)
 	}
-	var out []uploader.Image
+	var out []uploader.CloudImage
 	err = images.List(sc, propertyFilter{match: match, limit: c.pageSize}).EachPage(ctx, func(_ context.Context, page pagination.Page) (bool, error) {
 		imgs, err := images.ExtractImages(page)
 		if err != nil {
@@ -321,7 +321,7 @@ func hasAll(props, match map[string]string) bool {
 
 // toImage converts gophercloud's image. Its Properties hold every field it has no struct
 // field for, so Glance's own fields are dropped there to leave the custom properties.
-func toImage(img *images.Image) uploader.Image {
+func toImage(img *images.Image) uploader.CloudImage {
 	props := make(map[string]string, len(img.Properties))
 	for k, v := range img.Properties {
 		if v == nil || slices.Contains(coreAttributes, k) {
@@ -333,7 +333,7 @@ func toImage(img *images.Image) uploader.Image {
 			props[k] = fmt.Sprint(v)
 		}
 	}
-	return uploader.Image{
+	return uploader.CloudImage{
 		ID:         img.ID,
 		Name:       img.Name,
 		Status:     string(img.Status),

@@ -78,9 +78,9 @@ func (ic *importCloud) tasks(t *testing.T, id string) []imageTask {
 
 // waitStatus waits until the image has the status, and fails the test at
 // once if its import fails first.
-func (ic *importCloud) waitStatus(t *testing.T, id, status string) uploader.Image {
+func (ic *importCloud) waitStatus(t *testing.T, id, status string) uploader.CloudImage {
 	t.Helper()
-	var img uploader.Image
+	var img uploader.CloudImage
 	var failure string
 	testenv.WaitFor(t, importTimeout, "image "+id+" "+status, func() bool {
 		var err error
