@@ -397,7 +397,7 @@ func (f *fetch) fetch(ctx context.Context, w *store.BuildWriter, streams *[]Stre
 	}
 	plan, matched, convert := f.plan.plan, f.plan.matched, f.plan.convert
 	b := w.Build()
-	inspected := map[string]qemuimg.Image{}
+	inspected := map[string]qemuimg.Info{}
 	for _, format := range plan {
 		c := matched[format]
 		sha, md5 := artifacts.Checksums(c)
@@ -611,7 +611,7 @@ func planFormats(needed, available []string) (download []string, convert map[str
 
 // convertFormat converts src, a file of the build fetched and inspected, into
 // format dst and records it.
-func (p *Poller) convertFormat(ctx context.Context, w *store.BuildWriter, src qemuimg.Image, dst string, limit int64) error {
+func (p *Poller) convertFormat(ctx context.Context, w *store.BuildWriter, src qemuimg.Info, dst string, limit int64) error {
 	b := w.Build()
 	if err := qemuimg.Installed(p.opts.QemuImg); err != nil {
 		return fmt.Errorf("convert %s to %s: %w", src.Format, dst, err)
@@ -637,7 +637,7 @@ func (p *Poller) convertFormat(ctx context.Context, w *store.BuildWriter, src qe
 // inspect checks a fetched or converted file of w with qemu-img, and the size
 // of the disk it holds against limit (builder.max-image-size); an unsafe or too
 // large one is discarded and its format refused for good.
-func (p *Poller) inspect(ctx context.Context, w *store.BuildWriter, path, format string, limit int64) (qemuimg.Image, error) {
+func (p *Poller) inspect(ctx context.Context, w *store.BuildWriter, path, format string, limit int64) (qemuimg.Info, error) {
 	img, err := qemuimg.Inspect(ctx, p.opts.QemuImg, path, format)
 	if err == nil {
 		if err = img.CheckSize(limit); err == nil {
@@ -649,9 +649,9 @@ func (p *Poller) inspect(ctx context.Context, w *store.BuildWriter, path, format
 		err = errors.Join(err, derr)
 	}
 	if errors.Is(err, untrusted.ErrUnsafe) || errors.Is(err, untrusted.ErrTooLarge) {
-		return qemuimg.Image{}, refuse(format, err)
+		return qemuimg.Info{}, refuse(format, err)
 	}
-	return qemuimg.Image{}, fmt.Errorf("check %s image %s: %w", format, path, err)
+	return qemuimg.Info{}, fmt.Errorf("check %s image %s: %w", format, path, err)
 }
 
 // maxImageSize says, for an error, which setting sets the limit of limit bytes.

@@ -29,13 +29,13 @@ import (
 // util-linux's prlimit when it is installed, five minutes and 30 seconds a GiB of CPU
 // time and 2 GiB of memory. One that runs out of them is killed, and the error says
 // which. Once ctx is done, qemu-img is killed and Convert returns ctx's error.
-func Convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string) error {
+func Convert(ctx context.Context, qemuImg string, src Info, dst, dstFmt string) error {
 	return convert(ctx, qemuImg, src, dst, dstFmt, diskspace.Free, convertBounds(src.VirtualSize))
 }
 
 // convert is Convert with free reporting the free space of a directory's filesystem,
 // and qemu-img run within bounds.
-func convert(ctx context.Context, qemuImg string, src Image, dst, dstFmt string, free func(string) (int64, error), bounds bounds) error {
+func convert(ctx context.Context, qemuImg string, src Info, dst, dstFmt string, free func(string) (int64, error), bounds bounds) error {
 	qemuImg = program(qemuImg)
 	in, out := qemuFormat(src.Format), qemuFormat(dstFmt)
 	if in == "" || out == "" {

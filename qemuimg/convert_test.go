@@ -41,7 +41,7 @@ func qemuInfo(t *testing.T, qemuImg, path string) (string, int64) {
 }
 
 // inspect returns what Inspect finds of the image at path, claimed to be format.
-func inspect(t *testing.T, qemuImg, path, format string) Image {
+func inspect(t *testing.T, qemuImg, path, format string) Info {
 	t.Helper()
 	img, err := Inspect(context.Background(), qemuImg, path, format)
 	if err != nil {
@@ -117,7 +117,7 @@ func TestConvertFailure(t *testing.T) {
 	}
 	dst := filepath.Join(dir, "out.raw")
 	// As a file Inspect did not see: qemu-img itself must refuse it.
-	err := Convert(context.Background(), qemuImg, Image{Path: src, Format: "qcow2", VirtualSize: 1 << 20}, dst, "raw")
+	err := Convert(context.Background(), qemuImg, Info{Path: src, Format: "qcow2", VirtualSize: 1 << 20}, dst, "raw")
 	if err == nil {
 		t.Fatal("Convert of a broken image succeeded")
 	}
@@ -234,7 +234,7 @@ func TestConvertCancel(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- Convert(ctx, qemuImg, Image{Path: src, Format: "raw", VirtualSize: 1 << 20}, filepath.Join(dir, "out.qcow2"), "qcow2")
+		done <- Convert(ctx, qemuImg, Info{Path: src, Format: "raw", VirtualSize: 1 << 20}, filepath.Join(dir, "out.qcow2"), "qcow2")
 	}()
 	pid := waitForProcess(t, done, "convert", src)
 	// Should it outlive the test, it would wait on the FIFO for ever.
@@ -313,14 +313,14 @@ func findProcess(args []string) int {
 }
 
 // TestConvertRefusesOtherFiles: Convert reads its source through qemu-img too, so it
-// judges the header as Inspect does, whatever Image it is given, before qemu-img runs.
+// judges the header as Inspect does, whatever Info it is given, before qemu-img runs.
 func TestConvertRefusesOtherFiles(t *testing.T) {
 	realQemuImg := testenv.RequireBinary(t, "qemu-img")
 	dir := t.TempDir()
 	qemuImgCreate(t, realQemuImg, dir, "-f", "qcow2", "-o", "data_file="+filepath.Join(dir, "host.data"), "datafile.qcow2", "1M")
 	qemuImgCreate(t, realQemuImg, dir, "-f", "vmdk", "-o", "subformat=monolithicFlat", "flat.vmdk", "1M")
 	qemuImg, calls := recordingQemuImg(t, realQemuImg)
-	for _, src := range []Image{
+	for _, src := range []Info{
 		{Path: filepath.Join(dir, "datafile.qcow2"), Format: "qcow2", VirtualSize: 1 << 20},
 		{Path: filepath.Join(dir, "flat.vmdk"), Format: "vmdk", VirtualSize: 1 << 20},
 	} {
@@ -348,7 +348,7 @@ func TestConvertLimits(t *testing.T) {
 	if err := os.WriteFile(src, make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err := Convert(context.Background(), qemuImg, Image{Path: src, Format: "raw", VirtualSize: 1 << 20}, filepath.Join(dir, "out.qcow2"), "qcow2")
+	err := Convert(context.Background(), qemuImg, Info{Path: src, Format: "raw", VirtualSize: 1 << 20}, filepath.Join(dir, "out.qcow2"), "qcow2")
 	if want := "data=2097152,cpu=330"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Convert error = %v, want one saying %q", err, want)
 	}
@@ -388,7 +388,7 @@ func TestConvertTimeout(t *testing.T) {
 	qemuImg := fakeQemuImg(t, "read x < '"+fifo+"'")
 	b := bounds{timeout: 500 * time.Millisecond, cpu: time.Minute, data: 2 << 30}
 	start := time.Now()
-	err := convert(context.Background(), qemuImg, Image{Path: src, Format: "raw", VirtualSize: 1 << 20},
+	err := convert(context.Background(), qemuImg, Info{Path: src, Format: "raw", VirtualSize: 1 << 20},
 		filepath.Join(dir, "out.qcow2"), "qcow2", diskspace.Free, b)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("convert = %v, want context.DeadlineExceeded", err)
@@ -415,7 +415,7 @@ func TestConvertCPULimit(t *testing.T) {
 	}
 	qemuImg := fakeQemuImg(t, "while :; do :; done")
 	b := bounds{timeout: time.Minute, cpu: time.Second, data: 2 << 30}
-	err := convert(context.Background(), qemuImg, Image{Path: src, Format: "raw", VirtualSize: 1 << 20},
+	err := convert(context.Background(), qemuImg, Info{Path: src, Format: "raw", VirtualSize: 1 << 20},
 		filepath.Join(dir, "out.qcow2"), "qcow2", diskspace.Free, b)
 	if err == nil || !strings.Contains(err.Error(), "used its 1s of CPU time, its bound for a disk of 1.0 MiB") {
 		t.Fatalf("convert = %v, want an error saying it used its 1s of CPU time", err)

@@ -28,8 +28,8 @@ const (
 // maxInspectBytes bounds qemu-img info's output; a sane answer is a few KiB.
 const maxInspectBytes = 4 << 20
 
-// Image is an image file Inspect found safe to hand to qemu-img and to a cloud.
-type Image struct {
+// Info is an image file Inspect found safe to hand to qemu-img and to a cloud.
+type Info struct {
 	Path   string
 	Format string // the format claimed, which qemu-img confirmed, in our names
 	// VirtualSize is the size in bytes of the disk the image holds, as qemu-img reads it:
@@ -49,49 +49,49 @@ type Image struct {
 // raw must also be at least 1 MiB and a whole number of 512-byte sectors. A failure to
 // run qemu-img is an ordinary error. What it returns tells the disk's virtual size, for
 // CheckSize.
-func Inspect(ctx context.Context, qemuImg, path, format string) (Image, error) {
+func Inspect(ctx context.Context, qemuImg, path, format string) (Info, error) {
 	qemuImg = program(qemuImg)
 	claimed := untrusted.CanonicalFormat(format)
 	if claimed == "" {
-		return Image{}, fmt.Errorf("inspect %s: no format claimed", path)
+		return Info{}, fmt.Errorf("inspect %s: no format claimed", path)
 	}
 	// Absolute, the name can be neither an option nor a "protocol:" qemu would resolve.
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return Image{}, fmt.Errorf("inspect %s: %w", path, err)
+		return Info{}, fmt.Errorf("inspect %s: %w", path, err)
 	}
 	problems, err := headerProblems(abs, claimed)
 	if err != nil {
-		return Image{}, fmt.Errorf("inspect %s (%s): %w", path, claimed, err)
+		return Info{}, fmt.Errorf("inspect %s (%s): %w", path, claimed, err)
 	}
 	if len(problems) > 0 {
-		return Image{}, fmt.Errorf("inspect %s: %w: %s", path, untrusted.ErrUnsafe, strings.Join(problems, "; "))
+		return Info{}, fmt.Errorf("inspect %s: %w: %s", path, untrusted.ErrUnsafe, strings.Join(problems, "; "))
 	}
 	info, err := runQemuInfo(ctx, qemuImg, abs, probedAs(claimed))
 	if err != nil {
-		return Image{}, fmt.Errorf("inspect %s (%s): %w", path, claimed, err)
+		return Info{}, fmt.Errorf("inspect %s (%s): %w", path, claimed, err)
 	}
 	problems = info.problems(abs)
 	if claimed == "raw" {
 		fi, err := os.Stat(abs)
 		if err != nil {
-			return Image{}, fmt.Errorf("inspect %s: %w", path, err)
+			return Info{}, fmt.Errorf("inspect %s: %w", path, err)
 		}
 		if p := rawSizeProblem(fi.Size()); p != "" {
 			problems = append(problems, p)
 		}
 	}
 	if len(problems) > 0 {
-		return Image{}, fmt.Errorf("inspect %s: %w: %s", path, untrusted.ErrUnsafe, strings.Join(problems, "; "))
+		return Info{}, fmt.Errorf("inspect %s: %w: %s", path, untrusted.ErrUnsafe, strings.Join(problems, "; "))
 	}
-	return Image{Path: path, Format: claimed, VirtualSize: info.VirtualSize}, nil
+	return Info{Path: path, Format: claimed, VirtualSize: info.VirtualSize}, nil
 }
 
 // CheckSize returns an error wrapping untrusted.ErrTooLarge, naming both sizes, when the disk the
 // image holds is larger than limit bytes (0 or less: untrusted.DefaultMaxSize). A file of a few
 // hundred KiB may hold a disk of terabytes, which a conversion to raw would write out and
 // a cloud would give every instance: the limit applies to the disk, whatever the format.
-func (im Image) CheckSize(limit int64) error {
+func (im Info) CheckSize(limit int64) error {
 	if limit <= 0 {
 		limit = untrusted.DefaultMaxSize
 	}

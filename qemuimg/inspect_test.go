@@ -246,10 +246,10 @@ func TestInspectVirtualSize(t *testing.T) {
 }
 
 func TestCheckSizeDefault(t *testing.T) {
-	if err := (Image{VirtualSize: untrusted.DefaultMaxSize}).CheckSize(0); err != nil {
+	if err := (Info{VirtualSize: untrusted.DefaultMaxSize}).CheckSize(0); err != nil {
 		t.Errorf("a disk of untrusted.DefaultMaxSize with no limit set: %v", err)
 	}
-	if err := (Image{VirtualSize: untrusted.DefaultMaxSize + 1}).CheckSize(0); !errors.Is(err, untrusted.ErrTooLarge) {
+	if err := (Info{VirtualSize: untrusted.DefaultMaxSize + 1}).CheckSize(0); !errors.Is(err, untrusted.ErrTooLarge) {
 		t.Errorf("a disk above untrusted.DefaultMaxSize with no limit set: %v, want untrusted.ErrTooLarge", err)
 	}
 }
