@@ -15,12 +15,12 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/store"
 )
 
-// Image is one image-status row.
 // CursorRefused is the outcome shown for a zuul-image whose poll cursor the
 // store refused as it read it (see store.CheckCursor); its reason says why.
 const CursorRefused = "refused"
 
-type Image struct {
+// ImageRow is one image-status row.
+type ImageRow struct {
 	Name     string
 	Source   store.SourceName
 	PausedBy []string   // store.PausedByConfig, store.PausedByCommand
@@ -77,7 +77,7 @@ type ImageJSON struct {
 }
 
 // RequestState is the Build Request column: "pending", "building" or empty.
-func (s Image) RequestState() string {
+func (s ImageRow) RequestState() string {
 	switch {
 	case s.Request == nil:
 		return ""
@@ -91,7 +91,7 @@ func (s Image) RequestState() string {
 // NextAttempt is when a diskimage whose last build failed is next built: nil
 // when no failure holds it back, while it is paused (it is built once it is
 // unpaused), and while a build request is pending (it is built at once).
-func (s Image) NextAttempt() *time.Time {
+func (s ImageRow) NextAttempt() *time.Time {
 	if s.Failure == nil || len(s.PausedBy) > 0 || s.Request != nil {
 		return nil
 	}
@@ -100,7 +100,7 @@ func (s Image) NextAttempt() *time.Time {
 }
 
 // JSON is the row in --json form.
-func (s Image) JSON() ImageJSON {
+func (s ImageRow) JSON() ImageJSON {
 	row := ImageJSON{Image: s.Name, Paused: len(s.PausedBy) > 0, Source: string(s.Source), PausedBy: s.PausedBy}
 	if row.PausedBy == nil {
 		row.PausedBy = []string{}
@@ -146,7 +146,7 @@ func (s Image) JSON() ImageJSON {
 }
 
 // ImagesJSON is image-status --json: every row in JSON form.
-func ImagesJSON(images []Image) []ImageJSON {
+func ImagesJSON(images []ImageRow) []ImageJSON {
 	rows := make([]ImageJSON, 0, len(images))
 	for _, s := range images {
 		rows = append(rows, s.JSON())
@@ -156,7 +156,7 @@ func ImagesJSON(images []Image) []ImageJSON {
 
 // ImageStatus reads the image-status rows of every image in the config:
 // diskimages, then zuul-images, in file order.
-func ImageStatus(ctx context.Context, st *store.Store, cfg *config.Config) ([]Image, error) {
+func ImageStatus(ctx context.Context, st *store.Store, cfg *config.Config) ([]ImageRow, error) {
 	builds, err := st.Builds(ctx, store.BuildFilter{})
 	if err != nil {
 		return nil, fmt.Errorf("list builds: %w", err)
@@ -166,7 +166,7 @@ func ImageStatus(ctx context.Context, st *store.Store, cfg *config.Config) ([]Im
 
 // ImageStatusOf is ImageStatus on builds already read (every build, newest
 // first), for a caller that shows them too.
-func ImageStatusOf(ctx context.Context, st *store.Store, cfg *config.Config, builds []store.Build) ([]Image, error) {
+func ImageStatusOf(ctx context.Context, st *store.Store, cfg *config.Config, builds []store.Build) ([]ImageRow, error) {
 	paused, err := st.Paused(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read paused images: %w", err)
@@ -175,9 +175,9 @@ func ImageStatusOf(ctx context.Context, st *store.Store, cfg *config.Config, bui
 	if err != nil {
 		return nil, fmt.Errorf("read build requests: %w", err)
 	}
-	var out []Image
+	var out []ImageRow
 	for _, name := range cfg.ImageNames() {
-		s := Image{Name: name, PausedBy: store.PausedBy(paused, name, cfg.PausedInConfig(name))}
+		s := ImageRow{Name: name, PausedBy: store.PausedBy(paused, name, cfg.PausedInConfig(name))}
 		if di := cfg.DiskImage(name); di != nil {
 			s.Source = store.SourceDIB
 			s.Failure = diskimage.LastFailure(cfg, name, builds, diskimage.DefaultFailureBackoff)
@@ -212,7 +212,7 @@ func ImageStatusOf(ctx context.Context, st *store.Store, cfg *config.Config, bui
 
 // WriteImageStatus prints image-status's table: nodepool's columns, then ours;
 // under it, when a diskimage's last build failed, that failure and its log.
-func WriteImageStatus(w io.Writer, images []Image) {
+func WriteImageStatus(w io.Writer, images []ImageRow) {
 	t := Table{Header: []string{"Image", "Paused", "Build Request", "Build Request Age",
 		"Source", "Paused By", "Newest Ready Build", "Build Age", "Last Zuul Build", "Last Build Failure", "Next Attempt"}}
 	failures := Table{Header: []string{"Image", "Failed Build", "Log", "Reason"}}
@@ -284,7 +284,7 @@ func WriteImageStatus(w io.Writer, images []Image) {
 // and, when the config has gearman-servers, what the daemon last said of its
 // gearman worker, and when it has builder.zuul-mqtt, of its listener to Zuul's
 // MQTT reports.
-func WriteImageStatusText(w io.Writer, st *store.Store, cfg *config.Config, images []Image) error {
+func WriteImageStatusText(w io.Writer, st *store.Store, cfg *config.Config, images []ImageRow) error {
 	WriteImageStatus(w, images)
 	ps, err := status.ReadProgress(st)
 	if err != nil {

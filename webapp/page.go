@@ -192,7 +192,7 @@ func (h *handler) pageData(ctx context.Context) (pageData, error) {
 // imageRows are the page's rows of the images, in the order of images: each
 // with its newest build, its cursor, its last failure and the newest upload
 // to each provider that has it.
-func imageRows(images []listing.Image, builds []store.Build, ups []store.Upload, providers []config.Provider, now time.Time) []imageRow {
+func imageRows(images []listing.ImageRow, builds []store.Build, ups []store.Upload, providers []config.Provider, now time.Time) []imageRow {
 	// Uploads come by build, newest first, then by provider, newest first: the
 	// first seen of an image in a provider is its newest.
 	newestUp := map[[2]string]store.Upload{}
@@ -246,7 +246,7 @@ func imageRows(images []listing.Image, builds []store.Build, ups []store.Upload,
 // failureRows are the page's list of what failed: the Zuul builds refused,
 // by image, then the first maxFailures failed builds and uploads in the
 // store's order (newest first), so that the page stays short when much fails.
-func failureRows(images []listing.Image, builds []store.Build, ups []store.Upload, now time.Time) []failureRow {
+func failureRows(images []listing.ImageRow, builds []store.Build, ups []store.Upload, now time.Time) []failureRow {
 	var rows []failureRow
 	for _, s := range images {
 		if c := s.Cursor; c != nil && c.Outcome == string(store.Failed) {

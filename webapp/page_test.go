@@ -23,18 +23,18 @@ func TestFailureRows(t *testing.T) {
 		}
 		return bs
 	}
-	refused := listing.Image{Name: "debian", Cursor: &store.Cursor{ZuulUUID: "u1", Outcome: string(store.Failed), Reason: "bad"}}
-	ingested := listing.Image{Name: "fedora", Cursor: &store.Cursor{ZuulUUID: "u2", Outcome: string(store.Ready)}}
+	refused := listing.ImageRow{Name: "debian", Cursor: &store.Cursor{ZuulUUID: "u1", Outcome: string(store.Failed), Reason: "bad"}}
+	ingested := listing.ImageRow{Name: "fedora", Cursor: &store.Cursor{ZuulUUID: "u2", Outcome: string(store.Ready)}}
 	upload := store.Upload{Image: "debian", BuildID: "0000000001", Provider: "p1", ID: "0000000002", State: store.Failed}
 	for _, tc := range []struct {
 		name   string
-		images []listing.Image
+		images []listing.ImageRow
 		builds []store.Build
 		ups    []store.Upload
 		want   []string // What: Subject
 	}{
-		{"nothing failed", []listing.Image{ingested}, failedBuilds(0), []store.Upload{{State: store.Ready}}, nil},
-		{"in order", []listing.Image{ingested, refused}, failedBuilds(2), []store.Upload{upload},
+		{"nothing failed", []listing.ImageRow{ingested}, failedBuilds(0), []store.Upload{{State: store.Ready}}, nil},
+		{"in order", []listing.ImageRow{ingested, refused}, failedBuilds(2), []store.Upload{upload},
 			[]string{"Zuul build refused: debian: u1", "build: debian-0000000002", "build: debian-0000000001",
 				"upload to p1: debian-0000000001 upload 0000000002"}},
 	} {
@@ -69,7 +69,7 @@ func TestImageRowsUploads(t *testing.T) {
 		{Image: "debian", BuildID: "0000000001", Provider: "p1", State: store.Ready},
 	}
 	builds := []store.Build{{Image: "debian", ID: "0000000002", State: store.Building}}
-	rows := imageRows([]listing.Image{{Name: "debian"}, {Name: "fedora"}}, builds, ups, providers, now)
+	rows := imageRows([]listing.ImageRow{{Name: "debian"}, {Name: "fedora"}}, builds, ups, providers, now)
 	var got []string
 	for _, r := range rows {
 		s := fmt.Sprintf("%s building=%v:", r.Name, r.Building)

@@ -9,17 +9,17 @@ import (
 )
 
 // status returns one image's image-status row.
-func (a *adminSession) status(c *cli.Context, name string) (listing.Image, error) {
+func (a *adminSession) status(c *cli.Context, name string) (listing.ImageRow, error) {
 	images, err := listing.ImageStatus(c.Context, a.st, a.cfg)
 	if err != nil {
-		return listing.Image{}, withCode(exitFailed, err)
+		return listing.ImageRow{}, withCode(exitFailed, err)
 	}
 	for _, s := range images {
 		if s.Name == name {
 			return s, nil
 		}
 	}
-	return listing.Image{}, withCode(exitUsage, fmt.Errorf("no image %q in %s", name, a.cfg.Path))
+	return listing.ImageRow{}, withCode(exitUsage, fmt.Errorf("no image %q in %s", name, a.cfg.Path))
 }
 
 // imageStatus prints nodepool's image-status columns, then ours.
