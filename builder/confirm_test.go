@@ -51,14 +51,14 @@ builder:
 func TestToConfirm(t *testing.T) {
 	parse := func(t *testing.T, nodepool string, own, secure *string) *config.Config {
 		t.Helper()
-		var o, s *config.Source
+		var o, s *config.Text
 		if own != nil {
-			o = &config.Source{Name: "nodepool-builder.yaml", Data: []byte(*own)}
+			o = &config.Text{Name: "nodepool-builder.yaml", Data: []byte(*own)}
 		}
 		if secure != nil {
-			s = &config.Source{Name: "secure.conf", Data: []byte(*secure)}
+			s = &config.Text{Name: "secure.conf", Data: []byte(*secure)}
 		}
-		cfg, err := config.ParseFiles(config.Source{Name: "nodepool.yaml", Data: []byte(nodepool)}, o, s, func(string) (string, bool) { return "", false })
+		cfg, err := config.ParseFiles(config.Text{Name: "nodepool.yaml", Data: []byte(nodepool)}, o, s, func(string) (string, bool) { return "", false })
 		if err != nil {
 			t.Fatal(err)
 		}

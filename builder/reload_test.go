@@ -156,7 +156,7 @@ func TestReloadRefusesWhatStartRefuses(t *testing.T) {
 // the running content is no change.
 func TestConfigFileChangeMustHoldStill(t *testing.T) {
 	snap := func(text string) *config.Snapshot {
-		return &config.Snapshot{Nodepool: config.Source{Name: "nodepool.yaml", Data: []byte(text)}}
+		return &config.Snapshot{Nodepool: config.Text{Name: "nodepool.yaml", Data: []byte(text)}}
 	}
 	text := "images-dir: /var/lib/nodepool\nzuul-images:\n  - name: a\n  - name: b\n"
 	running, half, edited := snap(text), snap(text[:len(text)-12]), snap(text+"  - name: c\n")

@@ -12,8 +12,8 @@ import (
 func TestOwnSettingsChanged(t *testing.T) {
 	parse := func(own string) *Config {
 		t.Helper()
-		cfg, err := ParseFiles(Source{Name: "nodepool.yaml", Data: []byte(strings.Replace(pairNodepool, "providers:", "  - {name: ubuntu, pause: true}\nproviders:", 1))},
-			&Source{Name: BuilderFileName, Data: []byte(own)}, nil, nil)
+		cfg, err := ParseFiles(Text{Name: "nodepool.yaml", Data: []byte(strings.Replace(pairNodepool, "providers:", "  - {name: ubuntu, pause: true}\nproviders:", 1))},
+			&Text{Name: BuilderFileName, Data: []byte(own)}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

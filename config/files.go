@@ -51,8 +51,8 @@ func (f Files) builder() (path string, named bool) {
 	return filepath.Join(filepath.Dir(f.Nodepool), BuilderFileName), false
 }
 
-// Source is the text of one config file, with the name its errors carry.
-type Source struct {
+// Text is the text of one config file, with the name its errors carry.
+type Text struct {
 	Name string
 	Data []byte
 }
@@ -72,9 +72,9 @@ func Load(f Files) (*Config, error) {
 // compared: a later read of the files could hold something else.
 type Snapshot struct {
 	Files    Files
-	Nodepool Source
-	Builder  *Source // nil: there is no builder file beside nodepool.yaml
-	Secure   *Source // nil: no secure file is named
+	Nodepool Text
+	Builder  *Text // nil: there is no builder file beside nodepool.yaml
+	Secure   *Text // nil: no secure file is named
 }
 
 // Read reads the config files, the one place that does.
@@ -91,7 +91,7 @@ func Read(f Files) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Snapshot{Files: f, Nodepool: Source{Name: f.Nodepool, Data: data}, Builder: own, Secure: secure}, nil
+	return &Snapshot{Files: f, Nodepool: Text{Name: f.Nodepool, Data: data}, Builder: own, Secure: secure}, nil
 }
 
 // Load validates the snapshot's text, as Load does the files'.
@@ -112,11 +112,11 @@ func (s *Snapshot) Equal(o *Snapshot) bool {
 		return s == o
 	}
 	return s.Files == o.Files && bytes.Equal(s.Nodepool.Data, o.Nodepool.Data) &&
-		sameSource(s.Builder, o.Builder) && sameSource(s.Secure, o.Secure)
+		sameText(s.Builder, o.Builder) && sameText(s.Secure, o.Secure)
 }
 
-// sameSource tells whether two optional files hold the same text.
-func sameSource(a, b *Source) bool {
+// sameText tells whether two optional files hold the same text.
+func sameText(a, b *Text) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
@@ -124,7 +124,7 @@ func sameSource(a, b *Source) bool {
 }
 
 // readSecureFile reads nodepool's secure file: nil when none is named.
-func readSecureFile(f Files) (*Source, error) {
+func readSecureFile(f Files) (*Text, error) {
 	if f.Secure == "" {
 		return nil, nil
 	}
@@ -133,12 +133,12 @@ func readSecureFile(f Files) (*Source, error) {
 		return nil, fmt.Errorf("read secure config %s: %w; -s names nodepool's secure file (zookeeper-servers, "+
 			"zookeeper-tls, and diskimages' env-vars): check the path, or leave out -s when there is none", f.Secure, err)
 	}
-	return &Source{Name: f.Secure, Data: data}, nil
+	return &Text{Name: f.Secure, Data: data}, nil
 }
 
 // readBuilderFile reads the builder's own file: nil when it is taken beside
 // nodepool.yaml and is not there.
-func readBuilderFile(f Files) (*Source, error) {
+func readBuilderFile(f Files) (*Text, error) {
 	path, named := f.builder()
 	if same, _ := sameFile(path, f.Nodepool); same {
 		return nil, fmt.Errorf("read builder config %s: it is the nodepool config itself; name the builder's own file "+
@@ -147,7 +147,7 @@ func readBuilderFile(f Files) (*Source, error) {
 	data, err := os.ReadFile(path)
 	switch {
 	case err == nil:
-		return &Source{Name: path, Data: data}, nil
+		return &Text{Name: path, Data: data}, nil
 	case errors.Is(err, fs.ErrNotExist) && !named:
 		return nil, nil
 	case errors.Is(err, fs.ErrNotExist):

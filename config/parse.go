@@ -33,7 +33,7 @@ const (
 // by getenv("NODEPOOL_FOO"), as nodepool does; a nil getenv reads the process
 // environment. On failure the error is an Errors holding every problem found.
 func Parse(file string, data []byte, getenv func(string) (string, bool)) (*Config, error) {
-	return ParseFiles(Source{Name: file, Data: data}, nil, nil, getenv)
+	return ParseFiles(Text{Name: file, Data: data}, nil, nil, getenv)
 }
 
 // ParseFiles validates nodepool.yaml, the builder's own file (nil when there
@@ -41,7 +41,7 @@ func Parse(file string, data []byte, getenv func(string) (string, bool)) (*Confi
 // validates one file; the secure file's settings are laid over nodepool.yaml's
 // as nodepool's loadSecureConfig does (see secure). The errors name the file
 // each is in, nodepool.yaml's first.
-func ParseFiles(nodepool Source, own, secure *Source, getenv func(string) (string, bool)) (*Config, error) {
+func ParseFiles(nodepool Text, own, secure *Text, getenv func(string) (string, bool)) (*Config, error) {
 	if getenv == nil {
 		getenv = os.LookupEnv
 	}

@@ -18,8 +18,8 @@ func parse(text string) (*Config, error) {
 
 // parseFiles parses nodepool.yaml and the builder's own file.
 func parseFiles(nodepool, own string) (*Config, error) {
-	return ParseFiles(Source{Name: "nodepool.yaml", Data: []byte(nodepool)},
-		&Source{Name: "nodepool-builder.yaml", Data: []byte(own)}, nil, noEnv)
+	return ParseFiles(Text{Name: "nodepool.yaml", Data: []byte(nodepool)},
+		&Text{Name: "nodepool-builder.yaml", Data: []byte(own)}, nil, noEnv)
 }
 
 func mustParseFiles(t *testing.T, nodepool, own string) *Config {

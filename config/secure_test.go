@@ -53,9 +53,9 @@ func parseSecure(secure string, env map[string]string, nodepool ...string) (*Con
 	if len(nodepool) > 0 {
 		np = nodepool[0]
 	}
-	return ParseFiles(Source{Name: "nodepool.yaml", Data: []byte(np)},
-		&Source{Name: "nodepool-builder.yaml", Data: []byte(secureOwn)},
-		&Source{Name: "secure.conf", Data: []byte(secure)},
+	return ParseFiles(Text{Name: "nodepool.yaml", Data: []byte(np)},
+		&Text{Name: "nodepool-builder.yaml", Data: []byte(secureOwn)},
+		&Text{Name: "secure.conf", Data: []byte(secure)},
 		func(name string) (string, bool) { v, ok := env[name]; return v, ok })
 }
 
