@@ -114,7 +114,7 @@ type ZuulImage struct {
 	Project         string
 	Branch          string
 	Pipelines       []string
-	Job             string
+	JobName         string
 	PollInterval    time.Duration // default Builder.PollInterval
 	AuthTokenFile   string
 	CACert          string

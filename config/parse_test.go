@@ -317,7 +317,7 @@ zuul-images:
 			Name:         "z",
 			APIURL:       "https://zuul.example.com/",
 			Project:      "org/images",
-			Job:          "build-z",
+			JobName:      "build-z",
 			PollInterval: 60 * time.Second,
 		}},
 		Providers: []Provider{{

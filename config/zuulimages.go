@@ -35,7 +35,7 @@ var zuulImageTable = []spec[ZuulImage]{
 	{key: "pipelines", reload: held,
 		read: func(r reader, z *ZuulImage) { r.strList(&z.Pipelines, "pipeline names", "[periodic, post]") }},
 	{key: "job", reload: held, need: "name the Zuul job that builds the image",
-		read: func(r reader, z *ZuulImage) { r.str(&z.Job) }},
+		read: func(r reader, z *ZuulImage) { r.str(&z.JobName) }},
 	// Its default is the builder's poll-interval, which zuulImages gives.
 	{key: "poll-interval", reload: held,
 		read: func(r reader, z *ZuulImage) { r.seconds(&z.PollInterval, false) }},

@@ -144,7 +144,7 @@ func (p *Poller) poll(ctx context.Context, image string, asked bool) (*fetch, st
 		p.opts.Metrics.Failed(metrics.StepPoll, err)
 		return nil, "", err
 	}
-	q := zuulapi.Successful(project, zi.Branch, zi.Job, zi.Pipelines)
+	q := zuulapi.Successful(project, zi.Branch, zi.JobName, zi.Pipelines)
 	q.Limit = 1
 	if !zi.AllowUnmergedChanges {
 		// Builds of changes are passed over: look a little further back for the
@@ -154,17 +154,17 @@ func (p *Poller) poll(ctx context.Context, image string, asked bool) (*fetch, st
 	zbs, err := client.Builds(ctx, q)
 	if err != nil {
 		p.opts.Metrics.Failed(metrics.StepPoll, err)
-		return nil, "", fmt.Errorf("poll %s: ask Zuul for builds of %s: %w", image, zi.Job, err)
+		return nil, "", fmt.Errorf("poll %s: ask Zuul for builds of %s: %w", image, zi.JobName, err)
 	}
 	p.opts.Metrics.Polled(image)
 	zbs = p.answers(image, q, zbs)
 	if len(zbs) == 0 {
-		return nil, "Zuul has no successful build of job " + zi.Job, nil
+		return nil, "Zuul has no successful build of job " + zi.JobName, nil
 	}
 	zb, ok := p.newestAllowed(zi, zbs)
 	if !ok {
 		return nil, fmt.Sprintf("Zuul's newest %d successful builds of job %s are all of unmerged changes; "+
-			"set pipelines to those that run on merged code (periodic, post), or allow-unmerged-changes", len(zbs), zi.Job), nil
+			"set pipelines to those that run on merged code (periodic, post), or allow-unmerged-changes", len(zbs), zi.JobName), nil
 	}
 	return &fetch{p: p, zi: zi, zb: zb, needed: needed, asked: asked}, "", nil
 }

@@ -44,7 +44,7 @@ func newFixture(t *testing.T, providerFormats ...string) *fixture {
 	cfg := &config.Config{
 		ImagesDir: dir,
 		ZuulImages: []config.ZuulImage{{
-			Name: "debian", APIURL: zuul.URL(), Tenant: "example", Project: "org/images", Job: "build-debian",
+			Name: "debian", APIURL: zuul.URL(), Tenant: "example", Project: "org/images", JobName: "build-debian",
 		}},
 	}
 	for i, f := range providerFormats {

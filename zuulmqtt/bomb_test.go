@@ -37,7 +37,7 @@ func bomb(withUUIDs bool) []byte {
 func wildImages() []config.ZuulImage {
 	images := testImages()
 	wild := debianImage()
-	wild.Name, wild.Project, wild.Job, wild.Pipelines = "wild", "org/*", "build-*-image", []string{"peri*", "p*st"}
+	wild.Name, wild.Project, wild.JobName, wild.Pipelines = "wild", "org/*", "build-*-image", []string{"peri*", "p*st"}
 	return append(images, wild)
 }
 

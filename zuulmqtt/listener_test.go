@@ -48,9 +48,9 @@ func brokerConfig(m *testenv.Mosquitto) config.ZuulMQTT {
 // zuulReport's; sentinel's reports mark that the ones before them were read.
 func testImages() []config.ZuulImage {
 	sentinel := debianImage()
-	sentinel.Name, sentinel.Job = "sentinel", "build-sentinel"
+	sentinel.Name, sentinel.JobName = "sentinel", "build-sentinel"
 	ubuntu := debianImage()
-	ubuntu.Name, ubuntu.Job = "ubuntu", "build-ubuntu"
+	ubuntu.Name, ubuntu.JobName = "ubuntu", "build-ubuntu"
 	return []config.ZuulImage{debianImage(), ubuntu, sentinel}
 }
 

@@ -191,7 +191,7 @@ func couldBe(zi *config.ZuulImage, tenant string, zb zuulapi.Build) bool {
 		return false
 	}
 	// Matches, not Check: a report's builds need a yes or a no, not reasons.
-	if !zuulapi.Successful(zi.Project, zi.Branch, zi.Job, zi.Pipelines).Matches(zb) {
+	if !zuulapi.Successful(zi.Project, zi.Branch, zi.JobName, zi.Pipelines).Matches(zb) {
 		return false
 	}
 	return zi.AllowUnmergedChanges || !zb.Unmerged()

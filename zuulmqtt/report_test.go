@@ -62,7 +62,7 @@ func zuulReport(edit func(r map[string]any, build map[string]any)) []byte {
 // debianImage is the zuul-image zuulReport's build is of.
 func debianImage() config.ZuulImage {
 	return config.ZuulImage{Name: "debian", Tenant: "example", Project: "org/images", Branch: "master",
-		Pipelines: []string{"periodic", "post"}, Job: "build-debian"}
+		Pipelines: []string{"periodic", "post"}, JobName: "build-debian"}
 }
 
 // matches tells whether any build of the report could be zi's.

@@ -634,7 +634,7 @@ func (l *Listener) handle(m message, lim *ratelimit.Limiter) {
 			}
 			hinted++
 			l.log.Info("polling a zuul-image now: Zuul reported a successful build of its job over MQTT",
-				"image", zi.Name, "zuul_build", zb.UUID, "job", zi.Job, "pipeline", clip(zb.Pipeline))
+				"image", zi.Name, "zuul_build", zb.UUID, "job", zi.JobName, "pipeline", clip(zb.Pipeline))
 			l.hint(zi.Name)
 		}
 	}

@@ -183,7 +183,7 @@ func imageBuild(c *cli.Context) error {
 	if src == store.SourceZuul {
 		zi := a.cfg.ZuulImage(name)
 		return withCode(exitFailed, fmt.Errorf("image-build: %s is a zuul-image: Zuul job %s in %s builds it, and the builder "+
-			"fetches each new successful build of that job by itself; to get a new image, run the job in Zuul", name, zi.Job, zi.Project))
+			"fetches each new successful build of that job by itself; to get a new image, run the job in Zuul", name, zi.JobName, zi.Project))
 	}
 	status, err := a.status(c, name)
 	if err != nil {
@@ -527,7 +527,7 @@ func zuulCursorReset(c *cli.Context) error {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "the builder fetches Zuul's newest successful build of job %s in %s on its next poll of %s\n",
-		zi.Job, zi.Project, name)
+		zi.JobName, zi.Project, name)
 	return nil
 }
 
