@@ -112,7 +112,7 @@ func (d *dirSource) due(ctx context.Context, image string, look source.Look, loc
 		Reason: reason,
 		Slot:   true,
 		New:    store.Build{Image: image, Source: sourceDir},
-		Job:    &dirJob{d: d, image: image, look: look, sha256: sha},
+		Maker:  &dirJob{d: d, image: image, look: look, sha256: sha},
 	}), nil
 }
 

@@ -132,7 +132,7 @@ func (b *Source) due(ctx context.Context, image string, look source.Look, locked
 		// The builder's own pid until DIB has one: the record must name a live process.
 		New: store.Build{Image: image, Source: store.SourceDIB, PID: os.Getpid(),
 			Username: img.Username, PythonPath: img.PythonPath, ShellType: img.ShellType},
-		Job: &build{src: b, img: img, look: look, formats: diskimage.Formats(b.opts.Config, image)},
+		Maker: &build{src: b, img: img, look: look, formats: diskimage.Formats(b.opts.Config, image)},
 	}), nil
 }
 

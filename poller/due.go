@@ -87,7 +87,7 @@ func (p *Poller) Due(ctx context.Context, image string, look source.Look) (sourc
 	case err != nil:
 		return source.Work{}, err
 	case s.fetches() || s.marks(f.zb) || s.missing != nil:
-		return source.Do(source.Todo{Reason: "Zuul build " + f.zb.UUID, Job: f}), nil
+		return source.Do(source.Todo{Reason: "Zuul build " + f.zb.UUID, Maker: f}), nil
 	}
 	return p.nothingNew(f, s)
 }
@@ -121,7 +121,7 @@ func (f *fetch) Recheck(ctx context.Context) (source.Work, error) {
 	job.into = true
 	b := s.ready[0]
 	p.log.Info("fetching formats newly needed", "image", f.zi.Name, "build", b.ID, "formats", s.missing)
-	return source.Do(source.Todo{Reason: "formats newly needed: " + strings.Join(s.missing, ", "), Into: &b, Job: job}), nil
+	return source.Do(source.Todo{Reason: "formats newly needed: " + strings.Join(s.missing, ", "), Into: &b, Maker: job}), nil
 }
 
 // poll asks Zuul for the image's newest successful build it may fetch: a
@@ -226,7 +226,7 @@ func (p *Poller) newBuild(ctx context.Context, f *fetch, s state) (source.Work, 
 			Zuul:     store.ZuulRef{UUID: zb.UUID, ID: zb.ID, EndTime: zb.EndTime, LogURL: redact.URL(zb.LogURL)},
 			Username: zi.Username, PythonPath: zi.PythonPath, ShellType: zi.ShellType,
 		},
-		Job: job,
+		Maker: job,
 	}), nil
 }
 

@@ -149,7 +149,7 @@ func (r *Runner) run(ctx context.Context, src Source, image string, look Look) (
 		return res, err
 	}
 	var made *store.Build
-	if work, err = work.Todo.Job.Recheck(ctx); err == nil && work.Todo != nil {
+	if work, err = work.Todo.Maker.Recheck(ctx); err == nil && work.Todo != nil {
 		todo := *work.Todo
 		if look.Asked {
 			// So that the same request made again finds the build.
@@ -212,7 +212,7 @@ func (r *Runner) paused(ctx context.Context, image string) (string, error) {
 // lock again. It returns the build the work made ready, if any: a new build
 // may come with a failure of the housekeeping after it.
 func (r *Runner) make(ctx context.Context, image string, work Todo) (*store.Build, error) {
-	st, job := r.opts.Store, work.Job
+	st, job := r.opts.Store, work.Maker
 	// The image is being built, as nodepool's builder says from the moment it
 	// holds the lock and found the build due until its outcome is recorded.
 	defer r.opts.Metrics.Building(image)()

@@ -84,7 +84,7 @@ func (f *fake) look(ctx context.Context, image string, look fakeLook) (Work, err
 
 // Recheck looks again, with the work of the look before.
 func (j *fakeJob) Recheck(ctx context.Context) (Work, error) {
-	seen := Do(Todo{Job: j})
+	seen := Do(Todo{Maker: j})
 	return j.f.look(ctx, j.image, fakeLook{Look: j.look, Seen: &seen})
 }
 
@@ -127,7 +127,7 @@ func (f *fake) work(image string, look fakeLook) Work {
 	return Do(Todo{
 		Reason: "the test asks",
 		New:    store.Build{Image: image, Source: store.SourceDIB},
-		Job:    &fakeJob{f: f, image: image, look: look.Look},
+		Maker:  &fakeJob{f: f, image: image, look: look.Look},
 	})
 }
 
@@ -443,7 +443,7 @@ func TestDueAgainUnderLock(t *testing.T) {
 	f.src.setDue(func(ctx context.Context, image string, look fakeLook) (Work, error) {
 		if look.Seen == nil {
 			w := f.src.work(image, look)
-			w.Todo.Job.(*fakeJob).tag = "first look"
+			w.Todo.Maker.(*fakeJob).tag = "first look"
 			return w, nil
 		}
 		held, err := f.st.TryLock(ctx, store.LockKey{Image: image})
@@ -459,7 +459,7 @@ func TestDueAgainUnderLock(t *testing.T) {
 	}
 	f.noneBegun("debian", "a step whose second look found nothing due")
 	looks := f.src.looksOf("debian")
-	if len(looks) != 2 || looks[0].Seen != nil || looks[1].Seen == nil || looks[1].Seen.Todo.Job.(*fakeJob).tag != "first look" {
+	if len(looks) != 2 || looks[0].Seen != nil || looks[1].Seen == nil || looks[1].Seen.Todo.Maker.(*fakeJob).tag != "first look" {
 		t.Fatalf("looks: %+v; want the second with the first's work", looks)
 	}
 	if !errors.Is(lockedLook, store.ErrHeld) {

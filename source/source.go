@@ -1,12 +1,12 @@
 // Package source is the one path every build takes, whatever makes its image.
 // The core marks the image busy, checks that it is not paused and that its
 // images-dir has room, asks the source whether the image is due, takes a build
-// slot and the image's build lock, has the work's job look again under the
-// lock, begins the build in the store, lets the job make its files, and
+// slot and the image's build lock, has the work's maker look again under the
+// lock, begins the build in the store, lets the maker make its files, and
 // commits or aborts it.
 //
 // A source (diskimage-builder, a Zuul job) says only what it alone knows: which
-// images it makes, whether one is due and what its build is (a job of its own
+// images it makes, whether one is due and what its build is (a maker of its own
 // type), how to make the files into a build writer, and how to abandon a build
 // it was making when a builder stopped.
 package source
@@ -28,7 +28,7 @@ type Source interface {
 	Images() map[string]time.Duration
 	// Due looks at an image, before its build lock, and says what work it
 	// needs now. The core has checked that the image is not paused. Work to
-	// make carries the source's Job, which the core asks again under the lock.
+	// make carries the source's Maker, which the core asks again under the lock.
 	//
 	// An error that says due work was held back (a failed build's backoff)
 	// implements NotDone().
@@ -38,9 +38,9 @@ type Source interface {
 	Abandon(ctx context.Context, b store.Build) error
 }
 
-// Job is a source's own account of one build to make: what its look found,
+// Maker is a source's own account of one build to make: what its look found,
 // in the source's types, and what it does with it.
-type Job interface {
+type Maker interface {
 	// Recheck looks again, under the image's build lock, at what the look
 	// before the lock found, reading afresh whatever another builder may have
 	// changed in between (the lock's last holder may have just made the
@@ -82,7 +82,7 @@ type Work struct {
 }
 
 // Todo is a build to make: a new one (New), or files to add to one that is
-// there (Into), by Job.
+// there (Into), by Maker.
 type Todo struct {
 	// Reason says why the work is due, for the log.
 	Reason string
@@ -95,8 +95,8 @@ type Todo struct {
 	// Slot: the work takes one of the build slots (builder.build-workers)
 	// while it runs, as a local build does.
 	Slot bool
-	// Job makes the work.
-	Job Job
+	// Maker makes the work.
+	Maker Maker
 }
 
 // NotDue is the work of an image that needs none, and why.
