@@ -139,7 +139,7 @@ func (b *Builder) zuulClients(cfg *config.Config) (map[string]poller.Builds, map
 }
 
 // uploadProgress tells the gearman jobs waiting for an upload how it goes.
-func (b *Builder) uploadProgress(j uploader.Job, sent, total int64) {
+func (b *Builder) uploadProgress(j uploader.Planned, sent, total int64) {
 	if g := b.gearman.Load(); g != nil {
 		g.uploadProgress(j, sent, total)
 	}

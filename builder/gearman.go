@@ -406,7 +406,7 @@ func (g *gearmanService) upload(ctx context.Context, j *gearman.Job, id string) 
 			return "", fmt.Errorf("build %s has no %s file, which provider %s takes; it has: %s",
 				bd.Name(), format, provider, strings.Join(bd.Formats(), ", "))
 		}
-		job := uploader.Job{Build: bd, Provider: provider, Format: format, Asked: true}
+		job := uploader.Planned{Build: bd, Provider: provider, Format: format, Asked: true}
 		g.watch(job.Key(), j)
 		defer g.unwatch(job.Key(), j)
 		var last error
@@ -606,7 +606,7 @@ func (g *gearmanService) unwatch(key string, j *gearman.Job) {
 }
 
 // uploadProgress tells the jobs waiting for an upload how far its data has gone.
-func (g *gearmanService) uploadProgress(j uploader.Job, sent, total int64) {
+func (g *gearmanService) uploadProgress(j uploader.Planned, sent, total int64) {
 	g.mu.Lock()
 	jobs := slices.Clone(g.progress[j.Key()])
 	g.mu.Unlock()

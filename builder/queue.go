@@ -13,7 +13,7 @@ import (
 // Jobs start in the order they were queued, at most limit() at once.
 type queue struct {
 	mu      sync.Mutex
-	pending []uploader.Job
+	pending []uploader.Planned
 	queued  map[string]bool
 	running map[string]*running
 	changed chan struct{} // a job was added or finished, or the limit changed
@@ -29,7 +29,7 @@ type outcome struct {
 
 // running is a job a worker is on.
 type running struct {
-	job    uploader.Job
+	job    uploader.Planned
 	cancel context.CancelFunc
 }
 
@@ -46,7 +46,7 @@ func (q *queue) signal() {
 }
 
 // add queues a job unless its key is queued or running; it reports whether it did.
-func (q *queue) add(j uploader.Job) bool {
+func (q *queue) add(j uploader.Planned) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.addLocked(j)
@@ -54,7 +54,7 @@ func (q *queue) add(j uploader.Job) bool {
 
 // addWait queues a job like add, and returns a channel that hears how the job
 // of its key ended: this one, or the one queued or running already.
-func (q *queue) addWait(j uploader.Job) (<-chan outcome, bool) {
+func (q *queue) addWait(j uploader.Planned) (<-chan outcome, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	ch := make(chan outcome, 1)
@@ -62,7 +62,7 @@ func (q *queue) addWait(j uploader.Job) (<-chan outcome, bool) {
 	return ch, q.addLocked(j)
 }
 
-func (q *queue) addLocked(j uploader.Job) bool {
+func (q *queue) addLocked(j uploader.Planned) bool {
 	k := j.Key()
 	if q.queued[k] || q.running[k] != nil {
 		return false
@@ -77,7 +77,7 @@ func (q *queue) addLocked(j uploader.Job) bool {
 // job to running under a context derived from ctx; the caller runs it and calls
 // done. It returns false when ctx ends first, or, with untilIdle, once nothing is
 // queued or running. One dispatcher calls it.
-func (q *queue) take(ctx context.Context, limit func() int, untilIdle bool) (uploader.Job, context.Context, bool) {
+func (q *queue) take(ctx context.Context, limit func() int, untilIdle bool) (uploader.Planned, context.Context, bool) {
 	for {
 		q.mu.Lock()
 		if len(q.pending) > 0 && len(q.running) < limit() {
@@ -92,18 +92,18 @@ func (q *queue) take(ctx context.Context, limit func() int, untilIdle bool) (upl
 		idle := len(q.pending) == 0 && len(q.running) == 0
 		q.mu.Unlock()
 		if untilIdle && idle {
-			return uploader.Job{}, nil, false
+			return uploader.Planned{}, nil, false
 		}
 		select {
 		case <-ctx.Done():
-			return uploader.Job{}, nil, false
+			return uploader.Planned{}, nil, false
 		case <-q.changed:
 		}
 	}
 }
 
 // done ends a running job, telling its waiters how it went.
-func (q *queue) done(j uploader.Job, up store.Upload, err error) {
+func (q *queue) done(j uploader.Planned, up store.Upload, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if r := q.running[j.Key()]; r != nil {
@@ -140,10 +140,10 @@ func (q *queue) onBuild(buildID string) bool {
 }
 
 // cancel stops the running jobs for which drop is true and drops such queued jobs.
-func (q *queue) cancel(drop func(uploader.Job) bool) []uploader.Job {
+func (q *queue) cancel(drop func(uploader.Planned) bool) []uploader.Planned {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var out []uploader.Job
+	var out []uploader.Planned
 	for _, r := range q.running {
 		if drop(r.job) {
 			r.cancel()

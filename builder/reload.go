@@ -423,7 +423,7 @@ func (b *Builder) reload(ctx context.Context, sources *supervisor, snap *config.
 	if g := b.gearman.Load(); g != nil {
 		g.refresh() // images may have come or gone
 	}
-	for _, j := range b.queue.cancel(func(j uploader.Job) bool {
+	for _, j := range b.queue.cancel(func(j uploader.Planned) bool {
 		prov := cfg.Provider(j.Provider)
 		return prov == nil || prov.Image(j.Build.Image) == nil
 	}) {

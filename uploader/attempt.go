@@ -21,7 +21,7 @@ import (
 // attempt is one try at one upload.
 type attempt struct {
 	u        *Uploader
-	job      Job
+	job      Planned
 	cloud    Cloud
 	provider *config.Provider
 	build    store.Build

@@ -56,7 +56,7 @@ func TestGlanceGoneDuringAnUpload(t *testing.T) {
 	up := uploader.New(uploader.Options{Store: st, Config: cfg, Clouds: map[string]uploader.Cloud{"a": cloud},
 		Logger:       slog.New(slog.NewTextHandler(t.Output(), nil)),
 		PollInterval: 100 * time.Millisecond, CloudTimeout: 10 * time.Second, CleanupGrace: 5 * time.Second,
-		OnSent: func(_ uploader.Job, sent, _ int64) {
+		OnSent: func(_ uploader.Planned, sent, _ int64) {
 			if sent > 0 {
 				once.Do(func() { close(sending) })
 			}

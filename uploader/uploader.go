@@ -51,7 +51,7 @@ type Options struct {
 	CleanupGrace time.Duration
 	// OnSent, when set, is told how far each upload's data has gone, at most
 	// once a second per upload.
-	OnSent func(j Job, sent, total int64)
+	OnSent func(j Planned, sent, total int64)
 	// Progress, when set, holds a task for each upload attempt while its data
 	// is sent, "<build> to <provider>".
 	Progress *progress.Tracker
@@ -92,9 +92,9 @@ func New(opts Options) *Uploader {
 	return &Uploader{opts: opts, log: opts.Logger}
 }
 
-// Job is one upload to make: a ready build's file to one provider, as the plan
+// Planned is one upload to make: a ready build's file to one provider, as the plan
 // saw it. The worker that runs it reads the records again before it acts.
-type Job struct {
+type Planned struct {
 	Build    store.Build
 	Provider string
 	Format   string
@@ -106,15 +106,15 @@ type Job struct {
 }
 
 // Key names the job's work: one build to one provider. A queue holds one job a key.
-func (j Job) Key() string { return j.Build.ID + "/" + j.Provider }
+func (j Planned) Key() string { return j.Build.ID + "/" + j.Provider }
 
-func (j Job) String() string { return j.Build.Name() + " to " + j.Provider }
+func (j Planned) String() string { return j.Build.Name() + " to " + j.Provider }
 
 // Plan lists the uploads that are missing: for every (provider, image) that is
 // not paused, the newest ready build that has the provider's format needs a
 // ready upload there. A failed upload is planned again once its backoff has
 // passed, until upload-attempts are used up.
-func (u *Uploader) Plan(ctx context.Context) ([]Job, error) {
+func (u *Uploader) Plan(ctx context.Context) ([]Planned, error) {
 	cfg, st := u.opts.Config, u.opts.Store
 	builds, err := st.Builds(ctx, store.BuildFilter{State: store.Ready})
 	if err != nil {
@@ -130,7 +130,7 @@ func (u *Uploader) Plan(ctx context.Context) ([]Job, error) {
 		byBuild[k] = append(byBuild[k], up)
 	}
 	now := u.opts.Now()
-	var jobs []Job
+	var jobs []Planned
 	for i := range cfg.Providers {
 		p := &cfg.Providers[i]
 		format := p.Format()
@@ -157,7 +157,7 @@ func (u *Uploader) Plan(ctx context.Context) ([]Job, error) {
 			if newest.BuilderID != st.BuilderID() {
 				continue // its files are on the host of the builder that made it
 			}
-			j := Job{Build: *newest, Provider: p.Name, Format: format}
+			j := Planned{Build: *newest, Provider: p.Name, Format: format}
 			if !u.needed(byBuild[j.Key()], now, &j) {
 				continue
 			}
@@ -184,7 +184,7 @@ func (u *Uploader) Plan(ctx context.Context) ([]Job, error) {
 
 // needed tells, from a build's uploads to one provider, whether an upload is to
 // be made now; it sets j.Retry to the failed upload to try again, if any.
-func (u *Uploader) needed(ups []store.Upload, now time.Time, j *Job) bool {
+func (u *Uploader) needed(ups []store.Upload, now time.Time, j *Planned) bool {
 	j.Retry = nil
 	for k := range ups {
 		switch ups[k].State {
@@ -278,7 +278,7 @@ var ErrDropped = errors.New("upload no longer needed")
 // job that waited for a worker never overwrites what an operator or another step
 // did meanwhile, and records the upload before any data moves. It returns the
 // ready upload.
-func (u *Uploader) Upload(ctx context.Context, j Job) (store.Upload, error) {
+func (u *Uploader) Upload(ctx context.Context, j Planned) (store.Upload, error) {
 	p := u.opts.Config.Provider(j.Provider)
 	if p == nil || p.Image(j.Build.Image) == nil || p.Image(j.Build.Image).Pause {
 		return store.Upload{}, fmt.Errorf("upload %s: %w: the provider no longer takes the image", j, ErrDropped)
@@ -336,7 +336,7 @@ func (u *Uploader) Upload(ctx context.Context, j Job) (store.Upload, error) {
 // attempt counted, returned as it was before too (nil for a new record). The
 // build is written too (compare-and-set), so that a release of the build and the
 // claim never both succeed.
-func (u *Uploader) claim(ctx context.Context, j Job) (store.Upload, *store.Upload, store.Build, error) {
+func (u *Uploader) claim(ctx context.Context, j Planned) (store.Upload, *store.Upload, store.Build, error) {
 	st := u.opts.Store
 	for range 5 {
 		b, err := st.Build(ctx, j.Build.ID)

@@ -1252,7 +1252,7 @@ func TestAskedUploadRetriesAtOnce(t *testing.T) {
 	f := newFixture(t)
 	var mu sync.Mutex
 	var sent []int64
-	f.up.opts.OnSent = func(j Job, n, total int64) {
+	f.up.opts.OnSent = func(j Planned, n, total int64) {
 		mu.Lock()
 		defer mu.Unlock()
 		if j.Provider == "a" && total > 0 {
@@ -1270,10 +1270,10 @@ func TestAskedUploadRetriesAtOnce(t *testing.T) {
 	}
 	f.clouds["a"].failUpload = 0
 	// The plan leaves it failed; a job that was asked for takes it up again.
-	if jobs, _ := f.up.Plan(context.Background()); slices.ContainsFunc(jobs, func(j Job) bool { return j.Provider == "a" }) {
+	if jobs, _ := f.up.Plan(context.Background()); slices.ContainsFunc(jobs, func(j Planned) bool { return j.Provider == "a" }) {
 		t.Fatalf("plan after attempts used up = %+v, want no job for a", jobs)
 	}
-	up, err := f.up.Upload(context.Background(), Job{Build: b, Provider: "a", Format: "qcow2", Asked: true})
+	up, err := f.up.Upload(context.Background(), Planned{Build: b, Provider: "a", Format: "qcow2", Asked: true})
 	if err != nil || up.State != store.Ready || up.ID != failed[0].ID || up.Attempts != 4 {
 		t.Fatalf("asked upload = %+v, %v; want upload %s ready on attempt 4", up, err, failed[0].ID)
 	}
@@ -1336,7 +1336,7 @@ func TestInterruptedUploadIsNoFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var job Job
+	var job Planned
 	for _, j := range jobs {
 		if j.Provider == "a" {
 			job = j

@@ -100,7 +100,7 @@ func (s *webSetup) ready(t *testing.T, url string) {
 }
 
 // job is the one upload the uploader plans.
-func (s *webSetup) job(t *testing.T) uploader.Job {
+func (s *webSetup) job(t *testing.T) uploader.Planned {
 	t.Helper()
 	jobs, err := s.up.Plan(t.Context())
 	if err != nil || len(jobs) != 1 {
