@@ -115,8 +115,9 @@ func (a *attempt) run(ctx context.Context) error {
 	switch {
 	case importer != nil && !strings.EqualFold(img.DiskFormat, a.file.Format):
 		// The cloud converted the image as it imported it: its checksum is
-		// of the converted bytes. What was staged is the file, sent whole;
-		// the image carries the file's checksums as its properties.
+		// of the converted bytes. What was staged is the file, sent whole
+		// (or what the cloud fetched, which nothing here can check); the
+		// image carries the file's checksums as its properties.
 		a.log.Info("the cloud converted the image as it imported it", "external_id", id, "from", a.file.Format,
 			"to", img.DiskFormat)
 	case how.uri != "":
