@@ -416,7 +416,7 @@ func TestReloadCancelsUploadsOfDroppedImages(t *testing.T) {
 	if images, _ := r.clouds["pa"].count(); images != 0 {
 		t.Fatalf("pa holds %d images of the dropped upload", images)
 	}
-	if r.b.Config().Provider("pa").Image("img-a") != nil {
+	if r.b.Config().Provider("pa").Entry("img-a") != nil {
 		t.Fatal("the new config was not taken")
 	}
 	b := r.build("img-b")

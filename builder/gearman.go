@@ -394,7 +394,7 @@ func (g *gearmanService) upload(ctx context.Context, j *gearman.Job, id string) 
 		if bd.State != store.Ready {
 			return "", fmt.Errorf("build %s is %s, not ready", bd.Name(), bd.State)
 		}
-		pi := prov.Image(bd.Image)
+		pi := prov.Entry(bd.Image)
 		if pi == nil {
 			return "", fmt.Errorf("provider %s does not take image %s: it is not in the provider's diskimages", provider, bd.Image)
 		}

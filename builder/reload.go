@@ -370,12 +370,12 @@ func dropsToConfirm(running, next *config.Config) []string {
 		switch np := next.Provider(p.Name); {
 		case np == nil:
 			drops = append(drops, fmt.Sprintf("provider %s: every upload (it is no longer in the config)", p.Name))
-		case !slices.ContainsFunc(names, func(n string) bool { return np.Image(n) != nil }):
+		case !slices.ContainsFunc(names, func(n string) bool { return np.Entry(n) != nil }):
 			drops = append(drops, fmt.Sprintf("provider %s: every upload (it no longer lists %s)", p.Name, strings.Join(names, ", ")))
 		}
 	}
 	for _, image := range listedBefore {
-		if !slices.ContainsFunc(next.Providers, func(p config.Provider) bool { return p.Image(image) != nil }) {
+		if !slices.ContainsFunc(next.Providers, func(p config.Provider) bool { return p.Entry(image) != nil }) {
 			drops = append(drops, fmt.Sprintf("image %s: every upload (no provider lists it)", image))
 		}
 	}
@@ -425,7 +425,7 @@ func (b *Builder) reload(ctx context.Context, sources *supervisor, snap *config.
 	}
 	for _, j := range b.queue.cancel(func(j uploader.Planned) bool {
 		prov := cfg.Provider(j.Provider)
-		return prov == nil || prov.Image(j.Build.Image) == nil
+		return prov == nil || prov.Entry(j.Build.Image) == nil
 	}) {
 		b.log.Info("upload stopped: the config no longer asks for it", "job", j.String())
 	}

@@ -240,7 +240,7 @@ func TestReloadHoldsDropsUntilConfirmed(t *testing.T) {
 		last := passes()
 		testenv.WaitFor(t, 10*time.Second, "another lifecycle pass", func() bool { return passes().After(last) })
 	}
-	if !ready() || r.b.Config().Provider("pb").Image("img-b") == nil || logs.count("config change held") != 1 {
+	if !ready() || r.b.Config().Provider("pb").Entry("img-b") == nil || logs.count("config change held") != 1 {
 		t.Fatalf("the held change was applied, or said more than once:\n%s", logs.String())
 	}
 	if !strings.Contains(logs.String(), `drops="[provider pb: every upload (it no longer lists img-b) image img-b: every upload (no provider lists it)]"`) ||

@@ -63,7 +63,7 @@ func TestParseFilesPair(t *testing.T) {
 	if cfg.Builder.KeepBuilds != 3 {
 		t.Errorf("keep-builds = %d, want 3 from the builder's own file", cfg.Builder.KeepBuilds)
 	}
-	if p := cfg.Provider("cloud"); p == nil || p.Image("debian") == nil {
+	if p := cfg.Provider("cloud"); p == nil || p.Entry("debian") == nil {
 		t.Errorf("provider cloud does not list debian: %+v", p)
 	}
 }

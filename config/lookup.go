@@ -63,7 +63,7 @@ func (c *Config) ImageNames() []string {
 func (c *Config) ProvidersFor(image string) []*Provider {
 	var out []*Provider
 	for i := range c.Providers {
-		if c.Providers[i].Image(image) != nil {
+		if c.Providers[i].Entry(image) != nil {
 			out = append(out, &c.Providers[i])
 		}
 	}
@@ -132,8 +132,8 @@ func (p *Provider) UploadTimeout() time.Duration {
 	return DefaultImageUploadTimeout
 }
 
-// Image returns the provider's entry for image, or nil when it does not list it.
-func (p *Provider) Image(name string) *ProviderImage {
+// Entry returns the provider's entry for image, or nil when it does not list it.
+func (p *Provider) Entry(name string) *ProviderImage {
 	for i := range p.DiskImages {
 		if p.DiskImages[i].Name == name {
 			return &p.DiskImages[i]

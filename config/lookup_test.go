@@ -61,10 +61,10 @@ func TestLookups(t *testing.T) {
 	if qcow.Format() != "qcow2" || cfg.Provider("raw-cloud").Format() != "raw" {
 		t.Errorf("Format() = %q, %q; want qcow2, raw", qcow.Format(), cfg.Provider("raw-cloud").Format())
 	}
-	if pi := qcow.Image("zuul-a"); pi == nil || !pi.Pause {
+	if pi := qcow.Entry("zuul-a"); pi == nil || !pi.Pause {
 		t.Errorf("Image(zuul-a) = %+v, want the paused entry", pi)
 	}
-	if qcow.Image("zuul-b") != nil {
+	if qcow.Entry("zuul-b") != nil {
 		t.Errorf("Image(zuul-b) found an image qcow-cloud does not list")
 	}
 }

@@ -102,7 +102,7 @@ func (plan *retention) releaseUploads(cfg *config.Config, resp responsibility, u
 			}
 			continue
 		}
-		if !resp.configured[k.image] || p.Image(k.image) == nil {
+		if !resp.configured[k.image] || p.Entry(k.image) == nil {
 			why := "image no longer listed for this provider"
 			if !resp.configured[k.image] {
 				why = "image is no longer in the config"

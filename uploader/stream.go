@@ -67,7 +67,7 @@ func (u *Uploader) Stream(ctx context.Context, b store.Build, a Artifact, src *f
 			continue
 		}
 		_, hasCloud := u.opts.Clouds[p.Name]
-		pause := p.Image(b.Image).Pause || !hasCloud
+		pause := p.Entry(b.Image).Pause || !hasCloud
 		web := cfg.Builder.UploadMethod(p.Name) == config.UploadWebDownload
 		why := ""
 		if web {

@@ -280,7 +280,7 @@ var ErrDropped = errors.New("upload no longer needed")
 // ready upload.
 func (u *Uploader) Upload(ctx context.Context, j Planned) (store.Upload, error) {
 	p := u.opts.Config.Provider(j.Provider)
-	if p == nil || p.Image(j.Build.Image) == nil || p.Image(j.Build.Image).Pause {
+	if p == nil || p.Entry(j.Build.Image) == nil || p.Entry(j.Build.Image).Pause {
 		return store.Upload{}, fmt.Errorf("upload %s: %w: the provider no longer takes the image", j, ErrDropped)
 	}
 	cloud, ok := u.opts.Clouds[p.Name]
@@ -521,7 +521,7 @@ func (u *Uploader) Properties(p *config.Provider, b store.Build, f store.File, r
 			props[k] = v
 		}
 	}
-	if pi := p.Image(b.Image); pi != nil {
+	if pi := p.Entry(b.Image); pi != nil {
 		for k, v := range pi.Meta {
 			props[k] = v
 		}

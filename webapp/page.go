@@ -228,7 +228,7 @@ func imageRows(images []listing.ImageRow, builds []store.Build, ups []store.Uplo
 			}
 		}
 		for _, p := range providers {
-			if p.Image(s.Name) == nil {
+			if p.Entry(s.Name) == nil {
 				continue
 			}
 			cell := uploadCell{Provider: p.Name}
