@@ -90,8 +90,8 @@ type Builder struct {
 	wake   chan struct{} // a build arrived: plan uploads now
 	retain chan struct{} // an upload is ready: apply retention now
 
-	// onJobError receives the failures of upload jobs (--once collects them).
-	onJobError atomic.Pointer[func(error)]
+	// onUploadError receives the failures of uploads (--once collects them).
+	onUploadError atomic.Pointer[func(error)]
 	// gearman serves the builder's gearman functions while the daemon runs.
 	gearman atomic.Pointer[gearmanService]
 	// loops records the passes of Run's loops, for Health.
@@ -185,7 +185,7 @@ func (b *Builder) Once(ctx context.Context) error {
 
 	// The uploads that follow downloads fail --once as the planned ones do.
 	onErr := func(err error) { fail(err) }
-	b.onJobError.Store(&onErr)
+	b.onUploadError.Store(&onErr)
 	b.streams.begin(ctx)
 	p := b.cur.Load()
 	var wg sync.WaitGroup
@@ -212,7 +212,7 @@ func (b *Builder) Once(ctx context.Context) error {
 	fail(b.plan(ctx))
 	b.dispatch(ctx, true)
 	b.streams.wait()
-	b.onJobError.Store(nil)
+	b.onUploadError.Store(nil)
 
 	fail(b.lifecycle(ctx))
 	fail(b.sendImageStates(ctx))
@@ -358,8 +358,8 @@ func (b *Builder) built() {
 
 // plan queues the uploads that are missing.
 func (b *Builder) plan(ctx context.Context) error {
-	jobs, err := b.cur.Load().uploader.Plan(ctx)
-	for _, j := range jobs {
+	planned, err := b.cur.Load().uploader.Plan(ctx)
+	for _, j := range planned {
 		if b.queue.add(j) {
 			b.log.Debug("upload queued", "job", j.String())
 		}
@@ -367,9 +367,9 @@ func (b *Builder) plan(ctx context.Context) error {
 	return err
 }
 
-// dispatch starts queued upload jobs on up to the upload-workers limit, each on
+// dispatch starts queued uploads on up to the upload-workers limit, each on
 // the parts current when it starts, until ctx ends or, with untilIdle, until
-// nothing is queued or running. It waits for the jobs it started.
+// nothing is queued or running. It waits for the uploads it started.
 func (b *Builder) dispatch(ctx context.Context, untilIdle bool) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -401,7 +401,7 @@ func (b *Builder) dispatch(ctx context.Context, untilIdle bool) {
 				// An upload interrupted while the builder runs on (its image
 				// left the provider's list, its lock was lost) is no failure,
 				// and the uploader has logged it.
-				if f := b.onJobError.Load(); f != nil {
+				if f := b.onUploadError.Load(); f != nil {
 					(*f)(err)
 				} else if ctx.Err() == nil && !IsNotDone(err) {
 					b.log.Error("upload failed", "job", j.String(), "error", err)

@@ -62,22 +62,22 @@ func (d *dirSource) Due(ctx context.Context, image string, look source.Look) (so
 	return d.due(ctx, image, look, false)
 }
 
-// dirJob is the directory source's job: the image's file, by its checksum
+// dirMaker is the directory source's maker: the image's file, by its checksum
 // when the look found it.
-type dirJob struct {
+type dirMaker struct {
 	d      *dirSource
 	image  string
 	look   source.Look
 	sha256 string
 }
 
-func (j *dirJob) Recheck(ctx context.Context) (source.Work, error) {
+func (j *dirMaker) Recheck(ctx context.Context) (source.Work, error) {
 	return j.d.due(ctx, j.image, j.look, true)
 }
 
-func (j *dirJob) Cursor(store.Build, error) *store.Cursor { return nil }
+func (j *dirMaker) Cursor(store.Build, error) *store.Cursor { return nil }
 
-func (j *dirJob) Done(context.Context, source.End) error { return nil }
+func (j *dirMaker) Done(context.Context, source.End) error { return nil }
 
 func (d *dirSource) due(ctx context.Context, image string, look source.Look, locked bool) (source.Work, error) {
 	d.mu.Lock()
@@ -112,13 +112,13 @@ func (d *dirSource) due(ctx context.Context, image string, look source.Look, loc
 		Reason: reason,
 		Slot:   true,
 		New:    store.Build{Image: image, Source: sourceDir},
-		Maker:  &dirJob{d: d, image: image, look: look, sha256: sha},
+		Maker:  &dirMaker{d: d, image: image, look: look, sha256: sha},
 	}), nil
 }
 
 // Make copies the image's file into the build, and checks that what it copied
 // is what Due saw.
-func (j *dirJob) Make(ctx context.Context, w *store.BuildWriter) error {
+func (j *dirMaker) Make(ctx context.Context, w *store.BuildWriter) error {
 	d, rec := j.d, w.Build()
 	d.mu.Lock()
 	d.made = append(d.made, rec.ID)

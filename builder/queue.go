@@ -8,29 +8,29 @@ import (
 	"github.com/nodepool-builder/nodepool-builder/uploader"
 )
 
-// queue holds upload jobs by key (a build to a provider): a key is queued or
-// running at most once, so a plan made while its job waits or runs adds nothing.
-// Jobs start in the order they were queued, at most limit() at once.
+// queue holds planned uploads by key (a build to a provider): a key is queued or
+// running at most once, so a plan made while its upload waits or runs adds
+// nothing. Uploads start in the order they were queued, at most limit() at once.
 type queue struct {
 	mu      sync.Mutex
 	pending []uploader.Planned
 	queued  map[string]bool
 	running map[string]*running
-	changed chan struct{} // a job was added or finished, or the limit changed
-	// waiters hear how the job of a key ended.
+	changed chan struct{} // an upload was added or finished, or the limit changed
+	// waiters hear how the upload of a key ended.
 	waiters map[string][]chan<- outcome
 }
 
-// outcome is how an upload job ended: the upload it made, or why not.
+// outcome is how a planned upload ended: the upload it made, or why not.
 type outcome struct {
 	upload store.Upload
 	err    error
 }
 
-// running is a job a worker is on.
+// running is a planned upload a worker is on.
 type running struct {
-	job    uploader.Planned
-	cancel context.CancelFunc
+	planned uploader.Planned
+	cancel  context.CancelFunc
 }
 
 func newQueue() *queue {
@@ -45,15 +45,15 @@ func (q *queue) signal() {
 	}
 }
 
-// add queues a job unless its key is queued or running; it reports whether it did.
+// add queues a planned upload unless its key is queued or running; it reports whether it did.
 func (q *queue) add(j uploader.Planned) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.addLocked(j)
 }
 
-// addWait queues a job like add, and returns a channel that hears how the job
-// of its key ended: this one, or the one queued or running already.
+// addWait queues a planned upload like add, and returns a channel that hears
+// how the upload of its key ended: this one, or the one queued or running already.
 func (q *queue) addWait(j uploader.Planned) (<-chan outcome, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -73,8 +73,8 @@ func (q *queue) addLocked(j uploader.Planned) bool {
 	return true
 }
 
-// take waits until a job is queued and fewer than limit() run, then moves the
-// job to running under a context derived from ctx; the caller runs it and calls
+// take waits until an upload is queued and fewer than limit() run, then moves
+// it to running under a context derived from ctx; the caller runs it and calls
 // done. It returns false when ctx ends first, or, with untilIdle, once nothing is
 // queued or running. One dispatcher calls it.
 func (q *queue) take(ctx context.Context, limit func() int, untilIdle bool) (uploader.Planned, context.Context, bool) {
@@ -85,7 +85,7 @@ func (q *queue) take(ctx context.Context, limit func() int, untilIdle bool) (upl
 			q.pending = q.pending[1:]
 			delete(q.queued, j.Key())
 			jctx, cancel := context.WithCancel(ctx)
-			q.running[j.Key()] = &running{job: j, cancel: cancel}
+			q.running[j.Key()] = &running{planned: j, cancel: cancel}
 			q.mu.Unlock()
 			return j, jctx, true
 		}
@@ -102,7 +102,7 @@ func (q *queue) take(ctx context.Context, limit func() int, untilIdle bool) (upl
 	}
 }
 
-// done ends a running job, telling its waiters how it went.
+// done ends a running upload, telling its waiters how it went.
 func (q *queue) done(j uploader.Planned, up store.Upload, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -122,12 +122,12 @@ func (q *queue) tell(key string, o outcome) {
 	delete(q.waiters, key)
 }
 
-// onBuild tells whether a job of the build is queued or running.
+// onBuild tells whether an upload of the build is queued or running.
 func (q *queue) onBuild(buildID string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, r := range q.running {
-		if r.job.Build.ID == buildID {
+		if r.planned.Build.ID == buildID {
 			return true
 		}
 	}
@@ -139,15 +139,16 @@ func (q *queue) onBuild(buildID string) bool {
 	return false
 }
 
-// cancel stops the running jobs for which drop is true and drops such queued jobs.
+// cancel stops the running uploads for which drop is true and drops such
+// queued ones.
 func (q *queue) cancel(drop func(uploader.Planned) bool) []uploader.Planned {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var out []uploader.Planned
 	for _, r := range q.running {
-		if drop(r.job) {
+		if drop(r.planned) {
 			r.cancel()
-			out = append(out, r.job)
+			out = append(out, r.planned)
 		}
 	}
 	kept := q.pending[:0]

@@ -45,7 +45,7 @@ func (s streamer) Stream(b store.Build, a poller.Artifact, src *follow.File) (po
 	s.b.streams.wg.Go(func() {
 		st.Wait()
 		if err := st.Err(); err != nil {
-			if f := s.b.onJobError.Load(); f != nil {
+			if f := s.b.onUploadError.Load(); f != nil {
 				(*f)(err)
 			}
 		}

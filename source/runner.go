@@ -212,20 +212,20 @@ func (r *Runner) paused(ctx context.Context, image string) (string, error) {
 // lock again. It returns the build the work made ready, if any: a new build
 // may come with a failure of the housekeeping after it.
 func (r *Runner) make(ctx context.Context, image string, work Todo) (*store.Build, error) {
-	st, job := r.opts.Store, work.Maker
+	st, maker := r.opts.Store, work.Maker
 	// The image is being built, as nodepool's builder says from the moment it
 	// holds the lock and found the build due until its outcome is recorded.
 	defer r.opts.Metrics.Building(image)()
 	if work.Into != nil {
 		w := st.WriterOf(*work.Into)
-		err := job.Make(ctx, w)
+		err := maker.Make(ctx, w)
 		if store.LockLost(ctx) {
 			err = errors.Join(err, store.ErrLockLost)
 		} else if _, cerr := w.Commit(context.WithoutCancel(ctx), nil); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 		built := w.Build()
-		if err = errors.Join(err, job.Done(context.WithoutCancel(ctx), End{Build: built, Err: err, Recorded: true})); err != nil {
+		if err = errors.Join(err, maker.Done(context.WithoutCancel(ctx), End{Build: built, Err: err, Recorded: true})); err != nil {
 			return nil, err
 		}
 		return &built, nil
@@ -235,7 +235,7 @@ func (r *Runner) make(ctx context.Context, image string, work Todo) (*store.Buil
 	if err != nil {
 		return nil, fmt.Errorf("build %s: %w", image, err)
 	}
-	err = job.Make(ctx, w)
+	err = maker.Make(ctx, w)
 	// The outcome is recorded even when ctx ended the work, but never once
 	// the image's lock is lost: another builder may hold it by now.
 	wctx := context.WithoutCancel(ctx)
@@ -244,7 +244,7 @@ func (r *Runner) make(ctx context.Context, image string, work Todo) (*store.Buil
 	case store.LockLost(ctx):
 		unknown = store.ErrLockLost
 	case err == nil:
-		if _, cerr := w.Commit(wctx, job.Cursor(w.Build(), nil)); errors.Is(cerr, store.ErrConflict) {
+		if _, cerr := w.Commit(wctx, maker.Cursor(w.Build(), nil)); errors.Is(cerr, store.ErrConflict) {
 			err = cerr // not written, for sure: someone else changed the record
 		} else if cerr != nil {
 			unknown = cerr
@@ -252,7 +252,7 @@ func (r *Runner) make(ctx context.Context, image string, work Todo) (*store.Buil
 	}
 	if err != nil && unknown == nil {
 		// The record first: a build recorded failed is never uploaded from.
-		failed, aerr := w.Abort(wctx, err.Error(), job.Cursor(w.Build(), err))
+		failed, aerr := w.Abort(wctx, err.Error(), maker.Cursor(w.Build(), err))
 		switch {
 		case failed.State != store.Failed:
 			unknown = aerr // the failure is not recorded: the build stays as it is, for recovery
@@ -264,12 +264,12 @@ func (r *Runner) make(ctx context.Context, image string, work Todo) (*store.Buil
 	if unknown != nil {
 		err = fmt.Errorf("build %s: its outcome could not be recorded, the builder settles it on its next pass: %w",
 			built.Name(), errors.Join(err, unknown))
-		return nil, errors.Join(err, job.Done(wctx, End{Build: built, Err: err}))
+		return nil, errors.Join(err, maker.Done(wctx, End{Build: built, Err: err}))
 	}
 	if err == nil {
 		r.log.Info("build ready", "image", image, "build", built.ID, "formats", built.Formats())
 	}
-	after := job.Done(wctx, End{Build: built, Err: err, Recorded: true})
+	after := maker.Done(wctx, End{Build: built, Err: err, Recorded: true})
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("build %s: %w", built.Name(), errors.Join(err, after))

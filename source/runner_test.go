@@ -47,9 +47,9 @@ type fakeLook struct {
 
 func (l fakeLook) Locked() bool { return l.Seen != nil }
 
-// fakeJob is the fake's job: the look that found it, and what the test tags
+// fakeMaker is the fake's maker: the look that found it, and what the test tags
 // it with.
-type fakeJob struct {
+type fakeMaker struct {
 	f     *fake
 	image string
 	look  Look
@@ -83,12 +83,12 @@ func (f *fake) look(ctx context.Context, image string, look fakeLook) (Work, err
 }
 
 // Recheck looks again, with the work of the look before.
-func (j *fakeJob) Recheck(ctx context.Context) (Work, error) {
+func (j *fakeMaker) Recheck(ctx context.Context) (Work, error) {
 	seen := Do(Todo{Maker: j})
 	return j.f.look(ctx, j.image, fakeLook{Look: j.look, Seen: &seen})
 }
 
-func (j *fakeJob) Make(ctx context.Context, w *store.BuildWriter) error {
+func (j *fakeMaker) Make(ctx context.Context, w *store.BuildWriter) error {
 	f := j.f
 	f.mu.Lock()
 	f.made = append(f.made, w.Build().Image)
@@ -102,7 +102,7 @@ func (j *fakeJob) Make(ctx context.Context, w *store.BuildWriter) error {
 
 // Cursor moves the image's cursor to a ready build, or records the failure
 // in it; the fake records each.
-func (j *fakeJob) Cursor(b store.Build, err error) *store.Cursor {
+func (j *fakeMaker) Cursor(b store.Build, err error) *store.Cursor {
 	f := j.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -114,7 +114,7 @@ func (j *fakeJob) Cursor(b store.Build, err error) *store.Cursor {
 	return &store.Cursor{Image: j.image, Outcome: "failed", Reason: err.Error()}
 }
 
-func (j *fakeJob) Done(_ context.Context, end End) error {
+func (j *fakeMaker) Done(_ context.Context, end End) error {
 	f := j.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -127,7 +127,7 @@ func (f *fake) work(image string, look fakeLook) Work {
 	return Do(Todo{
 		Reason: "the test asks",
 		New:    store.Build{Image: image, Source: store.SourceDIB},
-		Maker:  &fakeJob{f: f, image: image, look: look.Look},
+		Maker:  &fakeMaker{f: f, image: image, look: look.Look},
 	})
 }
 
@@ -443,7 +443,7 @@ func TestDueAgainUnderLock(t *testing.T) {
 	f.src.setDue(func(ctx context.Context, image string, look fakeLook) (Work, error) {
 		if look.Seen == nil {
 			w := f.src.work(image, look)
-			w.Todo.Maker.(*fakeJob).tag = "first look"
+			w.Todo.Maker.(*fakeMaker).tag = "first look"
 			return w, nil
 		}
 		held, err := f.st.TryLock(ctx, store.LockKey{Image: image})
@@ -459,7 +459,7 @@ func TestDueAgainUnderLock(t *testing.T) {
 	}
 	f.noneBegun("debian", "a step whose second look found nothing due")
 	looks := f.src.looksOf("debian")
-	if len(looks) != 2 || looks[0].Seen != nil || looks[1].Seen == nil || looks[1].Seen.Todo.Maker.(*fakeJob).tag != "first look" {
+	if len(looks) != 2 || looks[0].Seen != nil || looks[1].Seen == nil || looks[1].Seen.Todo.Maker.(*fakeMaker).tag != "first look" {
 		t.Fatalf("looks: %+v; want the second with the first's work", looks)
 	}
 	if !errors.Is(lockedLook, store.ErrHeld) {

@@ -21,7 +21,7 @@ import (
 // attempt is one try at one upload.
 type attempt struct {
 	u        *Uploader
-	job      Planned
+	planned  Planned
 	cloud    Cloud
 	provider *config.Provider
 	build    store.Build
@@ -365,7 +365,7 @@ func (a *attempt) report() func(sent, total int64) {
 	if onSent == nil {
 		return nil
 	}
-	return func(sent, total int64) { onSent(a.job, sent, total) }
+	return func(sent, total int64) { onSent(a.planned, sent, total) }
 }
 
 // progressReader counts the bytes sent on the attempt's task, and reports them

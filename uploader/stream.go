@@ -225,7 +225,7 @@ func (s *Streams) upload(ctx context.Context, p *config.Provider, uri, webWhy st
 	defer u.opts.Metrics.Uploading(b.Image, p.Name)()
 	log = log.With("upload", rec.ID)
 	u.countUpload(log, b, p.Name)
-	a := &attempt{u: u, job: Planned{Build: b, Provider: p.Name, Format: s.format}, cloud: u.opts.Clouds[p.Name], provider: p,
+	a := &attempt{u: u, planned: Planned{Build: b, Provider: p.Name, Format: s.format}, cloud: u.opts.Clouds[p.Name], provider: p,
 		build: b, file: s.declared, rec: &rec, log: log, uri: uri, webWhy: webWhy}
 	if uri == "" {
 		a.stream = s

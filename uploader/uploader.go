@@ -1,5 +1,5 @@
 // Package uploader reconciles the store against the clouds: it plans the uploads
-// that are missing and runs them one job at a time, keeps the newest, deletes the
+// that are missing and runs them one at a time, keeps the newest, deletes the
 // rest, settles uploads a stopped builder left behind and sweeps leaked images.
 package uploader
 
@@ -105,7 +105,8 @@ type Planned struct {
 	Asked bool
 }
 
-// Key names the job's work: one build to one provider. A queue holds one job a key.
+// Key names what is planned: one build to one provider. A queue holds one
+// planned upload a key.
 func (j Planned) Key() string { return j.Build.ID + "/" + j.Provider }
 
 func (j Planned) String() string { return j.Build.Name() + " to " + j.Provider }
@@ -130,7 +131,7 @@ func (u *Uploader) Plan(ctx context.Context) ([]Planned, error) {
 		byBuild[k] = append(byBuild[k], up)
 	}
 	now := u.opts.Now()
-	var jobs []Planned
+	var planned []Planned
 	for i := range cfg.Providers {
 		p := &cfg.Providers[i]
 		format := p.Format()
@@ -176,10 +177,10 @@ func (u *Uploader) Plan(ctx context.Context) ([]Planned, error) {
 					"image", pi.Name, "build", newest.ID, "provider", p.Name, "format", format)
 				continue
 			}
-			jobs = append(jobs, j)
+			planned = append(planned, j)
 		}
 	}
-	return jobs, nil
+	return planned, nil
 }
 
 // needed tells, from a build's uploads to one provider, whether an upload is to
@@ -269,13 +270,13 @@ func (u *Uploader) maxAttempts() int {
 	return 1
 }
 
-// ErrDropped is wrapped by Upload's error when the job is no longer wanted: its
+// ErrDropped is wrapped by Upload's error when the planned upload is no longer wanted: its
 // build was released, its upload was deleted or made meanwhile, or the config no
 // longer asks for it. Nothing was done.
 var ErrDropped = errors.New("upload no longer needed")
 
-// Upload runs one job. It reads the build and its uploads again first, so that a
-// job that waited for a worker never overwrites what an operator or another step
+// Upload makes one planned upload. It reads the build and its uploads again
+// first, so that an upload that waited for a worker never overwrites what an operator or another step
 // did meanwhile, and records the upload before any data moves. It returns the
 // ready upload.
 func (u *Uploader) Upload(ctx context.Context, j Planned) (store.Upload, error) {
@@ -313,7 +314,7 @@ func (u *Uploader) Upload(ctx context.Context, j Planned) (store.Upload, error) 
 		u.countUpload(log, b, p.Name)
 	}
 	file, _ := b.File(j.Format)
-	a := &attempt{u: u, job: j, cloud: cloud, provider: p, build: b, file: file, rec: &rec, prev: prev, log: log}
+	a := &attempt{u: u, planned: j, cloud: cloud, provider: p, build: b, file: file, rec: &rec, prev: prev, log: log}
 	began := time.Now()
 	err = a.run(ctx)
 	if ctx.Err() == nil {
@@ -331,7 +332,7 @@ func (u *Uploader) Upload(ctx context.Context, j Planned) (store.Upload, error) 
 	return rec, u.failed(ctx, a, err)
 }
 
-// claim turns a job into an upload record in state uploading, from a fresh read
+// claim turns a planned upload into an upload record in state uploading, from a fresh read
 // of the build and its uploads: a new record, or the failed one to retry with its
 // attempt counted, returned as it was before too (nil for a new record). The
 // build is written too (compare-and-set), so that a release of the build and the
