@@ -200,7 +200,7 @@ func (s *Store) DropFiles(ctx context.Context, b *Build, formats []string) error
 	*b = next
 	var errs []error
 	for _, format := range formats {
-		errs = append(errs, s.RemoveFormat(b.Image, b.ID, format))
+		errs = append(errs, s.removeFormat(b.Image, b.ID, format))
 	}
 	return errors.Join(errs...)
 }

@@ -90,8 +90,8 @@ func safePart(s string) bool {
 	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, `/\`)
 }
 
-// PartialDir is where downloads in progress live until verified.
-func (s *Store) PartialDir() string { return filepath.Join(s.dir, partialDirName) }
+// partialDir is where downloads in progress live until verified.
+func (s *Store) partialDir() string { return filepath.Join(s.dir, partialDirName) }
 
 // tempPath is where a build's file of format is made before it is added:
 // <partial dir>/<image>-zuul-<zuul uuid>.<format> for a build fetched from
@@ -110,7 +110,7 @@ func (s *Store) tempPath(b Build, format string) (string, error) {
 		}
 		name = zuulPartialName(b.Image, b.Zuul.UUID, format)
 	}
-	return filepath.Join(s.PartialDir(), name), nil
+	return filepath.Join(s.partialDir(), name), nil
 }
 
 // zuulPartialName names the files made of one format of a Zuul build of an
@@ -123,7 +123,7 @@ func zuulPartialName(image, zuulUUID, format string) string {
 // RemovePartials removes the partial downloads of an image's Zuul builds, except
 // those of the Zuul build keep (empty: all of them).
 func (s *Store) RemovePartials(image, keep string) error {
-	entries, err := os.ReadDir(s.PartialDir())
+	entries, err := os.ReadDir(s.partialDir())
 	if err != nil {
 		return fmt.Errorf("list partial downloads: %w", err)
 	}
@@ -134,7 +134,7 @@ func (s *Store) RemovePartials(image, keep string) error {
 		if m == nil || m[1] != image || (keep != "" && m[2] == keep) {
 			continue
 		}
-		if err := os.Remove(filepath.Join(s.PartialDir(), e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(filepath.Join(s.partialDir(), e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove partial download: %w", err)
 		}
 	}
@@ -153,9 +153,9 @@ func isHex(s string) bool {
 	return true
 }
 
-// WriteSidecars writes <file>.sha256 and <file>.md5 in the format of sha256sum and
+// writeSidecars writes <file>.sha256 and <file>.md5 in the format of sha256sum and
 // md5sum, as diskimage-builder writes them.
-func WriteSidecars(path, sha256, md5 string) error {
+func writeSidecars(path, sha256, md5 string) error {
 	base := filepath.Base(path)
 	for ext, sum := range map[string]string{sha256Ext: sha256, md5Ext: md5} {
 		if sum == "" {
@@ -185,8 +185,8 @@ func ReadSidecar(path string) (string, error) {
 	return strings.ToLower(fields[0]), nil
 }
 
-// RemoveFormat removes a build's file of one format and its sidecars.
-func (s *Store) RemoveFormat(image, buildID, format string) error {
+// removeFormat removes a build's file of one format and its sidecars.
+func (s *Store) removeFormat(image, buildID, format string) error {
 	p, err := s.FilePath(image, buildID, format)
 	if err != nil {
 		return fmt.Errorf("remove a file: %w", err)
@@ -199,17 +199,17 @@ func (s *Store) RemoveFormat(image, buildID, format string) error {
 	return nil
 }
 
-// RemoveBuildFiles removes every file of a build, whether its record lists it
+// removeBuildFiles removes every file of a build, whether its record lists it
 // or not: its formats, sidecars and DIB's <image>-<build_id>.d manifest
 // directory, and the files made under its name in the partial directory and
 // not added. Those made under its Zuul build's name stay for a later build of
 // it to resume, until the partial sweep.
-func (s *Store) RemoveBuildFiles(image, buildID string) error {
+func (s *Store) removeBuildFiles(image, buildID string) error {
 	if _, err := s.BuildPath(image, buildID); err != nil {
 		return fmt.Errorf("remove files: %w", err)
 	}
 	build := BuildName(image, buildID)
-	for _, dir := range []string{s.dir, s.PartialDir()} {
+	for _, dir := range []string{s.dir, s.partialDir()} {
 		entries, err := os.ReadDir(dir)
 		if errors.Is(err, os.ErrNotExist) && dir != s.dir {
 			continue

@@ -18,12 +18,12 @@ import (
 func buildFilesOnDisk(t *testing.T, s *Store, image, id string) []string {
 	t.Helper()
 	base := mustPath(s.BuildPath(image, id))
-	tmp := filepath.Join(s.PartialDir(), BuildName(image, id)+".raw")
+	tmp := filepath.Join(s.partialDir(), BuildName(image, id)+".raw")
 	files := []string{base + ".qcow2", base + ".qcow2.sha256", base + ".qcow2.md5", base + ".squash", base + ".d", tmp}
 	for _, suffix := range partial.Suffixes {
 		files = append(files, tmp+suffix)
 	}
-	if err := os.MkdirAll(s.PartialDir(), 0o750); err != nil {
+	if err := os.MkdirAll(s.partialDir(), 0o750); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range files {
@@ -60,10 +60,10 @@ func TestRemoveBuildFilesMatchesWholeNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	kept = append(kept, s.StatusPath("gearman"))
-	if err := s.RemoveBuildFiles("img1", "22"); err != nil {
+	if err := s.removeBuildFiles("img1", "22"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RemoveBuildFiles("gearman", "status"); err != nil {
+	if err := s.removeBuildFiles("gearman", "status"); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range gone {
@@ -83,23 +83,23 @@ func TestRemoveBuildFilesMatchesWholeNames(t *testing.T) {
 // "fedora-zuul-" and a hex word.
 func TestRemovePartialsMatchesWholeNames(t *testing.T) {
 	s := openTest(t, t.TempDir())
-	if err := os.MkdirAll(s.PartialDir(), 0o750); err != nil {
+	if err := os.MkdirAll(s.partialDir(), 0o750); err != nil {
 		t.Fatal(err)
 	}
 	own := zuulPartialName("fedora", "ab", "raw") + partial.Download
 	other := zuulPartialName("fedora-zuul-ab.c", "cd", "raw") + partial.Download
 	for _, n := range []string{own, other} {
-		if err := os.WriteFile(filepath.Join(s.PartialDir(), n), []byte("x"), 0o640); err != nil {
+		if err := os.WriteFile(filepath.Join(s.partialDir(), n), []byte("x"), 0o640); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := s.RemovePartials("fedora", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(s.PartialDir(), own)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(s.partialDir(), own)); !os.IsNotExist(err) {
 		t.Errorf("fedora's partial download %s is left (%v)", own, err)
 	}
-	if _, err := os.Stat(filepath.Join(s.PartialDir(), other)); err != nil {
+	if _, err := os.Stat(filepath.Join(s.partialDir(), other)); err != nil {
 		t.Errorf("removing fedora's partial downloads removed %s: %v", other, err)
 	}
 }

@@ -87,7 +87,7 @@ func (s *Store) RemoveLeftovers(ctx context.Context, l Leftovers) ([]string, err
 	if err != nil {
 		return nil, fmt.Errorf("list images-dir: %w", err)
 	}
-	partials, err := os.ReadDir(s.PartialDir())
+	partials, err := os.ReadDir(s.partialDir())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("list partial downloads: %w", err)
 	}
@@ -140,7 +140,7 @@ func (s *Store) RemoveLeftovers(ctx context.Context, l Leftovers) ([]string, err
 		if settled[image+"/"+uuid] {
 			// Fetched, by this builder or another: with no fetch of the image
 			// under way here, nothing writes it any more, however new it is.
-			remove(filepath.Join(s.PartialDir(), e.Name()), e, true)
+			remove(filepath.Join(s.partialDir(), e.Name()), e, true)
 			continue
 		}
 		if l.ZuulImages[image] {
@@ -153,7 +153,7 @@ func (s *Store) RemoveLeftovers(ctx context.Context, l Leftovers) ([]string, err
 				continue // a download to resume
 			}
 		}
-		remove(filepath.Join(s.PartialDir(), e.Name()), e, false)
+		remove(filepath.Join(s.partialDir(), e.Name()), e, false)
 	}
 	return removed, errors.Join(errs...)
 }

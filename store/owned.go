@@ -118,7 +118,7 @@ func (s *Store) Owns(image, buildID string) bool {
 // (Released false: another program marked it deleting) keeps its marker, so
 // that SettleLost reports it as lost once its record is gone.
 func (s *Store) ForgetBuild(b Build) error {
-	if err := s.RemoveBuildFiles(b.Image, b.ID); err != nil {
+	if err := s.removeBuildFiles(b.Image, b.ID); err != nil {
 		return err
 	}
 	if !b.Released() {
@@ -254,7 +254,7 @@ func (s *Store) settleLost(ctx context.Context, image, id string) (*LostBuild, e
 		}
 		l.ZuulUUID = cur.ZuulUUID
 	}
-	if err := s.RemoveBuildFiles(image, id); err != nil {
+	if err := s.removeBuildFiles(image, id); err != nil {
 		return nil, err
 	}
 	if err := s.unmarkOwned(image, id); err != nil {

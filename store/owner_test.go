@@ -61,7 +61,7 @@ func TestOpenRefusesAnotherBuildersImagesDir(t *testing.T) {
 					os.Mkdir(filepath.Join(dir, partialDirName), 0o755)
 				}
 				if c.setup.db {
-					s, err := OpenSQLite(context.Background(), filepath.Join(dir, "builder.db"), Create, nil, nil)
+					s, err := openSQLite(context.Background(), filepath.Join(dir, "builder.db"), Create, nil, nil)
 					if err != nil {
 						t.Fatal(err)
 					}

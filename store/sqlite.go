@@ -37,14 +37,14 @@ type SQLite struct {
 // sqliteIdleConns is how many connections stay open between queries.
 const sqliteIdleConns = 16
 
-// OpenSQLite opens the state database at path. With Create it makes the file
+// openSQLite opens the state database at path. With Create it makes the file
 // when missing and brings its schema up to date, keeping a copy of the state
 // as it was before an upgrade (see keepCopy). Otherwise it refuses a missing
 // file (ErrNotInitialized) and a schema other than this program's: the
 // builder upgrades the schema, not a command that may run beside an older
 // builder; and with ReadOnly it writes nothing. log tells of the copy and of
 // records refused on read; nil is slog's default logger.
-func OpenSQLite(ctx context.Context, path string, access Access, now func() time.Time, log *slog.Logger) (*SQLite, error) {
+func openSQLite(ctx context.Context, path string, access Access, now func() time.Time, log *slog.Logger) (*SQLite, error) {
 	if now == nil {
 		now = time.Now
 	}

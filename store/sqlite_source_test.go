@@ -22,7 +22,7 @@ func TestSQLiteAnySource(t *testing.T) {
 	}
 	db.Close()
 
-	s, err := OpenSQLite(ctx, path, Create, time.Now, nil)
+	s, err := openSQLite(ctx, path, Create, time.Now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,7 +100,7 @@ func TestSQLiteUpgradeKeepsCopy(t *testing.T) {
 			switch tt.version {
 			case 0:
 			case -1:
-				s, err := OpenSQLite(ctx, path, Create, nil, nil)
+				s, err := openSQLite(ctx, path, Create, nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -128,7 +128,7 @@ func TestSQLiteUpgradeKeepsCopy(t *testing.T) {
 			}
 
 			var log bytes.Buffer
-			s, err := OpenSQLite(ctx, path, Create, nil, slog.New(slog.NewTextHandler(&log, nil)))
+			s, err := openSQLite(ctx, path, Create, nil, slog.New(slog.NewTextHandler(&log, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -165,7 +165,7 @@ func TestSQLiteUpgradeKeepsCopy(t *testing.T) {
 
 			// The next start has nothing to upgrade, and leaves the copy alone.
 			log.Reset()
-			s, err = OpenSQLite(ctx, path, Create, nil, slog.New(slog.NewTextHandler(&log, nil)))
+			s, err = openSQLite(ctx, path, Create, nil, slog.New(slog.NewTextHandler(&log, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -268,7 +268,7 @@ func TestSQLiteUpgradeWithoutCopyFails(t *testing.T) {
 	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &lowered); err != nil {
 		t.Fatal(err)
 	}
-	_, err := OpenSQLite(ctx, path, Create, nil, nil)
+	_, err := openSQLite(ctx, path, Create, nil, nil)
 	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &old); err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestSQLiteUpgradeWithoutCopyFails(t *testing.T) {
 		}
 	}
 
-	s, err := OpenSQLite(ctx, path, Create, nil, nil)
+	s, err := openSQLite(ctx, path, Create, nil, nil)
 	if err != nil {
 		t.Fatalf("open once the copy can be written: %v", err)
 	}
@@ -340,7 +340,7 @@ func TestSQLiteNewerSchemaNamesCopy(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			path := filepath.Join(t.TempDir(), "builder.db")
-			s, err := OpenSQLite(ctx, path, Create, nil, nil)
+			s, err := openSQLite(ctx, path, Create, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -354,7 +354,7 @@ func TestSQLiteNewerSchemaNamesCopy(t *testing.T) {
 				}
 			}
 			for _, access := range []Access{Create, ReadOnly} {
-				_, err := OpenSQLite(ctx, path, access, nil, nil)
+				_, err := openSQLite(ctx, path, access, nil, nil)
 				if err == nil {
 					t.Fatalf("access %d: opened a state of a newer schema", access)
 				}

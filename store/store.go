@@ -112,7 +112,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	backend := opts.Backend
 	where := "the state"
 	if backend == nil {
-		sq, err := OpenSQLite(ctx, dbPath, opts.Access, opts.Now, opts.Logger)
+		sq, err := openSQLite(ctx, dbPath, opts.Access, opts.Now, opts.Logger)
 		if err != nil {
 			return nil, err
 		}

@@ -107,7 +107,7 @@ func TestFilesAndSidecars(t *testing.T) {
 		t.Fatalf("path = %s", p)
 	}
 	os.WriteFile(p, []byte("data"), 0o644)
-	if err := WriteSidecars(p, "5ha", "md"); err != nil {
+	if err := writeSidecars(p, "5ha", "md"); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(p + ".sha256")
@@ -121,7 +121,7 @@ func TestFilesAndSidecars(t *testing.T) {
 	other := mustPath(s.FilePath("fedora-40", "abc", "qcow2"))
 	os.WriteFile(other, []byte("x"), 0o644)
 	os.MkdirAll(mustPath(s.BuildPath("fedora", "abc"))+".d", 0o755)
-	if err := s.RemoveBuildFiles("fedora", "abc"); err != nil {
+	if err := s.removeBuildFiles("fedora", "abc"); err != nil {
 		t.Fatal(err)
 	}
 	for _, gone := range []string{p, p + ".sha256", p + ".md5", mustPath(s.BuildPath("fedora", "abc")) + ".d"} {
@@ -143,12 +143,12 @@ func TestRemovePartials(t *testing.T) {
 		"fedora-zuul-notes.txt",
 	}
 	for _, n := range names {
-		os.WriteFile(filepath.Join(s.PartialDir(), n), []byte("x"), 0o644)
+		os.WriteFile(filepath.Join(s.partialDir(), n), []byte("x"), 0o644)
 	}
 	if err := s.RemovePartials("fedora", "bb22"); err != nil {
 		t.Fatal(err)
 	}
-	exists := func(n string) bool { _, err := os.Stat(filepath.Join(s.PartialDir(), n)); return err == nil }
+	exists := func(n string) bool { _, err := os.Stat(filepath.Join(s.partialDir(), n)); return err == nil }
 	if exists(names[0]) {
 		t.Error("partial of another Zuul build of the image kept")
 	}
@@ -379,7 +379,7 @@ func TestRecordsStoredWithoutUserinfo(t *testing.T) {
 func TestOpenKeepsOthersOut(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "images")
 	s := openTest(t, dir)
-	if err := WriteSidecars(filepath.Join(dir, "img-1.raw"), strings.Repeat("a", 64), strings.Repeat("b", 32)); err != nil {
+	if err := writeSidecars(filepath.Join(dir, "img-1.raw"), strings.Repeat("a", 64), strings.Repeat("b", 32)); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

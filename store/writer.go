@@ -222,7 +222,7 @@ func (w *BuildWriter) place(f File) error {
 			return err
 		}
 	}
-	return WriteSidecars(to, f.SHA256, f.MD5)
+	return writeSidecars(to, f.SHA256, f.MD5)
 }
 
 // Discard removes the file of format made where the writer said, which the
@@ -326,7 +326,7 @@ func (w *BuildWriter) Abort(ctx context.Context, reason string, cur *Cursor) (Bu
 		return w.build, fmt.Errorf("set build %s %s: %w", w.build.Name(), Failed, err)
 	}
 	w.build, w.unwritten = next, false
-	if err := w.s.RemoveBuildFiles(next.Image, next.ID); err != nil {
+	if err := w.s.removeBuildFiles(next.Image, next.ID); err != nil {
 		return next, err
 	}
 	return next, w.s.unmarkOwned(next.Image, next.ID)
