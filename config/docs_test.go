@@ -38,7 +38,7 @@ func TestDocsNameEveryKey(t *testing.T) {
 		{"### `builder.gearman-servers`", gearmanKeys},
 		{"### `builder.providers`", keys(builderProviderTable)},
 		{"### `builder.webapp`", keys(builderWebappTable)},
-		{"### `builder.zuul-mqtt`", zuulMQTTKeys},
+		{"### `builder.zuul-mqtt`", keys(zuulMQTTTable)},
 	}
 	for _, s := range sections {
 		sec, ok := testenv.MarkdownSection(doc, s.heading)

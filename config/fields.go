@@ -10,6 +10,13 @@ import (
 // has one; the checks that a name is given once look it up by it.
 const keyName = "name"
 
+// Keys spelt alike in more than one section, or named by code beside a
+// table: each is written here once, and the rows and the checks name it.
+const (
+	keyUsername = "username" // diskimages, builder.zuul-mqtt
+	keyCACert   = "ca-cert"  // zuul-images, builder.zuul-mqtt
+)
+
 // A spec is one key of a section whose entries are read into a T: a row of
 // the section's table. The table is the one place a key is spelt: the keys a
 // mapping may hold, the defaults, the reading, the inheritance of diskimages,

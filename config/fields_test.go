@@ -104,6 +104,15 @@ func TestEveryRowReads(t *testing.T) {
 	}, keyDriver)
 	checkRows(t, "providers[0].diskimages[0]", providerImageTable, func() ProviderImage { return defaults(providerImageTable) },
 		map[string]string{"name": "debian", "pause": "true", "meta": "{hw_disk_bus: scsi}"})
+	checkRows(t, "builder.zuul-mqtt", zuulMQTTTable, func() ZuulMQTT { return defaults(zuulMQTTTable) }, map[string]string{
+		"url":           "mqtts://mqtt.example.com",
+		"topics":        "['zuul/+/post/#']",
+		"username":      "nodepool",
+		"password-file": "/etc/nodepool/mqtt.pw",
+		"ca-cert":       "/etc/nodepool/mqtt-ca.pem",
+		"client-cert":   "/etc/nodepool/mqtt.crt",
+		"client-key":    "/etc/nodepool/mqtt.key",
+	})
 	// An entry is read as written, from nothing; what it lays is laid over
 	// the defaults.
 	checkRows(t, "diskimages[0]", diskImageTable, func() diskImageEntry { return diskImageEntry{} }, map[string]string{

@@ -46,125 +46,136 @@ const (
 // no topics: Zuul's documentation publishes under zuul/.
 var DefaultZuulMQTTTopics = []string{"zuul/#"}
 
-var zuulMQTTKeys = []string{"url", "topics", "username", "password-file", "ca-cert", "client-cert", "client-key"}
+// Keys of builder.zuul-mqtt that its checks across keys name, besides
+// username and ca-cert.
+const (
+	keyPasswordFile = "password-file"
+	keyClientCert   = "client-cert"
+	keyClientKey    = "client-key"
+)
+
+// zuulMQTTTable is builder.zuul-mqtt. The section is ours, so unknown keys
+// are errors.
+var zuulMQTTTable = []spec[ZuulMQTT]{
+	{key: "url", need: "set it to Zuul's MQTT broker, e.g. mqtts://mqtt.example.com:8883",
+		read: func(r reader, z *ZuulMQTT) { r.m.p.mqttURL(r, z) }},
+	{key: "topics",
+		init: func(z *ZuulMQTT) { z.Topics = DefaultZuulMQTTTopics },
+		read: func(r reader, z *ZuulMQTT) {
+			if topics, ok := r.m.p.mqttTopics(r); ok {
+				z.Topics = topics
+			}
+		}},
+	{key: keyUsername,
+		read: func(r reader, z *ZuulMQTT) { r.str(&z.Username) }},
+	{key: keyPasswordFile,
+		read: func(r reader, z *ZuulMQTT) { r.str(&z.PasswordFile) }},
+	{key: keyCACert,
+		read: func(r reader, z *ZuulMQTT) { r.str(&z.CACert) }},
+	{key: keyClientCert,
+		read: func(r reader, z *ZuulMQTT) { r.str(&z.ClientCert) }},
+	{key: keyClientKey,
+		read: func(r reader, z *ZuulMQTT) { r.str(&z.ClientKey) }},
+}
 
 // zuulMQTT reads builder.zuul-mqtt; nil when it is unusable, with the errors
 // reported.
 func (p *parser) zuulMQTT(n *yaml.Node, path string) *ZuulMQTT {
-	m, ok := p.readMapping(n, path, "the zuul-mqtt section", zuulMQTTKeys, true)
+	m, ok := p.readMapping(n, path, "the zuul-mqtt section", keys(zuulMQTTTable), true)
 	if !ok {
 		return nil
 	}
-	z := &ZuulMQTT{Topics: DefaultZuulMQTTTopics}
-	good := true
-	if m.require("url", "set it to Zuul's MQTT broker, e.g. mqtts://mqtt.example.com:8883") {
-		good = p.mqttURL(m, z) && good
-	} else {
-		good = false
-	}
-	if topics, ok := p.mqttTopics(m); ok {
-		z.Topics = topics
-	} else if m.has("topics") {
-		good = false
-	}
-	z.Username, _ = m.str("username")
-	z.PasswordFile, _ = m.str("password-file")
-	z.CACert, _ = m.str("ca-cert")
-	z.ClientCert, _ = m.str("client-cert")
-	z.ClientKey, _ = m.str("client-key")
+	errs := len(p.errs)
+	z := defaults(zuulMQTTTable)
+	readInto(m, zuulMQTTTable, &z)
 	if z.PasswordFile != "" && z.Username == "" {
-		n, _ := m.get("password-file")
-		p.errorf(n, m.sub("password-file"), "is set without username; set username to the user the broker knows this password by")
-		good = false
+		n, _ := m.get(keyPasswordFile)
+		p.errorf(n, m.sub(keyPasswordFile), "is set without username; set username to the user the broker knows this password by")
 	}
-	for _, pair := range [][2]string{{"client-cert", "client-key"}, {"client-key", "client-cert"}} {
+	for _, pair := range [][2]string{{keyClientCert, keyClientKey}, {keyClientKey, keyClientCert}} {
 		if m.has(pair[0]) && !m.has(pair[1]) {
 			n, _ := m.get(pair[0])
 			p.errorf(n, m.sub(pair[0]), "is set without %s; give both the client certificate and its key, or neither", pair[1])
-			good = false
 		}
 	}
 	if z.URL != "" && !z.TLS {
-		for _, key := range []string{"ca-cert", "client-cert", "client-key"} {
+		for _, key := range []string{keyCACert, keyClientCert, keyClientKey} {
 			if n, ok := m.get(key); ok {
 				p.errorf(n, m.sub(key), "is for TLS, which an mqtt:// url does not use; write the url as mqtts://, or remove %s", key)
-				good = false
 			}
 		}
 	}
-	if !good {
+	if len(p.errs) > errs {
 		return nil
 	}
-	return z
+	return &z
 }
 
 // mqttURL reads and checks the url of zuul-mqtt into z. A URL with userinfo is
 // never quoted back: it may hold the password.
-func (p *parser) mqttURL(m *mapping, z *ZuulMQTT) bool {
-	s, ok := m.str("url")
+func (p *parser) mqttURL(r reader, z *ZuulMQTT) {
+	s, ok := r.m.str(r.key)
 	if !ok {
-		return false
+		return
 	}
-	n, _ := m.get("url")
-	path := m.sub("url")
+	n, _ := r.node()
+	path := r.path()
 	const example = "write it like mqtts://mqtt.example.com:8883 or mqtt://mqtt.example.com"
 	u, err := url.Parse(s)
 	if err != nil || u.Opaque != "" || (u.Scheme != "mqtt" && u.Scheme != "mqtts") {
 		p.errorf(n, path, "%q is not an mqtt:// or mqtts:// URL; %s", redact.URL(s), example)
-		return false
+		return
 	}
 	if u.User != nil {
 		p.errorf(n, path, "holds a user name or password; put the user name in username and the password in a file named by password-file, and leave them out of the url")
-		return false
+		return
 	}
 	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
 		p.errorf(n, path, "%q has a path, query or fragment, which an MQTT broker address has not; %s, and list what to subscribe to in topics", s, example)
-		return false
+		return
 	}
 	host := u.Hostname()
 	if host == "" {
 		p.errorf(n, path, "%q names no host; %s", s, example)
-		return false
+		return
 	}
-	z.TLS = u.Scheme == "mqtts"
-	z.Port = DefaultMQTTPort
-	if z.TLS {
-		z.Port = DefaultMQTTSPort
+	tls := u.Scheme == "mqtts"
+	port := DefaultMQTTPort
+	if tls {
+		port = DefaultMQTTSPort
 	}
 	if ps := u.Port(); ps != "" {
-		port, err := strconv.Atoi(ps)
-		if err != nil || port < 1 || port > 65535 {
+		v, err := strconv.Atoi(ps)
+		if err != nil || v < 1 || v > 65535 {
 			p.errorf(n, path, "%q: the port must be a TCP port number from 1 to 65535", s)
-			return false
+			return
 		}
-		z.Port = port
+		port = v
 	} else if strings.HasSuffix(u.Host, ":") {
-		p.errorf(n, path, "%q has an empty port; write the port number after the colon, or leave both out for %d", s, z.Port)
-		return false
+		p.errorf(n, path, "%q has an empty port; write the port number after the colon, or leave both out for %d", s, port)
+		return
 	}
-	z.Host = host
-	z.URL = u.Scheme + "://" + net.JoinHostPort(host, strconv.Itoa(z.Port))
-	return true
+	z.TLS, z.Port, z.Host = tls, port, host
+	z.URL = u.Scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port))
 }
 
 // mqttTopics reads zuul-mqtt.topics, without repeats; ok is false when the key
 // is absent or wrong.
-func (p *parser) mqttTopics(m *mapping) ([]string, bool) {
+func (p *parser) mqttTopics(r reader) ([]string, bool) {
 	const example = "['zuul/#']"
-	items, ok := m.list("topics", "MQTT topic filters", example)
+	items, ok := r.m.list(r.key, "MQTT topic filters", example)
 	if !ok {
 		return nil, false
 	}
 	if len(items) == 0 {
-		n, _ := m.get("topics")
-		p.errorf(n, m.sub("topics"), "lists no topic, so no report would arrive; list the topic filters Zuul's reporters publish to, or remove the key for %s", example)
+		r.errorf("lists no topic, so no report would arrive; list the topic filters Zuul's reporters publish to, or remove the key for %s", example)
 		return nil, false
 	}
 	var out []string
 	good := true
 	for i, item := range items {
 		item = resolve(item)
-		path := indexPath(m.sub("topics"), i)
+		path := indexPath(r.path(), i)
 		if isNull(item) || item.Kind != yaml.ScalarNode || item.ShortTag() != "!!str" {
 			p.errorf(item, path, "expected a topic filter like 'zuul/#' (quote a lone '#': YAML takes it for a comment), not %s", p.describe(item))
 			good = false
