@@ -164,7 +164,10 @@ var builderProviderTable = []spec[BuilderProvider]{
 		}},
 }
 
-var gearmanKeys = []string{"host", "port"}
+// gearmanServerTable is an entry of builder.gearman-servers, and of
+// nodepool's old top-level gearman-servers.
+var gearmanServerTable = hostPortRows(ours, "name the gearman server's host, e.g. host: gearman.example.com",
+	DefaultGearmanPort, func(g *GearmanServer) (*string, *int) { return &g.Host, &g.Port })
 
 // builderWebappTable is builder.webapp; dashed, as the rest of the builder
 // section.
@@ -172,9 +175,9 @@ var builderWebappTable = []spec[Webapp]{
 	{key: "listen-address",
 		init: func(w *Webapp) { w.ListenAddress = DefaultBuilderWebappAddress },
 		read: func(r reader, w *Webapp) { r.str(&w.ListenAddress) }},
-	{key: "port",
+	{key: keyPort,
 		init: func(w *Webapp) { w.Port = DefaultBuilderWebappPort },
-		read: func(r reader, w *Webapp) { r.integer(&w.Port, 1, 65535, "a TCP port number from 1 to 65535") }},
+		read: func(r reader, w *Webapp) { r.port(&w.Port) }},
 	{key: "host-names",
 		read: func(r reader, w *Webapp) {
 			names, ok := r.m.strList(r.key, "host names the pages answer to", "[builder.example.com]")
@@ -358,9 +361,9 @@ func hostName(s string) bool {
 // nodepool's old top-level one.
 func (p *parser) gearmanServers(r reader) []GearmanServer {
 	var out []GearmanServer
-	for gm := range r.m.mappings(r.key, "gearman servers", "[{host: gearman.example.com, port: 4730}]", "a gearman server", gearmanKeys) {
-		var g GearmanServer
-		g.Host, g.Port = gm.hostPort(DefaultGearmanPort, "name the gearman server's host, e.g. host: gearman.example.com")
+	for gm := range r.m.mappings(r.key, "gearman servers", "[{host: gearman.example.com, port: 4730}]", "a gearman server", keys(gearmanServerTable)) {
+		g := defaults(gearmanServerTable)
+		readInto(gm, gearmanServerTable, &g)
 		if g.Host != "" {
 			out = append(out, g)
 		}

@@ -81,7 +81,7 @@ var diskImageTable = []spec[diskImageEntry]{
 			r.strList(&e.Elements, "diskimage-builder elements", "[debian-minimal, vm]")
 		},
 		lay: func(into, e *diskImageEntry) { into.Elements = append(slices.Clone(into.Elements), e.Elements...) }},
-	{key: "env-vars", owner: nodepools,
+	{key: keyEnvVars, owner: nodepools,
 		read: func(r reader, e *diskImageEntry) { r.strMap(&e.EnvVars, "DIB_RELEASE: bookworm") },
 		// The entry's variables win over those it inherits.
 		lay: func(into, e *diskImageEntry) {

@@ -13,8 +13,10 @@ const keyName = "name"
 // Keys spelt alike in more than one section, or named by code beside a
 // table: each is written here once, and the rows and the checks name it.
 const (
+	keyPort     = "port"     // builder.webapp, gearman and ZooKeeper servers
 	keyUsername = "username" // diskimages, builder.zuul-mqtt
 	keyCACert   = "ca-cert"  // zuul-images, builder.zuul-mqtt
+	keyEnvVars  = "env-vars" // diskimages, the secure file's diskimages
 )
 
 // A spec is one key of a section whose entries are read into a T: a row of
@@ -78,6 +80,28 @@ const (
 	// heldRemoved: the key taken away (changed says when) is held as held is.
 	heldRemoved
 )
+
+// hostPortRows are the rows of a server's host, required (need says how to
+// name it), and its port, defaultPort when it has none: gearman's servers and
+// ZooKeeper's are written alike. at gives where an entry keeps the two.
+func hostPortRows[T any](o owner, need string, defaultPort int, at func(v *T) (host *string, port *int)) []spec[T] {
+	return []spec[T]{
+		{key: "host", owner: o, need: need,
+			read: func(r reader, v *T) {
+				host, _ := at(v)
+				r.str(host)
+			}},
+		{key: keyPort, owner: o,
+			init: func(v *T) {
+				_, port := at(v)
+				*port = defaultPort
+			},
+			read: func(r reader, v *T) {
+				_, port := at(v)
+				r.port(port)
+			}},
+	}
+}
 
 // keys lists the keys of a table, in its order: the keys a mapping of the
 // section may hold, as messages name them.
@@ -211,6 +235,9 @@ func (r reader) integer(dst *int, lowest, highest int, rule string) {
 		*dst = v
 	}
 }
+
+// port reads a TCP port number.
+func (r reader) port(dst *int) { r.integer(dst, 1, 65535, "a TCP port number from 1 to 65535") }
 
 func (r reader) number(dst *float64, rule string) {
 	if v, ok := r.m.number(r.key, rule); ok {

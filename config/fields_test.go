@@ -104,6 +104,14 @@ func TestEveryRowReads(t *testing.T) {
 	}, keyDriver)
 	checkRows(t, "providers[0].diskimages[0]", providerImageTable, func() ProviderImage { return defaults(providerImageTable) },
 		map[string]string{"name": "debian", "pause": "true", "meta": "{hw_disk_bus: scsi}"})
+	checkRows(t, "zookeeper-servers[0]", zkServerTable, func() zkServerEntry { return defaults(zkServerTable) },
+		map[string]string{"host": "zk.example.com", "port": "2181", "chroot": "/nodepool"})
+	checkRows(t, "zookeeper-tls", zkTLSTable, func() ZooKeeperTLS { return defaults(zkTLSTable) },
+		map[string]string{"cert": "/etc/nodepool/zk.crt", "key": "/etc/nodepool/zk.key", "ca": "/etc/nodepool/zk-ca.pem"})
+	checkRows(t, "diskimages[0]", secureDiskImageTable, func() secureImage { return defaults(secureDiskImageTable) },
+		map[string]string{"name": "debian", "env-vars": "{DIB_PASSWORD: secret}"})
+	checkRows(t, "builder.gearman-servers[0]", gearmanServerTable, func() GearmanServer { return defaults(gearmanServerTable) },
+		map[string]string{"host": "gearman.example.com", "port": "4731"})
 	checkRows(t, "builder.zuul-mqtt", zuulMQTTTable, func() ZuulMQTT { return defaults(zuulMQTTTable) }, map[string]string{
 		"url":           "mqtts://mqtt.example.com",
 		"topics":        "['zuul/+/post/#']",

@@ -251,19 +251,6 @@ func (m *mapping) require(key, hint string) bool {
 	return false
 }
 
-// hostPort reads a server's required host (hint says how to name it) and its
-// port, defaultPort when it has none.
-func (m *mapping) hostPort(defaultPort int, hint string) (host string, port int) {
-	if m.require("host", hint) {
-		host, _ = m.str("host")
-	}
-	port = defaultPort
-	if v, ok := m.integer("port", 1, 65535, "a TCP port number from 1 to 65535"); ok {
-		port = v
-	}
-	return host, port
-}
-
 func (m *mapping) str(key string) (string, bool) {
 	n, ok := m.get(key)
 	if !ok {

@@ -11,9 +11,24 @@ import (
 // all of them (nodepool's loadSecureConfig).
 var secureKeys = []string{"zookeeper-servers", "zookeeper-tls", "diskimages"}
 
-// secureDiskImageKeys are the keys nodepool reads from a diskimages entry of
-// the secure file.
-var secureDiskImageKeys = []string{"name", "env-vars"}
+// secureImage is a diskimages entry of the secure file as read. envOK tells
+// that its env-vars are given and right.
+type secureImage struct {
+	name  string
+	env   map[string]string
+	envOK bool
+}
+
+// secureDiskImageTable is a diskimages entry of the secure file: the keys
+// nodepool reads from it.
+var secureDiskImageTable = []spec[secureImage]{
+	{key: keyName, owner: nodepools, need: "name the diskimage whose env-vars these are",
+		read: func(r reader, si *secureImage) { r.str(&si.name) }},
+	// nodepool's loader fails on an entry without env-vars (a KeyError).
+	{key: keyEnvVars, owner: nodepools, need: "nodepool's loader fails on a diskimage of the secure file without env-vars: add " +
+		"them, or remove the entry",
+		read: func(r reader, si *secureImage) { si.env, si.envOK = r.m.strMap(r.key, "DIB_PASSWORD: ...") }},
+}
 
 // secure lays nodepool's secure file over the config read from nodepool.yaml
 // (nodepoolFile), as nodepool's loadSecureConfig does: a non-empty
@@ -49,26 +64,22 @@ func (p *parser) secure(root *yaml.Node, cfg *Config, zk *ZooKeeper, names image
 // secureDiskImage merges the env-vars of one diskimages entry of the secure
 // file into the diskimage it names.
 func (p *parser) secureDiskImage(item *yaml.Node, path string, cfg *Config, names imageNames, nodepoolFile string) {
-	m, ok := p.readMapping(item, path, "a diskimage of the secure file", secureDiskImageKeys, false)
+	read := keys(secureDiskImageTable)
+	m, ok := p.readMapping(item, path, "a diskimage of the secure file", read, false)
 	if !ok {
 		return
 	}
-	p.ignoredKeys(m, "a diskimage of the secure file", secureDiskImageKeys, keys(diskImageTable),
+	p.ignoredKeys(m, "a diskimage of the secure file", read, keys(diskImageTable),
 		"nodepool reads only the name and env-vars of a diskimage from the secure file, and ignores this key there, as "+
 			"the builder does: set it in the diskimage's entry in "+nodepoolFile+", or remove it")
-	var name string
-	if m.require("name", "name the diskimage whose env-vars these are") {
-		name, _ = m.str("name")
-	}
-	// nodepool's loader fails on an entry without env-vars (a KeyError).
-	hasEnv := m.require("env-vars", "nodepool's loader fails on a diskimage of the secure file without env-vars: add "+
-		"them, or remove the entry")
-	env, envOK := m.strMap("env-vars", "DIB_PASSWORD: ...")
+	var si secureImage
+	readInto(m, secureDiskImageTable, &si)
+	name := si.name
 	if name == "" {
 		return
 	}
-	n, _ := m.get("name")
-	at := m.sub("name")
+	n, _ := m.get(keyName)
+	at := m.sub(keyName)
 	def, known := names[name]
 	switch {
 	case !known:
@@ -85,7 +96,7 @@ func (p *parser) secureDiskImage(item *yaml.Node, path string, cfg *Config, name
 			"remove the entry", name)
 		return
 	}
-	if !hasEnv || !envOK {
+	if !si.envOK {
 		return
 	}
 	for i := range cfg.DiskImages {
@@ -98,7 +109,7 @@ func (p *parser) secureDiskImage(item *yaml.Node, path string, cfg *Config, name
 		if merged == nil {
 			merged = map[string]string{}
 		}
-		maps.Copy(merged, env)
+		maps.Copy(merged, si.env)
 		d.EnvVars = merged
 	}
 }

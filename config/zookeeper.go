@@ -53,10 +53,51 @@ const (
 	DefaultZooKeeperTimeout = 10 * time.Second
 )
 
-var (
-	zkServerKeys = []string{"host", "port", "chroot"}
-	zkTLSKeys    = []string{"cert", "key", "ca"}
+// The top-level ZooKeeper keys of nodepool.yaml, which the secure file may
+// hold too.
+const (
+	keyZooKeeperServers = "zookeeper-servers"
+	keyZooKeeperTLS     = "zookeeper-tls"
+	keyZooKeeperTimeout = "zookeeper-timeout"
 )
+
+// zkServerEntry is a zookeeper-servers entry as read, with where its chroot
+// is written, for the check that the servers of a cluster share one.
+type zkServerEntry struct {
+	ZooKeeperServer
+	chrootAt   *yaml.Node
+	chrootPath string
+}
+
+// zkServerTable is a zookeeper-servers entry: nodepool's schema for it.
+var zkServerTable = append(hostPortRows(nodepools, "name the ZooKeeper server, e.g. host: zk.example.com",
+	DefaultZooKeeperPort, func(e *zkServerEntry) (*string, *int) { return &e.Host, &e.Port }),
+	spec[zkServerEntry]{key: "chroot", owner: nodepools,
+		read: func(r reader, e *zkServerEntry) {
+			c, ok := r.m.str(r.key)
+			if !ok {
+				return
+			}
+			if c == "" || c[0] != '/' || (len(c) > 1 && c[len(c)-1] == '/') {
+				r.errorf("%s is not a ZooKeeper path: write it like /nodepool", r.m.p.quote(c))
+				return
+			}
+			e.Chroot = c
+			e.chrootAt, _ = r.node()
+			e.chrootPath = r.path()
+		}})
+
+// zkTLSTable is zookeeper-tls: nodepool's schema for it, every key required.
+var zkTLSTable = []spec[ZooKeeperTLS]{
+	{key: "cert", owner: nodepools, need: zkTLSNeed,
+		read: func(r reader, t *ZooKeeperTLS) { r.str(&t.Cert) }},
+	{key: "key", owner: nodepools, need: zkTLSNeed,
+		read: func(r reader, t *ZooKeeperTLS) { r.str(&t.Key) }},
+	{key: "ca", owner: nodepools, need: zkTLSNeed,
+		read: func(r reader, t *ZooKeeperTLS) { r.str(&t.CA) }},
+}
+
+const zkTLSNeed = "name the PEM file, as nodepool's zookeeper-tls takes it"
 
 // zookeeper reads the three top-level ZooKeeper keys of nodepool.yaml. The
 // result has no servers when the file names none: the secure file may add
@@ -66,56 +107,52 @@ func (p *parser) zookeeper(m *mapping) *ZooKeeper {
 	if len(zk.Servers) > 0 {
 		zk.ServersFile = p.file
 	}
-	if n, ok := m.get("zookeeper-tls"); ok {
-		zk.TLS = p.zookeeperTLS(n, m.sub("zookeeper-tls"))
+	if n, ok := m.get(keyZooKeeperTLS); ok {
+		zk.TLS = p.zookeeperTLS(n, m.sub(keyZooKeeperTLS))
 	}
-	if v, ok := m.seconds("zookeeper-timeout", false); ok {
+	if v, ok := m.seconds(keyZooKeeperTimeout, false); ok {
 		zk.Timeout = v
-		if n, _ := m.get("zookeeper-timeout"); n.ShortTag() == "!!int" {
-			p.warnf(n, m.sub("zookeeper-timeout"), "nodepool's config-validate refuses a whole number here (its schema "+
+		if n, _ := m.get(keyZooKeeperTimeout); n.ShortTag() == "!!int" {
+			p.warnf(n, m.sub(keyZooKeeperTimeout), "nodepool's config-validate refuses a whole number here (its schema "+
 				"takes a float): write %s.0", n.Value)
 		}
 	}
 	return zk
 }
 
-// zookeeperServers reads a mapping's zookeeper-servers list.
+// zookeeperServers reads a mapping's zookeeper-servers list. One cluster has
+// one chroot: the first that a server names.
 func (p *parser) zookeeperServers(m *mapping) []ZooKeeperServer {
 	var servers []ZooKeeperServer
 	chroot := ""
-	for sm := range m.mappings("zookeeper-servers", "ZooKeeper servers", "[{host: zk.example.com, port: 2281}]", "a ZooKeeper server", zkServerKeys) {
-		var s ZooKeeperServer
-		s.Host, s.Port = sm.hostPort(DefaultZooKeeperPort, "name the ZooKeeper server, e.g. host: zk.example.com")
-		if c, ok := sm.str("chroot"); ok {
-			n, _ := sm.get("chroot")
-			switch {
-			case c == "" || c[0] != '/' || (len(c) > 1 && c[len(c)-1] == '/'):
-				p.errorf(n, sm.sub("chroot"), "%s is not a ZooKeeper path: write it like /nodepool", p.quote(c))
-			case chroot != "" && c != chroot && p.hideValues:
-				p.errorf(n, sm.sub("chroot"), "differs from the chroot of another server; one cluster has one chroot")
-			case chroot != "" && c != chroot:
-				p.errorf(n, sm.sub("chroot"), "%q differs from the chroot of another server (%s); one cluster has one chroot", c, chroot)
-			default:
-				s.Chroot, chroot = c, c
+	for sm := range m.mappings(keyZooKeeperServers, "ZooKeeper servers", "[{host: zk.example.com, port: 2281}]", "a ZooKeeper server", keys(zkServerTable)) {
+		s := defaults(zkServerTable)
+		readInto(sm, zkServerTable, &s)
+		switch c := s.Chroot; {
+		case c == "" || chroot == "" || c == chroot:
+			if c != "" {
+				chroot = c
 			}
+		case p.hideValues:
+			s.Chroot = ""
+			p.errorf(s.chrootAt, s.chrootPath, "differs from the chroot of another server; one cluster has one chroot")
+		default:
+			s.Chroot = ""
+			p.errorf(s.chrootAt, s.chrootPath, "%q differs from the chroot of another server (%s); one cluster has one chroot", c, chroot)
 		}
 		if s.Host != "" {
-			servers = append(servers, s)
+			servers = append(servers, s.ZooKeeperServer)
 		}
 	}
 	return servers
 }
 
 func (p *parser) zookeeperTLS(n *yaml.Node, path string) *ZooKeeperTLS {
-	m, ok := p.readMapping(n, path, "the zookeeper-tls section", zkTLSKeys, true)
+	m, ok := p.readMapping(n, path, "the zookeeper-tls section", keys(zkTLSTable), true)
 	if !ok {
 		return nil
 	}
-	t := &ZooKeeperTLS{}
-	for key, dst := range map[string]*string{"cert": &t.Cert, "key": &t.Key, "ca": &t.CA} {
-		if m.require(key, "name the PEM file, as nodepool's zookeeper-tls takes it") {
-			*dst, _ = m.str(key)
-		}
-	}
-	return t
+	t := defaults(zkTLSTable)
+	readInto(m, zkTLSTable, &t)
+	return &t
 }
