@@ -61,7 +61,7 @@ var GearmanFunctionKinds = []string{GearmanBuild, GearmanUpload, GearmanDelete}
 // errors: they are most likely misspelt settings that would otherwise be lost.
 // Every change of it is held until the reload signal confirms it.
 var builderTable = []spec[Builder]{
-	{key: "poll-interval", reload: held,
+	{key: keyPollInterval, reload: held,
 		init: func(b *Builder) { b.PollInterval = DefaultPollInterval },
 		read: func(r reader, b *Builder) { r.seconds(&b.PollInterval, false) }},
 	{key: "upload-workers", reload: held,
@@ -87,7 +87,7 @@ var builderTable = []spec[Builder]{
 	// Its default is beside images-dir, set once both are read.
 	{key: "state-db", reload: held,
 		read: func(r reader, b *Builder) { r.str(&b.StateDB) }},
-	{key: "gearman-servers", reload: held,
+	{key: keyGearmanServers, reload: held,
 		read:    func(r reader, b *Builder) { b.GearmanServers = r.m.p.gearmanServers(r) },
 		restart: "gearman-servers changed; the builder keeps the servers it started with until it is restarted",
 		changed: func(old, next *Builder) bool { return !slices.Equal(old.GearmanServers, next.GearmanServers) }},
@@ -106,7 +106,7 @@ var builderTable = []spec[Builder]{
 		}},
 	// Unlike nodepool's sections, the key with no value counts: "webapp:"
 	// alone serves the pages on the defaults.
-	{key: "webapp", reload: held,
+	{key: keyWebapp, reload: held,
 		read: func(r reader, b *Builder) {
 			if f, ok := r.m.fields[r.key]; ok {
 				b.Webapp = r.m.p.builderWebapp(f.val, r.path())
@@ -137,7 +137,7 @@ var builderTable = []spec[Builder]{
 		}},
 	{key: "nat64-prefixes", reload: held,
 		read: func(r reader, b *Builder) { b.NAT64Prefixes = r.m.p.nat64Prefixes(r) }},
-	{key: "providers", reload: held,
+	{key: keyProviders, reload: held,
 		read: func(r reader, b *Builder) { b.Providers = r.m.p.builderProviders(r) }},
 }
 
@@ -213,7 +213,7 @@ func (p *parser) builder(n *yaml.Node, path string) Builder {
 // An entry with a wrong value is left out.
 func (p *parser) builderProviders(r reader) map[string]BuilderProvider {
 	const example = "[{name: cloud-a, upload-method: glance-direct}]"
-	items, _ := r.m.list(r.key, "providers", example)
+	items, _ := r.m.list(r.key, r.key, example)
 	if len(items) == 0 {
 		return nil
 	}

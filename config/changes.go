@@ -7,12 +7,12 @@ import (
 	"slices"
 )
 
-// ownSettings decodes the builder's own sections (ownKeys) that settings
+// ownSettings decodes the builder's own sections (ownTable) that settings
 // holds, for OwnSettingsChanged. A section that does not decode (the parser
 // has refused it already) is kept as the error, which differs from any value.
 func ownSettings(settings *mapping) map[string]any {
 	out := map[string]any{}
-	for _, key := range ownKeys {
+	for _, key := range keys(ownTable) {
 		f, ok := settings.fields[key]
 		if !ok {
 			continue
@@ -37,9 +37,9 @@ func ownSettings(settings *mapping) map[string]any {
 // the section's table says a reload holds its changes.
 func (c *Config) OwnSettingsChanged(next *Config) []string {
 	var out []string
-	for _, key := range ownKeys {
+	for _, key := range keys(ownTable) {
 		a, b := c.own[key], next.own[key]
-		if key == "zuul-images" {
+		if key == keyZuulImages {
 			out = append(out, changedImages(key, a, b)...)
 			continue
 		}
@@ -129,7 +129,7 @@ func byName(v any) (map[string]any, bool) {
 		if !ok {
 			return nil, false
 		}
-		name, ok := m["name"].(string)
+		name, ok := m[keyName].(string)
 		if _, seen := out[name]; !ok || seen {
 			return nil, false
 		}

@@ -92,7 +92,7 @@ var diskImageTable = []spec[diskImageEntry]{
 			maps.Copy(merged, e.EnvVars)
 			into.EnvVars = merged
 		}},
-	{key: "formats", owner: nodepools,
+	{key: keyFormats, owner: nodepools,
 		read: func(r reader, e *diskImageEntry) { r.formats(&e.Formats) },
 		lay:  func(into, e *diskImageEntry) { into.Formats = slices.Clone(e.Formats) }},
 	{key: "keep-formats", owner: nodepools,
@@ -112,14 +112,14 @@ var diskImageTable = []spec[diskImageEntry]{
 		init: func(e *diskImageEntry) { e.BuildTimeout = DefaultBuildTimeout },
 		read: func(r reader, e *diskImageEntry) { r.seconds(&e.BuildTimeout, false) },
 		lay:  func(into, e *diskImageEntry) { into.BuildTimeout = e.BuildTimeout }},
-	{key: "pause", owner: nodepools, declares: true,
+	{key: keyPause, owner: nodepools, declares: true,
 		read: func(r reader, e *diskImageEntry) { r.boolean(&e.Pause) },
 		lay:  func(into, e *diskImageEntry) { into.Pause = e.Pause }},
 	{key: "dib-cmd", owner: nodepools,
 		init: func(e *diskImageEntry) { e.DIBCmd = DefaultDIBCmd },
 		read: func(r reader, e *diskImageEntry) { r.str(&e.DIBCmd) },
 		lay:  func(into, e *diskImageEntry) { into.DIBCmd = e.DIBCmd }},
-	{key: "username", owner: nodepools, declares: true,
+	{key: keyUsername, owner: nodepools, declares: true,
 		init: func(e *diskImageEntry) { e.Username = DefaultUsername },
 		read: func(r reader, e *diskImageEntry) { r.str(&e.Username) },
 		lay:  func(into, e *diskImageEntry) { into.Username = e.Username }},
@@ -136,7 +136,7 @@ var diskImageTable = []spec[diskImageEntry]{
 			}
 		},
 		lay: func(into, e *diskImageEntry) { into.ShellType = e.ShellType }},
-	{key: "metadata", owner: nodepools,
+	{key: keyMetadata, owner: nodepools,
 		read: func(r reader, e *diskImageEntry) { r.strMap(&e.Metadata, "os_distro: debian") },
 		lay:  func(into, e *diskImageEntry) { into.Metadata = maps.Clone(e.Metadata) }},
 }
@@ -158,14 +158,14 @@ type diskImageEntry struct {
 // entries named after a zuul-image: those declare it to nodepool, and are
 // recorded on it.
 func (p *parser) diskImages(top *mapping, names imageNames, zuul []ZuulImage) []DiskImage {
-	items, ok := top.list("diskimages", "diskimages", "[{name: debian, elements: [debian-minimal]}]")
+	items, ok := top.list(keyDiskImages, keyDiskImages, "[{name: debian, elements: [debian-minimal]}]")
 	if !ok {
 		return nil
 	}
 	var entries []*diskImageEntry
 	byName := map[string]*diskImageEntry{}
 	for i, item := range items {
-		e := p.diskImageEntry(item, indexPath(top.sub("diskimages"), i))
+		e := p.diskImageEntry(item, indexPath(top.sub(keyDiskImages), i))
 		if e == nil {
 			continue
 		}

@@ -23,8 +23,8 @@ func TestDocsNameEveryKey(t *testing.T) {
 		heading string
 		keys    []string
 	}{
-		{"## `nodepool.yaml` top level", slices.Concat(topKeys, topNodepoolKeys)},
-		{"### `webapp`", webappKeys},
+		{"## `nodepool.yaml` top level", keys(topTable)},
+		{"### `webapp`", keys(launcherWebappTable)},
 		{"## `diskimages`", keys(diskImageTable)},
 		{"### Declaring a zuul-image", keysWhere(diskImageTable, func(s spec[diskImageEntry]) bool { return s.declares })},
 		{"## `providers`", keys(providerTable)},
@@ -53,7 +53,7 @@ func TestDocsNameEveryKey(t *testing.T) {
 		}
 	}
 	// The top-level keys of the builder's own file are sections of their own.
-	for _, key := range ownKeys {
+	for _, key := range keys(ownTable) {
 		if !strings.Contains(doc, "\n## `"+key+"`\n") {
 			t.Errorf("docs/configuration.md has no section ## `%s`", key)
 		}

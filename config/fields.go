@@ -13,17 +13,25 @@ const keyName = "name"
 // Keys spelt alike in more than one section, or named by code beside a
 // table: each is written here once, and the rows and the checks name it.
 const (
-	keyPort     = "port"     // builder.webapp, gearman and ZooKeeper servers
-	keyUsername = "username" // diskimages, builder.zuul-mqtt
-	keyCACert   = "ca-cert"  // zuul-images, builder.zuul-mqtt
-	keyEnvVars  = "env-vars" // diskimages, the secure file's diskimages
+	keyPort         = "port"          // builder.webapp, webapp, gearman and ZooKeeper servers
+	keyPause        = "pause"         // diskimages, a provider's diskimages, zuul-images
+	keyMetadata     = "metadata"      // diskimages, zuul-images
+	keyFormats      = "formats"       // diskimages, zuul-images
+	keyUsername     = "username"      // diskimages, builder.zuul-mqtt
+	keyCACert       = "ca-cert"       // zuul-images, builder.zuul-mqtt
+	keyPollInterval = "poll-interval" // builder, zuul-images
+	keyEnvVars      = "env-vars"      // diskimages, the secure file's diskimages
+	keyWebapp       = "webapp"        // the top level, builder
+	keyProviders    = "providers"     // the top level, builder
+	keyDiskImages   = "diskimages"    // the top level, a provider, the secure file
 )
 
 // A spec is one key of a section whose entries are read into a T: a row of
-// the section's table. The table is the one place a key is spelt: the keys a
-// mapping may hold, the defaults, the reading, the inheritance of diskimages,
-// what a reload does with a change and the docs test all go by it. Checks
-// that span keys stay as code beside the table.
+// the section's table. The table is the one place a key is spelt, or a
+// constant its row and the code beside it name: the keys a mapping may hold,
+// the defaults, the reading, the inheritance of diskimages, what a reload
+// does with a change and the docs test all go by it. Checks that span keys
+// stay as code beside the table. TestKeysWrittenOnce finds a key written twice.
 type spec[T any] struct {
 	key   string
 	owner owner
@@ -34,7 +42,8 @@ type spec[T any] struct {
 	init func(v *T)
 	// read reads the key, when it has a value, into v with its check; a
 	// wrong value is reported and leaves v as it was. nil for nodepool's keys
-	// the builder accepts and ignores.
+	// the builder accepts and ignores, and for a key the code beside the
+	// table reads, in the order its checks ask.
 	read func(r reader, v *T)
 	// lay lays an entry's value of the key over the value it inherits
 	// (diskimages' parents), when the entry sets the key; nil for a key that

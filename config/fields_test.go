@@ -104,6 +104,17 @@ func TestEveryRowReads(t *testing.T) {
 	}, keyDriver)
 	checkRows(t, "providers[0].diskimages[0]", providerImageTable, func() ProviderImage { return defaults(providerImageTable) },
 		map[string]string{"name": "debian", "pause": "true", "meta": "{hw_disk_bus: scsi}"})
+	checkRows(t, "", topTable, func() Config { return defaults(topTable) }, map[string]string{
+		"images-dir":          "/var/lib/nodepool/images",
+		"build-log-dir":       "/var/log/nodepool/other",
+		"build-log-retention": "-1",
+		"elements-dir":        "/etc/nodepool/elements",
+		"webapp":              "{port: 9005}",
+	}, keyDiskImages, keyProviders, keyZooKeeperServers, keyZooKeeperTLS, keyZooKeeperTimeout)
+	checkRows(t, "", ownTable, func() Config { return Config{Builder: defaultBuilder()} },
+		map[string]string{"builder": "{keep-builds: 3}"}, keyZuulImages)
+	checkRows(t, "webapp", launcherWebappTable, func() Webapp { return defaults(launcherWebappTable) },
+		map[string]string{"listen_address": "127.0.0.1", "port": "9005"})
 	checkRows(t, "zookeeper-servers[0]", zkServerTable, func() zkServerEntry { return defaults(zkServerTable) },
 		map[string]string{"host": "zk.example.com", "port": "2181", "chroot": "/nodepool"})
 	checkRows(t, "zookeeper-tls", zkTLSTable, func() ZooKeeperTLS { return defaults(zkTLSTable) },

@@ -298,23 +298,64 @@ func sectionAt(lines []string, line int) string {
 	return ""
 }
 
-// topKeys are the top-level keys of nodepool.yaml this builder reads:
-// nodepool's, and nodepool's old gearman-servers.
-var topKeys = []string{
-	"images-dir", "build-log-dir", "build-log-retention", "elements-dir",
-	"webapp", "diskimages", "providers",
-	"zookeeper-servers", "zookeeper-tls", "zookeeper-timeout", "gearman-servers",
+// Top-level keys that code beside the tables names.
+const (
+	keyImagesDir      = "images-dir"
+	keyGearmanServers = "gearman-servers" // the top level, builder
+	keyZuulImages     = "zuul-images"
+	keyBuilder        = "builder"
+)
+
+// topTable is the top level of nodepool.yaml: every key of nodepool 10's
+// schema (its Configuration documentation, and the schema of nodepool's
+// config-validate), and nodepool's old gearman-servers. Any other key is an
+// error, as it is in nodepool. The rows without a reader are read by
+// assemble, in the order their sections' checks ask.
+var topTable = []spec[Config]{
+	{key: keyImagesDir, owner: nodepools,
+		read: func(r reader, c *Config) { r.str(&c.ImagesDir) }},
+	{key: "build-log-dir", owner: nodepools,
+		init: func(c *Config) { c.BuildLogDir = DefaultBuildLogDir },
+		read: func(r reader, c *Config) { r.str(&c.BuildLogDir) }},
+	{key: "build-log-retention", owner: nodepools,
+		init: func(c *Config) { c.BuildLogRetention = DefaultBuildLogRetention },
+		read: func(r reader, c *Config) {
+			r.integer(&c.BuildLogRetention, -1, math.MaxInt, "-1 (keep all logs) or the number of logs to keep per image")
+		}},
+	{key: "elements-dir", owner: nodepools,
+		read: func(r reader, c *Config) { r.str(&c.ElementsDir) }},
+	{key: keyWebapp, owner: nodepools,
+		read: func(r reader, c *Config) {
+			if n, ok := r.node(); ok {
+				c.LauncherWebapp = r.m.p.webapp(n, r.path())
+			}
+		}},
+	{key: keyDiskImages, owner: nodepools},
+	{key: keyProviders, owner: nodepools},
+	{key: keyZooKeeperServers, owner: nodepools},
+	{key: keyZooKeeperTLS, owner: nodepools},
+	{key: keyZooKeeperTimeout, owner: nodepools},
+	// Read into the builder section's, with a warning.
+	{key: keyGearmanServers, owner: older},
+	// drivers-dir is an older nodepool's, still in nodepool 10's schema.
+	{key: "labels", owner: launchers},
+	{key: "max-hold-age", owner: launchers},
+	{key: "tenant-resource-limits", owner: launchers},
+	{key: "drivers-dir", owner: launchers},
 }
 
-// topNodepoolKeys are the rest of nodepool 10's top-level schema (its
-// Configuration documentation, and the schema of nodepool's config-validate):
-// the launcher's keys, accepted and ignored. drivers-dir is an older
-// nodepool's. Any other top-level key is an error, as it is in nodepool.
-var topNodepoolKeys = []string{"labels", "max-hold-age", "tenant-resource-limits", "drivers-dir"}
-
-// ownKeys are the top-level keys of the builder's own file: its settings that
-// nodepool's schema has no key for.
-var ownKeys = []string{"zuul-images", "builder"}
+// ownTable is the top level of the builder's own file: its settings that
+// nodepool's schema has no key for. zuul-images are read by assemble, once
+// nodepool.yaml's old gearman-servers are merged into the builder's.
+var ownTable = []spec[Config]{
+	{key: keyZuulImages},
+	{key: keyBuilder,
+		read: func(r reader, c *Config) {
+			if n, ok := r.node(); ok {
+				c.Builder = r.m.p.builder(n, r.path())
+			}
+		}},
+}
 
 // assemble reads the top-level mappings of nodepool.yaml (np) and of the
 // builder's own file (bp; hasOwn tells whether there is one) into a Config,
@@ -322,12 +363,10 @@ var ownKeys = []string{"zuul-images", "builder"}
 // it. Without the builder's own file, its settings may be in nodepool.yaml, as
 // one-file configs have them: they load, with a warning.
 func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, hasOwn bool, sp *parser, secureRoot *yaml.Node) *Config {
-	cfg := &Config{
-		BuildLogDir:       DefaultBuildLogDir,
-		BuildLogRetention: DefaultBuildLogRetention,
-		Builder:           defaultBuilder(),
-	}
-	top, ok := np.topMapping(npRoot, "a nodepool config", slices.Concat(topKeys, topNodepoolKeys, ownKeys))
+	cfg := new(Config)
+	*cfg = defaults(topTable)
+	cfg.Builder = defaultBuilder()
+	top, ok := np.topMapping(npRoot, "a nodepool config", slices.Concat(keys(topTable), keys(ownTable)))
 	if !ok {
 		return cfg
 	}
@@ -338,10 +377,8 @@ func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, has
 	settings, op, oneFile := findBuilderSettings(cfg, np, top, bp, own, hasOwn)
 	cfg.own = ownSettings(settings)
 
-	np.readTopLevel(cfg, top)
-	if n, ok := settings.get("builder"); ok {
-		cfg.Builder = op.builder(n, settings.sub("builder"))
-	}
+	readInto(top, topTable, cfg)
+	readInto(settings, ownTable, cfg)
 	zk := np.zookeeper(top)
 	np.mergeOldGearmanServers(top, &cfg.Builder)
 
@@ -368,14 +405,14 @@ func assemble(np *parser, npRoot *yaml.Node, bp *parser, ownRoot *yaml.Node, has
 	return cfg
 }
 
-// findBuilderSettings says where the builder's own settings (ownKeys) are
+// findBuilderSettings says where the builder's own settings (ownTable) are
 // read from, and by which parser: its own file, or nodepool.yaml in a
 // one-file config (oneFile), which loads with a warning in cfg because
 // nodepool's config-validate refuses it. Beside an own file, they are an
 // error in nodepool.yaml: two places for one setting would hide one.
 func findBuilderSettings(cfg *Config, np *parser, top *mapping, bp *parser, own *mapping, hasOwn bool) (settings *mapping, sp *parser, oneFile bool) {
 	var inNodepool []string
-	for _, key := range ownKeys {
+	for _, key := range keys(ownTable) {
 		if _, ok := top.fields[key]; ok {
 			inNodepool = append(inNodepool, key)
 		}
@@ -397,35 +434,15 @@ func findBuilderSettings(cfg *Config, np *parser, top *mapping, bp *parser, own 
 	return own, bp, false
 }
 
-// readTopLevel reads nodepool.yaml's top-level scalars and its webapp
-// section into cfg; a key that is absent keeps cfg's default.
-func (p *parser) readTopLevel(cfg *Config, top *mapping) {
-	if s, ok := top.str("images-dir"); ok {
-		cfg.ImagesDir = s
-	}
-	if s, ok := top.str("build-log-dir"); ok {
-		cfg.BuildLogDir = s
-	}
-	if v, ok := top.integer("build-log-retention", -1, math.MaxInt, "-1 (keep all logs) or the number of logs to keep per image"); ok {
-		cfg.BuildLogRetention = v
-	}
-	if s, ok := top.str("elements-dir"); ok {
-		cfg.ElementsDir = s
-	}
-	if n, ok := top.get("webapp"); ok {
-		cfg.LauncherWebapp = p.webapp(n, top.sub("webapp"))
-	}
-}
-
 // mergeOldGearmanServers adds nodepool's old top-level gearman-servers to
 // the builder section's, with a warning: they still work, but nodepool 10's
 // config-validate refuses them.
 func (p *parser) mergeOldGearmanServers(top *mapping, b *Builder) {
-	old := p.gearmanServers(reader{m: top, key: "gearman-servers"})
+	old := p.gearmanServers(reader{m: top, key: keyGearmanServers})
 	if len(old) == 0 {
 		return
 	}
-	p.warnf(top.fields["gearman-servers"].key, "gearman-servers", "is an older nodepool's key, which nodepool 10's "+
+	p.warnf(top.fields[keyGearmanServers].key, keyGearmanServers, "is an older nodepool's key, which nodepool 10's "+
 		"config-validate refuses: move it to builder.gearman-servers in %s", BuilderFileName)
 	for _, g := range old {
 		if !slices.Contains(b.GearmanServers, g) {
@@ -465,17 +482,17 @@ func checkZuulImagesDeclared(cfg *Config, names imageNames, np, sp *parser, oneF
 // images to build or fetch, at the first of their sections (or at an empty
 // images-dir): without it there is nowhere to put their files.
 func requireImagesDir(np *parser, top *mapping, sp *parser, settings *mapping) {
-	for _, key := range []string{"diskimages", "zuul-images"} {
+	for _, key := range []string{keyDiskImages, keyZuulImages} {
 		m, mp := top, np
-		if key == "zuul-images" {
+		if key == keyZuulImages {
 			m, mp = settings, sp
 		}
 		if n, ok := m.get(key); ok && isSequence(n) {
 			at := m.fields[key].key
-			if f, ok := top.fields["images-dir"]; ok {
+			if f, ok := top.fields[keyImagesDir]; ok {
 				at, mp = f.key, np // present but empty
 			}
-			mp.errorf(at, "images-dir", "is required when %s are configured; set it in %s to the directory for image "+
+			mp.errorf(at, keyImagesDir, "is required when %s are configured; set it in %s to the directory for image "+
 				"files and the state database, e.g. /var/lib/nodepool/images", key, np.file)
 			return
 		}
@@ -495,13 +512,14 @@ func (p *parser) topMapping(root *yaml.Node, what string, known []string) (*mapp
 // nodepool's is refused with where it belongs.
 func (p *parser) ownMapping(root *yaml.Node, nodepoolFile string) (*mapping, bool) {
 	if isNull(root) {
-		return &mapping{p: p, fields: map[string]field{}, known: ownKeys}, true
+		return &mapping{p: p, fields: map[string]field{}, known: keys(ownTable)}, true
 	}
+	ownKeys := keys(ownTable)
 	m, ok := p.readMapping(root, "", "the builder's config", ownKeys, false)
 	if !ok {
 		return m, false
 	}
-	nodepools := slices.Concat(topKeys, topNodepoolKeys)
+	nodepools := keys(topTable)
 	for i := 0; i+1 < len(m.node.Content); i += 2 {
 		k := m.node.Content[i]
 		switch {
@@ -516,27 +534,23 @@ func (p *parser) ownMapping(root *yaml.Node, nodepoolFile string) (*mapping, boo
 	return m, true
 }
 
-// webappKeys are nodepool's webapp keys, all of them.
-var webappKeys = []string{"listen_address", "port"}
+// launcherWebappTable is nodepool-launcher's webapp section: nodepool's
+// schema for it, all of it.
+var launcherWebappTable = []spec[Webapp]{
+	{key: "listen_address", owner: nodepools,
+		init: func(w *Webapp) { w.ListenAddress = DefaultWebappAddress },
+		read: func(r reader, w *Webapp) { r.str(&w.ListenAddress) }},
+	{key: keyPort, owner: nodepools,
+		init: func(w *Webapp) { w.Port = DefaultWebappPort },
+		read: func(r reader, w *Webapp) { r.port(&w.Port) }},
+}
 
 // webapp reads nodepool-launcher's webapp section, checked as nodepool's
 // schema says; the builder serves nothing there.
 func (p *parser) webapp(n *yaml.Node, path string) *Webapp {
-	w := &Webapp{ListenAddress: DefaultWebappAddress, Port: DefaultWebappPort}
-	if m, ok := p.readMapping(n, path, "the webapp section", webappKeys, true); ok {
-		m.listen(w, "listen_address")
+	w := defaults(launcherWebappTable)
+	if m, ok := p.readMapping(n, path, "the webapp section", keys(launcherWebappTable), true); ok {
+		readInto(m, launcherWebappTable, &w)
 	}
-	return w
-}
-
-// listen reads where a webapp listens into w: the address, under addressKey
-// (nodepool's file spells it listen_address, the builder's own
-// listen-address), and the port.
-func (m *mapping) listen(w *Webapp, addressKey string) {
-	if s, ok := m.str(addressKey); ok {
-		w.ListenAddress = s
-	}
-	if v, ok := m.integer("port", 1, 65535, "a TCP port number from 1 to 65535"); ok {
-		w.Port = v
-	}
+	return &w
 }

@@ -85,7 +85,7 @@ var providerTable = []spec[providerEntry]{
 		read: func(r reader, e *providerEntry) {
 			r.number(&e.Rate, "a number of seconds to wait between API calls, like 1.0")
 		}},
-	{key: "diskimages", owner: nodepools,
+	{key: keyDiskImages, owner: nodepools,
 		read: func(r reader, e *providerEntry) { e.DiskImages = r.m.p.providerImages(r, e.names) }},
 	{key: "max-concurrency", owner: launchers},
 	{key: "priority", owner: launchers},
@@ -107,7 +107,7 @@ var providerTable = []spec[providerEntry]{
 var providerImageTable = []spec[ProviderImage]{
 	{key: keyName, owner: nodepools, need: "name a diskimage or zuul-image to upload here",
 		read: func(r reader, pi *ProviderImage) { r.str(&pi.Name) }},
-	{key: "pause", owner: nodepools,
+	{key: keyPause, owner: nodepools,
 		read: func(r reader, pi *ProviderImage) { r.boolean(&pi.Pause) }},
 	{key: "meta", owner: nodepools,
 		read: func(r reader, pi *ProviderImage) { r.strMap(&pi.Meta, "hw_disk_bus: scsi") }},
@@ -120,14 +120,14 @@ var providerImageTable = []spec[ProviderImage]{
 // driver) are kept; the others belong to nodepool's launcher and are left
 // alone once they are known to be named mappings.
 func (p *parser) providers(top *mapping, names imageNames) []Provider {
-	items, ok := top.list("providers", "providers", "[{name: cloud-a, cloud: mycloud}]")
+	items, ok := top.list(keyProviders, keyProviders, "[{name: cloud-a, cloud: mycloud}]")
 	if !ok {
 		return nil
 	}
 	var out []Provider
 	seen := map[string]int{}
 	for i, item := range items {
-		path := indexPath(top.sub("providers"), i)
+		path := indexPath(top.sub(keyProviders), i)
 		if !p.isOpenStack(item, path) {
 			continue
 		}

@@ -8,8 +8,9 @@ import (
 )
 
 // secureKeys are the top-level keys nodepool reads from its secure file (-s),
-// all of them (nodepool's loadSecureConfig).
-var secureKeys = []string{"zookeeper-servers", "zookeeper-tls", "diskimages"}
+// all of them (nodepool's loadSecureConfig): keys of nodepool.yaml's top
+// level.
+var secureKeys = []string{keyZooKeeperServers, keyZooKeeperTLS, keyDiskImages}
 
 // secureImage is a diskimages entry of the secure file as read. envOK tells
 // that its env-vars are given and right.
@@ -46,18 +47,18 @@ func (p *parser) secure(root *yaml.Node, cfg *Config, zk *ZooKeeper, names image
 	if !ok {
 		return
 	}
-	p.ignoredKeys(m, "the secure file", secureKeys, slices.Concat(topKeys, topNodepoolKeys, ownKeys),
+	p.ignoredKeys(m, "the secure file", secureKeys, slices.Concat(keys(topTable), keys(ownTable)),
 		"nodepool reads only zookeeper-servers, zookeeper-tls and the env-vars of diskimages from the secure file, and "+
 			"ignores this key there, as the builder does: set it in "+nodepoolFile+" (or "+BuilderFileName+"), or remove it")
 	if servers := p.zookeeperServers(m); len(servers) > 0 {
 		zk.Servers, zk.ServersFile = servers, p.file
 	}
-	if n, ok := m.get("zookeeper-tls"); ok && (n.Kind != yaml.MappingNode || len(n.Content) > 0) {
-		zk.TLS = p.zookeeperTLS(n, m.sub("zookeeper-tls"))
+	if n, ok := m.get(keyZooKeeperTLS); ok && (n.Kind != yaml.MappingNode || len(n.Content) > 0) {
+		zk.TLS = p.zookeeperTLS(n, m.sub(keyZooKeeperTLS))
 	}
-	items, _ := m.list("diskimages", "diskimages", "[{name: debian, env-vars: {DIB_PASSWORD: ...}}]")
+	items, _ := m.list(keyDiskImages, keyDiskImages, "[{name: debian, env-vars: {DIB_PASSWORD: ...}}]")
 	for i, item := range items {
-		p.secureDiskImage(item, indexPath(m.sub("diskimages"), i), cfg, names, nodepoolFile)
+		p.secureDiskImage(item, indexPath(m.sub(keyDiskImages), i), cfg, names, nodepoolFile)
 	}
 }
 

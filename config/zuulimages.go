@@ -37,21 +37,21 @@ var zuulImageTable = []spec[ZuulImage]{
 	{key: "job", reload: held, need: "name the Zuul job that builds the image",
 		read: func(r reader, z *ZuulImage) { r.str(&z.JobName) }},
 	// Its default is the builder's poll-interval, which zuulImages gives.
-	{key: "poll-interval", reload: held,
+	{key: keyPollInterval, reload: held,
 		read: func(r reader, z *ZuulImage) { r.seconds(&z.PollInterval, false) }},
 	{key: "auth-token-file", reload: held,
 		read: func(r reader, z *ZuulImage) { r.str(&z.AuthTokenFile) }},
-	{key: "ca-cert", reload: held,
+	{key: keyCACert, reload: held,
 		read: func(r reader, z *ZuulImage) { r.str(&z.CACert) }},
 	{key: "require-checksum", reload: held,
 		read: func(r reader, z *ZuulImage) { r.boolean(&z.RequireChecksum) }},
-	{key: "formats", reload: held,
+	{key: keyFormats, reload: held,
 		read: func(r reader, z *ZuulImage) { r.formats(&z.Formats) }},
 	{key: "artifacts", reload: held,
 		read: func(r reader, z *ZuulImage) { z.Artifacts = r.m.p.artifactMappings(r) }},
-	{key: "pause", reload: held,
+	{key: keyPause, reload: held,
 		read: func(r reader, z *ZuulImage) { r.boolean(&z.Pause) }},
-	{key: "metadata", reload: held,
+	{key: keyMetadata, reload: held,
 		read: func(r reader, z *ZuulImage) { r.strMap(&z.Metadata, "os_distro: debian") }},
 	{key: "allow-unmerged-changes", reload: held,
 		read: func(r reader, z *ZuulImage) { r.boolean(&z.AllowUnmergedChanges) }},
@@ -86,13 +86,13 @@ var artifactTable = []spec[artifactEntry]{
 // one-file nodepool.yaml. pollInterval is the builder's, the default for each
 // entry.
 func (p *parser) zuulImages(top *mapping, names imageNames, pollInterval time.Duration) []ZuulImage {
-	items, ok := top.list("zuul-images", "zuul-images", "[{name: debian, api-url: https://zuul.example.com/, project: org/images, job: build-debian}]")
+	items, ok := top.list(keyZuulImages, keyZuulImages, "[{name: debian, api-url: https://zuul.example.com/, project: org/images, job: build-debian}]")
 	if !ok {
 		return nil
 	}
 	var out []ZuulImage
 	for i, item := range items {
-		path := indexPath(top.sub("zuul-images"), i)
+		path := indexPath(top.sub(keyZuulImages), i)
 		m, ok := p.readMapping(item, path, "a zuul-images entry", keys(zuulImageTable), true)
 		if !ok {
 			continue
