@@ -82,7 +82,7 @@ func TestSystemd(t *testing.T) {
 	}
 
 	// The start says the same, and systemd does not restart the service.
-	c.run("systemctl", "enable", "--now", unitName)
+	c.startRun("enable", "--now")
 	c.waitFailed(2, slices.Concat(readOnly, noRoot)...)
 
 	// The drop-in the message gives for the path: the images-dir is
@@ -90,7 +90,7 @@ func TestSystemd(t *testing.T) {
 	c.run("mkdir", "-p", systemd.DropInDir)
 	c.run("install", "-m", "0644", shared+"/paths.conf", systemd.DropInDir+"/paths.conf")
 	c.run("systemctl", "daemon-reload")
-	c.run("systemctl", "restart", unitName)
+	c.startRun("restart")
 	if j := c.waitFailed(2, noRoot...); strings.Contains(j, "read-only") {
 		t.Errorf("with the path in ReadWritePaths, the start still finds it read-only:\n%s", j)
 	}
@@ -102,7 +102,7 @@ func TestSystemd(t *testing.T) {
 	if out, code := c.exec("sh", "-c", preflight); code != 0 {
 		t.Fatalf("with both drop-ins the pre-flight check of the docs exited %d:\n%s", code, out)
 	}
-	c.run("systemctl", "restart", unitName)
+	c.startRun("restart")
 	c.waitBuilt("dib")
 	if log := c.run("sh", "-c", "cat /var/log/nodepool/builds/dib-*.log"); !strings.Contains(log, "mounted, wrote and unmounted as root through sudo") {
 		t.Errorf("the build log does not show the dib-cmd root through sudo:\n%s", log)
@@ -148,7 +148,7 @@ func TestSystemd(t *testing.T) {
 	t.Logf("systemctl stop during a build took %s", took.Round(time.Millisecond))
 
 	// An upgrade restarts the running service on the new binary.
-	c.run("systemctl", "start", unitName)
+	c.startRun("start")
 	c.waitActive()
 	pid = c.mainPID()
 	c.run("dpkg", "-i", shared+"/"+filepath.Base(later))
@@ -220,6 +220,8 @@ func systemdBase(t *testing.T, podman string, extra []string) string {
 type container struct {
 	t            *testing.T
 	podman, name string
+	// runCursor is the journal's cursor before the service's current run began.
+	runCursor string
 }
 
 // startSystemd starts a container of image with systemd as PID 1, the
@@ -319,11 +321,42 @@ func (c *container) status() string {
 	return out
 }
 
-// journal is what the unit's current (or last) run logged.
+// startRun runs systemctl verb on the unit, a verb that starts a new run of
+// the service, and marks where that run's records begin in the journal.
+func (c *container) startRun(verb ...string) {
+	c.t.Helper()
+	out := c.run("journalctl", "--no-pager", "-q", "-n", "0", "--show-cursor")
+	cursor, ok := strings.CutPrefix(strings.TrimSpace(out), "-- cursor: ")
+	if !ok {
+		c.t.Fatalf("journalctl gave no cursor:\n%s", out)
+	}
+	c.runCursor = cursor
+	c.run(slices.Concat([]string{"systemctl"}, verb, []string{unitName})...)
+}
+
+// journal is what the unit logged since its current (or last) run began.
+// It reads the unit's records, not the run's invocation ID: journald finds
+// that ID through the writing process and misses it on the last lines of a
+// process that exits at once, as a refused start does. The unit is matched
+// here rather than by journalctl, which (systemd 252) returns nothing for a
+// field match after a cursor of a record the match does not take.
 func (c *container) journal() string {
 	c.t.Helper()
-	out, _ := c.exec("journalctl", "--no-pager", "-o", "cat", "_SYSTEMD_INVOCATION_ID="+c.prop("InvocationID"))
-	return out
+	out, _ := c.exec("journalctl", "--no-pager", "-o", "json", "--after-cursor", c.runCursor)
+	var log strings.Builder
+	for line := range strings.Lines(out) {
+		var r struct {
+			Unit    string `json:"_SYSTEMD_UNIT"`
+			Message any    `json:"MESSAGE"`
+		}
+		if json.Unmarshal([]byte(line), &r) != nil || r.Unit != unitName {
+			continue
+		}
+		if m, ok := r.Message.(string); ok {
+			log.WriteString(m + "\n")
+		}
+	}
+	return log.String()
 }
 
 // waitFailed waits until the service has exited with code and stays failed,
